@@ -1,0 +1,250 @@
+// loom plan: search every layout (or evaluate one) and write the plan.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/json_util.h"
+#include "core/plan.h"
+#include "sim/export.h"
+#include "sim/report.h"
+#include "sim/search.h"
+#include "sim/simulate.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct PlanArgs {
+  std::string model = "llama-3-8b";
+  std::string hw = "dgx-h100";
+  int gpus = 64;
+  int64_t global_batch = 512;
+  int64_t seq = 4096;
+  std::string precision = "bf16";
+  std::string layout;      // evaluate this layout instead of searching
+  std::string fix;         // pin dimensions of the search
+  int top = 10;
+  int pick = 0;
+  std::string out;
+  std::string trace;
+  std::string export_kind;
+  bool json = false;
+  int threads = 0;
+  bool no_flash = false;
+  bool fp32_main_grads = false;
+  int dropout = -1;
+  int64_t steps = 0;
+  double lr = 3e-4;
+  int64_t warmup = 0;
+  uint64_t seed = 1234;
+};
+
+Status apply_fix(const std::string& text, SearchSpace& sp) {
+  if (text.empty()) return Status::ok();
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) return invalid_argument("--fix: '" + item + "' is not key=value (e.g. tp=8,pp=2)");
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    auto to_int = [&](int& field) -> Status {
+      try {
+        size_t used = 0;
+        int x = std::stoi(v, &used);
+        if (used != v.size() || x < 0) throw std::invalid_argument(v);
+        field = x;
+        return Status::ok();
+      } catch (...) {
+        return invalid_argument("--fix: " + k + "=" + v + " is not a non-negative integer");
+      }
+    };
+    if (k == "dp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_dp));
+    else if (k == "tp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_tp));
+    else if (k == "pp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_pp));
+    else if (k == "ep") LOOM_RETURN_IF_ERROR(to_int(sp.fix_ep));
+    else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
+    else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
+    else if (k == "sp") sp.fix_sp = (v == "1");
+    else if (k == "schedule") {
+      LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
+      sp.fix_schedule = s;
+    } else if (k == "recompute") {
+      LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
+      sp.fix_recompute = r;
+    } else {
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, sp, schedule, recompute");
+    }
+  }
+  return Status::ok();
+}
+
+Status write_outputs(const PlanArgs& a, const Evaluator& eval, const SimResult& r) {
+  Plan plan = make_plan(eval, r, a.gpus);
+  if (!a.out.empty()) {
+    LOOM_RETURN_IF_ERROR(save_plan(plan, a.out));
+    if (!a.json) std::printf("plan written to %s (plan hash %s)\n", a.out.c_str(), plan.plan_hash().c_str());
+  }
+  if (!a.trace.empty()) {
+    LOOM_RETURN_IF_ERROR(write_trace(predicted_trace(r, plan.plan_hash()), a.trace));
+    if (!a.json) std::printf("predicted trace written to %s (open in https://ui.perfetto.dev)\n", a.trace.c_str());
+  }
+  if (!a.export_kind.empty()) {
+    Result<std::string> text = a.export_kind == "megatron"    ? export_megatron_args(plan)
+                               : a.export_kind == "deepspeed" ? export_deepspeed_config(plan)
+                                                              : Result<std::string>(invalid_argument(
+                                                                    "--export '" + a.export_kind +
+                                                                    "' is unknown; use megatron or deepspeed"));
+    if (!text.is_ok()) return text.status();
+    std::printf("%s", text->c_str());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  CLI::App app{"Search every parallel layout of a model on a cluster (or evaluate one) and write the plan.", "loom plan"};
+  PlanArgs a;
+  app.add_option("--model", a.model, "model: a name from models/ or a Hugging Face config.json path")
+      ->capture_default_str();
+  app.add_option("--hw", a.hw, "hardware profile: a name from hwprofiles/ or a path")->capture_default_str();
+  app.add_option("--gpus", a.gpus, "number of GPUs (ranks)")->capture_default_str();
+  app.add_option("--global-batch", a.global_batch, "sequences per optimizer step")->capture_default_str();
+  app.add_option("--seq", a.seq, "sequence length (tokens)")->capture_default_str();
+  app.add_option("--precision", a.precision, "fp32|bf16|fp16|fp8")->capture_default_str();
+  app.add_option("--layout", a.layout,
+                 "evaluate one layout, e.g. dp=2,tp=4,pp=2,ep=1,zero=1,micro=1,schedule=1f1b,v=1,sp=1,recompute=none");
+  app.add_option("--fix", a.fix, "pin search dimensions, e.g. tp=8,pp=2,recompute=full");
+  app.add_option("--top", a.top, "rows of the candidate table")->capture_default_str();
+  app.add_option("--pick", a.pick, "write candidate N of the table instead of the best")->capture_default_str();
+  app.add_option("--out", a.out, "write the plan JSON here");
+  app.add_option("--trace", a.trace, "write the predicted Chrome trace here");
+  app.add_option("--export", a.export_kind, "print megatron arguments or a deepspeed config");
+  app.add_flag("--json", a.json, "print figures as JSON (unit-suffixed keys) instead of tables");
+  app.add_option("--threads", a.threads, "search threads (0 = all cores)");
+  app.add_flag("--no-flash-attention", a.no_flash, "model materialized attention scores (Megatron-LM 2021)");
+  app.add_flag("--fp32-main-grads", a.fp32_main_grads, "Megatron's fp32 gradient convention (4-byte grads)");
+  app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");
+  app.add_option("--steps", a.steps, "training steps recorded in the plan (for loom execute)");
+  app.add_option("--lr", a.lr, "peak learning rate recorded in the plan");
+  app.add_option("--warmup", a.warmup, "LR warm-up steps recorded in the plan");
+  app.add_option("--seed", a.seed, "seed recorded in the plan");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom plan: %s; run `loom plan --help`\n", e.what());
+    return 2;
+  }
+
+  auto model = load_model_spec(a.model);
+  if (!model.is_ok()) return fail("plan", model.status());
+  auto hw = load_hw_profile(a.hw);
+  if (!hw.is_ok()) return fail("plan", hw.status());
+  TrainSpec train;
+  train.global_batch = a.global_batch;
+  train.seq_len = a.seq;
+  train.steps = a.steps;
+  train.lr = a.lr;
+  train.min_lr = a.lr / 10;
+  train.warmup_steps = a.warmup;
+  train.seed = a.seed;
+  auto prec = parse_precision(a.precision);
+  if (!prec.is_ok()) return fail("plan", prec.status());
+  train.precision = *prec;
+  if (Status s = validate_train_spec(train); !s.is_ok()) return fail("plan", s);
+  if (a.gpus < 1) return fail("plan", invalid_argument("--gpus=" + std::to_string(a.gpus) + " must be >= 1"));
+  if (a.top < 0 || a.pick < 0) return fail("plan", invalid_argument("--top and --pick must be >= 0"));
+  if (train.precision == Precision::kFp8 && hw->accel.peak_fp8_flops <= 0)
+    return fail("plan", invalid_argument("--precision fp8: " + hw->name + " (" + hw->accel.name +
+                                          ") has no fp8 tensor cores; use bf16"));
+  SimOptions opt;
+  opt.flash_attention = !a.no_flash;
+  opt.fp32_main_grads = a.fp32_main_grads;
+  opt.dropout = a.dropout;
+  Evaluator eval(*model, *hw, train, opt);
+
+  if (!a.layout.empty()) {
+    auto layout = parse_layout(a.layout);
+    if (!layout.is_ok()) return fail("plan", layout.status());
+    if (Status s = validate_layout(*layout, *model, train, a.gpus); !s.is_ok()) return fail("plan", s);
+    auto r = simulate_layout(eval, *layout);
+    if (!r.is_ok()) return fail("plan", r.status());
+    if (a.json) {
+      std::printf("%s\n", prediction_json(*r, 2).c_str());
+    } else {
+      std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s\n", model->name.c_str(), a.gpus,
+                  hw->accel.name.c_str(), hw->name.c_str(), (long long)a.global_batch, (long long)a.seq,
+                  precision_name(train.precision));
+      std::printf("%s", format_result(*r, *hw).c_str());
+    }
+    if (Status s = write_outputs(a, eval, *r); !s.is_ok()) return fail("plan", s);
+    return r->memory.fits ? 0 : 3;
+  }
+
+  SearchSpace space;
+  space.world = a.gpus;
+  space.threads = a.threads;
+  space.refine_top = std::max(8, a.pick + 1);
+  if (Status s = apply_fix(a.fix, space); !s.is_ok()) return fail("plan", s);
+  auto res = search_layouts(eval, space);
+  if (!res.is_ok()) return fail("plan", res.status());
+  if (res->ranked.empty()) {
+    std::string msg = "no layout of " + model->name + " fits on " + std::to_string(a.gpus) + " x " +
+                      hw->accel.name + " (" + std::to_string(res->valid) + " valid layouts tried)";
+    if (res->closest) msg += "; closest: " + res->closest->layout.to_string() + ": " + res->closest_why;
+    msg += "; use more GPUs, a smaller global batch or sequence, or a GPU with more memory";
+    std::fprintf(stderr, "loom plan: %s\n", msg.c_str());
+    return 3;
+  }
+  if (a.pick >= int(res->ranked.size()))
+    return fail("plan", invalid_argument("--pick " + std::to_string(a.pick) + ": only " +
+                                         std::to_string(res->ranked.size()) + " layouts fit"));
+  SimResult chosen;
+  if (a.pick < int(res->refined.size())) {
+    chosen = res->refined[a.pick];
+  } else {
+    auto r = simulate_layout(eval, res->ranked[a.pick].layout);
+    if (!r.is_ok()) return fail("plan", r.status());
+    chosen = std::move(r).value();
+  }
+  if (a.json) {
+    OrderedJson j;
+    j["model"] = model->name;
+    j["hardware"] = hw->name;
+    j["gpus"] = a.gpus;
+    j["search"] = {{"enumerated", res->enumerated}, {"fitting", res->fitting}, {"elapsed_s", res->elapsed_s}};
+    j["layout"] = OrderedJson::parse(layout_to_json(chosen.layout));
+    j["prediction"] = OrderedJson::parse(prediction_json(chosen));
+    OrderedJson cands = OrderedJson::array();
+    for (int i = 0; i < std::min<int>(a.top, int(res->ranked.size())); ++i) {
+      const Candidate& c = res->ranked[i];
+      const Figures& f = i < int(res->refined.size()) ? res->refined[i].figures : c.estimate.figures;
+      cands.push_back({{"layout", OrderedJson::parse(layout_to_json(c.layout))},
+                       {"step_time_s", f.step_time_s},
+                       {"tokens_per_s", f.tokens_per_s},
+                       {"mfu", f.mfu},
+                       {"peak_memory_bytes", c.estimate.peak_memory_bytes},
+                       {"pareto", c.pareto}});
+    }
+    j["candidates"] = cands;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s\n", model->name.c_str(), a.gpus,
+                hw->accel.name.c_str(), hw->name.c_str(), (long long)a.global_batch, (long long)a.seq,
+                precision_name(train.precision));
+    std::printf("searched %lld valid layouts in %.3f s: %lld fit in memory (* = on the Pareto front)\n\n",
+                (long long)res->enumerated, res->elapsed_s, (long long)res->fitting);
+    std::printf("%s\n", format_candidates(*res, a.top).c_str());
+    std::printf("%s\n", format_pareto(*res, a.top).c_str());
+    std::printf("chosen (#%d):\n%s", a.pick, format_result(chosen, *hw).c_str());
+  }
+  if (Status s = write_outputs(a, eval, chosen); !s.is_ok()) return fail("plan", s);
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,56 @@
+// loom: plan and run distributed LLM training.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/plan.h"
+
+namespace loom::cli {
+
+int fail(const std::string& cmd, const Status& status) {
+  std::fprintf(stderr, "loom %s: %s\n", cmd.c_str(), status.message().c_str());
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kParseError:
+    case StatusCode::kNotFound:
+    case StatusCode::kUnsupported: return 2;
+    default: return 1;
+  }
+}
+
+}  // namespace loom::cli
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "loom %s — plan and run distributed LLM training\n\n"
+               "usage: loom <command> [options]\n\n"
+               "commands:\n"
+               "  plan      search layouts (or evaluate one) for a model on a cluster; write a plan\n"
+               "\n"
+               "`loom <command> --help` describes each command's options.\n",
+               loom::loom_version());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("loom %s\n", loom::loom_version());
+    return 0;
+  }
+  if (cmd == "plan") return loom::cli::cmd_plan(argc - 1, argv + 1);
+  std::fprintf(stderr, "loom: unknown command '%s'; run `loom --help` for the list\n", cmd.c_str());
+  return 2;
+}

@@ -1,0 +1,315 @@
+// HwProfile: reading and writing hwprofiles/*.json (docs/formats/hwprofile.md).
+//
+// JSON keys carry their unit (`memory_gib`, `memory_bw_gb_per_s`,
+// `nic_bw_gbit_per_s`, `latency_us`); the struct holds SI base units (bytes,
+// bytes/s, FLOP/s, seconds). The conversions live in one table below so the
+// reader and the writer cannot disagree.
+#include "core/hw_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/json_util.h"
+
+namespace loom {
+namespace {
+
+// Unit conversions, JSON unit -> struct unit.
+constexpr double kTera = 1e12;             // TFLOP/s -> FLOP/s
+constexpr double kGiga = 1e9;              // GB/s -> B/s, GFLOP -> FLOP
+constexpr double kGib = 1073741824.0;      // GiB -> bytes (2^30)
+constexpr double kGbitToBytes = 1e9 / 8;   // Gbit/s -> B/s
+constexpr double kMicro = 1e-6;            // us -> s
+
+const char* const kFabrics[] = {"nvswitch", "nvlink", "pcie", "shm"};
+const char* const kCpuVendors[] = {"intel", "amd", "arm", "mixed"};
+
+template <size_t N>
+bool one_of(const std::string& s, const char* const (&options)[N]) {
+  return std::any_of(std::begin(options), std::end(options), [&](const char* o) { return s == o; });
+}
+template <size_t N>
+std::string list_of(const char* const (&options)[N]) {
+  std::string out;
+  for (const char* o : options) {
+    if (!out.empty()) out += '|';
+    out += o;
+  }
+  return out;
+}
+
+// Appends the expected unit to a getter's error, so every message names the
+// key (which carries the unit) and spells the unit out.
+Status with_unit(const Status& s, const char* unit) {
+  return Status(s.code(), s.message() + "; expected " + unit);
+}
+
+Result<double> positive(const Json& obj, const char* key, const std::string& where, const char* unit) {
+  auto r = json_positive(obj, key, where);
+  if (!r.is_ok()) return with_unit(r.status(), unit);
+  return *r;
+}
+
+// Optional: `fallback` when absent; present values must be positive.
+Result<double> positive_or(const Json& obj, const char* key, double fallback, const std::string& where,
+                           const char* unit) {
+  if (!obj.contains(key) || obj[key].is_null()) return fallback;
+  return positive(obj, key, where, unit);
+}
+
+// A fraction in (0, 1]: efficiencies.
+Result<double> fraction(const Json& obj, const char* key, const std::string& where) {
+  auto r = json_positive(obj, key, where);
+  if (!r.is_ok()) return with_unit(r.status(), "a fraction in (0, 1]");
+  if (*r > 1) return invalid_argument(where + "." + key + " must be at most 1, got " + obj[key].dump() +
+                                      "; expected a fraction in (0, 1] (achieved / peak)");
+  return *r;
+}
+
+Result<int> count(const Json& obj, const char* key, const std::string& where, int64_t fallback, int64_t min) {
+  auto r = (fallback < 0) ? json_int(obj, key, where) : json_int_or(obj, key, fallback, where);
+  if (!r.is_ok()) return with_unit(r.status(), "a whole number");
+  if (*r < min || *r > 1000000)
+    return invalid_argument(where + "." + key + " must be an integer >= " + std::to_string(min) + ", got " +
+                            std::to_string(*r));
+  return static_cast<int>(*r);
+}
+
+Result<const Json*> section(const Json& root, const char* key, const std::string& where) {
+  if (!root.contains(key)) return invalid_argument(where + ": section '" + key + "' is missing; add it (an object)");
+  const Json& s = root[key];
+  if (!s.is_object()) return invalid_argument(where + "." + key + " must be an object, got " + s.type_name());
+  return &s;
+}
+
+Result<std::string> source_of(const Json& obj, const std::string& where) {
+  LOOM_ASSIGN_OR_RETURN(std::string s, json_string(obj, "source", where));
+  if (s.empty()) return invalid_argument(where + ".source is empty; say where the numbers come from");
+  return s;
+}
+
+Status parse_gemm_table(const Json& acc, const std::string& where, GemmEfficiencyTable& t) {
+  const std::string w = where + ".gemm_efficiency";
+  if (!acc.contains("gemm_efficiency"))
+    return invalid_argument(w + " is missing; add [{\"gflop\": G, \"efficiency\": E}, ...] sorted by gflop");
+  const Json& arr = acc["gemm_efficiency"];
+  if (!arr.is_array() || arr.empty())
+    return invalid_argument(w + " must be a non-empty array of {\"gflop\": G, \"efficiency\": E}");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string wi = w + "[" + std::to_string(i) + "]";
+    if (!arr[i].is_object()) return invalid_argument(wi + " must be an object {\"gflop\": G, \"efficiency\": E}");
+    LOOM_ASSIGN_OR_RETURN(double gflop, positive(arr[i], "gflop", wi, "GFLOP (1e9 FLOP) of one GEMM, 2*m*n*k"));
+    LOOM_ASSIGN_OR_RETURN(double eff, fraction(arr[i], "efficiency", wi));
+    if (!t.flops.empty() && gflop * kGiga <= t.flops.back())
+      return invalid_argument(wi + ".gflop must be larger than the previous point's; sort the table by gflop");
+    t.flops.push_back(gflop * kGiga);
+    t.efficiency.push_back(eff);
+  }
+  return Status::ok();
+}
+
+Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpec& acc) {
+  LOOM_ASSIGN_OR_RETURN(acc.name, json_string(a, "name", where));
+  LOOM_ASSIGN_OR_RETURN(acc.sm_arch, count(a, "sm_arch", where, -1, 0));
+  const char* tf = "TFLOP/s (dense, no sparsity)";
+  LOOM_ASSIGN_OR_RETURN(double fp32, positive(a, "peak_fp32_tflops", where, tf));
+  acc.peak_fp32_flops = fp32 * kTera;
+  // GPUs must state their 16-bit matmul rate; CPUs may leave it out (they run
+  // 16-bit recipes at the fp32 rate, see peak_flops()).
+  double bf16 = 0;
+  if (acc.sm_arch > 0 || a.contains("peak_bf16_tflops")) {
+    LOOM_ASSIGN_OR_RETURN(bf16, positive(a, "peak_bf16_tflops", where, tf));
+  }
+  acc.peak_bf16_flops = bf16 * kTera;
+  LOOM_ASSIGN_OR_RETURN(double fp16, positive_or(a, "peak_fp16_tflops", bf16, where, tf));
+  acc.peak_fp16_flops = fp16 * kTera;
+  LOOM_ASSIGN_OR_RETURN(double fp8, positive_or(a, "peak_fp8_tflops", 0, where, tf));
+  acc.peak_fp8_flops = fp8 * kTera;
+  LOOM_ASSIGN_OR_RETURN(double gib, positive(a, "memory_gib", where, "GiB (2^30 bytes) of device memory"));
+  acc.memory_bytes = gib * kGib;
+  LOOM_ASSIGN_OR_RETURN(double bw, positive(a, "memory_bw_gb_per_s", where, "GB/s (1e9 bytes/s), datasheet peak"));
+  acc.memory_bw_bytes_per_s = bw * kGiga;
+  acc.memory_bw_efficiency = 1;
+  if (a.contains("memory_bw_efficiency")) {
+    LOOM_ASSIGN_OR_RETURN(acc.memory_bw_efficiency, fraction(a, "memory_bw_efficiency", where));
+  }
+  LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.gemm_efficiency));
+  LOOM_ASSIGN_OR_RETURN(acc.source, source_of(a, where));
+  return Status::ok();
+}
+
+Status parse_node(const Json& n, const std::string& where, NodeSpec& node) {
+  LOOM_ASSIGN_OR_RETURN(node.devices_per_node, count(n, "devices_per_node", where, -1, 1));
+  LOOM_ASSIGN_OR_RETURN(node.fabric, json_string(n, "fabric", where));
+  if (!one_of(node.fabric, kFabrics))
+    return invalid_argument(where + ".fabric is '" + node.fabric + "'; use one of " + list_of(kFabrics));
+  const char* gbs = "GB/s (1e9 bytes/s) per device per direction";
+  LOOM_ASSIGN_OR_RETURN(double intra, positive(n, "intra_bw_gb_per_s", where, gbs));
+  node.intra_bw_bytes_per_s = intra * kGiga;
+  LOOM_ASSIGN_OR_RETURN(double ring, positive(n, "intra_ring_busbw_gb_per_s", where,
+                                              "GB/s, nccl-tests ring all-reduce busbw over the whole node"));
+  if (ring > intra)
+    return invalid_argument(where + ".intra_ring_busbw_gb_per_s (" + n["intra_ring_busbw_gb_per_s"].dump() +
+                            ") exceeds intra_bw_gb_per_s (" + n["intra_bw_gb_per_s"].dump() +
+                            "); a ring cannot beat the link it runs on");
+  node.intra_ring_busbw_bytes_per_s = ring * kGiga;
+  LOOM_ASSIGN_OR_RETURN(double lat, positive(n, "intra_latency_us", where, "microseconds per hop"));
+  node.intra_latency_s = lat * kMicro;
+  LOOM_ASSIGN_OR_RETURN(node.nvls, json_bool_or(n, "nvls", false, where));
+  LOOM_ASSIGN_OR_RETURN(node.nvlink_domain_size, count(n, "nvlink_domain_size", where, 0, 0));
+  if (node.nvlink_domain_size != 0 && node.nvlink_domain_size % node.devices_per_node != 0)
+    return invalid_argument(where + ".nvlink_domain_size=" + std::to_string(node.nvlink_domain_size) +
+                            " is not a multiple of devices_per_node=" + std::to_string(node.devices_per_node) +
+                            "; use 0 (the node) or a whole number of nodes");
+  LOOM_ASSIGN_OR_RETURN(double pcie, positive_or(n, "pcie_bw_gb_per_s", 0, where, gbs));
+  node.pcie_bw_bytes_per_s = pcie * kGiga;
+  LOOM_ASSIGN_OR_RETURN(node.source, source_of(n, where));
+  return Status::ok();
+}
+
+Status parse_network(const Json& n, const std::string& where, NetworkSpec& net) {
+  LOOM_ASSIGN_OR_RETURN(net.nics_per_node, count(n, "nics_per_node", where, -1, 1));
+  LOOM_ASSIGN_OR_RETURN(double gbit, positive(n, "nic_bw_gbit_per_s", where, "Gbit/s per NIC per direction"));
+  net.nic_bw_bytes_per_s = gbit * kGbitToBytes;
+  LOOM_ASSIGN_OR_RETURN(double lat, positive(n, "latency_us", where, "microseconds per network hop"));
+  net.latency_s = lat * kMicro;
+  LOOM_ASSIGN_OR_RETURN(net.topology, json_string(n, "topology", where));
+  LOOM_ASSIGN_OR_RETURN(net.cpu_vendor, json_string_or(n, "cpu_vendor", "intel", where));
+  if (!one_of(net.cpu_vendor, kCpuVendors))
+    return invalid_argument(where + ".cpu_vendor is '" + net.cpu_vendor + "'; use one of " + list_of(kCpuVendors));
+  LOOM_ASSIGN_OR_RETURN(net.source, source_of(n, where));
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+Result<Precision> parse_precision(const std::string& text) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8})
+    if (text == precision_name(p)) return p;
+  return invalid_argument("precision '" + text + "' is not known; use one of fp32|bf16|fp16|fp8");
+}
+
+double GemmEfficiencyTable::lookup(double gemm_flops) const {
+  const size_t n = flops.size();
+  if (n == 0 || efficiency.size() != n) return 1.0;
+  if (!(gemm_flops > flops.front())) return efficiency.front();  // also NaN and <= 0
+  if (gemm_flops >= flops.back()) return efficiency.back();
+  size_t hi = std::upper_bound(flops.begin(), flops.end(), gemm_flops) - flops.begin();
+  size_t lo = hi - 1;
+  double t = std::log(gemm_flops / flops[lo]) / std::log(flops[hi] / flops[lo]);
+  return efficiency[lo] + t * (efficiency[hi] - efficiency[lo]);
+}
+
+bool AcceleratorSpec::supports(Precision p) const {
+  switch (p) {
+    case Precision::kFp32: return peak_fp32_flops > 0;
+    case Precision::kBf16: return peak_bf16_flops > 0;
+    case Precision::kFp16: return peak_fp16_flops > 0;
+    case Precision::kFp8: return peak_fp8_flops > 0;
+  }
+  return false;
+}
+
+double AcceleratorSpec::peak_flops(Precision p) const {
+  // A precision the device lacks runs at the next wider one it has.
+  switch (p) {
+    case Precision::kFp8:
+      if (peak_fp8_flops > 0) return peak_fp8_flops;
+      [[fallthrough]];
+    case Precision::kFp16:
+      if (p == Precision::kFp16 && peak_fp16_flops > 0) return peak_fp16_flops;
+      [[fallthrough]];
+    case Precision::kBf16:
+      if (peak_bf16_flops > 0) return peak_bf16_flops;
+      if (peak_fp16_flops > 0) return peak_fp16_flops;
+      [[fallthrough]];
+    case Precision::kFp32:
+      return peak_fp32_flops;
+  }
+  return peak_fp32_flops;
+}
+
+Result<HwProfile> parse_hw_profile(const std::string& json_text, const std::string& name) {
+  const std::string where = "hwprofile " + name;
+  LOOM_ASSIGN_OR_RETURN(Json root, parse_json(json_text, where));
+  if (!root.is_object()) return invalid_argument(where + ": the top level must be an object");
+  HwProfile hw;
+  LOOM_ASSIGN_OR_RETURN(hw.name, json_string_or(root, "name", name, where));
+  LOOM_ASSIGN_OR_RETURN(hw.description, json_string_or(root, "description", "", where));
+  LOOM_ASSIGN_OR_RETURN(hw.nccl_version, json_string(root, "nccl_version", where));
+  LOOM_ASSIGN_OR_RETURN(const Json* acc, section(root, "accelerator", where));
+  LOOM_RETURN_IF_ERROR(parse_accelerator(*acc, where + ": accelerator", hw.accel));
+  LOOM_ASSIGN_OR_RETURN(const Json* node, section(root, "node", where));
+  LOOM_RETURN_IF_ERROR(parse_node(*node, where + ": node", hw.node));
+  LOOM_ASSIGN_OR_RETURN(const Json* net, section(root, "network", where));
+  LOOM_RETURN_IF_ERROR(parse_network(*net, where + ": network", hw.net));
+  return hw;
+}
+
+Result<HwProfile> load_hw_profile(const std::string& path_or_name) {
+  LOOM_ASSIGN_OR_RETURN(std::string path, find_description_file(path_or_name, "hwprofiles"));
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_hw_profile(text, std::filesystem::path(path).stem().string());
+}
+
+std::string hw_profile_to_json(const HwProfile& hw) {
+  const AcceleratorSpec& a = hw.accel;
+  OrderedJson acc;
+  acc["name"] = a.name;
+  acc["sm_arch"] = a.sm_arch;
+  acc["peak_fp32_tflops"] = a.peak_fp32_flops / kTera;
+  if (a.peak_bf16_flops > 0) acc["peak_bf16_tflops"] = a.peak_bf16_flops / kTera;
+  if (a.peak_fp16_flops > 0) acc["peak_fp16_tflops"] = a.peak_fp16_flops / kTera;
+  if (a.peak_fp8_flops > 0) acc["peak_fp8_tflops"] = a.peak_fp8_flops / kTera;
+  acc["memory_gib"] = a.memory_bytes / kGib;
+  acc["memory_bw_gb_per_s"] = a.memory_bw_bytes_per_s / kGiga;
+  acc["memory_bw_efficiency"] = a.memory_bw_efficiency;
+  OrderedJson table = OrderedJson::array();
+  for (size_t i = 0; i < a.gemm_efficiency.flops.size() && i < a.gemm_efficiency.efficiency.size(); ++i)
+    table.push_back({{"gflop", a.gemm_efficiency.flops[i] / kGiga}, {"efficiency", a.gemm_efficiency.efficiency[i]}});
+  acc["gemm_efficiency"] = table;
+  acc["source"] = a.source;
+
+  const NodeSpec& n = hw.node;
+  OrderedJson node;
+  node["devices_per_node"] = n.devices_per_node;
+  node["fabric"] = n.fabric;
+  node["intra_bw_gb_per_s"] = n.intra_bw_bytes_per_s / kGiga;
+  node["intra_ring_busbw_gb_per_s"] = n.intra_ring_busbw_bytes_per_s / kGiga;
+  node["intra_latency_us"] = n.intra_latency_s / kMicro;
+  node["nvls"] = n.nvls;
+  node["nvlink_domain_size"] = n.nvlink_domain_size;
+  if (n.pcie_bw_bytes_per_s > 0) node["pcie_bw_gb_per_s"] = n.pcie_bw_bytes_per_s / kGiga;
+  node["source"] = n.source;
+
+  const NetworkSpec& w = hw.net;
+  OrderedJson net;
+  net["nics_per_node"] = w.nics_per_node;
+  net["nic_bw_gbit_per_s"] = w.nic_bw_bytes_per_s / kGbitToBytes;
+  net["latency_us"] = w.latency_s / kMicro;
+  net["topology"] = w.topology;
+  net["cpu_vendor"] = w.cpu_vendor;
+  net["source"] = w.source;
+
+  OrderedJson root;
+  root["name"] = hw.name;
+  root["description"] = hw.description;
+  root["nccl_version"] = hw.nccl_version;
+  root["accelerator"] = std::move(acc);
+  root["node"] = std::move(node);
+  root["network"] = std::move(net);
+  return root.dump(2) + "\n";
+}
+
+}  // namespace loom

@@ -1,0 +1,96 @@
+// HwProfile: one cluster's hardware as the cost models see it.
+//
+// Read from hwprofiles/*.json (format: docs/formats/hwprofile.md). Every
+// number carries its unit in its key (`memory_gib`, `memory_bw_gb_per_s`,
+// `nic_bw_gbit_per_s`, `latency_us`) and every section has a `source` saying
+// where the numbers come from (datasheet, microbenchmark, nccl-tests run,
+// calibration). Efficiency factors come from hardware measurements, never from
+// fitting published training runs.
+//
+// Units inside the struct: bytes, bytes/s, FLOP/s, seconds (SI, 1 GB = 1e9 B).
+// Thread-safety: an immutable value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom {
+
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
+const char* precision_name(Precision p);
+Result<Precision> parse_precision(const std::string& text);
+
+// GEMM efficiency (achieved / peak) as a function of the GEMM's work. Points
+// are (flops, efficiency) sorted by flops; lookups interpolate linearly in
+// log(flops) and clamp at both ends.
+struct GemmEfficiencyTable {
+  std::vector<double> flops;
+  std::vector<double> efficiency;
+  double lookup(double gemm_flops) const;
+};
+
+struct AcceleratorSpec {
+  std::string name;         // "H100-SXM5-80GB"
+  int sm_arch = 0;          // 80 Ampere, 90 Hopper, 100 Blackwell; 0 = CPU
+  double peak_fp32_flops = 0;  // FLOP/s, dense; fp32 is the CUDA-core rate
+  double peak_bf16_flops = 0;
+  double peak_fp16_flops = 0;
+  double peak_fp8_flops = 0;   // 0 when the device has none
+  double memory_bytes = 0;     // HBM capacity
+  double memory_bw_bytes_per_s = 0;
+  double memory_bw_efficiency = 1;  // achievable fraction for streaming kernels
+  GemmEfficiencyTable gemm_efficiency;
+  // The matmul peak for that precision. A precision the device lacks (0 above)
+  // falls back to the next wider one it has (fp8 -> bf16 -> fp32), so the
+  // result is never 0 for a parsed profile; check supports() to reject plans.
+  double peak_flops(Precision p) const;
+  bool supports(Precision p) const;  // the device has a nonzero peak for p
+  std::string source;
+};
+
+struct NodeSpec {
+  int devices_per_node = 8;
+  // Intra-node fabric, per device per direction (NVLink aggregate, or PCIe).
+  std::string fabric = "nvswitch";          // "nvswitch", "nvlink", "pcie", "shm"
+  double intra_bw_bytes_per_s = 0;          // e.g. H100: 18 links x 25 GB/s = 450e9
+  // What NCCL's topology search reaches on this fabric: the bus bandwidth of a
+  // ring over the whole node (nccl-tests all-reduce busbw for large messages).
+  double intra_ring_busbw_bytes_per_s = 0;
+  double intra_latency_s = 0;               // per hop
+  bool nvls = false;                        // NVLink SHARP (NVSwitch 3+)
+  int nvlink_domain_size = 0;               // devices that share NVLink (72 on NVL72); 0 = node
+  double pcie_bw_bytes_per_s = 0;           // host <-> device, per device
+  std::string source;
+};
+
+struct NetworkSpec {
+  int nics_per_node = 0;
+  double nic_bw_bytes_per_s = 0;            // per NIC per direction (400 Gbit/s -> 50e9)
+  double latency_s = 0;                     // one network hop, end to end
+  std::string topology = "fat-tree";        // "fat-tree", "rail-optimized", ...
+  std::string cpu_vendor = "intel";         // NCCL's LL cap quirk keys on it
+  double node_bw_bytes_per_s() const { return nics_per_node * nic_bw_bytes_per_s; }
+  std::string source;
+};
+
+struct HwProfile {
+  std::string name;            // file stem, e.g. "dgx-h100"
+  std::string description;
+  std::string nccl_version;    // the NCCL release whose constants the comm model mimics
+  AcceleratorSpec accel;
+  NodeSpec node;
+  NetworkSpec net;
+  bool is_cpu() const { return accel.sm_arch == 0; }
+};
+
+// Parses hwprofile JSON text. Errors name the key and its expected unit
+// ("hwprofile dgx-h100: accelerator.memory_gib must be a positive number").
+Result<HwProfile> parse_hw_profile(const std::string& json_text, const std::string& name);
+// Reads a file; a bare name is looked up as hwprofiles/<name>.json as well.
+Result<HwProfile> load_hw_profile(const std::string& path_or_name);
+std::string hw_profile_to_json(const HwProfile& hw);
+
+}  // namespace loom

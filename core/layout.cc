@@ -1,0 +1,185 @@
+#include "core/layout.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+namespace loom {
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+Result<Schedule> parse_schedule(const std::string& text) {
+  if (text == "gpipe") return Schedule::kGpipe;
+  if (text == "1f1b") return Schedule::k1F1B;
+  if (text == "interleaved" || text == "interleaved-1f1b") return Schedule::kInterleaved;
+  return invalid_argument("layout: schedule '" + text + "' is unknown; use gpipe, 1f1b or interleaved");
+}
+
+Result<Recompute> parse_recompute(const std::string& text) {
+  if (text == "none" || text == "0") return Recompute::kNone;
+  if (text == "selective") return Recompute::kSelective;
+  if (text == "full" || text == "1") return Recompute::kFull;
+  return invalid_argument("layout: recompute '" + text + "' is unknown; use none, selective or full");
+}
+
+const char* dim_name(Dim d) {
+  switch (d) {
+    case Dim::kDp: return "dp";
+    case Dim::kTp: return "tp";
+    case Dim::kPp: return "pp";
+    case Dim::kEp: return "ep";
+    case Dim::kCp: return "cp";
+  }
+  return "?";
+}
+
+int Layout::size(Dim d) const {
+  switch (d) {
+    case Dim::kDp: return dp;
+    case Dim::kTp: return tp;
+    case Dim::kPp: return pp;
+    case Dim::kEp: return ep;
+    case Dim::kCp: return cp;
+  }
+  return 1;
+}
+
+std::string Layout::to_string() const {
+  std::ostringstream ss;
+  ss << "dp=" << dp << ",tp=" << tp << ",pp=" << pp << ",ep=" << ep << ",cp=" << cp << ",zero=" << zero
+     << ",micro=" << micro_batch << ",schedule=" << schedule_name(schedule) << ",v=" << virtual_stages
+     << ",sp=" << (sequence_parallel ? 1 : 0) << ",recompute=" << recompute_name(recompute);
+  if (!overlap_grad_reduce) ss << ",overlap_grad=0";
+  if (!overlap_param_gather) ss << ",overlap_param=0";
+  if (rank_order != Layout{}.rank_order) ss << ",order=" << rank_order;
+  return ss.str();
+}
+
+namespace {
+
+Result<int> parse_int_value(const std::string& key, const std::string& value) {
+  if (value.empty()) return invalid_argument("layout: " + key + "= has no value; give an integer");
+  char* end = nullptr;
+  long v = std::strtol(value.c_str(), &end, 10);
+  if (*end != '\0') return invalid_argument("layout: " + key + "=" + value + " is not an integer");
+  if (v < 0) return invalid_argument("layout: " + key + "=" + value + " must not be negative");
+  if (v > 1 << 24) return invalid_argument("layout: " + key + "=" + value + " is too large");
+  return static_cast<int>(v);
+}
+
+Result<bool> parse_bool_value(const std::string& key, const std::string& value) {
+  if (value == "1" || value == "true" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "off") return false;
+  return invalid_argument("layout: " + key + "=" + value + " must be 0 or 1");
+}
+
+}  // namespace
+
+Result<Layout> parse_layout(const std::string& text, const Layout& base) {
+  Layout l = base;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      return invalid_argument("layout: '" + item + "' is not key=value (e.g. dp=2,tp=4,pp=2)");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto set_int = [&](int& field) -> Status {
+      auto r = parse_int_value(key, value);
+      if (!r.is_ok()) return r.status();
+      field = *r;
+      return Status::ok();
+    };
+    auto set_bool = [&](bool& field) -> Status {
+      auto r = parse_bool_value(key, value);
+      if (!r.is_ok()) return r.status();
+      field = *r;
+      return Status::ok();
+    };
+    if (key == "dp") LOOM_RETURN_IF_ERROR(set_int(l.dp));
+    else if (key == "tp") LOOM_RETURN_IF_ERROR(set_int(l.tp));
+    else if (key == "pp") LOOM_RETURN_IF_ERROR(set_int(l.pp));
+    else if (key == "ep") LOOM_RETURN_IF_ERROR(set_int(l.ep));
+    else if (key == "cp") LOOM_RETURN_IF_ERROR(set_int(l.cp));
+    else if (key == "zero") LOOM_RETURN_IF_ERROR(set_int(l.zero));
+    else if (key == "micro" || key == "mbs" || key == "micro_batch") LOOM_RETURN_IF_ERROR(set_int(l.micro_batch));
+    else if (key == "v" || key == "virtual_stages") LOOM_RETURN_IF_ERROR(set_int(l.virtual_stages));
+    else if (key == "sp") LOOM_RETURN_IF_ERROR(set_bool(l.sequence_parallel));
+    else if (key == "overlap_grad") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_grad_reduce));
+    else if (key == "overlap_param") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_param_gather));
+    else if (key == "schedule") {
+      LOOM_ASSIGN_OR_RETURN(l.schedule, parse_schedule(value));
+    } else if (key == "recompute") {
+      LOOM_ASSIGN_OR_RETURN(l.recompute, parse_recompute(value));
+    } else if (key == "order") {
+      LOOM_RETURN_IF_ERROR(parse_rank_order(value).status());
+      l.rank_order = value;
+    } else {
+      return invalid_argument("layout: unknown key '" + key +
+                              "'; known keys: dp, tp, pp, ep, cp, zero, micro, schedule, v, sp, recompute, "
+                              "overlap_grad, overlap_param, order");
+    }
+  }
+  // A schedule named interleaved with v left at 1 gets the smallest useful v.
+  if (l.schedule == Schedule::kInterleaved && l.virtual_stages == 1 && text.find("v=") == std::string::npos)
+    l.virtual_stages = 2;
+  return l;
+}
+
+Result<std::vector<Dim>> parse_rank_order(const std::string& text) {
+  std::vector<Dim> dims;
+  std::stringstream ss(text);
+  std::string item;
+  bool seen[kNumDims] = {};
+  while (std::getline(ss, item, '-')) {
+    Dim d;
+    if (item == "dp") d = Dim::kDp;
+    else if (item == "tp") d = Dim::kTp;
+    else if (item == "pp") d = Dim::kPp;
+    else if (item == "ep") d = Dim::kEp;
+    else if (item == "cp") d = Dim::kCp;
+    else
+      return invalid_argument("layout: rank order '" + text + "' has unknown dimension '" + item +
+                              "'; use dimensions from dp, tp, pp, ep, cp, e.g. tp-cp-ep-dp-pp");
+    if (seen[static_cast<int>(d)])
+      return invalid_argument("layout: rank order '" + text + "' names " + item + " twice");
+    seen[static_cast<int>(d)] = true;
+    dims.push_back(d);
+  }
+  for (Dim d : {Dim::kDp, Dim::kTp, Dim::kPp, Dim::kCp}) {
+    if (!seen[static_cast<int>(d)]) {
+      // cp may be left out when it is 1; add it fastest-after-tp so sizes line up.
+      if (d == Dim::kCp) {
+        dims.insert(dims.begin(), Dim::kCp);
+        continue;
+      }
+      return invalid_argument("layout: rank order '" + text + "' does not name " + dim_name(d) +
+                              "; name each of tp, cp, dp, pp once (ep optional), e.g. tp-cp-ep-dp-pp");
+    }
+  }
+  if (!seen[static_cast<int>(Dim::kEp)]) {
+    // ep lives inside dp: place it just before dp (fastest part of dp).
+    auto it = std::find(dims.begin(), dims.end(), Dim::kDp);
+    dims.insert(it, Dim::kEp);
+  }
+  return dims;
+}
+
+}  // namespace loom

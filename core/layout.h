@@ -1,0 +1,107 @@
+// Layout: how a training run is split over ranks, and the rank groups it implies.
+//
+// Dimensions, always named and ordered `dp tp pp ep cp`:
+//   world = dp * tp * pp * cp.
+//   ep (expert parallel) is carved out of dp, as in Megatron-core: the experts
+//   of a MoE layer are sharded over `ep` ranks of the DP group, and expert
+//   gradients are reduced over the remaining dp/ep ranks. ep must divide dp.
+//
+// `rank_order` lists the dimensions fastest-varying first, Megatron's
+// "tp-cp-ep-dp-pp" by default: consecutive ranks share a TP group, so TP stays
+// inside a node. Rank groups are pure functions of (layout, rank); there is no
+// global parallel state.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/status.h"
+#include "core/train_spec.h"
+
+namespace loom {
+
+enum class Schedule { kGpipe, k1F1B, kInterleaved };
+enum class Recompute { kNone, kSelective, kFull };
+const char* schedule_name(Schedule s);
+const char* recompute_name(Recompute r);
+Result<Schedule> parse_schedule(const std::string& text);
+Result<Recompute> parse_recompute(const std::string& text);
+
+// The parallel dimensions, in the canonical order.
+enum class Dim { kDp = 0, kTp = 1, kPp = 2, kEp = 3, kCp = 4 };
+inline constexpr int kNumDims = 5;
+const char* dim_name(Dim d);
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
+  int zero = 0;            // ZeRO stage 0..3 (1 = Megatron's distributed optimizer)
+  int micro_batch = 1;     // sequences per micro-batch (b)
+  Schedule schedule = Schedule::k1F1B;
+  int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved only)
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  bool overlap_grad_reduce = true;   // DP gradient buckets during backward
+  bool overlap_param_gather = true;  // ZeRO-3 prefetch / ZeRO-1 gather overlap
+  std::string rank_order = "tp-cp-ep-dp-pp";
+
+  int world() const { return dp * tp * pp * cp; }
+  int size(Dim d) const;
+  // Micro-batches per step for a global batch: B / (dp * micro_batch).
+  int64_t num_micro_batches(int64_t global_batch) const { return global_batch / (int64_t(dp) * micro_batch); }
+  // "dp=2,tp=4,pp=2,ep=1,cp=1,zero=1,micro=1,schedule=1f1b,v=1,sp=1,recompute=none"
+  std::string to_string() const;
+  bool operator==(const Layout&) const = default;
+};
+
+// Parses the `--layout` syntax above; keys left out keep the defaults of `base`.
+// Unknown keys and malformed values are kInvalidArgument naming the key.
+Result<Layout> parse_layout(const std::string& text, const Layout& base = Layout{});
+
+// Rejects every impossible combination with a message naming the field and the
+// fix. `world` is the number of ranks the run has (0 = do not check).
+Status validate_layout(const Layout& layout, const ModelSpec& model, const TrainSpec& train, int world);
+
+// Coordinates of a rank along each dimension. For the dims of `rank_order`
+// (tp, cp, ep-within-dp, dp, pp) the rank is decomposed mixed-radix, the first
+// listed dim varying fastest. `ep` and `dp` coordinates: dp index in [0,dp),
+// ep index = dp index % ep (expert shard), expert-dp index = dp index / ep.
+struct RankCoords {
+  int dp = 0, tp = 0, pp = 0, ep = 0, cp = 0;
+};
+
+class RankGrid {
+ public:
+  // `layout` must have passed validate_layout (rank_order well-formed).
+  explicit RankGrid(const Layout& layout);
+  int world() const { return world_; }
+  RankCoords coords(int rank) const;
+  int rank_of(const RankCoords& c) const;
+  // All ranks in `rank`'s group along `d`, ascending by coordinate along d.
+  // Dim::kEp gives the ranks that share this rank's expert-DP slice (size ep).
+  std::vector<int> group(Dim d, int rank) const;
+  // Rank-distance between consecutive members of a group along d.
+  int stride(Dim d) const;
+
+ private:
+  std::array<int, kNumDims> size_{};
+  std::array<int, kNumDims> stride_{};
+  int world_ = 1;
+};
+
+// How a communicator group sits on nodes: the input of the comm cost model.
+struct GroupShape {
+  int ranks = 1;           // members
+  int nodes = 1;           // distinct nodes the members sit on
+  int ranks_per_node = 1;  // members per node (ranks / nodes)
+};
+// Shape of the groups along `d` when nodes hold `devices_per_node` ranks.
+GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node);
+
+// Parses a rank order like "tp-cp-ep-dp-pp"; must name tp, cp, dp, pp once
+// (ep optional, it lives inside dp). Returns the dims fastest first.
+Result<std::vector<Dim>> parse_rank_order(const std::string& text);
+
+}  // namespace loom

@@ -1,0 +1,114 @@
+// validate_layout: every impossible layout is rejected with a message that
+// names the field and the fix.
+#include <sstream>
+
+#include "core/layout.h"
+
+namespace loom {
+
+namespace {
+
+std::string divisors_of(int64_t n, int64_t limit = 1 << 20) {
+  std::ostringstream ss;
+  ss << "{";
+  bool first = true;
+  for (int64_t d = 1; d <= n && d <= limit; ++d) {
+    if (n % d) continue;
+    ss << (first ? "" : ",") << d;
+    first = false;
+  }
+  ss << "}";
+  return ss.str();
+}
+
+}  // namespace
+
+Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, int world) {
+  struct Named {
+    const char* name;
+    int value;
+  };
+  for (Named n : {Named{"dp", l.dp}, Named{"tp", l.tp}, Named{"pp", l.pp}, Named{"ep", l.ep}, Named{"cp", l.cp},
+                  Named{"micro", l.micro_batch}, Named{"v", l.virtual_stages}}) {
+    if (n.value < 1)
+      return invalid_argument(std::string("layout: ") + n.name + "=" + std::to_string(n.value) + " must be >= 1");
+  }
+  LOOM_RETURN_IF_ERROR(parse_rank_order(l.rank_order).status());
+  if (world > 0 && l.world() != world) {
+    return invalid_argument("layout: dp*tp*pp*cp = " + std::to_string(l.dp) + "*" + std::to_string(l.tp) + "*" +
+                            std::to_string(l.pp) + "*" + std::to_string(l.cp) + " = " + std::to_string(l.world()) +
+                            " but the run has " + std::to_string(world) +
+                            " ranks; choose sizes whose product is " + std::to_string(world));
+  }
+  if (l.zero < 0 || l.zero > 3)
+    return invalid_argument("layout: zero=" + std::to_string(l.zero) + " is not a ZeRO stage; use 0, 1, 2 or 3");
+  if (l.cp > 1)
+    return unsupported("layout: cp=" + std::to_string(l.cp) +
+                       " (context parallelism) is not modelled by this version of Loom; use cp=1");
+
+  // Tensor parallelism splits heads, KV heads, the MLP and the vocabulary.
+  if (m.num_heads % l.tp != 0)
+    return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide num_attention_heads=" +
+                            std::to_string(m.num_heads) + "; use tp in " + divisors_of(m.num_heads));
+  if (!m.mla.enabled && m.num_kv_heads % l.tp != 0)
+    return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide num_key_value_heads=" +
+                            std::to_string(m.num_kv_heads) + "; use tp in " + divisors_of(m.num_kv_heads) +
+                            " (KV heads are not replicated in this version)");
+  if (m.ffn_hidden % l.tp != 0)
+    return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide intermediate_size=" +
+                            std::to_string(m.ffn_hidden) + "; use tp in " + divisors_of(m.ffn_hidden, 1024));
+  if (m.is_moe() && m.moe.expert_ffn_hidden % l.tp != 0)
+    return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide the expert intermediate size " +
+                            std::to_string(m.moe.expert_ffn_hidden) + "; use tp in " +
+                            divisors_of(m.moe.expert_ffn_hidden, 1024));
+  if (l.sequence_parallel && l.tp == 1)
+    return invalid_argument("layout: sp=1 (sequence parallel) needs tp > 1; set sp=0 or raise tp");
+
+  // Expert parallelism is carved out of data parallelism.
+  if (l.ep > 1 && !m.is_moe())
+    return invalid_argument("layout: ep=" + std::to_string(l.ep) + " but " + m.name +
+                            " has no experts; use ep=1 for dense models");
+  if (l.dp % l.ep != 0)
+    return invalid_argument("layout: ep=" + std::to_string(l.ep) + " must divide dp=" + std::to_string(l.dp) +
+                            " (experts are sharded over ranks of the DP group); use ep in " + divisors_of(l.dp));
+  if (m.is_moe() && m.moe.num_experts % l.ep != 0)
+    return invalid_argument("layout: ep=" + std::to_string(l.ep) + " does not divide num_experts=" +
+                            std::to_string(m.moe.num_experts) + "; use ep in " + divisors_of(m.moe.num_experts));
+
+  // Pipeline parallelism: every model chunk gets at least one layer.
+  if (l.pp > m.num_layers)
+    return invalid_argument("layout: pp=" + std::to_string(l.pp) + " is more than the model's " +
+                            std::to_string(m.num_layers) + " layers; use pp <= " + std::to_string(m.num_layers));
+  if (l.virtual_stages > 1 && l.schedule != Schedule::kInterleaved)
+    return invalid_argument("layout: v=" + std::to_string(l.virtual_stages) +
+                            " needs schedule=interleaved; set v=1 or schedule=interleaved");
+  if (l.schedule == Schedule::kInterleaved) {
+    if (l.pp < 2)
+      return invalid_argument("layout: schedule=interleaved needs pp >= 2; use schedule=1f1b with pp=1");
+    if (l.virtual_stages < 2)
+      return invalid_argument("layout: schedule=interleaved needs v >= 2 model chunks per stage; set v=2 or more");
+    if (int64_t(l.pp) * l.virtual_stages > m.num_layers)
+      return invalid_argument("layout: pp*v = " + std::to_string(l.pp * l.virtual_stages) + " chunks but only " +
+                              std::to_string(m.num_layers) + " layers; lower v or pp");
+  }
+
+  // Batch: B = dp * micro * m.
+  LOOM_RETURN_IF_ERROR(validate_train_spec(t));
+  int64_t per_step = int64_t(l.dp) * l.micro_batch;
+  if (t.global_batch % per_step != 0)
+    return invalid_argument("layout: global batch " + std::to_string(t.global_batch) + " is not divisible by dp*micro = " +
+                            std::to_string(l.dp) + "*" + std::to_string(l.micro_batch) +
+                            "; choose a global batch that is a multiple of " + std::to_string(per_step) +
+                            " or a micro batch in " + divisors_of(t.global_batch / std::max(1, l.dp), 4096));
+  int64_t micro_batches = t.global_batch / per_step;
+  if (l.schedule == Schedule::kInterleaved && micro_batches % l.pp != 0)
+    return invalid_argument("layout: interleaved schedule needs the number of micro-batches (" +
+                            std::to_string(micro_batches) + ") to be a multiple of pp=" + std::to_string(l.pp) +
+                            "; change the global batch or micro batch, or use schedule=1f1b");
+  if (m.max_position > 0 && m.position == PositionKind::kLearned && t.seq_len > m.max_position)
+    return invalid_argument("train: seq_len=" + std::to_string(t.seq_len) + " exceeds the model's learned positions (" +
+                            std::to_string(m.max_position) + "); use --seq <= " + std::to_string(m.max_position));
+  return Status::ok();
+}
+
+}  // namespace loom

@@ -1,0 +1,502 @@
+// ModelSpec: reading a Hugging Face config.json, validating it, and the
+// parameter and FLOP counts derived from it. Key names follow
+// transformers/models/*/configuration_*.py; the parameter layout follows the
+// matching modeling_*.py (which weights exist, which carry a bias).
+#include "core/model_spec.h"
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+
+#include "core/json_util.h"
+
+namespace loom {
+namespace {
+
+const char* const kSupportedTypes =
+    "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3";
+
+// "{1,2,4,8}": the divisors of n, for messages that say what would work.
+std::string divisors_of(int64_t n) {
+  std::string out = "{";
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d != 0) continue;
+    if (out.size() > 1) out += ",";
+    out += std::to_string(d);
+  }
+  return out + "}";
+}
+
+Result<int> narrow_int(int64_t v, const std::string& what) {
+  if (v > INT_MAX) return invalid_argument(what + "=" + std::to_string(v) + " is too large");
+  return static_cast<int>(v);
+}
+
+// An optional positive integer: `fallback` when absent or null; 0 and
+// negative values are rejected with the key named.
+Result<int64_t> optional_positive(const Json& c, const char* key, int64_t fallback, const std::string& where) {
+  if (!c.contains(key) || c[key].is_null()) return fallback;
+  return json_positive_int(c, key, where);
+}
+
+// An optional non-negative integer (counts that may be zero).
+Result<int64_t> optional_count(const Json& c, const char* key, int64_t fallback, const std::string& where) {
+  LOOM_ASSIGN_OR_RETURN(int64_t v, json_int_or(c, key, fallback, where));
+  if (v < 0) return invalid_argument(where + "." + key + " must be >= 0, got " + std::to_string(v));
+  return v;
+}
+
+// The keys shared by all RoPE/RMSNorm/SwiGLU families (Llama naming).
+Status parse_llama_like(const Json& c, const std::string& where, ModelSpec& m) {
+  LOOM_ASSIGN_OR_RETURN(m.hidden, json_positive_int(c, "hidden_size", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, json_positive_int(c, "num_hidden_layers", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t heads, json_positive_int(c, "num_attention_heads", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t kv_heads, optional_positive(c, "num_key_value_heads", heads, where));
+  LOOM_ASSIGN_OR_RETURN(m.ffn_hidden, json_positive_int(c, "intermediate_size", where));
+  LOOM_ASSIGN_OR_RETURN(m.vocab, json_positive_int(c, "vocab_size", where));
+  LOOM_ASSIGN_OR_RETURN(m.max_position, json_positive_int(c, "max_position_embeddings", where));
+  LOOM_ASSIGN_OR_RETURN(m.num_layers, narrow_int(layers, where + ".num_hidden_layers"));
+  LOOM_ASSIGN_OR_RETURN(m.num_heads, narrow_int(heads, where + ".num_attention_heads"));
+  LOOM_ASSIGN_OR_RETURN(m.num_kv_heads, narrow_int(kv_heads, where + ".num_key_value_heads"));
+  LOOM_ASSIGN_OR_RETURN(m.head_dim, optional_positive(c, "head_dim", 0, where));
+  if (m.head_dim == 0) {
+    if (m.hidden % heads != 0)
+      return invalid_argument(where + ": num_attention_heads=" + std::to_string(heads) +
+                              " does not divide hidden_size=" + std::to_string(m.hidden) +
+                              "; set head_dim, or use num_attention_heads in " + divisors_of(m.hidden));
+    m.head_dim = m.hidden / heads;
+  }
+  LOOM_ASSIGN_OR_RETURN(m.tied_embeddings, json_bool_or(c, "tie_word_embeddings", false, where));
+  m.norm = NormKind::kRmsNorm;
+  m.mlp = MlpKind::kSwiGlu;
+  m.position = PositionKind::kRope;
+  return Status::ok();
+}
+
+Status parse_gpt2(const Json& c, const std::string& where, ModelSpec& m) {
+  LOOM_ASSIGN_OR_RETURN(m.hidden, json_positive_int(c, "n_embd", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, json_positive_int(c, "n_layer", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t heads, json_positive_int(c, "n_head", where));
+  LOOM_ASSIGN_OR_RETURN(m.max_position, json_positive_int(c, "n_positions", where));
+  LOOM_ASSIGN_OR_RETURN(m.vocab, json_positive_int(c, "vocab_size", where));
+  LOOM_ASSIGN_OR_RETURN(m.ffn_hidden, optional_positive(c, "n_inner", 4 * m.hidden, where));
+  LOOM_ASSIGN_OR_RETURN(m.num_layers, narrow_int(layers, where + ".n_layer"));
+  LOOM_ASSIGN_OR_RETURN(m.num_heads, narrow_int(heads, where + ".n_head"));
+  if (m.hidden % heads != 0)
+    return invalid_argument(where + ": n_head=" + std::to_string(heads) + " does not divide n_embd=" +
+                            std::to_string(m.hidden) + "; use n_head in " + divisors_of(m.hidden));
+  m.num_kv_heads = m.num_heads;
+  m.head_dim = m.hidden / heads;
+  LOOM_ASSIGN_OR_RETURN(m.tied_embeddings, json_bool_or(c, "tie_word_embeddings", true, where));
+  m.norm = NormKind::kLayerNorm;
+  m.mlp = MlpKind::kGelu;
+  m.position = PositionKind::kLearned;
+  m.qkv_bias = true;  // GPT-2's Conv1D layers all carry a bias
+  m.linear_bias = true;
+  return Status::ok();
+}
+
+// Qwen2-MoE / Qwen3-MoE routing keys.
+Status parse_qwen_moe(const Json& c, const std::string& where, bool shared_expert, ModelSpec& m) {
+  LOOM_ASSIGN_OR_RETURN(int64_t experts, json_positive_int(c, "num_experts", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t top_k, json_positive_int(c, "num_experts_per_tok", where));
+  LOOM_ASSIGN_OR_RETURN(m.moe.expert_ffn_hidden, json_positive_int(c, "moe_intermediate_size", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t step, optional_positive(c, "decoder_sparse_step", 1, where));
+  LOOM_ASSIGN_OR_RETURN(m.moe.num_experts, narrow_int(experts, where + ".num_experts"));
+  LOOM_ASSIGN_OR_RETURN(m.moe.experts_per_token, narrow_int(top_k, where + ".num_experts_per_tok"));
+  LOOM_ASSIGN_OR_RETURN(m.moe.moe_layer_freq, narrow_int(step, where + ".decoder_sparse_step"));
+  m.moe.moe_layer_phase = 1;  // transformers: (layer_idx + 1) % decoder_sparse_step == 0
+  if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null()) {
+    const Json& ids = c["mlp_only_layers"];
+    if (!ids.is_array()) return invalid_argument(where + ".mlp_only_layers must be a list of layer indices");
+    for (const Json& id : ids) {
+      if (!id.is_number_integer())
+        return invalid_argument(where + ".mlp_only_layers must hold integers, got " + id.dump());
+      m.moe.dense_layer_ids.push_back(id.get<int>());
+    }
+  }
+  if (shared_expert) {
+    LOOM_ASSIGN_OR_RETURN(int64_t shared, optional_count(c, "shared_expert_intermediate_size", 0, where));
+    if (shared > 0) {
+      m.moe.num_shared_experts = 1;
+      m.moe.shared_expert_ffn_hidden = shared;
+      m.moe.shared_expert_gate = true;
+    }
+  }
+  return Status::ok();
+}
+
+// DeepSeek-V2/V3: multi-head latent attention and the DeepSeekMoE layout.
+Status parse_deepseek(const Json& c, const std::string& where, bool v3, ModelSpec& m) {
+  LOOM_ASSIGN_OR_RETURN(m.hidden, json_positive_int(c, "hidden_size", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, json_positive_int(c, "num_hidden_layers", where));
+  LOOM_ASSIGN_OR_RETURN(int64_t heads, json_positive_int(c, "num_attention_heads", where));
+  LOOM_ASSIGN_OR_RETURN(m.ffn_hidden, json_positive_int(c, "intermediate_size", where));
+  LOOM_ASSIGN_OR_RETURN(m.vocab, json_positive_int(c, "vocab_size", where));
+  LOOM_ASSIGN_OR_RETURN(m.max_position, json_positive_int(c, "max_position_embeddings", where));
+  LOOM_ASSIGN_OR_RETURN(m.num_layers, narrow_int(layers, where + ".num_hidden_layers"));
+  LOOM_ASSIGN_OR_RETURN(m.num_heads, narrow_int(heads, where + ".num_attention_heads"));
+  m.num_kv_heads = m.num_heads;  // MLA expands K and V per head from the shared latent
+  m.mla.enabled = true;
+  LOOM_ASSIGN_OR_RETURN(m.mla.q_lora_rank, optional_positive(c, "q_lora_rank", 0, where));
+  LOOM_ASSIGN_OR_RETURN(m.mla.kv_lora_rank, json_positive_int(c, "kv_lora_rank", where));
+  LOOM_ASSIGN_OR_RETURN(m.mla.qk_nope_head_dim, json_positive_int(c, "qk_nope_head_dim", where));
+  LOOM_ASSIGN_OR_RETURN(m.mla.qk_rope_head_dim, json_positive_int(c, "qk_rope_head_dim", where));
+  LOOM_ASSIGN_OR_RETURN(m.mla.v_head_dim, json_positive_int(c, "v_head_dim", where));
+  m.head_dim = m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
+  LOOM_ASSIGN_OR_RETURN(int64_t experts, optional_count(c, "n_routed_experts", 0, where));
+  if (experts > 0) {
+    LOOM_ASSIGN_OR_RETURN(int64_t top_k, json_positive_int(c, "num_experts_per_tok", where));
+    LOOM_ASSIGN_OR_RETURN(m.moe.expert_ffn_hidden, json_positive_int(c, "moe_intermediate_size", where));
+    LOOM_ASSIGN_OR_RETURN(int64_t shared, optional_count(c, "n_shared_experts", 0, where));
+    LOOM_ASSIGN_OR_RETURN(int64_t first_dense, optional_count(c, "first_k_dense_replace", 0, where));
+    LOOM_ASSIGN_OR_RETURN(int64_t freq, optional_positive(c, "moe_layer_freq", 1, where));
+    LOOM_ASSIGN_OR_RETURN(std::string topk_method,
+                          json_string_or(c, "topk_method", v3 ? "noaux_tc" : "greedy", where));
+    LOOM_ASSIGN_OR_RETURN(m.moe.num_experts, narrow_int(experts, where + ".n_routed_experts"));
+    LOOM_ASSIGN_OR_RETURN(m.moe.experts_per_token, narrow_int(top_k, where + ".num_experts_per_tok"));
+    LOOM_ASSIGN_OR_RETURN(m.moe.num_shared_experts, narrow_int(shared, where + ".n_shared_experts"));
+    LOOM_ASSIGN_OR_RETURN(m.moe.first_dense_layers, narrow_int(first_dense, where + ".first_k_dense_replace"));
+    LOOM_ASSIGN_OR_RETURN(m.moe.moe_layer_freq, narrow_int(freq, where + ".moe_layer_freq"));
+    // DeepSeek's shared experts are one MLP of n_shared * moe_intermediate_size,
+    // the same parameters as n_shared experts of moe_intermediate_size each.
+    m.moe.shared_expert_ffn_hidden = m.moe.num_shared_experts > 0 ? m.moe.expert_ffn_hidden : 0;
+    m.moe.router_bias = topk_method == "noaux_tc";  // e_score_correction_bias (n_routed_experts)
+  }
+  LOOM_ASSIGN_OR_RETURN(int64_t mtp, optional_count(c, "num_nextn_predict_layers", 0, where));
+  LOOM_ASSIGN_OR_RETURN(m.num_mtp_layers, narrow_int(mtp, where + ".num_nextn_predict_layers"));
+  LOOM_ASSIGN_OR_RETURN(m.tied_embeddings, json_bool_or(c, "tie_word_embeddings", false, where));
+  m.norm = NormKind::kRmsNorm;
+  m.mlp = MlpKind::kSwiGlu;
+  m.position = PositionKind::kRope;
+  return Status::ok();
+}
+
+// Parameters of one MLP with intermediate size f (weights only, or with biases).
+int64_t mlp_weights(const ModelSpec& m, int64_t f) { return (m.mlp == MlpKind::kGelu ? 2 : 3) * m.hidden * f; }
+int64_t mlp_biases(const ModelSpec& m, int64_t f) {
+  if (!m.linear_bias && !m.mlp_bias) return 0;
+  return (m.mlp == MlpKind::kGelu ? 1 : 2) * f + m.hidden;
+}
+
+// Matmul weights of one attention block (q, k, v, o and the MLA low-rank ones).
+int64_t attention_weights(const ModelSpec& m) {
+  const int64_t h = m.hidden, a = m.num_heads;
+  if (m.mla.enabled) {
+    const MlaSpec& x = m.mla;
+    const int64_t qk = x.qk_nope_head_dim + x.qk_rope_head_dim;
+    int64_t q = x.q_lora_rank > 0 ? h * x.q_lora_rank + x.q_lora_rank * a * qk : h * a * qk;
+    int64_t kv = h * (x.kv_lora_rank + x.qk_rope_head_dim) + x.kv_lora_rank * a * (x.qk_nope_head_dim + x.v_head_dim);
+    return q + kv + a * x.v_head_dim * h;
+  }
+  const int64_t d = m.head_dim;
+  return h * a * d + 2 * h * m.num_kv_heads * d + a * d * h;
+}
+
+}  // namespace
+
+// --- structure ----------------------------------------------------------------
+
+bool ModelSpec::is_moe_layer(int layer) const {
+  if (!is_moe() || layer < moe.first_dense_layers) return false;
+  if (moe.moe_layer_freq <= 0 || (layer + moe.moe_layer_phase) % moe.moe_layer_freq != 0) return false;
+  return std::find(moe.dense_layer_ids.begin(), moe.dense_layer_ids.end(), layer) == moe.dense_layer_ids.end();
+}
+
+int ModelSpec::num_moe_layers() const {
+  int n = 0;
+  for (int l = 0; l < num_layers; ++l) n += is_moe_layer(l) ? 1 : 0;
+  return n;
+}
+
+// --- parameters ---------------------------------------------------------------
+
+int64_t ModelSpec::embedding_params() const { return vocab * hidden; }
+int64_t ModelSpec::position_params() const { return position == PositionKind::kLearned ? max_position * hidden : 0; }
+int64_t ModelSpec::lm_head_params() const { return tied_embeddings ? 0 : vocab * hidden; }
+int64_t ModelSpec::final_norm_params() const { return norm == NormKind::kLayerNorm ? 2 * hidden : hidden; }
+int64_t ModelSpec::norm_params_per_layer() const { return 2 * final_norm_params(); }
+
+int64_t ModelSpec::attention_params() const {
+  int64_t n = attention_weights(*this);
+  const bool out_bias = linear_bias || attn_out_bias;
+  if (mla.enabled) {
+    // transformers DeepseekV3Attention: q_a_proj and kv_a_proj_with_mqa and o_proj
+    // take attention_bias; each low-rank latent has an RMSNorm.
+    if (mla.q_lora_rank > 0) n += mla.q_lora_rank;  // q_a_layernorm
+    n += mla.kv_lora_rank;                          // kv_a_layernorm
+    if (qkv_bias) n += (mla.q_lora_rank > 0 ? mla.q_lora_rank : 0) + mla.kv_lora_rank + mla.qk_rope_head_dim;
+  } else {
+    if (qkv_bias) n += (num_heads + 2 * static_cast<int64_t>(num_kv_heads)) * head_dim;
+    if (qk_norm) n += 2 * head_dim;  // q_norm, k_norm: RMSNorm over head_dim, shared by heads
+  }
+  if (out_bias) n += hidden;
+  return n;
+}
+
+int64_t ModelSpec::dense_mlp_params() const { return mlp_weights(*this, ffn_hidden) + mlp_biases(*this, ffn_hidden); }
+
+int64_t ModelSpec::expert_params() const {
+  if (!is_moe()) return 0;
+  return mlp_weights(*this, moe.expert_ffn_hidden) + mlp_biases(*this, moe.expert_ffn_hidden);
+}
+
+int64_t ModelSpec::shared_expert_params() const {
+  if (moe.num_shared_experts == 0) return 0;
+  const int64_t f = moe.shared_expert_ffn_hidden;
+  return moe.num_shared_experts * (mlp_weights(*this, f) + mlp_biases(*this, f));
+}
+
+int64_t ModelSpec::router_params() const {
+  if (!is_moe()) return 0;
+  int64_t n = moe.num_experts * hidden;
+  if (moe.router_bias) n += moe.num_experts;
+  if (moe.shared_expert_gate) n += hidden;
+  return n;
+}
+
+int64_t ModelSpec::layer_params(int layer) const {
+  int64_t n = attention_params() + norm_params_per_layer();
+  if (is_moe_layer(layer)) {
+    n += moe.num_experts * expert_params() + shared_expert_params() + router_params();
+  } else {
+    n += dense_mlp_params();
+  }
+  return n;
+}
+
+int64_t ModelSpec::total_params() const {
+  int64_t n = embedding_params() + position_params() + lm_head_params() + final_norm_params();
+  for (int l = 0; l < num_layers; ++l) n += layer_params(l);
+  return n;
+}
+
+int64_t ModelSpec::active_params() const {
+  const int64_t idle_experts = static_cast<int64_t>(moe.num_experts - moe.experts_per_token);
+  return total_params() - num_moe_layers() * idle_experts * expert_params();
+}
+
+int64_t ModelSpec::palm_params() const {
+  return active_params() - embedding_params() - position_params() + (tied_embeddings ? vocab * hidden : 0);
+}
+
+// --- FLOPs --------------------------------------------------------------------
+
+double ModelSpec::layer_matmul_flops_fwd(int layer) const {
+  int64_t weights = attention_weights(*this);
+  if (is_moe_layer(layer)) {
+    weights += moe.num_experts * hidden + (moe.shared_expert_gate ? hidden : 0);  // router GEMMs
+    weights += moe.experts_per_token * mlp_weights(*this, moe.expert_ffn_hidden);
+    weights += moe.num_shared_experts * mlp_weights(*this, moe.shared_expert_ffn_hidden);
+  } else {
+    weights += mlp_weights(*this, ffn_hidden);
+  }
+  return 2.0 * static_cast<double>(weights);
+}
+
+double ModelSpec::attention_flops_per_token_fwd(int64_t seq, bool causal) const {
+  const double qk_dim = mla.enabled ? static_cast<double>(mla.qk_nope_head_dim + mla.qk_rope_head_dim) : head_dim;
+  const double v_dim = mla.enabled ? static_cast<double>(mla.v_head_dim) : head_dim;
+  // Per token: its query against `seq` keys (QK^T) and its weights over `seq` values (AV).
+  double flops = 2.0 * static_cast<double>(seq) * num_heads * (qk_dim + v_dim);
+  return causal ? flops / 2 : flops;
+}
+
+double ModelSpec::logits_flops_per_token_fwd() const { return 2.0 * static_cast<double>(hidden) * vocab; }
+
+double ModelSpec::model_flops_per_token_palm(int64_t seq) const {
+  const double qk_dim = mla.enabled ? static_cast<double>(mla.qk_nope_head_dim + mla.qk_rope_head_dim) : head_dim;
+  const double v_dim = mla.enabled ? static_cast<double>(mla.v_head_dim) : head_dim;
+  // 12*L*H*Q*T with Q split as (Q_qk + Q_v)/2: identical for ordinary attention.
+  return 6.0 * static_cast<double>(palm_params()) +
+         6.0 * num_layers * num_heads * (qk_dim + v_dim) * static_cast<double>(seq);
+}
+
+// --- validation and parsing -----------------------------------------------------
+
+Status validate_model_spec(const ModelSpec& m) {
+  const std::string w = "model '" + m.name + "': ";
+  auto positive = [&](int64_t v, const char* what) -> Status {
+    if (v > 0) return Status::ok();
+    return invalid_argument(w + what + " must be positive, got " + std::to_string(v));
+  };
+  LOOM_RETURN_IF_ERROR(positive(m.hidden, "hidden size (hidden_size / n_embd)"));
+  LOOM_RETURN_IF_ERROR(positive(m.num_layers, "layer count (num_hidden_layers / n_layer)"));
+  LOOM_RETURN_IF_ERROR(positive(m.num_heads, "head count (num_attention_heads / n_head)"));
+  LOOM_RETURN_IF_ERROR(positive(m.num_kv_heads, "num_key_value_heads"));
+  LOOM_RETURN_IF_ERROR(positive(m.head_dim, "head_dim"));
+  LOOM_RETURN_IF_ERROR(positive(m.ffn_hidden, "MLP size (intermediate_size / n_inner)"));
+  LOOM_RETURN_IF_ERROR(positive(m.vocab, "vocab_size"));
+  LOOM_RETURN_IF_ERROR(positive(m.max_position, "max positions (max_position_embeddings / n_positions)"));
+  if (m.num_heads % m.num_kv_heads != 0)
+    return invalid_argument(w + "num_key_value_heads=" + std::to_string(m.num_kv_heads) +
+                            " does not divide num_attention_heads=" + std::to_string(m.num_heads) +
+                            "; use num_key_value_heads in " + divisors_of(m.num_heads));
+  if (m.num_mtp_layers < 0) return invalid_argument(w + "num_nextn_predict_layers must be >= 0");
+  if (m.mla.enabled) {
+    const MlaSpec& x = m.mla;
+    LOOM_RETURN_IF_ERROR(positive(x.kv_lora_rank, "kv_lora_rank"));
+    LOOM_RETURN_IF_ERROR(positive(x.qk_nope_head_dim, "qk_nope_head_dim"));
+    LOOM_RETURN_IF_ERROR(positive(x.qk_rope_head_dim, "qk_rope_head_dim"));
+    LOOM_RETURN_IF_ERROR(positive(x.v_head_dim, "v_head_dim"));
+    if (x.q_lora_rank < 0) return invalid_argument(w + "q_lora_rank must be null or positive");
+    if (m.head_dim != x.qk_nope_head_dim + x.qk_rope_head_dim)
+      return invalid_argument(w + "head_dim must equal qk_nope_head_dim + qk_rope_head_dim for MLA");
+  }
+  const MoeSpec& e = m.moe;
+  if (e.num_experts < 0) return invalid_argument(w + "the expert count must be >= 0");
+  if (e.num_experts == 0) {
+    if (e.experts_per_token != 0 || e.num_shared_experts != 0)
+      return invalid_argument(w + "experts per token / shared experts are set but the expert count is 0; "
+                                  "set the expert count or remove them");
+    return Status::ok();
+  }
+  if (e.experts_per_token < 1 || e.experts_per_token > e.num_experts)
+    return invalid_argument(w + "num_experts_per_tok=" + std::to_string(e.experts_per_token) +
+                            " must be in [1, " + std::to_string(e.num_experts) + "] (the routed expert count)");
+  LOOM_RETURN_IF_ERROR(positive(e.expert_ffn_hidden, "expert size (moe_intermediate_size)"));
+  if (e.num_shared_experts < 0) return invalid_argument(w + "n_shared_experts must be >= 0");
+  if (e.num_shared_experts > 0) LOOM_RETURN_IF_ERROR(positive(e.shared_expert_ffn_hidden, "shared expert size"));
+  if (e.first_dense_layers < 0 || e.first_dense_layers > m.num_layers)
+    return invalid_argument(w + "first_k_dense_replace=" + std::to_string(e.first_dense_layers) +
+                            " must be in [0, " + std::to_string(m.num_layers) + "] (the layer count)");
+  if (e.moe_layer_freq < 1) return invalid_argument(w + "moe_layer_freq / decoder_sparse_step must be >= 1");
+  if (e.moe_layer_phase < 0) return invalid_argument(w + "moe_layer_phase must be >= 0");
+  for (int id : e.dense_layer_ids)
+    if (id < 0 || id >= m.num_layers)
+      return invalid_argument(w + "mlp_only_layers holds " + std::to_string(id) + ", outside [0, " +
+                              std::to_string(m.num_layers) + "); remove it");
+  return Status::ok();
+}
+
+Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::string& name) {
+  LOOM_ASSIGN_OR_RETURN(Json root, parse_json(json_text, name));
+  if (!root.is_object()) return invalid_argument(name + ": a config.json must be a JSON object");
+  ModelSpec m;
+  LOOM_ASSIGN_OR_RETURN(m.name, json_string_or(root, "_name_or_path", name, name));
+  if (m.name.empty()) m.name = name;
+  std::string where = name;
+  const Json* c = &root;
+  if (root.contains("text_config") && root["text_config"].is_object()) {  // multimodal wrapper
+    c = &root["text_config"];
+    where = name + ".text_config";
+  }
+  if (!c->contains("model_type") || (*c)["model_type"].is_null())
+    return invalid_argument(where + ".model_type is missing; add it, one of: " + std::string(kSupportedTypes));
+  LOOM_ASSIGN_OR_RETURN(m.model_type, json_string(*c, "model_type", where));
+  const std::string& t = m.model_type;
+  if (t == "gpt2") {
+    LOOM_RETURN_IF_ERROR(parse_gpt2(*c, where, m));
+  } else if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen3" || t == "qwen3_moe") {
+    LOOM_RETURN_IF_ERROR(parse_llama_like(*c, where, m));
+    // transformers: q,k,v and o all take attention_bias; gate/up/down take mlp_bias.
+    LOOM_ASSIGN_OR_RETURN(bool attention_bias, json_bool_or(*c, "attention_bias", false, where));
+    LOOM_ASSIGN_OR_RETURN(m.mlp_bias, json_bool_or(*c, "mlp_bias", false, where));
+    m.qkv_bias = m.attn_out_bias = attention_bias;
+    if (t == "mixtral") {
+      const char* key = c->contains("num_local_experts") ? "num_local_experts" : "num_experts";
+      LOOM_ASSIGN_OR_RETURN(int64_t experts, json_positive_int(*c, key, where));
+      LOOM_ASSIGN_OR_RETURN(int64_t top_k, json_positive_int(*c, "num_experts_per_tok", where));
+      LOOM_ASSIGN_OR_RETURN(m.moe.num_experts, narrow_int(experts, where + "." + key));
+      LOOM_ASSIGN_OR_RETURN(m.moe.experts_per_token, narrow_int(top_k, where + ".num_experts_per_tok"));
+      m.moe.expert_ffn_hidden = m.ffn_hidden;
+    }
+    if (t == "qwen3_moe") LOOM_RETURN_IF_ERROR(parse_qwen_moe(*c, where, /*shared_expert=*/false, m));
+    m.qk_norm = (t == "qwen3" || t == "qwen3_moe");
+  } else if (t == "qwen2" || t == "qwen2_moe") {
+    LOOM_RETURN_IF_ERROR(parse_llama_like(*c, where, m));
+    LOOM_ASSIGN_OR_RETURN(m.qkv_bias, json_bool_or(*c, "qkv_bias", true, where));  // o_proj has none
+    if (t == "qwen2_moe") LOOM_RETURN_IF_ERROR(parse_qwen_moe(*c, where, /*shared_expert=*/true, m));
+  } else if (t == "deepseek_v3" || t == "deepseek_v2") {
+    LOOM_RETURN_IF_ERROR(parse_deepseek(*c, where, t == "deepseek_v3", m));
+    LOOM_ASSIGN_OR_RETURN(bool attention_bias, json_bool_or(*c, "attention_bias", false, where));
+    m.qkv_bias = m.attn_out_bias = attention_bias;
+  } else {
+    return invalid_argument(where + ".model_type '" + t + "' is not supported; use one of: " + kSupportedTypes);
+  }
+  if (t != "gpt2") {  // an explicit override of the family default
+    LOOM_ASSIGN_OR_RETURN(m.qk_norm, json_bool_or(*c, "qk_norm", m.qk_norm, where));
+  }
+  LOOM_RETURN_IF_ERROR(validate_model_spec(m));
+  return m;
+}
+
+Result<ModelSpec> load_model_spec(const std::string& path_or_name) {
+  LOOM_ASSIGN_OR_RETURN(std::string path, find_description_file(path_or_name, "models"));
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  std::string stem = std::filesystem::path(path).stem().string();
+  Result<ModelSpec> spec = parse_model_spec(text, stem);
+  if (!spec.is_ok()) return spec.status().with_context(path);
+  return spec;
+}
+
+// --- writing ------------------------------------------------------------------
+
+std::string model_spec_to_json(const ModelSpec& m) {
+  OrderedJson j;
+  j["_name_or_path"] = m.name;
+  j["model_type"] = m.model_type;
+  const std::string& t = m.model_type;
+  if (t == "gpt2") {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["n_embd"] = m.hidden;
+    j["n_layer"] = m.num_layers;
+    j["n_head"] = m.num_heads;
+    j["n_inner"] = m.ffn_hidden;
+    j["n_positions"] = m.max_position;
+    j["vocab_size"] = m.vocab;
+    j["tie_word_embeddings"] = m.tied_embeddings;
+    return j.dump(2) + "\n";
+  }
+  j["hidden_size"] = m.hidden;
+  j["intermediate_size"] = m.ffn_hidden;
+  j["num_hidden_layers"] = m.num_layers;
+  j["num_attention_heads"] = m.num_heads;
+  j["num_key_value_heads"] = m.num_kv_heads;
+  if (!m.mla.enabled) j["head_dim"] = m.head_dim;
+  j["vocab_size"] = m.vocab;
+  j["max_position_embeddings"] = m.max_position;
+  j["tie_word_embeddings"] = m.tied_embeddings;
+  if (t == "qwen2" || t == "qwen2_moe") {
+    j["qkv_bias"] = m.qkv_bias;
+  } else {
+    j["attention_bias"] = m.qkv_bias || m.attn_out_bias;
+    if (!m.mla.enabled) j["mlp_bias"] = m.mlp_bias;
+  }
+  if (m.qk_norm != (t == "qwen3" || t == "qwen3_moe")) j["qk_norm"] = m.qk_norm;
+  const MoeSpec& e = m.moe;
+  if (m.mla.enabled) {
+    if (m.mla.q_lora_rank > 0) {
+      j["q_lora_rank"] = m.mla.q_lora_rank;
+    } else {
+      j["q_lora_rank"] = nullptr;
+    }
+    j["kv_lora_rank"] = m.mla.kv_lora_rank;
+    j["qk_nope_head_dim"] = m.mla.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = m.mla.qk_rope_head_dim;
+    j["v_head_dim"] = m.mla.v_head_dim;
+    j["n_routed_experts"] = e.num_experts;
+    if (m.is_moe()) {
+      j["num_experts_per_tok"] = e.experts_per_token;
+      j["moe_intermediate_size"] = e.expert_ffn_hidden;
+      j["n_shared_experts"] = e.num_shared_experts;
+      j["first_k_dense_replace"] = e.first_dense_layers;
+      j["moe_layer_freq"] = e.moe_layer_freq;
+      j["topk_method"] = e.router_bias ? "noaux_tc" : "greedy";
+    }
+    j["num_nextn_predict_layers"] = m.num_mtp_layers;
+  } else if (t == "mixtral") {
+    j["num_local_experts"] = e.num_experts;
+    j["num_experts_per_tok"] = e.experts_per_token;
+  } else if (t == "qwen2_moe" || t == "qwen3_moe") {
+    j["num_experts"] = e.num_experts;
+    j["num_experts_per_tok"] = e.experts_per_token;
+    j["moe_intermediate_size"] = e.expert_ffn_hidden;
+    if (t == "qwen2_moe") j["shared_expert_intermediate_size"] = e.num_shared_experts > 0 ? e.shared_expert_ffn_hidden : 0;
+    j["decoder_sparse_step"] = e.moe_layer_freq;
+    j["mlp_only_layers"] = e.dense_layer_ids;
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace loom

@@ -1,0 +1,372 @@
+// Program builder: expands a pipeline schedule (GPipe, 1F1B, interleaved 1F1B)
+// plus the data-parallel sync ops into the per-stage op lists of core/program.h.
+//
+// Building happens in two steps per stage:
+//   1. the *compute order*: the sequence of (forward | backward, chunk, micro)
+//      the schedule runs on that stage (gpipe_order / one_f_one_b_order /
+//      interleaved_order below, the only schedule-specific code);
+//   2. the emitter wraps each compute op in its p2p and DP ops: a recv is
+//      issued right before the compute op that consumes it, a send right after
+//      the op that produces it, DP ops right after the op they follow.
+// Because every non-compute op is pinned next to a compute op and the streams
+// keep that order, the program is acyclic whenever the compute order is a
+// valid pipeline schedule (every dependency a recv waits on is produced
+// earlier in some topological order of the compute ops).
+#include "core/program.h"
+
+#include <algorithm>
+#include <string>
+
+namespace loom {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kForward: return "fwd";
+    case OpKind::kBackward: return "bwd";
+    case OpKind::kSendActivation: return "send_act";
+    case OpKind::kRecvActivation: return "recv_act";
+    case OpKind::kSendGrad: return "send_grad";
+    case OpKind::kRecvGrad: return "recv_grad";
+    case OpKind::kParamGather: return "param_gather";
+    case OpKind::kGradSync: return "grad_sync";
+    case OpKind::kOptimizer: return "optimizer";
+  }
+  return "unknown";
+}
+
+const char* stream_name(Stream s) {
+  switch (s) {
+    case Stream::kCompute: return "compute";
+    case Stream::kPpComm: return "pp-comm";
+    case Stream::kDpComm: return "dp-comm";
+  }
+  return "unknown";
+}
+
+std::string Program::op_name(const Op& op) const {
+  std::string name = op_kind_name(op.kind);
+  auto field = [&name](char tag, int64_t x) {
+    name += ' ';
+    name += tag;
+    name += std::to_string(x);
+  };
+  field('s', op.stage);
+  if (op.kind == OpKind::kOptimizer) return name;
+  field('c', op.chunk);
+  if (op.kind == OpKind::kGradSync && op.micro < 0) {
+    field('b', op.part);
+    return name;
+  }
+  if (op.micro >= 0) {
+    name += " mb";
+    name += std::to_string(op.micro);
+  }
+  if (op.kind == OpKind::kBackward && op.num_parts > 1) field('p', op.part);
+  if (op.kind == OpKind::kParamGather && op.micro >= 0) name += op.part == 0 ? " fwd" : " bwd";
+  return name;
+}
+
+ProgramConfig program_config_for(const Layout& layout, int64_t global_batch, int grad_buckets) {
+  ProgramConfig c;
+  c.pp = layout.pp;
+  c.virtual_stages = layout.virtual_stages;
+  c.micro_batches = layout.num_micro_batches(global_batch);
+  c.schedule = layout.schedule;
+  c.dp_comm = layout.dp > 1;
+  c.zero = layout.zero;
+  c.grad_buckets = grad_buckets;
+  c.overlap_grad_reduce = layout.overlap_grad_reduce;
+  c.overlap_param_gather = layout.overlap_param_gather;
+  return c;
+}
+
+namespace {
+
+const char* schedule_str(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+  }
+  return "unknown";
+}
+
+// One compute op of the schedule on one stage.
+struct Step {
+  bool fwd;
+  int16_t chunk;
+  int32_t micro;
+};
+
+// GPipe: every forward, then every backward, micro-batches in ascending order
+// both times (FIFO, like 1F1B; with equal stages the timing is the same as
+// running the backwards newest-first).
+void gpipe_order(int64_t m, std::vector<Step>& out) {
+  for (int64_t i = 0; i < m; ++i) out.push_back({true, 0, static_cast<int32_t>(i)});
+  for (int64_t i = 0; i < m; ++i) out.push_back({false, 0, static_cast<int32_t>(i)});
+}
+
+// 1F1B (PipeDream-flush, Megatron's forward_backward_pipelining_without_interleaving).
+void one_f_one_b_order(int pp, int stage, int64_t m, std::vector<Step>& out) {
+  const int64_t warmup = std::min<int64_t>(pp - stage - 1, m);
+  const int64_t steady = m - warmup;
+  // warm-up: forwards only, filling the pipeline below this stage
+  for (int64_t i = 0; i < warmup; ++i) out.push_back({true, 0, static_cast<int32_t>(i)});
+  // steady 1F1B: one forward, then the backward of the oldest micro-batch in flight
+  for (int64_t i = 0; i < steady; ++i) {
+    out.push_back({true, 0, static_cast<int32_t>(warmup + i)});
+    out.push_back({false, 0, static_cast<int32_t>(i)});
+  }
+  // cool-down: drain the backwards of the micro-batches still in flight
+  for (int64_t i = steady; i < m; ++i) out.push_back({false, 0, static_cast<int32_t>(i)});
+}
+
+// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving),
+// v chunks per stage, micro-batches taken in groups of pp.
+void interleaved_order(int pp, int v, int stage, int64_t m, std::vector<Step>& out) {
+  const int64_t total = m * v;
+  const int64_t group = int64_t(pp) * v;
+  // Megatron's get_model_chunk_id and micro-batch id for virtual micro-step k.
+  auto step = [&](int64_t k, bool fwd) {
+    int chunk = static_cast<int>((k / pp) % v);
+    if (!fwd) chunk = v - 1 - chunk;
+    int64_t micro = (k / group) * pp + k % pp;
+    return Step{fwd, static_cast<int16_t>(chunk), static_cast<int32_t>(micro)};
+  };
+  const int64_t warmup = std::min<int64_t>(int64_t(pp - stage - 1) * 2 + int64_t(v - 1) * pp, total);
+  const int64_t steady = total - warmup;
+  // warm-up
+  for (int64_t k = 0; k < warmup; ++k) out.push_back(step(k, true));
+  // steady 1F1B
+  for (int64_t k = 0; k < steady; ++k) {
+    out.push_back(step(warmup + k, true));
+    out.push_back(step(k, false));
+  }
+  // cool-down
+  for (int64_t k = steady; k < total; ++k) out.push_back(step(k, false));
+}
+
+Status validate(const ProgramConfig& c) {
+  auto s = [](int64_t x) { return std::to_string(x); };
+  if (c.pp < 1 || c.pp > 32767) return invalid_argument("program: pp=" + s(c.pp) + " is out of range; use 1 <= pp <= 32767");
+  if (c.micro_batches < 1)
+    return invalid_argument("program: micro_batches=" + s(c.micro_batches) +
+                            " must be >= 1; raise global_batch to at least dp*micro_batch");
+  if (c.virtual_stages < 1 || c.virtual_stages > 32767)
+    return invalid_argument("program: virtual_stages=" + s(c.virtual_stages) + " is out of range; use v >= 1");
+  if (c.schedule == Schedule::kInterleaved) {
+    if (c.virtual_stages < 2)
+      return invalid_argument("program: schedule=interleaved needs virtual_stages >= 2 (got v=" +
+                              s(c.virtual_stages) + "); set v >= 2 or use schedule=1f1b");
+    if (c.micro_batches % c.pp != 0)
+      return invalid_argument("program: schedule=interleaved needs micro_batches divisible by pp (m=" +
+                              s(c.micro_batches) + ", pp=" + s(c.pp) + "); make m a multiple of " + s(c.pp) +
+                              " or use schedule=1f1b");
+  } else if (c.virtual_stages != 1) {
+    return invalid_argument("program: virtual_stages=" + s(c.virtual_stages) + " needs schedule=interleaved (got " +
+                            schedule_str(c.schedule) + "); set v=1 or schedule=interleaved");
+  }
+  if (c.zero < 0 || c.zero > 3) return invalid_argument("program: zero=" + s(c.zero) + " must be 0, 1, 2 or 3");
+  if (c.grad_buckets < 1 || c.grad_buckets > 32767)
+    return invalid_argument("program: grad_buckets=" + s(c.grad_buckets) + " is out of range; use 1 <= buckets <= 32767");
+  // Each (chunk, micro) costs at most ~8 ops per direction; keep ids in int32.
+  const int64_t units = int64_t(c.pp) * c.virtual_stages * c.micro_batches;
+  if (c.micro_batches > (int64_t(1) << 30) || units > (int64_t(1) << 26))
+    return invalid_argument("program: pp*v*micro_batches=" + s(units) +
+                            " is too large to expand (limit 2^26); lower the global batch or micro-batch count");
+  return Status::ok();
+}
+
+// Emits the ops of every stage; see the file comment for the placement rules.
+class Builder {
+ public:
+  explicit Builder(const ProgramConfig& c)
+      : c_(c), p_(c.pp), v_(c.virtual_stages), m_(c.micro_batches), units_(int64_t(p_) * v_ * m_) {}
+
+  Program build() {
+    prog_.config = c_;
+    prog_.stage_ops.resize(p_);
+    send_act_.assign(units_, -1);
+    send_grad_.assign(units_, -1);
+    prog_.ops.reserve(units_ * 6 + int64_t(p_) * (v_ * 2 * c_.grad_buckets + 4));
+    prog_.deps.reserve(units_ * 8);
+    for (int s = 0; s < p_; ++s) build_stage(s);
+    // A recv's peer send may live on a later stage; resolve them now.
+    for (const Fixup& f : fixups_) {
+      int32_t send = (f.grad ? send_grad_ : send_act_)[f.unit];
+      LOOM_CHECK(send >= 0, "program builder: recv without a matching send");
+      prog_.deps[f.slot] = send;
+    }
+    return std::move(prog_);
+  }
+
+ private:
+  struct Fixup {
+    int64_t slot;   // index into prog_.deps
+    int64_t unit;   // (stage, chunk, micro) of the peer send
+    bool grad;
+  };
+
+  int64_t unit(int stage, int chunk, int64_t micro) const { return (int64_t(stage) * v_ + chunk) * m_ + micro; }
+
+  // Global chunk g = chunk*pp + stage; its neighbours as (stage, chunk).
+  std::pair<int, int> prev_chunk(int s, int c) const { return s > 0 ? std::pair{s - 1, c} : std::pair{p_ - 1, c - 1}; }
+  std::pair<int, int> next_chunk(int s, int c) const { return s < p_ - 1 ? std::pair{s + 1, c} : std::pair{0, c + 1}; }
+  bool is_first_chunk(int s, int c) const { return s == 0 && c == 0; }
+  bool is_last_chunk(int s, int c) const { return s == p_ - 1 && c == v_ - 1; }
+
+  int32_t add(OpKind kind, Stream stream, int s, int c, int64_t micro, int part, int num_parts,
+              std::initializer_list<int32_t> deps) {
+    Op op;
+    op.id = static_cast<int32_t>(prog_.ops.size());
+    op.kind = kind;
+    op.stream = stream;
+    op.stage = static_cast<int16_t>(s);
+    op.chunk = static_cast<int16_t>(c);
+    op.micro = static_cast<int32_t>(micro);
+    op.part = static_cast<int16_t>(part);
+    op.num_parts = static_cast<int16_t>(num_parts);
+    op.dep_begin = static_cast<int32_t>(prog_.deps.size());
+    for (int32_t d : deps)
+      if (d >= 0) prog_.deps.push_back(d);
+    op.dep_count = static_cast<int32_t>(prog_.deps.size()) - op.dep_begin;
+    prog_.ops.push_back(op);
+    prog_.stage_ops[s].push_back(op.id);
+    return op.id;
+  }
+
+  // A recv whose dep (the peer's send) is filled in after all stages exist.
+  int32_t add_recv(OpKind kind, int s, int c, int64_t micro, int peer_s, int peer_c) {
+    int64_t slot = static_cast<int64_t>(prog_.deps.size());
+    int32_t id = add(kind, Stream::kPpComm, s, c, micro, 0, 1, {0});
+    fixups_.push_back({slot, unit(peer_s, peer_c, micro), kind == OpKind::kRecvGrad});
+    return id;
+  }
+
+  void build_stage(int s) {
+    order_.clear();
+    switch (c_.schedule) {
+      case Schedule::kGpipe: gpipe_order(m_, order_); break;
+      case Schedule::k1F1B: one_f_one_b_order(p_, s, m_, order_); break;
+      case Schedule::kInterleaved: interleaved_order(p_, v_, s, m_, order_); break;
+    }
+    const int64_t n = static_cast<int64_t>(order_.size());
+    const bool dp = c_.dp_comm;
+    const int zero = c_.zero;
+    const int nb = c_.grad_buckets;
+    // ZeRO 0/1 sync each chunk's gradients once per step, in buckets that
+    // follow the parts of the chunk's last backward.
+    const bool bucketed = dp && zero <= 1;
+    const bool split = bucketed && c_.overlap_grad_reduce && nb > 1;
+    // ZeRO 2/3 reduce-scatter after every backward; without overlap the
+    // compute stream waits for it (blocking reduce).
+    const bool per_micro_rs = dp && zero >= 2;
+    const bool zero3 = dp && zero == 3;
+    const int ahead = c_.overlap_param_gather ? 2 : 1;  // ZeRO-3 gather for op i waits on op i-ahead
+
+    last_bwd_.assign(v_, -1);
+    for (int64_t j = 0; j < n; ++j)
+      if (!order_[j].fwd) last_bwd_[order_[j].chunk] = j;
+    syncs_.clear();
+
+    // ZeRO-1/2 all-gather of updated parameters, overlapped with this step's
+    // forwards (it stands for the previous step's gather).
+    step_gather_.assign(v_, -1);
+    if (dp && (zero == 1 || zero == 2) && c_.overlap_param_gather)
+      for (int c = 0; c < v_; ++c) step_gather_[c] = add(OpKind::kParamGather, Stream::kDpComm, s, c, -1, 0, 1, {});
+
+    // ZeRO-3 gathers, one per compute op; the first `ahead` have no producer.
+    gather_.assign(zero3 ? n : 0, -1);
+    auto emit_gather = [&](int64_t j, int32_t after) {
+      if (!zero3 || j >= n) return;
+      const Step& st = order_[j];
+      gather_[j] = add(OpKind::kParamGather, Stream::kDpComm, s, st.chunk, st.micro, st.fwd ? 0 : 1, 1, {after});
+    };
+    for (int64_t j = 0; j < ahead; ++j) emit_gather(j, -1);
+
+    int32_t block_on = -1;  // a blocking reduce-scatter the next compute op waits for
+    int32_t last_compute = -1;
+    for (int64_t j = 0; j < n; ++j) {
+      const Step& st = order_[j];
+      const int c = st.chunk;
+      const int64_t i = st.micro;
+      const int32_t gather = zero3 ? gather_[j] : -1;
+      if (st.fwd) {
+        int32_t recv = -1;
+        if (!is_first_chunk(s, c)) {
+          auto [ps, pc] = prev_chunk(s, c);
+          if (ps != s) recv = add_recv(OpKind::kRecvActivation, s, c, i, ps, pc);
+        }
+        int32_t pg = step_gather_[c];
+        step_gather_[c] = -1;  // only the chunk's first forward waits for it
+        last_compute = add(OpKind::kForward, Stream::kCompute, s, c, i, 0, 1, {recv, gather, pg, block_on});
+        block_on = -1;
+        if (!is_last_chunk(s, c) && next_chunk(s, c).first != s)
+          send_act_[unit(s, c, i)] = add(OpKind::kSendActivation, Stream::kPpComm, s, c, i, 0, 1, {last_compute});
+        emit_gather(j + ahead, last_compute);
+        continue;
+      }
+      int32_t recv = -1;
+      if (!is_last_chunk(s, c)) {
+        auto [ns, nc] = next_chunk(s, c);
+        if (ns != s) recv = add_recv(OpKind::kRecvGrad, s, c, i, ns, nc);
+      }
+      // The chunk's last backward is split to match its buckets: part k covers
+      // the k-th slice of the chunk's layers counted from the top, as backward runs.
+      const int parts = (split && j == last_bwd_[c]) ? nb : 1;
+      for (int k = 0; k < parts; ++k) {
+        last_compute = k == 0 ? add(OpKind::kBackward, Stream::kCompute, s, c, i, 0, parts, {recv, gather, block_on})
+                              : add(OpKind::kBackward, Stream::kCompute, s, c, i, k, parts, {});
+        block_on = -1;
+        // ZeRO 0/1 with overlap: bucket k as soon as part k is done (parts == nb here)
+        if (bucketed && c_.overlap_grad_reduce && j == last_bwd_[c])
+          syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, c, -1, k, nb, {last_compute}));
+      }
+      if (!is_first_chunk(s, c) && prev_chunk(s, c).first != s)
+        send_grad_[unit(s, c, i)] = add(OpKind::kSendGrad, Stream::kPpComm, s, c, i, 0, 1, {last_compute});
+      emit_gather(j + ahead, last_compute);  // the gather goes before the reduce-scatter: it is on the critical path
+      if (per_micro_rs) {
+        int32_t rs = add(OpKind::kGradSync, Stream::kDpComm, s, c, i, 0, 1, {last_compute});
+        syncs_.push_back(rs);
+        if (!c_.overlap_grad_reduce) block_on = rs;
+      }
+    }
+    // ZeRO 0/1 without overlap: every bucket after the stage's last backward.
+    if (bucketed && !c_.overlap_grad_reduce) {
+      for (int64_t j = 0; j < n; ++j) {  // chunks in the order their last backward ran
+        if (order_[j].fwd || last_bwd_[order_[j].chunk] != j) continue;
+        for (int b = 0; b < nb; ++b)
+          syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, order_[j].chunk, -1, b, nb, {last_compute}));
+      }
+    }
+    // The optimizer waits for every gradient sync of the stage.
+    // (A blocking reduce-scatter still pending is among them.)
+    int32_t opt = add(OpKind::kOptimizer, Stream::kCompute, s, 0, -1, 0, 1, {});
+    prog_.deps.insert(prog_.deps.end(), syncs_.begin(), syncs_.end());
+    prog_.ops[opt].dep_count = static_cast<int32_t>(syncs_.size());
+    // ZeRO-1/2 without overlap: gather the updated parameters after the optimizer.
+    if (dp && (zero == 1 || zero == 2) && !c_.overlap_param_gather)
+      for (int c = 0; c < v_; ++c) add(OpKind::kParamGather, Stream::kDpComm, s, c, -1, 0, 1, {opt});
+  }
+
+  const ProgramConfig& c_;
+  const int p_, v_;
+  const int64_t m_;
+  const int64_t units_;
+  Program prog_;
+  std::vector<int32_t> send_act_, send_grad_;  // op id per (stage, chunk, micro), -1 when none
+  std::vector<Fixup> fixups_;
+  // Per-stage scratch, reused.
+  std::vector<Step> order_;
+  std::vector<int64_t> last_bwd_;
+  std::vector<int32_t> syncs_, step_gather_, gather_;
+};
+
+}  // namespace
+
+Result<Program> build_program(const ProgramConfig& config) {
+  LOOM_RETURN_IF_ERROR(validate(config));
+  return Builder(config).build();
+}
+
+}  // namespace loom

@@ -1,0 +1,103 @@
+// RankGrid: rank <-> coordinates along dp/tp/pp/ep/cp, as pure functions of
+// the layout (Megatron's parallel_state without the global state).
+#include <algorithm>
+
+#include "core/layout.h"
+
+namespace loom {
+
+// The mixed-radix "digits" of a rank are tp, cp, ep (the expert shard inside
+// dp), edp (dp / ep) and pp; Dim::kDp in a rank order stands for the edp digit.
+RankGrid::RankGrid(const Layout& layout) {
+  auto order = parse_rank_order(layout.rank_order);
+  LOOM_CHECK(order.is_ok(), "RankGrid needs a validated layout: " + order.status().message());
+  int ep = std::max(1, layout.ep);
+  for (int i = 0; i < kNumDims; ++i) size_[i] = 1;
+  size_[static_cast<int>(Dim::kTp)] = layout.tp;
+  size_[static_cast<int>(Dim::kCp)] = layout.cp;
+  size_[static_cast<int>(Dim::kPp)] = layout.pp;
+  size_[static_cast<int>(Dim::kEp)] = ep;
+  size_[static_cast<int>(Dim::kDp)] = layout.dp / ep;  // expert-dp digit
+  int stride = 1;
+  for (Dim d : *order) {
+    stride_[static_cast<int>(d)] = stride;
+    stride *= size_[static_cast<int>(d)];
+  }
+  world_ = stride;
+}
+
+RankCoords RankGrid::coords(int rank) const {
+  auto digit = [&](Dim d) { return (rank / stride_[static_cast<int>(d)]) % size_[static_cast<int>(d)]; };
+  RankCoords c;
+  c.tp = digit(Dim::kTp);
+  c.cp = digit(Dim::kCp);
+  c.pp = digit(Dim::kPp);
+  c.ep = digit(Dim::kEp);
+  c.dp = c.ep + size_[static_cast<int>(Dim::kEp)] * digit(Dim::kDp);
+  return c;
+}
+
+int RankGrid::rank_of(const RankCoords& c) const {
+  int ep = size_[static_cast<int>(Dim::kEp)];
+  int edp = c.dp / ep, epi = c.dp % ep;
+  return c.tp * stride_[static_cast<int>(Dim::kTp)] + c.cp * stride_[static_cast<int>(Dim::kCp)] +
+         c.pp * stride_[static_cast<int>(Dim::kPp)] + epi * stride_[static_cast<int>(Dim::kEp)] +
+         edp * stride_[static_cast<int>(Dim::kDp)];
+}
+
+int RankGrid::stride(Dim d) const { return stride_[static_cast<int>(d)]; }
+
+std::vector<int> RankGrid::group(Dim d, int rank) const {
+  RankCoords c = coords(rank);
+  std::vector<int> out;
+  int ep = size_[static_cast<int>(Dim::kEp)];
+  switch (d) {
+    case Dim::kTp:
+      for (int i = 0; i < size_[static_cast<int>(Dim::kTp)]; ++i) out.push_back(rank_of({c.dp, i, c.pp, c.ep, c.cp}));
+      break;
+    case Dim::kCp:
+      for (int i = 0; i < size_[static_cast<int>(Dim::kCp)]; ++i) out.push_back(rank_of({c.dp, c.tp, c.pp, c.ep, i}));
+      break;
+    case Dim::kPp:
+      for (int i = 0; i < size_[static_cast<int>(Dim::kPp)]; ++i) out.push_back(rank_of({c.dp, c.tp, i, c.ep, c.cp}));
+      break;
+    case Dim::kDp: {
+      int dp = ep * size_[static_cast<int>(Dim::kDp)];
+      for (int i = 0; i < dp; ++i) out.push_back(rank_of({i, c.tp, c.pp, i % ep, c.cp}));
+      break;
+    }
+    case Dim::kEp: {
+      int base = (c.dp / ep) * ep;
+      for (int i = 0; i < ep; ++i) out.push_back(rank_of({base + i, c.tp, c.pp, i, c.cp}));
+      break;
+    }
+  }
+  return out;
+}
+
+GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node) {
+  GroupShape s;
+  s.ranks = layout.size(d);
+  if (s.ranks <= 1 || devices_per_node <= 0) {
+    s.nodes = 1;
+    s.ranks_per_node = s.ranks;
+    return s;
+  }
+  RankGrid grid(layout);
+  std::vector<int> members = grid.group(d, 0);
+  std::vector<int> node_ids;
+  node_ids.reserve(members.size());
+  for (int r : members) node_ids.push_back(r / devices_per_node);
+  std::sort(node_ids.begin(), node_ids.end());
+  int nodes = 0, max_per_node = 0, run = 0;
+  for (size_t i = 0; i < node_ids.size(); ++i) {
+    run = (i > 0 && node_ids[i] == node_ids[i - 1]) ? run + 1 : 1;
+    if (run == 1) ++nodes;
+    max_per_node = std::max(max_per_node, run);
+  }
+  s.nodes = nodes;
+  s.ranks_per_node = max_per_node;
+  return s;
+}
+
+}  // namespace loom

@@ -1,0 +1,23 @@
+#include "core/train_spec.h"
+
+#include <cmath>
+#include <string>
+
+namespace loom {
+
+Status validate_train_spec(const TrainSpec& t) {
+  if (t.global_batch <= 0)
+    return invalid_argument("train: global_batch=" + std::to_string(t.global_batch) +
+                            " must be a positive number of sequences per step (--global-batch)");
+  if (t.seq_len <= 0)
+    return invalid_argument("train: seq_len=" + std::to_string(t.seq_len) + " must be positive (--seq)");
+  if (t.steps < 0) return invalid_argument("train: steps must be >= 0");
+  if (t.optimizer != "adamw")
+    return invalid_argument("train: optimizer '" + t.optimizer + "' is not supported; use adamw");
+  if (!(t.lr >= 0) || !std::isfinite(t.lr)) return invalid_argument("train: lr must be a finite number >= 0");
+  if (t.warmup_steps < 0) return invalid_argument("train: warmup_steps must be >= 0");
+  if (t.grad_clip < 0) return invalid_argument("train: grad_clip must be >= 0 (0 turns clipping off)");
+  return Status::ok();
+}
+
+}  // namespace loom

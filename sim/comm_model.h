@@ -1,0 +1,71 @@
+// Communication cost model: time and link traffic of one NCCL-style collective.
+//
+// Mimics NCCL's own tuning model (../shared/docs/reference/nccl_cost_model.md,
+// NVIDIA/nccl src/graph/tuning.cc): for every enabled (algorithm, protocol)
+// pair a latency and an algorithm bandwidth are derived from the hardware
+// profile and the group's placement on nodes, and the cheapest is chosen:
+//   time = latency + bytes / algbw.
+// Algorithms: Ring, Tree (all-reduce), NVLS (single-node NVSwitch SHARP, when
+// the profile has it), hierarchical forms across nodes. Protocols: LL, LL128,
+// Simple. All constants live in one table in comm_model.cc with the NCCL
+// version they come from.
+//
+// Byte conventions (nccl-tests): `bytes` is the size of ONE rank's buffer for
+// all-reduce / broadcast / send-recv, and the TOTAL size across ranks (the
+// gathered output) for all-gather / reduce-scatter. For all-to-all it is one
+// rank's whole send buffer (n chunks, one per peer, its own included), as in
+// nccl-tests alltoall_perf: each rank sends (n-1)/n of it.
+// busbw follows nccl-tests: all-reduce algbw*2(n-1)/n, AG/RS/A2A algbw*(n-1)/n,
+// broadcast and send/recv algbw.
+//
+// Thread-safety: pure functions; safe from any thread. Fast: no allocation,
+// ~100 ns per call (the layout search calls it millions of times).
+#pragma once
+
+#include <cstdint>
+
+#include "core/hw_profile.h"
+#include "core/layout.h"
+
+namespace loom {
+
+enum class Collective : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kSendRecv, kAllToAll };
+enum class CommAlgo : uint8_t { kRing, kTree, kNvls, kDirect };  // kDirect: p2p and all-to-all
+enum class CommProto : uint8_t { kLL, kLL128, kSimple };
+const char* collective_name(Collective c);
+const char* comm_algo_name(CommAlgo a);
+const char* comm_proto_name(CommProto p);
+
+// Link classes traffic is reported on.
+enum class LinkClass : uint8_t { kNvlink = 0, kPcie = 1, kNetwork = 2 };
+inline constexpr int kNumLinkClasses = 3;
+const char* link_class_name(LinkClass l);  // "nvlink", "pcie", "network"
+
+struct CollectiveCost {
+  double time_s = 0;
+  CommAlgo algo = CommAlgo::kRing;
+  CommProto proto = CommProto::kSimple;
+  double algbw_bytes_per_s = 0;  // bytes / time, nccl-tests convention
+  double busbw_bytes_per_s = 0;
+  // Bytes ONE rank sends on each link class for this call (what a NIC or an
+  // NVLink port of that rank carries). Intra-node traffic goes to kNvlink on
+  // NVLink/NVSwitch fabrics and to kPcie on PCIe-only nodes.
+  double sent_bytes[kNumLinkClasses] = {0, 0, 0};
+};
+
+// Cost of one call on a group placed as `shape` (ranks, nodes, ranks per
+// node). A group of 1 rank costs 0. For kSendRecv, `shape.nodes` == 2 means the
+// peer is on another node, 1 means the same node.
+CollectiveCost collective_cost(const HwProfile& hw, Collective coll, const GroupShape& shape, double bytes);
+
+// The same model for one (algorithm, protocol) pair instead of the cheapest:
+// what NCCL_ALGO / NCCL_PROTO would force. time_s is +infinity when the pair
+// does not apply (Tree on one node, NVLS without NVLink SHARP, LL128 on PCIe,
+// anything but Simple on a CPU profile, ...). For tests, reports and tuning.
+CollectiveCost collective_cost_for(const HwProfile& hw, Collective coll, const GroupShape& shape, double bytes,
+                                   CommAlgo algo, CommProto proto);
+
+// The NCCL release whose tuning constants the model copies ("2.30.x ...").
+const char* comm_model_nccl_version();
+
+}  // namespace loom

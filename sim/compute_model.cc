@@ -1,0 +1,288 @@
+#include "sim/compute_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom {
+
+namespace {
+
+double act_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
+
+// Memory-bound time of moving `bytes` through HBM, plus kernel overheads.
+double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int kernels) {
+  double bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  return bytes / bw + kernels * opt.kernel_overhead_s;
+}
+
+// Accumulates GEMMs of a piece: forward and backward (dgrad + wgrad).
+struct GemmSum {
+  const HwProfile& hw;
+  Precision p;
+  const SimOptions& opt;
+  double fwd_s = 0, fwd_flops = 0;
+  // Weight GEMM: activations (m x k) times weights (k x n).
+  void weight(double m, double n, double k, double count = 1) {
+    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
+    fwd_s += count * (gemm_time_s(hw, p, m, n, k) + opt.kernel_overhead_s);
+    fwd_flops += count * 2 * m * n * k;
+  }
+};
+
+double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, double bytes, LinkBytes* traffic,
+                       double count) {
+  if (g.ranks <= 1 || bytes <= 0 || count <= 0) return 0;
+  CollectiveCost cost = collective_cost(hw, c, g, bytes);
+  if (traffic) traffic->add(cost, count);
+  return cost.time_s * count;
+}
+
+}  // namespace
+
+double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
+  double flops = 2 * m * n * k;
+  double eff = hw.accel.gemm_efficiency.lookup(flops);
+  return flops / (hw.accel.peak_flops(precision) * eff);
+}
+
+bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
+  if (opt.dropout >= 0) return opt.dropout > 0;
+  return model.model_type == "gpt2";
+}
+
+ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfile& hw) {
+  ComputeShape s;
+  s.tokens = int64_t(layout.micro_batch) * seq_len;
+  s.seq = seq_len;
+  s.tp = layout.tp;
+  s.ep = layout.ep;
+  s.sp = layout.sequence_parallel;
+  s.recompute = layout.recompute;
+  s.tp_group = group_shape(layout, Dim::kTp, hw.node.devices_per_node);
+  s.ep_group = group_shape(layout, Dim::kEp, hw.node.devices_per_node);
+  return s;
+}
+
+PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
+                     const ComputeShape& sh, bool moe_layer) {
+  PieceCost c;
+  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = act_bytes(p);
+  const double s = double(sh.seq), b = T / s;
+  const double a = m.num_heads, g = m.num_kv_heads, d = double(m.head_dim);
+  const double r = sh.sp ? 1.0 / t : 1.0;  // share of replicated elementwise work with SP
+  const bool dropout = uses_dropout(m, opt);
+  GemmSum gemm{hw, p, opt};
+
+  // --- attention projections ---------------------------------------------
+  double qk_dim = d, v_dim = d, kv_heads = g;
+  if (m.mla.enabled) {
+    qk_dim = double(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    v_dim = double(m.mla.v_head_dim);
+    kv_heads = a;
+    const double ql = double(m.mla.q_lora_rank), kvl = double(m.mla.kv_lora_rank);
+    // Down-projections are replicated across TP ranks (Megatron MLA).
+    if (ql > 0) {
+      gemm.weight(T, ql, h);
+      gemm.weight(T, a * qk_dim / t, ql);
+    } else {
+      gemm.weight(T, a * qk_dim / t, h);
+    }
+    gemm.weight(T, kvl + double(m.mla.qk_rope_head_dim), h);
+    gemm.weight(T, a * (double(m.mla.qk_nope_head_dim) + v_dim) / t, kvl);
+  } else {
+    gemm.weight(T, (a + 2 * g) * d / t, h);  // fused QKV, column-parallel
+  }
+  gemm.weight(T, h, a * v_dim / t);  // output projection, row-parallel
+
+  // --- attention core (scores and weighted sum) --------------------------
+  double heads_local = a / t;
+  double core_fwd_s = 0, core_flops = 0;
+  {
+    // Per head: (s x qk) * (qk x s) and (s x s) * (s x v), batched over b*heads.
+    double per_head_flops = 2 * s * s * qk_dim + 2 * s * s * v_dim;
+    double batches = b * heads_local;
+    double causal = opt.flash_attention ? (s + 1) / (2 * s) : 1.0;  // flash skips masked blocks
+    core_flops = per_head_flops * batches * causal;
+    double eff = hw.accel.gemm_efficiency.lookup(per_head_flops * causal);
+    core_fwd_s = core_flops / (hw.accel.peak_flops(p) * eff) + 2 * opt.kernel_overhead_s;
+    if (!opt.flash_attention) {
+      // Materialized scores: fused scale-mask-softmax (read+write), dropout.
+      double elems = batches * s * s;
+      double bytes = elems * (2 * e + (dropout ? 2 * e + 1 : 0));
+      core_fwd_s += mem_time_s(hw, opt, bytes, dropout ? 2 : 1);
+    }
+  }
+  double core_bwd_factor = opt.flash_attention ? 2.5 : 2.0;  // flash recomputes scores in backward
+  double core_bwd_s = core_fwd_s * core_bwd_factor;
+  if (!opt.flash_attention) {
+    double elems = b * heads_local * s * s;
+    core_bwd_s += mem_time_s(hw, opt, elems * (3 * e + (dropout ? 2 * e + 1 : 0)), dropout ? 2 : 1);
+  }
+
+  // --- MLP or experts --------------------------------------------------------
+  double mlp_mats = m.mlp == MlpKind::kSwiGlu ? 2 : 1;  // gate+up or fc1
+  double act_elem_fwd = 0;  // elements through the activation function
+  if (!moe_layer) {
+    double f = double(m.ffn_hidden);
+    gemm.weight(T, mlp_mats * f / t, h);
+    gemm.weight(T, h, f / t);
+    act_elem_fwd += T * f / t;
+  } else {
+    const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
+    gemm.weight(T, E, h);  // router, replicated
+    double local_experts = E / sh.ep;
+    double tokens_per_expert = T * k * sh.ep / E;  // balanced routing
+    gemm.weight(tokens_per_expert, mlp_mats * fe / t, h, local_experts);
+    gemm.weight(tokens_per_expert, h, fe / t, local_experts);
+    act_elem_fwd += T * k * fe / t;
+    if (m.moe.num_shared_experts > 0) {
+      double fs = double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts;
+      gemm.weight(T, mlp_mats * fs / t, h);
+      gemm.weight(T, h, fs / t);
+      act_elem_fwd += T * fs / t;
+    }
+    // Dispatch + combine all-to-all of the routed tokens' hidden states.
+    double a2a_bytes = T * r * k * h * e * sh.ep_group.ranks;  // total across the EP group
+    double a2a = collective_time(hw, Collective::kAllToAll, sh.ep_group, a2a_bytes, nullptr, 1);
+    c.fwd_ep_s = 2 * a2a;
+    c.bwd_ep_s = 2 * a2a;
+    if (sh.ep_group.ranks > 1) {
+      collective_time(hw, Collective::kAllToAll, sh.ep_group, a2a_bytes, &c.ep_bytes, 4);
+      c.ep_calls = 4;
+      c.ep_comm_total_s = 4 * a2a;
+    }
+  }
+
+  // --- memory-bound elementwise work ------------------------------------------
+  double elem_bytes = 0;
+  int kernels = 0;
+  elem_bytes += 2 * (2 * T * h * e) * r;                  // two norms: read + write
+  elem_bytes += 2 * (3 * T * h * e) * r;                  // two residual adds (fused with bias/dropout)
+  if (dropout) elem_bytes += 2 * T * h * r;               // hidden dropout masks
+  elem_bytes += (m.mlp == MlpKind::kSwiGlu ? 3 : 2) * act_elem_fwd * e;  // activation function
+  if (m.position == PositionKind::kRope) elem_bytes += 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
+  kernels += 8;
+  double elem_fwd_s = mem_time_s(hw, opt, elem_bytes, kernels);
+  double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes, 2 * kernels);
+
+  // --- tensor-parallel collectives -------------------------------------------
+  double tp_bytes = T * h * e;  // one activation of the layer's hidden size
+  double tp_fwd_total = 0;
+  if (sh.tp_group.ranks > 1) {
+    if (sh.sp) {
+      // All-gather before QKV and FC1; reduce-scatter after proj and FC2.
+      tp_fwd_total = collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, 2) +
+                     collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      // backward mirrors: RS where forward gathered, AG where it scattered
+      collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+    } else {
+      tp_fwd_total = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+    }
+    c.tp_calls = 8;
+  }
+  double tp_exposed = 1.0 - std::clamp(opt.tp_comm_overlap_fraction, 0.0, 1.0);
+  c.fwd_tp_s = tp_fwd_total * tp_exposed;
+  c.bwd_tp_s = tp_fwd_total * tp_exposed;
+  c.tp_comm_total_s = 2 * tp_fwd_total;
+
+  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s;
+  c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
+  c.bwd_s = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + c.bwd_tp_s + c.bwd_ep_s;
+  c.fwd_flops = gemm.fwd_flops + core_flops;
+  c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
+
+  // --- recompute ---------------------------------------------------------------
+  if (sh.recompute == Recompute::kFull) {
+    c.recompute_s = c.fwd_s;
+    c.recompute_tp_s = c.fwd_tp_s;
+    c.recompute_flops = c.fwd_flops;
+    if (sh.tp_group.ranks > 1) {
+      LinkBytes fwd_only;
+      if (sh.sp) {
+        collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &fwd_only, 2);
+        collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &fwd_only, 2);
+      } else {
+        collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &fwd_only, 2);
+      }
+      c.tp_bytes.add(fwd_only);
+      c.tp_calls += 4;
+      c.tp_comm_total_s += tp_fwd_total;
+    }
+    if (moe_layer && sh.ep_group.ranks > 1) {
+      // recompute_s = fwd_s already holds the dispatch/combine time; count
+      // their traffic: two more all-to-alls on top of the four (x1.5).
+      c.ep_bytes.add(LinkBytes(c.ep_bytes), 0.5);
+      c.ep_calls += 2;
+      c.ep_comm_total_s += c.fwd_ep_s;
+    }
+  } else if (sh.recompute == Recompute::kSelective) {
+    // Only the attention core is recomputed (Korthikanti et al. 2022).
+    c.recompute_s = core_fwd_s;
+    c.recompute_flops = core_flops;
+  }
+  return c;
+}
+
+PieceCost embedding_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
+                         const ComputeShape& sh) {
+  PieceCost c;
+  const double T = double(sh.tokens), h = double(m.hidden), e = act_bytes(p);
+  // Gather rows (+ positions), write the activations; backward scatter-adds.
+  double bytes = 3 * T * h * e;
+  c.fwd_s = mem_time_s(hw, opt, bytes, 2);
+  c.bwd_s = mem_time_s(hw, opt, 2 * bytes, 2);
+  if (sh.tp_group.ranks > 1) {
+    // Vocab-parallel embedding: partial rows summed over TP (reduce-scatter with SP).
+    Collective coll = sh.sp ? Collective::kReduceScatter : Collective::kAllReduce;
+    double t_comm = collective_time(hw, coll, sh.tp_group, T * h * e, &c.tp_bytes, 1);
+    c.fwd_tp_s = t_comm;
+    c.fwd_s += t_comm;
+    c.tp_calls = 1;
+    c.tp_comm_total_s = t_comm;
+  }
+  // Nothing is recomputed: under full recompute the embedding output is the
+  // first layer's checkpoint.
+  return c;
+}
+
+PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
+                    const ComputeShape& sh) {
+  PieceCost c;
+  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = act_bytes(p);
+  const double r = sh.sp ? 1.0 / t : 1.0;
+  const double V = double(m.vocab);
+  GemmSum gemm{hw, p, opt};
+  gemm.weight(T, V / t, h);
+  // Final norm; cross-entropy over the local vocab slice in fp32
+  // (read logits, write/read fp32 softmax, write gradients).
+  double norm_bytes = 2 * T * h * e * r;
+  double ce_fwd_bytes = T * (V / t) * (e + 4 + 4);
+  double ce_bwd_bytes = T * (V / t) * (4 + e);
+  double comm = 0;
+  if (sh.tp_group.ranks > 1) {
+    // Max and sum-exp all-reduces of the vocab-parallel loss (fp32 per token),
+    // and the gather of the final norm's output under SP.
+    comm += collective_time(hw, Collective::kAllReduce, sh.tp_group, T * 4, &c.tp_bytes, 3);
+    if (sh.sp) comm += collective_time(hw, Collective::kAllGather, sh.tp_group, T * h * e, &c.tp_bytes, 1);
+    c.tp_calls = sh.sp ? 4 : 3;
+  }
+  c.fwd_tp_s = comm;
+  c.tp_comm_total_s = comm;
+  c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes + ce_fwd_bytes, 4) + comm;
+  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes + ce_bwd_bytes, 4);
+  c.fwd_flops = gemm.fwd_flops;
+  c.bwd_flops = 2 * gemm.fwd_flops;
+  return c;
+}
+
+double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
+  // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
+  // gradient, write the 16-bit weights; one more gradient read for the norm.
+  double grad_bytes = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4 : 2;
+  double bytes_per_param = p == Precision::kFp32 ? 24 + 2 * grad_bytes : 24 + 2 * grad_bytes + 2;
+  return mem_time_s(hw, opt, local_params * bytes_per_param, 4);
+}
+
+}  // namespace loom

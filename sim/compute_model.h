@@ -1,0 +1,93 @@
+// Compute model: how long one transformer layer (and the embedding / logits
+// ends of the model) takes on one rank for one micro-batch, forward and
+// backward, including the tensor- and expert-parallel collectives inside it.
+//
+// GEMMs: time = flops / (peak(precision) * gemm_efficiency(flops)), one entry
+// per GEMM of the layer with its real shape (QKV, attention core, projection,
+// MLP or routed experts, router, logits). Memory-bound ops (norms, residuals,
+// dropout, activations, RoPE, softmax, cross-entropy, optimizer) take
+// bytes / (HBM bandwidth * efficiency). Backward = data-gradient + weight-
+// gradient GEMMs (2x forward) and about 2x the forward memory traffic.
+//
+// Collectives inside a layer (Megatron TP: all-reduce after the attention and
+// MLP output projections, or reduce-scatter + all-gather with sequence
+// parallelism; MoE all-to-all dispatch + combine) come from the comm model on
+// the TP / EP group's placement.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "core/hw_profile.h"
+#include "core/layout.h"
+#include "core/model_spec.h"
+#include "sim/comm_model.h"
+#include "sim/sim_options.h"
+
+namespace loom {
+
+// Traffic of one rank, by link class, for one category of communication.
+struct LinkBytes {
+  double bytes[kNumLinkClasses] = {0, 0, 0};
+  void add(const CollectiveCost& c, double count) {
+    for (int i = 0; i < kNumLinkClasses; ++i) bytes[i] += c.sent_bytes[i] * count;
+  }
+  void add(const LinkBytes& o, double count = 1) {
+    for (int i = 0; i < kNumLinkClasses; ++i) bytes[i] += o.bytes[i] * count;
+  }
+};
+
+// One layer (or model end) for one micro-batch on one rank.
+struct PieceCost {
+  double fwd_s = 0;        // compute + exposed TP/EP comm of the forward
+  double bwd_s = 0;        // compute + exposed comm of the backward, without recompute
+  double recompute_s = 0;  // extra forward work redone in backward
+  // The communication parts of the above (already included in them).
+  double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;
+  double fwd_ep_s = 0, bwd_ep_s = 0;
+  // Executed FLOPs on this rank (for HFU); recompute separately.
+  double fwd_flops = 0, bwd_flops = 0, recompute_flops = 0;
+  LinkBytes tp_bytes;  // fwd + bwd + recompute
+  LinkBytes ep_bytes;
+  int tp_calls = 0;    // collectives per micro-batch (fwd+bwd+recompute)
+  int ep_calls = 0;
+  double tp_comm_total_s = 0;  // all TP collective time, exposed or not
+  double ep_comm_total_s = 0;
+};
+
+// Shapes a cost depends on, gathered once per layout.
+struct ComputeShape {
+  int64_t tokens = 0;   // b * s tokens of one micro-batch
+  int64_t seq = 0;      // s
+  int tp = 1;
+  int ep = 1;
+  bool sp = false;
+  Recompute recompute = Recompute::kNone;
+  GroupShape tp_group;
+  GroupShape ep_group;
+};
+
+ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfile& hw);
+
+// Whether dropout masks are kept (SimOptions::dropout, or the model family).
+bool uses_dropout(const ModelSpec& model, const SimOptions& opt);
+
+// A dense or MoE transformer layer.
+PieceCost layer_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
+                     const ComputeShape& shape, bool moe_layer);
+// Token (+position) embedding on the first chunk: lookup, TP all-reduce.
+PieceCost embedding_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
+                         const ComputeShape& shape);
+// Final norm, logits GEMM and vocab-parallel cross-entropy on the last chunk.
+PieceCost head_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
+                    const ComputeShape& shape);
+
+// Optimizer step (AdamW) over `local_params` parameters held by this rank,
+// plus the gradient-norm pass: memory bound.
+double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision precision, double local_params);
+
+// Time of one GEMM of shape (m x k) * (k x n).
+double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
+
+}  // namespace loom

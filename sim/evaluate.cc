@@ -1,0 +1,284 @@
+#include "sim/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom {
+
+const char* comm_kind_name(CommKind k) {
+  switch (k) {
+    case CommKind::kTp: return "tp";
+    case CommKind::kPp: return "pp";
+    case CommKind::kDp: return "dp";
+    case CommKind::kEp: return "ep";
+  }
+  return "?";
+}
+
+double Traffic::link_bytes(LinkClass l) const {
+  double sum = 0;
+  for (int k = 0; k < kNumCommKinds; ++k) sum += bytes[k][static_cast<int>(l)];
+  return sum;
+}
+
+Evaluator::Evaluator(const ModelSpec& model, const HwProfile& hw, const TrainSpec& train, const SimOptions& opt)
+    : model_(model), hw_(hw), train_(train), opt_(opt) {}
+
+namespace {
+
+double grad_elem_bytes(Precision p, const SimOptions& opt) {
+  return (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
+}
+double weight_elem_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
+
+void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
+  sc.fwd_s += pc.fwd_s * count;
+  sc.bwd_s += pc.bwd_s * count;
+  sc.recompute_s += pc.recompute_s * count;
+  sc.chunk_fwd_s[chunk] += pc.fwd_s * count;
+  sc.chunk_bwd_s[chunk] += (pc.bwd_s + pc.recompute_s) * count;
+  sc.tp_s += (pc.fwd_tp_s + pc.bwd_tp_s + pc.recompute_tp_s) * count;
+  sc.ep_s += (pc.fwd_ep_s + pc.bwd_ep_s) * count;
+  sc.flops_per_micro += (pc.fwd_flops + pc.bwd_flops + pc.recompute_flops) * count;
+  auto& tr = sc.traffic_per_micro;
+  for (int l = 0; l < kNumLinkClasses; ++l) {
+    tr.bytes[static_cast<int>(CommKind::kTp)][l] += pc.tp_bytes.bytes[l] * count;
+    tr.bytes[static_cast<int>(CommKind::kEp)][l] += pc.ep_bytes.bytes[l] * count;
+  }
+  tr.time_s[static_cast<int>(CommKind::kTp)] += pc.tp_comm_total_s * count;
+  tr.time_s[static_cast<int>(CommKind::kEp)] += pc.ep_comm_total_s * count;
+  tr.calls[static_cast<int>(CommKind::kTp)] += pc.tp_calls * count;
+  tr.calls[static_cast<int>(CommKind::kEp)] += pc.ep_calls * count;
+}
+
+}  // namespace
+
+std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
+  const ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
+  const Precision p = train_.precision;
+  const PieceCost dense = layer_cost(model_, hw_, opt_, p, shape, false);
+  const PieceCost moe = model_.is_moe() ? layer_cost(model_, hw_, opt_, p, shape, true) : PieceCost{};
+  const PieceCost emb = embedding_cost(model_, hw_, opt_, p, shape);
+  const PieceCost head = head_cost(model_, hw_, opt_, p, shape);
+  const StageSplit split = split_layers(model_, l.pp, l.virtual_stages);
+  const double gbytes = grad_elem_bytes(p, opt_), wbytes = weight_elem_bytes(p);
+
+  std::vector<StageCosts> out(l.pp);
+  for (int s = 0; s < l.pp; ++s) {
+    StageCosts& sc = out[s];
+    sc.stage = s;
+    sc.chunk_fwd_s.assign(l.virtual_stages, 0);
+    sc.chunk_bwd_s.assign(l.virtual_stages, 0);
+    sc.chunk_grad_fraction.assign(l.virtual_stages, 0);
+    int total_layers = split.stage_layers(s);
+    sc.layers = total_layers;
+    for (int c = 0; c < l.virtual_stages; ++c) {
+      int g = c * l.pp + s;
+      int moe_layers = split.chunk_moe_layers[g];
+      int dense_layers = split.chunk_layers[g] - moe_layers;
+      add_piece(sc, dense, dense_layers, c);
+      if (moe_layers) add_piece(sc, moe, moe_layers, c);
+      if (g == 0) add_piece(sc, emb, 1, c);
+      if (g == l.pp * l.virtual_stages - 1) add_piece(sc, head, 1, c);
+      sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
+    }
+    StageParams params = stage_params(model_, l, split, s);
+    sc.grad_bytes = params.dense * gbytes;
+    sc.expert_grad_bytes = params.expert * gbytes;
+    sc.param_bytes_gather = params.total() * wbytes;
+    double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
+    sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params);
+  }
+  return out;
+}
+
+DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) const {
+  DpCollectives d;
+  if (l.dp <= 1) return d;
+  const int dpn = hw_.node.devices_per_node;
+  GroupShape dp_shape = group_shape(l, Dim::kDp, dpn);
+  // Expert gradients are reduced over the expert-DP group: dp/ep ranks.
+  GroupShape edp_shape = dp_shape;
+  edp_shape.ranks = l.dp / l.ep;
+  edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
+  edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
+  const double w_over_g = weight_elem_bytes(train_.precision) / grad_elem_bytes(train_.precision, opt_);
+  Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+  d.grad_sync = collective_cost(hw_, grad_coll, dp_shape, sc.grad_bytes);
+  d.grad_sync_s = d.grad_sync.time_s;
+  if (sc.expert_grad_bytes > 0 && edp_shape.ranks > 1) {
+    d.grad_sync_expert = collective_cost(hw_, grad_coll, edp_shape, sc.expert_grad_bytes);
+    d.grad_sync_s += d.grad_sync_expert.time_s;
+  }
+  if (l.zero >= 1) {
+    double dense_w = sc.grad_bytes * w_over_g, expert_w = sc.expert_grad_bytes * w_over_g;
+    d.param_gather = collective_cost(hw_, Collective::kAllGather, dp_shape, dense_w);
+    d.param_gather_s = d.param_gather.time_s;
+    if (expert_w > 0 && edp_shape.ranks > 1) {
+      d.param_gather_expert = collective_cost(hw_, Collective::kAllGather, edp_shape, expert_w);
+      d.param_gather_s += d.param_gather_expert.time_s;
+    }
+  }
+  return d;
+}
+
+double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
+  if (l.pp <= 1) return 0;
+  GroupShape pp_shape = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
+  GroupShape pair{2, pp_shape.nodes > 1 ? 2 : 1, pp_shape.nodes > 1 ? 1 : 2};
+  // One micro-batch's activation; Megatron's scatter-gather optimization (and
+  // sequence parallelism) sends 1/tp of it from each TP rank.
+  double bytes = double(l.micro_batch) * train_.seq_len * model_.hidden * weight_elem_bytes(train_.precision) / l.tp;
+  CollectiveCost c = collective_cost(hw_, Collective::kSendRecv, pair, bytes);
+  if (cost) *cost = c;
+  return c.time_s;
+}
+
+Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_flops_per_step) const {
+  Figures f;
+  f.step_time_s = step_time_s;
+  if (step_time_s <= 0) return f;
+  const double world = l.world();
+  const double tokens = double(train_.tokens_per_step());
+  const double peak = hw_.accel.peak_flops(train_.precision);
+  f.tokens_per_s = tokens / step_time_s;
+  f.tokens_per_s_per_gpu = f.tokens_per_s / world;
+  double model_flops = model_.model_flops_per_token_palm(train_.seq_len) * tokens;
+  f.model_tflops_per_gpu = model_flops / step_time_s / world / 1e12;
+  f.hardware_tflops_per_gpu = executed_flops_per_step / step_time_s / world / 1e12;
+  f.mfu = f.model_tflops_per_gpu * 1e12 / peak;
+  f.hfu = f.hardware_tflops_per_gpu * 1e12 / peak;
+  return f;
+}
+
+Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& stages) const {
+  // Report the busiest stage's rank (stage 0 carries the embedding).
+  Traffic t;
+  const int64_t m = l.num_micro_batches(train_.global_batch);
+  int worst = 0;
+  for (size_t s = 0; s < stages.size(); ++s)
+    if (stages[s].flops_per_micro > stages[worst].flops_per_micro) worst = int(s);
+  const StageCosts& sc = stages[worst];
+  for (int k : {static_cast<int>(CommKind::kTp), static_cast<int>(CommKind::kEp)}) {
+    for (int c = 0; c < kNumLinkClasses; ++c) t.bytes[k][c] = sc.traffic_per_micro.bytes[k][c] * m;
+    t.time_s[k] = sc.traffic_per_micro.time_s[k] * m;
+    t.calls[k] = sc.traffic_per_micro.calls[k] * m;
+  }
+  if (l.pp > 1) {
+    CollectiveCost c;
+    double t_p2p = p2p_time_s(l, &c);
+    // Each micro-batch and chunk: one activation out, one gradient back (interior stages send both ways).
+    double sends = 2.0 * m * l.virtual_stages;
+    int k = static_cast<int>(CommKind::kPp);
+    for (int cl = 0; cl < kNumLinkClasses; ++cl) t.bytes[k][cl] = c.sent_bytes[cl] * sends;
+    t.time_s[k] = t_p2p * sends;
+    t.calls[k] = sends;
+  }
+  if (l.dp > 1) {
+    DpCollectives d = dp_collectives(l, sc);
+    int k = static_cast<int>(CommKind::kDp);
+    double per_step_sync = l.zero >= 2 ? double(m) : 1.0;
+    double gathers = l.zero == 3 ? 2.0 * m : (l.zero >= 1 ? 1.0 : 0.0);
+    for (int cl = 0; cl < kNumLinkClasses; ++cl) {
+      t.bytes[k][cl] = (d.grad_sync.sent_bytes[cl] + d.grad_sync_expert.sent_bytes[cl]) * per_step_sync +
+                       (d.param_gather.sent_bytes[cl] + d.param_gather_expert.sent_bytes[cl]) * gathers;
+    }
+    t.time_s[k] = d.grad_sync_s * per_step_sync + d.param_gather_s * gathers;
+    t.calls[k] = per_step_sync + gathers;
+  }
+  return t;
+}
+
+Estimate Evaluator::estimate(const Layout& l) const {
+  Estimate est;
+  MemoryReport mem = memory_report(model_, hw_, l, train_, opt_);
+  est.fits = mem.fits;
+  est.peak_memory_bytes = mem.peak_bytes();
+  est.worst_stage = mem.worst_stage;
+
+  const std::vector<StageCosts> stages = stage_costs(l);
+  const int64_t m = l.num_micro_batches(train_.global_batch);
+  const int p = l.pp, v = l.virtual_stages;
+  double t_max = 0, t_sum = 0, flops_micro = 0;
+  int crit = 0;
+  for (const StageCosts& sc : stages) {
+    double t = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+    t_sum += t;
+    flops_micro += sc.flops_per_micro;
+    if (t > t_max) {
+      t_max = t;
+      crit = sc.stage;
+    }
+  }
+  const double t_p2p = p2p_time_s(l);
+  double pipe;
+  if (l.schedule == Schedule::kInterleaved) {
+    pipe = double(m) * t_max + (t_sum - t_max) / v + 2.0 * (double(p) * v - 1) * t_p2p;
+  } else {
+    pipe = double(m - 1) * t_max + t_sum + 2.0 * (p - 1) * t_p2p;
+  }
+
+  // Exposed data-parallel communication: per stage, what its own remaining
+  // compute (last backward, later micro-batches) and the pipeline drain after
+  // it (stage s finishes about s backward-times before stage 0) cannot hide.
+  double dp_exposed = 0, opt_s = 0;
+  for (const StageCosts& sc : stages) {
+    opt_s = std::max(opt_s, sc.optimizer_s);
+    if (l.dp <= 1) continue;
+    DpCollectives d = dp_collectives(l, sc);
+    const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+    const double b_last = sc.bwd_s + sc.recompute_s;
+    const double nb = std::max(1, opt_.grad_buckets) * double(v);
+    const double drain = double(sc.stage) * (b_last / v);
+    double window = l.overlap_grad_reduce ? b_last * (1.0 - 1.0 / nb) : 0.0;
+    double exposed = 0;
+    if (l.zero <= 1) {
+      exposed = std::max(0.0, d.grad_sync_s - window - drain);
+    } else {
+      // ZeRO-2/3 reduce-scatter after every micro-batch's backward, hidden
+      // behind the next micro-batch; the last one behind the drain only.
+      const double rs = d.grad_sync_s, tail = std::max(0.0, rs - window - drain);
+      if (l.zero == 2) {
+        exposed = double(m - 1) * std::max(0.0, rs - t_stage) + tail;
+      } else if (l.overlap_param_gather) {
+        // ZeRO-3 with prefetch: gathers for forward and backward run ahead of
+        // compute; only the step's first layer gather waits.
+        exposed = double(m - 1) * std::max(0.0, rs + 2 * d.param_gather_s - t_stage) + tail +
+                  d.param_gather_s / std::max(1, sc.layers);
+      } else {
+        exposed = 2.0 * double(m) * d.param_gather_s + double(m - 1) * std::max(0.0, rs - t_stage) + tail;
+      }
+    }
+    if (l.zero == 1 || l.zero == 2) {
+      // Updated-parameter all-gather: overlapped with the next forward except
+      // its first bucket, or fully exposed after the optimizer.
+      exposed += l.overlap_param_gather ? d.param_gather_s / nb : d.param_gather_s;
+    }
+    dp_exposed = std::max(dp_exposed, exposed);
+  }
+
+  // Split the critical stage's time into its parts (tp_s / ep_s are the
+  // exposed collectives of fwd + bwd + recompute, already inside those times).
+  const StageCosts& c = stages[crit];
+  StepBreakdown& tb = est.time;
+  tb.tp_comm_s = double(m) * c.tp_s;
+  tb.ep_comm_s = double(m) * c.ep_s;
+  const double per_micro = c.fwd_s + c.bwd_s + c.recompute_s;
+  const double compute_total = double(m) * per_micro - tb.tp_comm_s - tb.ep_comm_s;
+  if (per_micro > 0) {
+    tb.forward_s = compute_total * (c.fwd_s / per_micro);
+    tb.backward_s = compute_total * (c.bwd_s / per_micro);
+    tb.recompute_s = compute_total - tb.forward_s - tb.backward_s;
+  }
+  tb.pp_comm_s = l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p : 0;
+  tb.bubble_s = std::max(0.0, pipe - double(m) * t_max - tb.pp_comm_s);
+  tb.dp_comm_s = dp_exposed;
+  tb.optimizer_s = opt_s;
+  tb.step_time_s = pipe + dp_exposed + opt_s;
+
+  double executed = flops_micro * double(m) * l.dp * l.tp;
+  est.figures = figures(l, tb.step_time_s, executed);
+  return est;
+}
+
+}  // namespace loom

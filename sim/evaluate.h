@@ -1,0 +1,126 @@
+// Closed-form evaluation of one layout: memory per stage, step time with its
+// breakdown, throughput figures and traffic per link class, from the cost
+// models alone (no event engine). This is what the layout search runs millions
+// of times; sim/simulate.h refines the best candidates with the event engine,
+// and tests check the two agree.
+//
+// Step time (p stages, m micro-batches, v chunks per stage, t_s = forward +
+// backward + recompute of one micro-batch on stage s, t_max = max_s t_s):
+//   GPipe / 1F1B:  (m - 1) * t_max + sum_s t_s + 2 (p - 1) * t_p2p
+//   interleaved:   m * t_max + (sum_s t_s - t_max) / v + 2 (p v - 1) * t_p2p
+// which is (m + p - 1) t and m t + (p - 1) t / v for balanced stages; plus the
+// exposed part of data-parallel communication (what the last backward, the
+// pipeline drain or the next micro-batch cannot hide) and the optimizer step.
+//
+// MFU uses PaLM's model FLOPs (ModelSpec::model_flops_per_token_palm:
+// 6N + 12*L*H*Q*T, N = active non-embedding parameters + the LM head); HFU
+// counts the FLOPs actually executed, recompute included.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/hw_profile.h"
+#include "core/layout.h"
+#include "core/model_spec.h"
+#include "core/train_spec.h"
+#include "sim/comm_model.h"
+#include "sim/compute_model.h"
+#include "sim/memory_model.h"
+#include "sim/sim_options.h"
+
+namespace loom {
+
+// Communication categories for traffic reports.
+enum class CommKind : uint8_t { kTp = 0, kPp = 1, kDp = 2, kEp = 3 };
+inline constexpr int kNumCommKinds = 4;
+const char* comm_kind_name(CommKind k);  // "tp", "pp", "dp", "ep"
+
+struct StepBreakdown {
+  double forward_s = 0;    // compute of all forwards on the critical stage
+  double backward_s = 0;
+  double recompute_s = 0;
+  double tp_comm_s = 0;    // exposed TP collectives inside layers
+  double ep_comm_s = 0;    // exposed MoE all-to-all
+  double pp_comm_s = 0;    // exposed pipeline p2p
+  double dp_comm_s = 0;    // exposed DP / ZeRO collectives
+  double bubble_s = 0;     // pipeline idle of the critical stage
+  double optimizer_s = 0;
+  double step_time_s = 0;
+};
+
+struct Figures {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double model_tflops_per_gpu = 0;     // PaLM model FLOPs / step / GPU
+  double hardware_tflops_per_gpu = 0;  // executed FLOPs incl. recompute
+  double mfu = 0;
+  double hfu = 0;
+};
+
+// Bytes ONE rank sends per step, and the time its collectives take (exposed or
+// not), by category and link class.
+struct Traffic {
+  double bytes[kNumCommKinds][kNumLinkClasses] = {};
+  double time_s[kNumCommKinds] = {};
+  double calls[kNumCommKinds] = {};
+  double link_bytes(LinkClass l) const;
+};
+
+// Per-stage costs shared by the closed form and the event engine.
+struct StageCosts {
+  int stage = 0;
+  int layers = 0;
+  double fwd_s = 0, bwd_s = 0, recompute_s = 0;  // one micro-batch, all chunks of the stage
+  std::vector<double> chunk_fwd_s, chunk_bwd_s;  // per chunk; bwd includes recompute
+  double tp_s = 0, ep_s = 0;                     // exposed, included above (one micro-batch)
+  double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)
+  double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
+  std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk
+  double param_bytes_gather = 0;                 // ZeRO: full 16-bit weights of the stage per rank
+  double optimizer_s = 0;
+  Traffic traffic_per_micro;                     // TP and EP traffic of one micro-batch
+};
+
+struct DpCollectives {
+  double grad_sync_s = 0;    // all-reduce (ZeRO 0) or reduce-scatter of the stage's grads
+  double param_gather_s = 0; // all-gather of the stage's weights (ZeRO 1/2 per step, 3 per use)
+  CollectiveCost grad_sync, grad_sync_expert, param_gather, param_gather_expert;
+};
+
+struct Estimate {
+  bool fits = false;
+  double peak_memory_bytes = 0;
+  int worst_stage = 0;
+  StepBreakdown time;
+  Figures figures;
+};
+
+class Evaluator {
+ public:
+  Evaluator(const ModelSpec& model, const HwProfile& hw, const TrainSpec& train, const SimOptions& opt);
+
+  // Closed form. The layout must have passed validate_layout. Thread-safe.
+  Estimate estimate(const Layout& layout) const;
+
+  // Pieces the detailed simulation and reports reuse.
+  std::vector<StageCosts> stage_costs(const Layout& layout) const;
+  DpCollectives dp_collectives(const Layout& layout, const StageCosts& stage) const;
+  double p2p_time_s(const Layout& layout, CollectiveCost* cost = nullptr) const;
+  Figures figures(const Layout& layout, double step_time_s, double executed_flops_per_step) const;
+  Traffic step_traffic(const Layout& layout, const std::vector<StageCosts>& stages) const;
+
+  const ModelSpec& model() const { return model_; }
+  const HwProfile& hw() const { return hw_; }
+  const TrainSpec& train() const { return train_; }
+  const SimOptions& options() const { return opt_; }
+
+ private:
+  ModelSpec model_;
+  HwProfile hw_;
+  TrainSpec train_;
+  SimOptions opt_;
+};
+
+}  // namespace loom

@@ -1,0 +1,108 @@
+#include "sim/export.h"
+
+#include <sstream>
+
+#include "core/json_util.h"
+
+namespace loom {
+
+Result<std::string> export_megatron_args(const Plan& p) {
+  const Layout& l = p.layout;
+  const ModelSpec& m = p.model;
+  const TrainSpec& t = p.train;
+  if (l.zero >= 2)
+    return unsupported("export megatron: zero=" + std::to_string(l.zero) +
+                       " has no Megatron-LM distributed-optimizer equivalent; use zero=0/1, or --export deepspeed");
+  std::ostringstream o;
+  o << "--tensor-model-parallel-size " << l.tp << "\n";
+  o << "--pipeline-model-parallel-size " << l.pp << "\n";
+  if (l.schedule == Schedule::kInterleaved)
+    o << "--num-layers-per-virtual-pipeline-stage " << m.num_layers / (l.pp * l.virtual_stages) << "\n";
+  if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
+  if (l.sequence_parallel) o << "--sequence-parallel\n";
+  if (l.zero == 1) o << "--use-distributed-optimizer\n";
+  if (l.overlap_grad_reduce && l.dp > 1) o << "--overlap-grad-reduce\n";
+  if (l.overlap_param_gather && l.zero == 1) o << "--overlap-param-gather\n";
+  if (l.recompute == Recompute::kFull)
+    o << "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
+  if (l.recompute == Recompute::kSelective) o << "--recompute-granularity selective\n";
+  o << "--micro-batch-size " << l.micro_batch << "\n";
+  o << "--global-batch-size " << t.global_batch << "\n";
+  o << "--seq-length " << t.seq_len << "\n";
+  o << "--max-position-embeddings " << std::max<int64_t>(m.max_position, t.seq_len) << "\n";
+  o << "--num-layers " << m.num_layers << "\n";
+  o << "--hidden-size " << m.hidden << "\n";
+  o << "--ffn-hidden-size " << m.ffn_hidden << "\n";
+  o << "--num-attention-heads " << m.num_heads << "\n";
+  if (m.head_dim * m.num_heads != m.hidden) o << "--kv-channels " << m.head_dim << "\n";
+  if (m.num_kv_heads != m.num_heads && !m.mla.enabled)
+    o << "--group-query-attention\n--num-query-groups " << m.num_kv_heads << "\n";
+  if (m.norm == NormKind::kRmsNorm) o << "--normalization RMSNorm\n";
+  if (m.mlp == MlpKind::kSwiGlu) o << "--swiglu\n";
+  if (m.position == PositionKind::kRope) o << "--position-embedding-type rope\n";
+  if (!m.tied_embeddings) o << "--untie-embeddings-and-output-weights\n";
+  if (!m.linear_bias) o << "--disable-bias-linear\n";
+  if (m.qkv_bias && !m.linear_bias) o << "--add-qkv-bias\n";
+  if (m.is_moe()) {
+    o << "--num-experts " << m.moe.num_experts << "\n--moe-router-topk " << m.moe.experts_per_token << "\n";
+    o << "--moe-ffn-hidden-size " << m.moe.expert_ffn_hidden << "\n";
+    if (m.moe.num_shared_experts > 0)
+      o << "--moe-shared-expert-intermediate-size " << m.moe.shared_expert_ffn_hidden * m.moe.num_shared_experts
+        << "\n";
+  }
+  if (m.mla.enabled) {
+    o << "--multi-latent-attention\n";
+    if (m.mla.q_lora_rank > 0) o << "--q-lora-rank " << m.mla.q_lora_rank << "\n";
+    o << "--kv-lora-rank " << m.mla.kv_lora_rank << "\n--qk-head-dim " << m.mla.qk_nope_head_dim
+      << "\n--qk-pos-emb-head-dim " << m.mla.qk_rope_head_dim << "\n--v-head-dim " << m.mla.v_head_dim << "\n";
+  }
+  switch (t.precision) {
+    case Precision::kBf16: o << "--bf16\n"; break;
+    case Precision::kFp16: o << "--fp16\n"; break;
+    case Precision::kFp8: o << "--bf16\n--fp8-format hybrid\n"; break;
+    case Precision::kFp32: break;
+  }
+  o << "--lr " << t.lr << "\n--min-lr " << t.min_lr << "\n--lr-warmup-iters " << t.warmup_steps << "\n";
+  o << "--lr-decay-style " << (t.lr_schedule == LrSchedule::kCosine ? "cosine" : t.lr_schedule == LrSchedule::kLinear ? "linear" : "constant") << "\n";
+  o << "--weight-decay " << t.weight_decay << "\n--adam-beta1 " << t.beta1 << "\n--adam-beta2 " << t.beta2 << "\n";
+  o << "--clip-grad " << t.grad_clip << "\n--seed " << t.seed << "\n";
+  if (t.steps > 0) o << "--train-iters " << t.steps << "\n";
+  return o.str();
+}
+
+Result<std::string> export_deepspeed_config(const Plan& p) {
+  const Layout& l = p.layout;
+  const TrainSpec& t = p.train;
+  if (l.pp > 1 && l.zero >= 2)
+    return unsupported("export deepspeed: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only; "
+                       "use zero<=1 with pp>1");
+  int64_t gas = l.num_micro_batches(t.global_batch);
+  OrderedJson j;
+  j["train_batch_size"] = t.global_batch;
+  j["train_micro_batch_size_per_gpu"] = l.micro_batch;
+  j["gradient_accumulation_steps"] = gas;
+  j["gradient_clipping"] = t.grad_clip;
+  j["steps_per_print"] = 10;
+  j["bf16"] = {{"enabled", t.precision == Precision::kBf16 || t.precision == Precision::kFp8}};
+  j["fp16"] = {{"enabled", t.precision == Precision::kFp16}, {"loss_scale", 0}};
+  OrderedJson zero;
+  zero["stage"] = l.zero;
+  zero["overlap_comm"] = l.overlap_grad_reduce;
+  zero["contiguous_gradients"] = true;
+  if (l.zero == 3) {
+    zero["stage3_prefetch_bucket_size"] = 5e7;
+    zero["stage3_param_persistence_threshold"] = 1e5;
+  }
+  j["zero_optimization"] = zero;
+  j["optimizer"] = {{"type", "AdamW"},
+                    {"params", {{"lr", t.lr}, {"betas", {t.beta1, t.beta2}}, {"eps", t.adam_eps}, {"weight_decay", t.weight_decay}}}};
+  j["scheduler"] = {{"type", "WarmupCosineLR"},
+                    {"params", {{"total_num_steps", std::max<int64_t>(t.steps, 1)}, {"warmup_num_steps", t.warmup_steps}}}};
+  if (l.recompute != Recompute::kNone)
+    j["activation_checkpointing"] = {{"partition_activations", l.tp > 1}, {"contiguous_memory_optimization", false}};
+  // Batch identity DeepSpeed enforces: train_batch = micro * gas * dp.
+  LOOM_CHECK(l.micro_batch * gas * l.dp == t.global_batch, "batch identity");
+  return j.dump(2) + "\n";
+}
+
+}  // namespace loom

@@ -1,0 +1,243 @@
+#include "sim/memory_model.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "sim/compute_model.h"
+
+namespace loom {
+
+int StageSplit::stage_layers(int stage) const {
+  int n = 0;
+  for (int c = 0; c < v; ++c) n += chunk_layers[c * pp + stage];
+  return n;
+}
+
+int StageSplit::stage_moe_layers(int stage) const {
+  int n = 0;
+  for (int c = 0; c < v; ++c) n += chunk_moe_layers[c * pp + stage];
+  return n;
+}
+
+StageSplit split_layers(const ModelSpec& model, int pp, int v) {
+  StageSplit s;
+  s.pp = pp;
+  s.v = v;
+  int chunks = pp * v;
+  int base = model.num_layers / chunks, extra = model.num_layers % chunks;
+  s.chunk_layers.assign(chunks, base);
+  // Extra layers: middle chunks first, then the first, then the last.
+  std::vector<int> order;
+  for (int g = 1; g + 1 < chunks; ++g) order.push_back(g);
+  order.push_back(0);
+  if (chunks > 1) order.push_back(chunks - 1);
+  for (int i = 0; i < extra; ++i) s.chunk_layers[order[i]] += 1;
+  s.chunk_first_layer.resize(chunks);
+  s.chunk_moe_layers.assign(chunks, 0);
+  int first = 0;
+  for (int g = 0; g < chunks; ++g) {
+    s.chunk_first_layer[g] = first;
+    for (int l = first; l < first + s.chunk_layers[g]; ++l) s.chunk_moe_layers[g] += model.is_moe_layer(l) ? 1 : 0;
+    first += s.chunk_layers[g];
+  }
+  return s;
+}
+
+StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& split, int stage) {
+  StageParams p;
+  const double t = l.tp;
+  int layers = split.stage_layers(stage), moe_layers = split.stage_moe_layers(stage);
+  int dense_layers = layers - moe_layers;
+  double norms = double(m.norm_params_per_layer());
+  // Attention and MLP weights are split over TP; the norms are replicated.
+  p.dense += layers * (double(m.attention_params()) / t + norms);
+  p.dense += dense_layers * double(m.dense_mlp_params()) / t;
+  if (moe_layers > 0) {
+    p.dense += moe_layers * (double(m.router_params()) + double(m.shared_expert_params()) / t);
+    p.expert += moe_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / t;
+  }
+  if (stage == 0) p.dense += double(m.embedding_params()) / t + double(m.position_params());
+  if (stage == l.pp - 1) {
+    p.dense += double(m.final_norm_params());
+    if (m.tied_embeddings) {
+      if (l.pp > 1) p.dense += double(m.embedding_params()) / t;  // the head's copy of the tied matrix
+    } else {
+      p.dense += double(m.lm_head_params()) / t;
+    }
+  }
+  return p;
+}
+
+namespace {
+double act_elem_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
+}  // namespace
+
+double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOptions& opt, int64_t seq,
+                              Precision precision, bool moe_layer) {
+  const double e = act_elem_bytes(precision), t = l.tp, s = double(seq), b = l.micro_batch;
+  const double T = b * s, h = double(m.hidden), a = m.num_heads;
+  const double r = l.sequence_parallel ? 1.0 / t : 1.0;
+  const bool dropout = uses_dropout(m, opt);
+  double qk_dim = double(m.head_dim), v_dim = double(m.head_dim), kv_heads = m.num_kv_heads;
+  if (m.mla.enabled) {
+    qk_dim = double(m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+    v_dim = double(m.mla.v_head_dim);
+    kv_heads = a;
+  }
+  double bytes = 0;
+  bytes += 2 * T * h * e * r;  // inputs of the two norms
+  // attention
+  bytes += T * h * e * r;                                             // QKV input
+  bytes += T * (a * qk_dim + kv_heads * qk_dim + kv_heads * v_dim) * e / t;  // Q, K, V
+  bytes += T * a * v_dim * e / t;                                     // projection input
+  if (dropout) bytes += T * h * r;                                    // attention-output dropout mask
+  if (l.recompute == Recompute::kNone) {
+    if (opt.flash_attention) {
+      bytes += T * (a / t) * 4;  // softmax log-sum-exp per row (fp32)
+    } else {
+      bytes += b * (a / t) * s * s * (dropout ? 2 * e + 1 : e);  // softmax out (+ mask + dropout out)
+    }
+  } else if (opt.flash_attention) {
+    bytes += T * (a / t) * 4;
+  }
+  // MLP or experts
+  bytes += T * h * e * r;  // MLP / router input
+  double mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;  // GELU: fc1 out, gelu out; SwiGLU: gate, up, product
+  if (!moe_layer) {
+    bytes += mats * T * double(m.ffn_hidden) * e / t;
+  } else {
+    const double k = m.moe.experts_per_token;
+    bytes += T * r * m.moe.num_experts * 4;                           // router probabilities (fp32)
+    // Tokens are gathered over TP before dispatch (SP or not): every TP rank
+    // computes its f/t slice of the experts for all T*k routed tokens.
+    bytes += T * k * h * e;                                           // dispatched tokens (expert fc1 input)
+    bytes += mats * T * k * double(m.moe.expert_ffn_hidden) * e / t;
+    if (m.moe.num_shared_experts > 0)
+      bytes += mats * T * double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts * e / t;
+  }
+  if (dropout) bytes += T * h * r;  // MLP-output dropout mask
+  return bytes;
+}
+
+double layer_checkpoint_bytes(const ModelSpec& m, const Layout& l, int64_t seq, Precision precision) {
+  double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;
+  return double(l.micro_batch) * double(seq) * double(m.hidden) * act_elem_bytes(precision) * r;
+}
+
+int64_t in_flight_micro_batches(const Layout& l, int64_t m, int stage) {
+  const int64_t p = l.pp;
+  switch (l.schedule) {
+    case Schedule::kGpipe: return m;
+    case Schedule::k1F1B: return std::min<int64_t>(p - stage, m);
+    case Schedule::kInterleaved: {
+      int64_t v = l.virtual_stages;
+      return std::min<int64_t>(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1);
+    }
+  }
+  return m;
+}
+
+StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
+  StateBytes s;
+  if (p == Precision::kFp32) {
+    s.weights = 4;
+    s.grads = 4;
+    s.optimizer = 8;  // Adam m and v; the weights are the master copy
+  } else {
+    s.weights = p == Precision::kFp8 ? 3 : 2;  // fp8: 16-bit weights + an fp8 copy for the GEMMs
+    s.grads = opt.fp32_main_grads ? 4 : 2;
+    s.optimizer = 12;  // fp32 master, m, v
+  }
+  return s;
+}
+
+StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt,
+                         const StageSplit& split, int stage) {
+  StageMemory sm;
+  sm.stage = stage;
+  sm.layers = split.stage_layers(stage);
+  StageParams params = stage_params(m, l, split, stage);
+  sm.params = params.total();
+  StateBytes sb = state_bytes_per_param(train.precision, opt);
+  const double n_dense = l.dp, n_expert = double(l.dp) / l.ep;
+  auto sharded = [&](double bytes_per_param, int from_stage) {
+    double d = params.dense * bytes_per_param, x = params.expert * bytes_per_param;
+    if (l.zero >= from_stage) {
+      d /= n_dense;
+      x /= n_expert;
+    }
+    return d + x;
+  };
+  sm.weights_bytes = sharded(sb.weights, 3);
+  sm.grads_bytes = sharded(sb.grads, 2);
+  sm.optimizer_bytes = sharded(sb.optimizer, 1);
+
+  // Activations held at the stage's peak.
+  const int64_t micro_batches = l.num_micro_batches(train.global_batch);
+  const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage);
+  const double e = train.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double T = double(l.micro_batch) * double(train.seq_len), h = double(m.hidden);
+  const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;
+  const int layers = sm.layers, moe_layers = split.stage_moe_layers(stage), dense_layers = layers - moe_layers;
+  // Interleaved counts chunk-micro-batches: each holds layers / v layers.
+  const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
+  double act_dense = layer_activation_bytes(m, l, opt, train.seq_len, train.precision, false);
+  double act_moe = moe_layers ? layer_activation_bytes(m, l, opt, train.seq_len, train.precision, true) : 0;
+  if (l.recompute == Recompute::kFull) {
+    double ckpt = layer_checkpoint_bytes(m, l, train.seq_len, train.precision);
+    sm.activations_bytes = double(in_flight) * per_unit * layers * ckpt;
+    // Backward of one layer re-materializes that layer's activations.
+    sm.activations_bytes += std::max(act_dense, act_moe);
+  } else {
+    sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
+  }
+  if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
+  if (stage == l.pp - 1) {
+    // One micro-batch's logits (16-bit) and the fp32 cross-entropy copy.
+    sm.activations_bytes += T * (double(m.vocab) / l.tp) * (e + 4) + T * h * e * r;
+  }
+
+  // Communication buffers.
+  double comm = 0;
+  if (l.pp > 1) comm += 2 * T * h * e * r;                   // p2p send / recv buffers
+  if (l.tp > 1 && l.sequence_parallel) comm += T * h * e;    // all-gathered activation
+  if (l.zero == 3) {
+    // Two layers of gathered (unsharded) weights: the one in use and the prefetch.
+    double layer_params = layers ? (params.total() / std::max(1, layers)) : 0;
+    comm += 2 * layer_params * sb.weights;
+  }
+  if (moe_layers > 0 && l.ep > 1) comm += 2 * T * r * m.moe.experts_per_token * h * e;  // a2a send/recv
+  sm.comm_buffer_bytes = comm;
+
+  double tensors = sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes + sm.activations_bytes + comm;
+  sm.overhead_bytes = opt.runtime_reserve_bytes + opt.fragmentation_fraction * tensors;
+  return sm;
+}
+
+MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout& l, const TrainSpec& train,
+                           const SimOptions& opt) {
+  MemoryReport r;
+  r.capacity_bytes = hw.accel.memory_bytes;
+  StageSplit split = split_layers(m, l.pp, l.virtual_stages);
+  for (int s = 0; s < l.pp; ++s) {
+    r.stages.push_back(stage_memory(m, l, train, opt, split, s));
+    if (r.stages.back().total_bytes() > r.stages[r.worst_stage].total_bytes()) r.worst_stage = s;
+  }
+  r.fits = r.peak_bytes() <= r.capacity_bytes;
+  return r;
+}
+
+std::string MemoryReport::why_not() const {
+  if (fits || stages.empty()) return "";
+  const StageMemory& s = stages[worst_stage];
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "stage %d needs %.1f GB of %.1f GB: over by %.1f GB (weights %.1f, grads %.1f, optimizer %.1f, "
+                "activations %.1f, buffers %.1f, overhead %.1f GB)",
+                s.stage, s.total_bytes() / 1e9, capacity_bytes / 1e9, (s.total_bytes() - capacity_bytes) / 1e9,
+                s.weights_bytes / 1e9, s.grads_bytes / 1e9, s.optimizer_bytes / 1e9, s.activations_bytes / 1e9,
+                s.comm_buffer_bytes / 1e9, s.overhead_bytes / 1e9);
+  return buf;
+}
+
+}  // namespace loom

@@ -1,0 +1,100 @@
+// Memory model: bytes per rank on each pipeline stage, by component.
+//
+// Model states follow the ZeRO paper (Rajbhandari et al. 2020): with 16-bit
+// training, 2 bytes of weights, 2 of gradients (4 with Megatron's fp32 main
+// grads, SimOptions::fp32_main_grads) and K = 12 of optimizer state (fp32
+// master weights, Adam m and v) per parameter; stage 1 shards the optimizer,
+// 2 also the gradients, 3 also the weights, over the data-parallel group (the
+// expert-data-parallel group dp/ep for expert parameters). fp32 training: 4 +
+// 4 + 8 (no separate master copy).
+//
+// Activations follow Korthikanti et al. 2022 (Table 2) term by term, so the
+// GPT block reproduces s*b*h*(34 + 5*a*s/h) and its TP / SP / selective /
+// full-recompute forms exactly; SwiGLU, GQA, MLA, MoE, flash attention and
+// dropout-free blocks use the same terms for the tensors they keep (see
+// docs/simulator.md). In-flight micro-batches come from the schedule: GPipe m,
+// 1F1B min(p - s, m) on stage s, interleaved (p - s - 1)*2 + (v - 1)*p + 1
+// chunk-micro-batches (Megatron's warm-up + 1), i.e. the first stage holds
+// p*(1 + (p-1)/(p*v)) stage-equivalents.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/hw_profile.h"
+#include "core/layout.h"
+#include "core/model_spec.h"
+#include "core/train_spec.h"
+#include "sim/sim_options.h"
+
+namespace loom {
+
+// How the layers are split over the pp*v model chunks.
+struct StageSplit {
+  int pp = 1, v = 1;
+  std::vector<int> chunk_first_layer;  // global chunk g = chunk*pp + stage
+  std::vector<int> chunk_layers;
+  std::vector<int> chunk_moe_layers;
+  int stage_layers(int stage) const;
+  int stage_moe_layers(int stage) const;
+};
+// Even split; when L is not a multiple of pp*v the extra layers go to middle
+// chunks first (the first and last hold the embedding and the head).
+StageSplit split_layers(const ModelSpec& model, int pp, int v);
+
+// Parameter elements one rank of a stage holds (after TP/EP sharding, before ZeRO).
+struct StageParams {
+  double dense = 0;   // replicated over the full DP group
+  double expert = 0;  // replicated over the expert-DP group (dp / ep)
+  double total() const { return dense + expert; }
+};
+StageParams stage_params(const ModelSpec& model, const Layout& layout, const StageSplit& split, int stage);
+
+// Activation bytes one layer keeps for backward, per micro-batch, on one rank.
+double layer_activation_bytes(const ModelSpec& model, const Layout& layout, const SimOptions& opt, int64_t seq,
+                              Precision precision, bool moe_layer);
+// Korthikanti's checkpoint for full recompute: the layer input.
+double layer_checkpoint_bytes(const ModelSpec& model, const Layout& layout, int64_t seq, Precision precision);
+
+// Micro-batches (interleaved: chunk-micro-batches) whose activations a stage
+// holds at its peak under the schedule.
+int64_t in_flight_micro_batches(const Layout& layout, int64_t micro_batches, int stage);
+
+struct StageMemory {
+  int stage = 0;
+  int layers = 0;
+  double params = 0;           // elements before ZeRO
+  double weights_bytes = 0;
+  double grads_bytes = 0;
+  double optimizer_bytes = 0;
+  double activations_bytes = 0;
+  double comm_buffer_bytes = 0;
+  double overhead_bytes = 0;   // runtime reserve + fragmentation allowance
+  double total_bytes() const {
+    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + comm_buffer_bytes + overhead_bytes;
+  }
+};
+
+struct MemoryReport {
+  std::vector<StageMemory> stages;
+  double capacity_bytes = 0;
+  int worst_stage = 0;
+  bool fits = true;
+  double peak_bytes() const { return stages.empty() ? 0 : stages[worst_stage].total_bytes(); }
+  // "stage 0 needs 91.3 GB of 80.0 GB: over by 11.3 GB (activations 52.0 GB ...)"; empty when it fits.
+  std::string why_not() const;
+};
+
+StageMemory stage_memory(const ModelSpec& model, const Layout& layout, const TrainSpec& train, const SimOptions& opt,
+                         const StageSplit& split, int stage);
+MemoryReport memory_report(const ModelSpec& model, const HwProfile& hw, const Layout& layout, const TrainSpec& train,
+                           const SimOptions& opt);
+
+// Bytes per parameter of weights / grads / optimizer for a precision.
+struct StateBytes {
+  double weights = 2, grads = 2, optimizer = 12;
+};
+StateBytes state_bytes_per_param(Precision precision, const SimOptions& opt);
+
+}  // namespace loom

@@ -1,0 +1,242 @@
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/json_util.h"
+
+namespace loom {
+
+std::string human_bytes(double b) {
+  char buf[64];
+  if (b >= 1e12) std::snprintf(buf, sizeof buf, "%.2f TB", b / 1e12);
+  else if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
+  else if (b >= 1e3) std::snprintf(buf, sizeof buf, "%.2f KB", b / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  char buf[64];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  return buf;
+}
+
+namespace {
+
+OrderedJson breakdown_json(const StepBreakdown& t) {
+  OrderedJson j;
+  j["step_time_s"] = t.step_time_s;
+  j["forward_s"] = t.forward_s;
+  j["backward_s"] = t.backward_s;
+  j["recompute_s"] = t.recompute_s;
+  j["tp_comm_exposed_s"] = t.tp_comm_s;
+  j["ep_comm_exposed_s"] = t.ep_comm_s;
+  j["pp_comm_exposed_s"] = t.pp_comm_s;
+  j["dp_comm_exposed_s"] = t.dp_comm_s;
+  j["bubble_s"] = t.bubble_s;
+  j["optimizer_s"] = t.optimizer_s;
+  return j;
+}
+
+}  // namespace
+
+std::string prediction_json(const SimResult& r, int indent) {
+  OrderedJson j;
+  const Figures& f = r.figures;
+  j["step_time_s"] = f.step_time_s;
+  j["tokens_per_s"] = f.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = f.tokens_per_s_per_gpu;
+  j["model_tflops_per_gpu"] = f.model_tflops_per_gpu;
+  j["hardware_tflops_per_gpu"] = f.hardware_tflops_per_gpu;
+  j["mfu"] = f.mfu;
+  j["hfu"] = f.hfu;
+  j["mfu_formula"] = "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (gpus * peak); N = active non-embedding params + LM head";
+  j["fits"] = r.memory.fits;
+  j["peak_memory_bytes"] = r.memory.peak_bytes();
+  j["memory_capacity_bytes"] = r.memory.capacity_bytes;
+  if (!r.memory.fits) j["does_not_fit"] = r.memory.why_not();
+  j["critical_stage"] = r.critical_stage;
+  j["breakdown"] = breakdown_json(r.time);
+  j["closed_form"] = {{"step_time_s", r.closed_form.time.step_time_s},
+                      {"breakdown", breakdown_json(r.closed_form.time)}};
+  OrderedJson stages = OrderedJson::array();
+  for (const StageMemory& s : r.memory.stages) {
+    OrderedJson js;
+    js["stage"] = s.stage;
+    js["layers"] = s.layers;
+    js["params"] = s.params;
+    js["weights_bytes"] = s.weights_bytes;
+    js["grads_bytes"] = s.grads_bytes;
+    js["optimizer_bytes"] = s.optimizer_bytes;
+    js["activations_bytes"] = s.activations_bytes;
+    js["comm_buffer_bytes"] = s.comm_buffer_bytes;
+    js["overhead_bytes"] = s.overhead_bytes;
+    js["total_bytes"] = s.total_bytes();
+    if (s.stage < int(r.timeline.compute_busy_s.size())) {
+      js["compute_busy_s"] = r.timeline.compute_busy_s[s.stage];
+      js["bubble_s"] = r.timeline.idle[s.stage].pipeline_s;
+    }
+    stages.push_back(js);
+  }
+  j["memory_per_stage"] = stages;
+  OrderedJson traffic;
+  for (int k = 0; k < kNumCommKinds; ++k) {
+    OrderedJson jk;
+    for (int c = 0; c < kNumLinkClasses; ++c)
+      jk[std::string(link_class_name(static_cast<LinkClass>(c))) + "_bytes"] = r.traffic.bytes[k][c];
+    jk["time_s"] = r.traffic.time_s[k];
+    jk["calls"] = r.traffic.calls[k];
+    traffic[comm_kind_name(static_cast<CommKind>(k))] = jk;
+  }
+  OrderedJson links;
+  for (int c = 0; c < kNumLinkClasses; ++c)
+    links[std::string(link_class_name(static_cast<LinkClass>(c))) + "_bytes"] =
+        r.traffic.link_bytes(static_cast<LinkClass>(c));
+  traffic["per_link_class"] = links;
+  j["traffic_per_rank_per_step"] = traffic;
+  return j.dump(indent);
+}
+
+std::string sim_options_json(const SimOptions& o) {
+  OrderedJson j;
+  j["flash_attention"] = o.flash_attention;
+  j["dropout"] = o.dropout;
+  j["fp32_main_grads"] = o.fp32_main_grads;
+  j["runtime_reserve_bytes"] = o.runtime_reserve_bytes;
+  j["fragmentation_fraction"] = o.fragmentation_fraction;
+  j["grad_buckets"] = o.grad_buckets;
+  j["tp_comm_overlap_fraction"] = o.tp_comm_overlap_fraction;
+  j["kernel_overhead_s"] = o.kernel_overhead_s;
+  return j.dump();
+}
+
+Result<SimOptions> parse_sim_options(const std::string& text) {
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, "sim_options"));
+  SimOptions o;
+  const std::string w = "sim_options";
+  LOOM_ASSIGN_OR_RETURN(o.flash_attention, json_bool_or(j, "flash_attention", o.flash_attention, w));
+  LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", o.dropout, w));
+  o.dropout = int(dropout);
+  LOOM_ASSIGN_OR_RETURN(o.fp32_main_grads, json_bool_or(j, "fp32_main_grads", o.fp32_main_grads, w));
+  LOOM_ASSIGN_OR_RETURN(o.runtime_reserve_bytes, json_number_or(j, "runtime_reserve_bytes", o.runtime_reserve_bytes, w));
+  LOOM_ASSIGN_OR_RETURN(o.fragmentation_fraction,
+                        json_number_or(j, "fragmentation_fraction", o.fragmentation_fraction, w));
+  LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int_or(j, "grad_buckets", o.grad_buckets, w));
+  o.grad_buckets = int(buckets);
+  LOOM_ASSIGN_OR_RETURN(o.tp_comm_overlap_fraction,
+                        json_number_or(j, "tp_comm_overlap_fraction", o.tp_comm_overlap_fraction, w));
+  LOOM_ASSIGN_OR_RETURN(o.kernel_overhead_s, json_number_or(j, "kernel_overhead_s", o.kernel_overhead_s, w));
+  return o;
+}
+
+Plan make_plan(const Evaluator& eval, const SimResult& r, int world_size) {
+  Plan p;
+  p.loom_version = loom_version();
+  p.model = eval.model();
+  p.hw = eval.hw();
+  p.train = eval.train();
+  p.world_size = world_size;
+  p.layout = r.layout;
+  p.sim_options_json = sim_options_json(eval.options());
+  p.prediction_json = prediction_json(r);
+  return p;
+}
+
+std::string format_result(const SimResult& r, const HwProfile& hw) {
+  std::ostringstream o;
+  const Figures& f = r.figures;
+  const StepBreakdown& t = r.time;
+  char buf[256];
+  o << "layout  " << r.layout.to_string() << "\n";
+  std::snprintf(buf, sizeof buf, "step    %s   %.0f tokens/s (%.1f per GPU)   %.1f model TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%\n",
+                human_seconds(f.step_time_s).c_str(), f.tokens_per_s, f.tokens_per_s_per_gpu, f.model_tflops_per_gpu,
+                100 * f.mfu, 100 * f.hfu);
+  o << buf;
+  auto pct = [&](double x) { return t.step_time_s > 0 ? 100 * x / t.step_time_s : 0.0; };
+  o << "time    (critical stage " << r.critical_stage << ")\n";
+  struct Row {
+    const char* name;
+    double v;
+  };
+  for (Row row : {Row{"forward", t.forward_s}, Row{"backward", t.backward_s}, Row{"recompute", t.recompute_s},
+                  Row{"TP comm (exposed)", t.tp_comm_s}, Row{"EP comm (exposed)", t.ep_comm_s},
+                  Row{"PP comm (exposed)", t.pp_comm_s}, Row{"DP comm (exposed)", t.dp_comm_s},
+                  Row{"pipeline bubble", t.bubble_s}, Row{"optimizer", t.optimizer_s}}) {
+    if (row.v <= 0) continue;
+    std::snprintf(buf, sizeof buf, "  %-20s %12s %6.1f%%\n", row.name, human_seconds(row.v).c_str(), pct(row.v));
+    o << buf;
+  }
+  o << "memory  per rank, capacity " << human_bytes(hw.accel.memory_bytes) << (r.memory.fits ? "" : "  DOES NOT FIT")
+    << "\n";
+  std::snprintf(buf, sizeof buf, "  %-6s %7s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "layers", "weights",
+                "grads", "optimizer", "activations", "buffers", "overhead", "total");
+  o << buf;
+  for (const StageMemory& s : r.memory.stages) {
+    std::snprintf(buf, sizeof buf, "  %-6d %7d %11s %11s %11s %11s %11s %11s %11s\n", s.stage, s.layers,
+                  human_bytes(s.weights_bytes).c_str(), human_bytes(s.grads_bytes).c_str(),
+                  human_bytes(s.optimizer_bytes).c_str(), human_bytes(s.activations_bytes).c_str(),
+                  human_bytes(s.comm_buffer_bytes).c_str(), human_bytes(s.overhead_bytes).c_str(),
+                  human_bytes(s.total_bytes()).c_str());
+    o << buf;
+  }
+  if (!r.memory.fits) o << "  " << r.memory.why_not() << "\n";
+  o << "traffic per rank per step (sent)\n";
+  std::snprintf(buf, sizeof buf, "  %-4s %12s %12s %12s %12s\n", "", "nvlink", "pcie", "network", "time");
+  o << buf;
+  for (int k = 0; k < kNumCommKinds; ++k) {
+    if (r.traffic.calls[k] <= 0) continue;
+    std::snprintf(buf, sizeof buf, "  %-4s %12s %12s %12s %12s\n", comm_kind_name(static_cast<CommKind>(k)),
+                  human_bytes(r.traffic.bytes[k][0]).c_str(), human_bytes(r.traffic.bytes[k][1]).c_str(),
+                  human_bytes(r.traffic.bytes[k][2]).c_str(), human_seconds(r.traffic.time_s[k]).c_str());
+    o << buf;
+  }
+  return o.str();
+}
+
+std::string format_candidates(const SearchResult& r, int rows) {
+  std::ostringstream o;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%4s %-3s %5s %4s %4s %4s %4s %5s %-12s %3s %-9s %12s %10s %6s %10s\n", "#", "", "dp",
+                "tp", "pp", "ep", "zero", "micro", "schedule", "sp", "recompute", "tokens/s", "step", "MFU", "memory");
+  o << buf;
+  int n = std::min<int>(rows, int(r.ranked.size()));
+  for (int i = 0; i < n; ++i) {
+    const Candidate& c = r.ranked[i];
+    const Layout& l = c.layout;
+    const Figures& f = i < int(r.refined.size()) ? r.refined[i].figures : c.estimate.figures;
+    double mem = i < int(r.refined.size()) ? r.refined[i].memory.peak_bytes() : c.estimate.peak_memory_bytes;
+    std::string sched = schedule_name(l.schedule);
+    if (l.schedule == Schedule::kInterleaved) sched += " v" + std::to_string(l.virtual_stages);
+    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %4d %4d %5d %-12s %3d %-9s %12.0f %10s %5.1f%% %10s\n", i,
+                  c.pareto ? "*" : "", l.dp, l.tp, l.pp, l.ep, l.zero, l.micro_batch, sched.c_str(),
+                  l.sequence_parallel ? 1 : 0, recompute_name(l.recompute), f.tokens_per_s,
+                  human_seconds(f.step_time_s).c_str(), 100 * f.mfu, human_bytes(mem).c_str());
+    o << buf;
+  }
+  return o.str();
+}
+
+std::string format_pareto(const SearchResult& r, int rows) {
+  std::ostringstream o;
+  std::vector<const Candidate*> front;
+  for (const Candidate& c : r.ranked)
+    if (c.pareto) front.push_back(&c);
+  std::sort(front.begin(), front.end(), [](const Candidate* a, const Candidate* b) {
+    return a->estimate.peak_memory_bytes < b->estimate.peak_memory_bytes;
+  });
+  o << "Pareto front (memory vs throughput): " << front.size() << " layouts\n";
+  char buf[256];
+  for (int i = 0; i < int(front.size()) && i < rows; ++i) {
+    std::snprintf(buf, sizeof buf, "  %10s  %12.0f tokens/s  %s\n", human_bytes(front[i]->estimate.peak_memory_bytes).c_str(),
+                  front[i]->estimate.figures.tokens_per_s, front[i]->layout.to_string().c_str());
+    o << buf;
+  }
+  return o.str();
+}
+
+}  // namespace loom

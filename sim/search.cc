@@ -1,0 +1,193 @@
+#include "sim/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+namespace loom {
+
+namespace {
+
+std::vector<int> divisors(int64_t n, int64_t limit) {
+  std::vector<int> out;
+  for (int64_t d = 1; d <= n && d <= limit; ++d)
+    if (n % d == 0) out.push_back(int(d));
+  return out;
+}
+
+}  // namespace
+
+std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& sp) {
+  const ModelSpec& m = eval.model();
+  const TrainSpec& t = eval.train();
+  const int world = sp.world;
+  int max_tp = sp.max_tp > 0 ? sp.max_tp : eval.hw().node.devices_per_node;
+  if (eval.hw().node.nvlink_domain_size > max_tp && sp.max_tp == 0) max_tp = eval.hw().node.nvlink_domain_size;
+  std::vector<Layout> out;
+  for (int tp : divisors(world, max_tp)) {
+    if (sp.fix_tp && tp != sp.fix_tp) continue;
+    if (m.num_heads % tp || (!m.mla.enabled && m.num_kv_heads % tp) || m.ffn_hidden % tp) continue;
+    for (int pp : divisors(world / tp, m.num_layers)) {
+      if (sp.fix_pp && pp != sp.fix_pp) continue;
+      int dp = world / tp / pp;
+      if (sp.fix_dp && dp != sp.fix_dp) continue;
+      if (t.global_batch % dp) continue;
+      std::vector<int> eps{1};
+      if (m.is_moe()) {
+        eps.clear();
+        for (int ep : divisors(dp, dp))
+          if (m.moe.num_experts % ep == 0) eps.push_back(ep);
+      }
+      for (int ep : eps) {
+        if (sp.fix_ep && ep != sp.fix_ep) continue;
+        for (int zero : sp.zero_stages) {
+          if (sp.fix_zero >= 0 && zero != sp.fix_zero) continue;
+          if (dp == 1 && zero > 0) continue;  // nothing to shard over
+          for (int micro : divisors(t.global_batch / dp, sp.max_micro_batch)) {
+            if (sp.fix_micro && micro != sp.fix_micro) continue;
+            int64_t mb = t.global_batch / dp / micro;
+            for (Schedule sched : sp.schedules) {
+              if (sp.fix_schedule && sched != *sp.fix_schedule) continue;
+              if (pp == 1 && sched != Schedule::k1F1B && !sp.fix_schedule) continue;
+              std::vector<int> vs{1};
+              if (sched == Schedule::kInterleaved) {
+                vs.clear();
+                if (pp < 2 || mb % pp) continue;
+                int per_stage = m.num_layers / pp;
+                for (int v = 2; v <= sp.max_virtual_stages && v <= per_stage; ++v)
+                  if (m.num_layers % (pp * v) == 0) vs.push_back(v);
+              }
+              for (int v : vs) {
+                for (int spar = 0; spar <= (tp > 1 && sp.try_sequence_parallel ? 1 : 0); ++spar) {
+                  if (sp.fix_sp && bool(spar) != *sp.fix_sp) continue;
+                  for (Recompute rc : sp.recompute) {
+                    if (sp.fix_recompute && rc != *sp.fix_recompute) continue;
+                    Layout l;
+                    l.dp = dp;
+                    l.tp = tp;
+                    l.pp = pp;
+                    l.ep = ep;
+                    l.zero = zero;
+                    l.micro_batch = micro;
+                    l.schedule = sched;
+                    l.virtual_stages = v;
+                    l.sequence_parallel = spar;
+                    l.recompute = rc;
+                    if (validate_layout(l, m, t, world).is_ok()) out.push_back(l);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp,
+                                    const std::function<void(double)>& progress, const std::atomic<bool>* cancel) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (sp.world < 1) return invalid_argument("search: --gpus must be >= 1");
+  LOOM_RETURN_IF_ERROR(validate_train_spec(eval.train()));
+  SearchResult res;
+  std::vector<Layout> layouts = enumerate_layouts(eval, sp);
+  res.enumerated = int64_t(layouts.size());
+  res.valid = res.enumerated;
+  if (layouts.empty()) {
+    // Explain with the simplest layout: all data parallel.
+    Layout l;
+    l.dp = sp.world;
+    Status why = validate_layout(l, eval.model(), eval.train(), sp.world);
+    std::string reason = why.is_ok() ? "no layout in the search space is valid" : why.message();
+    return invalid_argument("search: no valid layout for " + std::to_string(sp.world) + " GPUs: " + reason);
+  }
+
+  std::vector<Estimate> est(layouts.size());
+  int threads = sp.threads > 0 ? sp.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min<int>(threads, int(layouts.size()));
+  std::atomic<size_t> next{0}, done{0};
+  const size_t block = 256;
+  auto worker = [&]() {
+    for (;;) {
+      if (cancel && cancel->load()) return;
+      size_t begin = next.fetch_add(block);
+      if (begin >= layouts.size()) return;
+      size_t end = std::min(layouts.size(), begin + block);
+      for (size_t i = begin; i < end; ++i) est[i] = eval.estimate(layouts[i]);
+      size_t d = done.fetch_add(end - begin) + (end - begin);
+      if (progress) progress(double(d) / layouts.size());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+
+
+  std::vector<Candidate> fitting;
+  Candidate closest;
+  double closest_peak = 0;
+  bool have_closest = false;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    if (est[i].figures.step_time_s <= 0) continue;  // not evaluated (cancelled)
+    if (est[i].fits) {
+      fitting.push_back({layouts[i], est[i], false});
+    } else if (!have_closest || est[i].peak_memory_bytes < closest_peak) {
+      closest = {layouts[i], est[i], false};
+      closest_peak = est[i].peak_memory_bytes;
+      have_closest = true;
+    }
+  }
+  res.fitting = int64_t(fitting.size());
+  std::sort(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.estimate.figures.tokens_per_s != b.estimate.figures.tokens_per_s)
+      return a.estimate.figures.tokens_per_s > b.estimate.figures.tokens_per_s;
+    return a.estimate.peak_memory_bytes < b.estimate.peak_memory_bytes;
+  });
+  // Pareto front: no other layout is both faster and smaller.
+  {
+    std::vector<size_t> by_mem(fitting.size());
+    for (size_t i = 0; i < by_mem.size(); ++i) by_mem[i] = i;
+    std::sort(by_mem.begin(), by_mem.end(), [&](size_t a, size_t b) {
+      if (fitting[a].estimate.peak_memory_bytes != fitting[b].estimate.peak_memory_bytes)
+        return fitting[a].estimate.peak_memory_bytes < fitting[b].estimate.peak_memory_bytes;
+      return fitting[a].estimate.figures.tokens_per_s > fitting[b].estimate.figures.tokens_per_s;
+    });
+    double best = -1;
+    for (size_t i : by_mem) {
+      if (fitting[i].estimate.figures.tokens_per_s > best) {
+        fitting[i].pareto = true;
+        best = fitting[i].estimate.figures.tokens_per_s;
+      }
+    }
+  }
+  if (have_closest) {
+    res.closest = closest;
+    res.closest_why = memory_report(eval.model(), eval.hw(), closest.layout, eval.train(), eval.options()).why_not();
+  }
+
+  // Refine the best few with the event engine and re-rank them.
+  int refine = std::min<int>(sp.refine_top, int(fitting.size()));
+  std::vector<std::pair<SimResult, Candidate>> top;
+  for (int i = 0; i < refine; ++i) {
+    if (cancel && cancel->load()) break;
+    auto r = simulate_layout(eval, fitting[i].layout);
+    if (!r.is_ok()) return r.status().with_context("search: refining " + fitting[i].layout.to_string());
+    top.emplace_back(std::move(r).value(), fitting[i]);
+  }
+  std::stable_sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+    return a.first.figures.tokens_per_s > b.first.figures.tokens_per_s;
+  });
+  for (size_t i = 0; i < top.size(); ++i) {
+    fitting[i] = top[i].second;
+    res.refined.push_back(std::move(top[i].first));
+  }
+  res.ranked = std::move(fitting);
+  res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace loom

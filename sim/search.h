@@ -1,0 +1,71 @@
+// Layout search: enumerate every valid layout of a world size, evaluate each
+// in closed form (sim/evaluate.h) on all cores, drop those that do not fit,
+// rank the rest by throughput, mark the memory-vs-throughput Pareto front, and
+// refine the best few with the event engine (sim/simulate.h).
+//
+// Enumerated: factorizations world = dp * tp * pp (ep | dp and | experts for
+// MoE models), ZeRO 0-3, micro-batch sizes dividing B/dp, schedules GPipe /
+// 1F1B / interleaved with v dividing the layers per stage, sequence parallel
+// on/off (tp > 1), recompute none / selective / full. TP is kept inside one
+// NVLink domain (tp <= devices per node), as every production stack does.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "sim/evaluate.h"
+#include "sim/simulate.h"
+
+namespace loom {
+
+struct SearchSpace {
+  int world = 1;
+  int max_micro_batch = 64;
+  int max_virtual_stages = 8;
+  std::vector<int> zero_stages{0, 1, 2, 3};
+  std::vector<Recompute> recompute{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  std::vector<Schedule> schedules{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
+  bool try_sequence_parallel = true;
+  int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
+  // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
+  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_micro = 0, fix_zero = -1;
+  std::optional<Recompute> fix_recompute;
+  std::optional<Schedule> fix_schedule;
+  std::optional<bool> fix_sp;
+  int refine_top = 8;   // candidates re-timed by the event engine
+  int threads = 0;      // 0: all hardware threads
+};
+
+struct Candidate {
+  Layout layout;
+  Estimate estimate;
+  bool pareto = false;
+};
+
+struct SearchResult {
+  std::vector<Candidate> ranked;       // fitting layouts, fastest first (after refinement)
+  std::vector<SimResult> refined;      // event-engine results of the first `refine_top`, same order
+  int64_t enumerated = 0;              // layouts generated
+  int64_t valid = 0;                   // passed validate_layout
+  int64_t fitting = 0;                 // fit in memory
+  double elapsed_s = 0;
+  // When nothing fits: the layout that came closest, and why it does not fit.
+  std::optional<Candidate> closest;
+  std::string closest_why;
+};
+
+// Every layout of the space that passes validate_layout (unevaluated).
+std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& space);
+
+// `progress` (optional) gets the fraction done, from worker threads; setting
+// `*cancel` stops early with what was evaluated so far. Errors:
+// kInvalidArgument when the space is empty (e.g. no factorization is valid),
+// with the reason of the first rejection.
+Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& space,
+                                    const std::function<void(double)>& progress = {},
+                                    const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace loom

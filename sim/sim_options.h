@@ -1,0 +1,34 @@
+// SimOptions: modelling choices that are neither the model, the hardware, the
+// training spec nor the layout. Each default is stated and documented in
+// docs/simulator.md; none is fitted to published training runs.
+#pragma once
+
+#include <cstdint>
+
+namespace loom {
+
+struct SimOptions {
+  // Attention kernel: true = a fused flash-style kernel (no s*s activations
+  // kept, causal blocks skipped); false = materialized scores + fused
+  // scale-mask-softmax as in Megatron-LM 2021.
+  bool flash_attention = true;
+  // Dropout masks kept for backward (1 byte per element). nullopt-like: -1 =
+  // from the model (GPT-2 family: on; Llama-style: off), 0 off, 1 on.
+  int dropout = -1;
+  // Megatron's fp32 main-gradient convention (4-byte grads) instead of the
+  // ZeRO paper's 2-byte grads for 16-bit training.
+  bool fp32_main_grads = false;
+  // Memory the runtime takes before any tensor: CUDA context, cuBLAS
+  // workspaces, NCCL channels (bytes per rank).
+  double runtime_reserve_bytes = 1.5e9;
+  // Allocator fragmentation allowance, as a fraction of the tensor bytes.
+  double fragmentation_fraction = 0.05;
+  // DP gradient buckets per model chunk (buckets overlap backward).
+  int grad_buckets = 4;
+  // Overlap of TP collectives with GEMMs (userbuffers-style); 0 = exposed.
+  double tp_comm_overlap_fraction = 0.0;
+  // Per-kernel launch/dispatch overhead (s) for each op the model counts.
+  double kernel_overhead_s = 4e-6;
+};
+
+}  // namespace loom

@@ -1,0 +1,117 @@
+#include "sim/simulate.h"
+
+#include <algorithm>
+
+namespace loom {
+
+namespace {
+
+// Duration of every op of the program from the stage costs.
+std::vector<double> op_durations(const Evaluator& eval, const Layout& l, const Program& prog,
+                                 const std::vector<StageCosts>& stages, std::vector<DpCollectives>& dp) {
+  std::vector<double> dur(prog.ops.size(), 0.0);
+  const double t_p2p = eval.p2p_time_s(l);
+  for (const Op& op : prog.ops) {
+    const StageCosts& sc = stages[op.stage];
+    const DpCollectives& d = dp[op.stage];
+    const double frac = sc.chunk_grad_fraction.empty() ? 1.0 : sc.chunk_grad_fraction[op.chunk];
+    double t = 0;
+    switch (op.kind) {
+      case OpKind::kForward: t = sc.chunk_fwd_s[op.chunk]; break;
+      case OpKind::kBackward: t = sc.chunk_bwd_s[op.chunk] / std::max<int>(1, op.num_parts); break;
+      case OpKind::kSendActivation:
+      case OpKind::kSendGrad: t = 0; break;  // the transfer is timed on the receiving side
+      case OpKind::kRecvActivation:
+      case OpKind::kRecvGrad: t = t_p2p; break;
+      case OpKind::kGradSync: t = d.grad_sync_s * frac / std::max<int>(1, op.num_parts); break;
+      case OpKind::kParamGather:
+        // ZeRO-3 gathers one chunk's weights per use; ZeRO-1/2 the updated chunk.
+        t = d.param_gather_s * frac;
+        break;
+      case OpKind::kOptimizer: t = sc.optimizer_s; break;
+    }
+    dur[op.id] = t;
+  }
+  return dur;
+}
+
+}  // namespace
+
+Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
+  LOOM_RETURN_IF_ERROR(validate_layout(l, eval.model(), eval.train(), 0));
+  SimResult r;
+  r.layout = l;
+  r.memory = memory_report(eval.model(), eval.hw(), l, eval.train(), eval.options());
+  r.closed_form = eval.estimate(l);
+  r.stages = eval.stage_costs(l);
+  std::vector<DpCollectives> dp;
+  for (const StageCosts& sc : r.stages) dp.push_back(eval.dp_collectives(l, sc));
+
+  ProgramConfig cfg = program_config_for(l, eval.train().global_batch, eval.options().grad_buckets);
+  LOOM_ASSIGN_OR_RETURN(r.program, build_program(cfg));
+  r.durations_s = op_durations(eval, l, r.program, r.stages, dp);
+  LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(r.program, r.durations_s));
+
+  // Breakdown on the critical stage: the one with the most compute.
+  const int64_t m = l.num_micro_batches(eval.train().global_batch);
+  int crit = 0;
+  for (int s = 0; s < l.pp; ++s)
+    if (r.timeline.compute_busy_s[s] > r.timeline.compute_busy_s[crit]) crit = s;
+  r.critical_stage = crit;
+  const StageCosts& c = r.stages[crit];
+  StepBreakdown& tb = r.time;
+  tb.step_time_s = r.timeline.step_time_s;
+  tb.tp_comm_s = double(m) * c.tp_s;
+  tb.ep_comm_s = double(m) * c.ep_s;
+  const double per_micro = c.fwd_s + c.bwd_s + c.recompute_s;
+  const double compute_total = double(m) * per_micro - tb.tp_comm_s - tb.ep_comm_s;
+  if (per_micro > 0) {
+    tb.forward_s = compute_total * (c.fwd_s / per_micro);
+    tb.backward_s = compute_total * (c.bwd_s / per_micro);
+    tb.recompute_s = compute_total - tb.forward_s - tb.backward_s;
+  }
+  tb.optimizer_s = c.optimizer_s;
+  const StageIdle& idle = r.timeline.idle[crit];
+  // Pipeline idle includes waiting on p2p transfers; separate the transfer
+  // share (fill/drain hops on this stage's path) from the bubble proper.
+  double p2p_path = l.pp > 1 ? 2.0 * (double(l.pp) * l.virtual_stages - 1) * eval.p2p_time_s(l) : 0;
+  if (l.schedule != Schedule::kInterleaved) p2p_path = l.pp > 1 ? 2.0 * (l.pp - 1) * eval.p2p_time_s(l) : 0;
+  tb.pp_comm_s = std::min(idle.pipeline_s, p2p_path);
+  tb.bubble_s = idle.pipeline_s - tb.pp_comm_s;
+  // Exposed DP comm: gaps waiting on DP ops plus the tail after the last
+  // compute op that is not the optimizer's own time.
+  tb.dp_comm_s = idle.dp_comm_s + std::max(0.0, idle.tail_s);
+
+  double flops_micro = 0;
+  for (const StageCosts& sc : r.stages) flops_micro += sc.flops_per_micro;
+  r.figures = eval.figures(l, tb.step_time_s, flops_micro * double(m) * l.dp * l.tp);
+  r.traffic = eval.step_traffic(l, r.stages);
+  return r;
+}
+
+Trace predicted_trace(const SimResult& r, const std::string& plan_hash) {
+  Trace t;
+  t.kind = "predicted";
+  t.plan_hash = plan_hash;
+  for (int s = 0; s < r.layout.pp; ++s) t.process_names.push_back("stage " + std::to_string(s));
+  for (int i = 0; i < kNumStreams; ++i) t.thread_names.push_back(stream_name(static_cast<Stream>(i)));
+  t.events.reserve(r.program.ops.size());
+  for (const Op& op : r.program.ops) {
+    const OpTiming& tm = r.timeline.ops[op.id];
+    TraceEvent e;
+    e.name = r.program.op_name(op);
+    e.cat = op_kind_name(op.kind);
+    e.pid = op.stage;
+    e.tid = static_cast<int>(op.stream);
+    e.ts_us = tm.start_s * 1e6;
+    e.dur_us = (tm.end_s - tm.start_s) * 1e6;
+    e.op_id = op.id;
+    e.micro = op.micro;
+    e.stage = op.stage;
+    e.chunk = op.chunk;
+    t.events.push_back(std::move(e));
+  }
+  return t;
+}
+
+}  // namespace loom

@@ -1,0 +1,39 @@
+// Detailed simulation of one layout: the program builder expands the layout
+// into per-stage ops (core/program.h), the cost models give each op its
+// duration, and the event engine (sim/event_engine.h) times the program. The
+// result carries everything reports need: per-stage memory, the step-time
+// breakdown, figures, traffic per link class and the timeline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/program.h"
+#include "core/trace.h"
+#include "sim/evaluate.h"
+#include "sim/event_engine.h"
+
+namespace loom {
+
+struct SimResult {
+  Layout layout;
+  MemoryReport memory;
+  StepBreakdown time;      // from the event engine
+  Figures figures;
+  Traffic traffic;
+  Estimate closed_form;    // the search's estimate, for comparison
+  Program program;
+  Timeline timeline;
+  std::vector<double> durations_s;  // per op, as fed to the engine
+  std::vector<StageCosts> stages;
+  int critical_stage = 0;
+};
+
+// Validates, then simulates. Errors: the layout's validation Status, or a
+// program/engine error.
+Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& layout);
+
+// The predicted timeline as a Chrome trace: pid = pipeline stage, tid = stream.
+Trace predicted_trace(const SimResult& result, const std::string& plan_hash);
+
+}  // namespace loom

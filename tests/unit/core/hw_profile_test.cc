@@ -1,0 +1,270 @@
+// HwProfile reader/writer: every shipped profile loads with sources, units
+// convert to SI, bad values name the key and its unit, JSON round-trips.
+#include "core/hw_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<fs::path> shipped_profiles() {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(fs::path(LOOM_SOURCE_DIR) / "hwprofiles"))
+    if (e.path().extension() == ".json") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A small valid profile; tests replace one piece of it to make it invalid.
+std::string minimal_profile(const std::string& accel_extra = "", const std::string& memory = "\"memory_gib\": 2") {
+  return R"({
+  "name": "mini", "nccl_version": "2.30",
+  "accelerator": {"name": "X", "sm_arch": 90, "peak_bf16_tflops": 100, "peak_fp32_tflops": 10, )" +
+         memory + accel_extra + R"(,
+                  "memory_bw_gb_per_s": 1000, "memory_bw_efficiency": 0.5,
+                  "gemm_efficiency": [{"gflop": 1, "efficiency": 0.2}, {"gflop": 100, "efficiency": 0.8}],
+                  "source": "test"},
+  "node": {"devices_per_node": 4, "fabric": "nvswitch", "intra_bw_gb_per_s": 200,
+           "intra_ring_busbw_gb_per_s": 150, "intra_latency_us": 3, "source": "test"},
+  "network": {"nics_per_node": 2, "nic_bw_gbit_per_s": 100, "latency_us": 5, "topology": "fat-tree",
+              "source": "test"}
+})";
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  size_t p = s.find(from);
+  EXPECT_NE(p, std::string::npos) << from;
+  if (p != std::string::npos) s.replace(p, from.size(), to);
+  return s;
+}
+
+void expect_error(const std::string& text, StatusCode code, const std::vector<std::string>& must_contain) {
+  auto r = parse_hw_profile(text, "t");
+  ASSERT_FALSE(r.is_ok()) << "expected an error mentioning " << must_contain.front();
+  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
+  for (const auto& s : must_contain) EXPECT_NE(r.status().message().find(s), std::string::npos) << r.status().to_string();
+}
+
+TEST(HwProfile, EveryShippedProfileLoadsWithSources) {
+  auto files = shipped_profiles();
+  ASSERT_GE(files.size(), 6u);
+  for (const auto& f : files) {
+    SCOPED_TRACE(f.string());
+    auto r = load_hw_profile(f.string());
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const HwProfile& hw = *r;
+    EXPECT_EQ(hw.name, f.stem().string());
+    EXPECT_FALSE(hw.description.empty());
+    EXPECT_FALSE(hw.nccl_version.empty());
+    EXPECT_FALSE(hw.accel.source.empty());
+    EXPECT_FALSE(hw.node.source.empty());
+    EXPECT_FALSE(hw.net.source.empty());
+    EXPECT_GT(hw.accel.memory_bytes, 1e9);
+    EXPECT_GT(hw.accel.memory_bw_bytes_per_s, 1e9);
+    EXPECT_LE(hw.node.intra_ring_busbw_bytes_per_s, hw.node.intra_bw_bytes_per_s);
+    ASSERT_FALSE(hw.accel.gemm_efficiency.flops.empty());
+    for (double e : hw.accel.gemm_efficiency.efficiency) {
+      EXPECT_GT(e, 0);
+      EXPECT_LE(e, 1);
+    }
+    if (!hw.is_cpu()) {
+      EXPECT_GT(hw.accel.peak_bf16_flops, 5 * hw.accel.peak_fp32_flops) << "tensor cores beat CUDA cores";
+      // GEMMs of ~1 GFLOP run far below peak; big ones reach a measured plateau.
+      EXPECT_LT(hw.accel.gemm_efficiency.lookup(1e9), 0.5);
+      EXPECT_GT(hw.accel.gemm_efficiency.lookup(1e13), 0.7);
+      EXPECT_LT(hw.accel.gemm_efficiency.lookup(1e13), 0.9);
+    }
+  }
+}
+
+TEST(HwProfile, LoadsByBareNameAndReportsMissing) {
+  auto r = load_hw_profile("dgx-h100");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->name, "dgx-h100");
+  auto missing = load_hw_profile("no-such-cluster");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+// Datasheet facts survive the unit conversions.
+TEST(HwProfile, DatasheetNumbersInSiUnits) {
+  auto h100 = load_hw_profile("dgx-h100");
+  ASSERT_TRUE(h100.is_ok()) << h100.status().to_string();
+  EXPECT_DOUBLE_EQ(h100->accel.peak_flops(Precision::kBf16), 989e12);
+  EXPECT_DOUBLE_EQ(h100->accel.peak_flops(Precision::kFp8), 1979e12);
+  EXPECT_DOUBLE_EQ(h100->accel.peak_flops(Precision::kFp32), 67e12);
+  EXPECT_DOUBLE_EQ(h100->accel.memory_bw_bytes_per_s, 3350e9);
+  EXPECT_NEAR(h100->accel.memory_bytes, 81559.0 * 1024 * 1024, 0.01 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(h100->node.intra_bw_bytes_per_s, 450e9);
+  EXPECT_DOUBLE_EQ(h100->node.intra_ring_busbw_bytes_per_s, 370e9);
+  EXPECT_TRUE(h100->node.nvls);
+  EXPECT_DOUBLE_EQ(h100->net.nic_bw_bytes_per_s, 50e9);  // 400 Gbit/s
+  EXPECT_DOUBLE_EQ(h100->net.node_bw_bytes_per_s(), 400e9);
+
+  auto a100 = load_hw_profile("dgx-a100-80gb");
+  ASSERT_TRUE(a100.is_ok()) << a100.status().to_string();
+  EXPECT_DOUBLE_EQ(a100->accel.memory_bytes, 80.0 * 1024 * 1024 * 1024);
+  EXPECT_FALSE(a100->accel.supports(Precision::kFp8));
+  EXPECT_DOUBLE_EQ(a100->accel.peak_flops(Precision::kFp8), 312e12) << "no fp8 units: runs at the bf16 rate";
+  EXPECT_FALSE(a100->node.nvls);
+  EXPECT_EQ(a100->net.cpu_vendor, "amd");
+
+  auto cpu = load_hw_profile("cpu-local");
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+  EXPECT_TRUE(cpu->is_cpu());
+  EXPECT_EQ(cpu->node.fabric, "shm");
+  EXPECT_FALSE(cpu->accel.supports(Precision::kBf16));
+  EXPECT_DOUBLE_EQ(cpu->accel.peak_flops(Precision::kBf16), cpu->accel.peak_fp32_flops);
+}
+
+TEST(HwProfile, ConvertsEveryUnit) {
+  auto r = parse_hw_profile(minimal_profile(", \"peak_fp8_tflops\": 200"), "mini");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->accel.memory_bytes, 2.0 * 1073741824.0);
+  EXPECT_DOUBLE_EQ(r->accel.peak_bf16_flops, 100e12);
+  EXPECT_DOUBLE_EQ(r->accel.peak_fp16_flops, 100e12) << "fp16 defaults to the bf16 rate";
+  EXPECT_DOUBLE_EQ(r->accel.peak_fp8_flops, 200e12);
+  EXPECT_DOUBLE_EQ(r->accel.gemm_efficiency.flops[1], 100e9);
+  EXPECT_DOUBLE_EQ(r->node.intra_latency_s, 3e-6);
+  EXPECT_DOUBLE_EQ(r->net.nic_bw_bytes_per_s, 12.5e9);
+  EXPECT_DOUBLE_EQ(r->net.latency_s, 5e-6);
+  EXPECT_EQ(r->net.cpu_vendor, "intel");
+  EXPECT_FALSE(r->node.nvls);
+  EXPECT_EQ(r->node.nvlink_domain_size, 0);
+}
+
+TEST(HwProfile, BadValuesNameTheKeyAndUnit) {
+  const std::string ok = minimal_profile();
+  expect_error(minimal_profile("", "\"memory_gib\": -80"), StatusCode::kInvalidArgument,
+               {"accelerator.memory_gib", "GiB"});
+  expect_error(minimal_profile("", "\"memory_gib\": \"80\""), StatusCode::kInvalidArgument,
+               {"accelerator.memory_gib", "number"});
+  expect_error(replace(ok, "\"peak_bf16_tflops\": 100,", ""), StatusCode::kInvalidArgument,
+               {"peak_bf16_tflops", "missing", "TFLOP/s"});
+  expect_error(replace(ok, "\"nic_bw_gbit_per_s\": 100", "\"nic_bw_gbit_per_s\": 0"), StatusCode::kInvalidArgument,
+               {"network.nic_bw_gbit_per_s", "Gbit/s"});
+  expect_error(replace(ok, "\"intra_latency_us\": 3", "\"intra_latency_us\": -1"), StatusCode::kInvalidArgument,
+               {"node.intra_latency_us", "microseconds"});
+  expect_error(replace(ok, "\"memory_bw_efficiency\": 0.5", "\"memory_bw_efficiency\": 1.5"),
+               StatusCode::kInvalidArgument, {"memory_bw_efficiency", "(0, 1]"});
+  expect_error(replace(ok, "\"fabric\": \"nvswitch\"", "\"fabric\": \"infinity\""), StatusCode::kInvalidArgument,
+               {"node.fabric", "nvswitch|nvlink|pcie|shm"});
+  expect_error(replace(ok, "\"intra_ring_busbw_gb_per_s\": 150", "\"intra_ring_busbw_gb_per_s\": 250"),
+               StatusCode::kInvalidArgument, {"intra_ring_busbw_gb_per_s", "exceeds"});
+  expect_error(replace(ok, "{\"gflop\": 100,", "{\"gflop\": 0.5,"), StatusCode::kInvalidArgument,
+               {"gemm_efficiency[1].gflop", "sort"});
+  expect_error(replace(ok, "\"efficiency\": 0.8", "\"efficiency\": 0"), StatusCode::kInvalidArgument,
+               {"gemm_efficiency[1].efficiency"});
+  expect_error(replace(ok, "\"devices_per_node\": 4", "\"devices_per_node\": 4, \"nvlink_domain_size\": 6"),
+               StatusCode::kInvalidArgument, {"nvlink_domain_size", "multiple"});
+  expect_error(replace(ok, "\"topology\": \"fat-tree\",\n              \"source\": \"test\"", "\"topology\": \"x\""),
+               StatusCode::kInvalidArgument, {"network.source", "missing"});
+  expect_error(replace(ok, "\"sm_arch\": 90", "\"sm_arch\": 9.5"), StatusCode::kInvalidArgument, {"sm_arch"});
+  expect_error(replace(ok, "\"nccl_version\": \"2.30\",", ""), StatusCode::kInvalidArgument, {"nccl_version"});
+  std::string no_net = ok.substr(0, ok.find(",\n  \"network\"")) + "\n}";
+  expect_error(no_net, StatusCode::kInvalidArgument, {"network", "missing"});
+  // The error names the profile it came from.
+  expect_error(minimal_profile("", "\"memory_gib\": -1"), StatusCode::kInvalidArgument, {"hwprofile t"});
+}
+
+TEST(HwProfile, MalformedJsonGivesLineAndColumn) {
+  // Line 3 lacks the comma after "sm_arch": 90.
+  std::string text = "{\n  \"name\": \"x\",\n  \"accelerator\": {\"sm_arch\": 90 \"name\": \"y\"}\n}\n";
+  expect_error(text, StatusCode::kParseError, {"line 3", "column"});
+}
+
+TEST(HwProfile, UnknownKeysAreIgnored) {
+  std::string text = replace(minimal_profile(), "\"name\": \"mini\",", "\"name\": \"mini\", \"owner\": \"ops\",");
+  EXPECT_TRUE(parse_hw_profile(text, "mini").is_ok());
+}
+
+void expect_same(const HwProfile& a, const HwProfile& b) {
+  auto near = [](double x, double y) { EXPECT_NEAR(x, y, 1e-12 * std::max(std::fabs(x), 1.0)); };
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.description, b.description);
+  EXPECT_EQ(a.nccl_version, b.nccl_version);
+  EXPECT_EQ(a.accel.name, b.accel.name);
+  EXPECT_EQ(a.accel.sm_arch, b.accel.sm_arch);
+  near(a.accel.peak_fp32_flops, b.accel.peak_fp32_flops);
+  near(a.accel.peak_bf16_flops, b.accel.peak_bf16_flops);
+  near(a.accel.peak_fp16_flops, b.accel.peak_fp16_flops);
+  near(a.accel.peak_fp8_flops, b.accel.peak_fp8_flops);
+  near(a.accel.memory_bytes, b.accel.memory_bytes);
+  near(a.accel.memory_bw_bytes_per_s, b.accel.memory_bw_bytes_per_s);
+  near(a.accel.memory_bw_efficiency, b.accel.memory_bw_efficiency);
+  ASSERT_EQ(a.accel.gemm_efficiency.flops.size(), b.accel.gemm_efficiency.flops.size());
+  for (size_t i = 0; i < a.accel.gemm_efficiency.flops.size(); ++i) {
+    near(a.accel.gemm_efficiency.flops[i], b.accel.gemm_efficiency.flops[i]);
+    near(a.accel.gemm_efficiency.efficiency[i], b.accel.gemm_efficiency.efficiency[i]);
+  }
+  EXPECT_EQ(a.accel.source, b.accel.source);
+  EXPECT_EQ(a.node.devices_per_node, b.node.devices_per_node);
+  EXPECT_EQ(a.node.fabric, b.node.fabric);
+  near(a.node.intra_bw_bytes_per_s, b.node.intra_bw_bytes_per_s);
+  near(a.node.intra_ring_busbw_bytes_per_s, b.node.intra_ring_busbw_bytes_per_s);
+  near(a.node.intra_latency_s, b.node.intra_latency_s);
+  EXPECT_EQ(a.node.nvls, b.node.nvls);
+  EXPECT_EQ(a.node.nvlink_domain_size, b.node.nvlink_domain_size);
+  near(a.node.pcie_bw_bytes_per_s, b.node.pcie_bw_bytes_per_s);
+  EXPECT_EQ(a.node.source, b.node.source);
+  EXPECT_EQ(a.net.nics_per_node, b.net.nics_per_node);
+  near(a.net.nic_bw_bytes_per_s, b.net.nic_bw_bytes_per_s);
+  near(a.net.latency_s, b.net.latency_s);
+  EXPECT_EQ(a.net.topology, b.net.topology);
+  EXPECT_EQ(a.net.cpu_vendor, b.net.cpu_vendor);
+  EXPECT_EQ(a.net.source, b.net.source);
+}
+
+TEST(HwProfile, JsonRoundTrips) {
+  for (const auto& f : shipped_profiles()) {
+    SCOPED_TRACE(f.string());
+    auto first = load_hw_profile(f.string());
+    ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+    std::string text = hw_profile_to_json(*first);
+    auto second = parse_hw_profile(text, first->name);
+    ASSERT_TRUE(second.is_ok()) << second.status().to_string() << "\n" << text;
+    expect_same(*first, *second);
+    EXPECT_EQ(hw_profile_to_json(*second), text) << "writing is deterministic";
+  }
+}
+
+TEST(GemmEfficiencyTable, InterpolatesInLogFlopsAndClamps) {
+  GemmEfficiencyTable t;
+  t.flops = {1e9, 1e11, 1e12};
+  t.efficiency = {0.2, 0.6, 0.8};
+  EXPECT_DOUBLE_EQ(t.lookup(1e6), 0.2);
+  EXPECT_DOUBLE_EQ(t.lookup(0), 0.2);
+  EXPECT_DOUBLE_EQ(t.lookup(1e9), 0.2);
+  EXPECT_DOUBLE_EQ(t.lookup(1e11), 0.6);
+  EXPECT_NEAR(t.lookup(1e10), 0.4, 1e-12) << "1e10 is halfway between 1e9 and 1e11 in log";
+  EXPECT_NEAR(t.lookup(std::sqrt(1e11 * 1e12)), 0.7, 1e-12);
+  EXPECT_DOUBLE_EQ(t.lookup(1e15), 0.8);
+  double prev = 0;
+  for (double f = 1e8; f < 1e13; f *= 1.3) {
+    EXPECT_GE(t.lookup(f), prev);
+    prev = t.lookup(f);
+  }
+  EXPECT_DOUBLE_EQ(GemmEfficiencyTable{}.lookup(1e12), 1.0) << "no table: no derating";
+}
+
+TEST(Precision, NamesRoundTrip) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8}) {
+    auto r = parse_precision(precision_name(p));
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, p);
+  }
+  auto bad = parse_precision("tf32");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("fp32|bf16|fp16|fp8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,487 @@
+// Program builder: schedule orders checked against hand-written sequences and
+// Megatron's published schedule, structural invariants over many configs, the
+// activation-memory bound each schedule promises (formulas.md), and the DP ops.
+#include "core/program.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace loom {
+namespace {
+
+ProgramConfig cfg(Schedule sch, int pp, int64_t m, int v = 1) {
+  ProgramConfig c;
+  c.schedule = sch;
+  c.pp = pp;
+  c.micro_batches = m;
+  c.virtual_stages = v;
+  return c;
+}
+
+Program build(const ProgramConfig& c) {
+  auto r = build_program(c);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? std::move(r).value() : Program{};
+}
+
+// Compute order of a stage as "F<micro>"/"B<micro>" (chunk appended as ".c" when v > 1).
+std::vector<std::string> order(const Program& p, int s) {
+  std::vector<std::string> out;
+  for (int32_t id : p.stage_ops[s]) {
+    const Op& op = p.ops[id];
+    if (op.kind != OpKind::kForward && op.kind != OpKind::kBackward) continue;
+    if (op.kind == OpKind::kBackward && op.part > 0) continue;
+    std::string x(1, op.kind == OpKind::kForward ? 'F' : 'B');
+    x += std::to_string(op.micro);
+    if (p.config.virtual_stages > 1) x += '.' + std::to_string(op.chunk);
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = text.find(' ', i);
+    if (j == std::string::npos) j = text.size();
+    if (j > i) out.push_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+// Independent acyclicity check: iterative three-colour DFS over deps plus
+// "previous op on the same (stage, stream)".
+bool acyclic(const Program& p) {
+  const size_t n = p.ops.size();
+  std::vector<std::vector<int32_t>> preds(n);
+  for (const Op& op : p.ops)
+    for (int32_t d : p.deps_of(op)) preds[op.id].push_back(d);
+  for (const auto& stage : p.stage_ops) {
+    int32_t last[kNumStreams] = {-1, -1, -1};
+    for (int32_t id : stage) {
+      int st = static_cast<int>(p.ops[id].stream);
+      if (last[st] >= 0) preds[id].push_back(last[st]);
+      last[st] = id;
+    }
+  }
+  std::vector<int> colour(n, 0);  // 0 new, 1 on stack, 2 done
+  for (size_t root = 0; root < n; ++root) {
+    if (colour[root]) continue;
+    std::vector<std::pair<int32_t, size_t>> stack{{static_cast<int32_t>(root), 0}};
+    colour[root] = 1;
+    while (!stack.empty()) {
+      auto& [u, k] = stack.back();
+      if (k < preds[u].size()) {
+        int32_t w = preds[u][k++];
+        if (colour[w] == 1) return false;
+        if (colour[w] == 0) {
+          colour[w] = 1;
+          stack.push_back({w, 0});
+        }
+      } else {
+        colour[u] = 2;
+        stack.pop_back();
+      }
+    }
+  }
+  return true;
+}
+
+const Op* find_op(const Program& p, OpKind kind, int stage, int chunk, int micro, int part = 0) {
+  for (const Op& op : p.ops)
+    if (op.kind == kind && op.stage == stage && op.chunk == chunk && op.micro == micro && op.part == part) return &op;
+  return nullptr;
+}
+
+TEST(Program, RejectsImpossibleConfigs) {
+  struct Case {
+    ProgramConfig c;
+    const char* field;
+  };
+  ProgramConfig bad_zero = cfg(Schedule::k1F1B, 2, 4);
+  bad_zero.zero = 4;
+  ProgramConfig bad_buckets = cfg(Schedule::k1F1B, 2, 4);
+  bad_buckets.grad_buckets = 0;
+  std::vector<Case> cases = {
+      {cfg(Schedule::k1F1B, 4, 0), "micro_batches"},
+      {cfg(Schedule::kGpipe, 0, 4), "pp"},
+      {cfg(Schedule::kInterleaved, 4, 8, 1), "virtual_stages"},
+      {cfg(Schedule::kInterleaved, 4, 6, 2), "divisible by pp"},
+      {cfg(Schedule::k1F1B, 4, 8, 2), "schedule=interleaved"},
+      {bad_zero, "zero"},
+      {bad_buckets, "grad_buckets"},
+  };
+  for (const Case& c : cases) {
+    auto r = build_program(c.c);
+    ASSERT_FALSE(r.is_ok()) << c.field;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.field), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Program, GpipeRunsAllForwardsThenAllBackwards) {
+  Program p = build(cfg(Schedule::kGpipe, 3, 4));
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(order(p, s), split("F0 F1 F2 F3 B0 B1 B2 B3")) << "stage " << s;
+}
+
+TEST(Program, OneF1BOrderMatchesPipeDreamFlush) {
+  Program p = build(cfg(Schedule::k1F1B, 4, 6));
+  EXPECT_EQ(order(p, 0), split("F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5"));
+  EXPECT_EQ(order(p, 1), split("F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5"));
+  EXPECT_EQ(order(p, 2), split("F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5"));
+  EXPECT_EQ(order(p, 3), split("F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5"));
+  // Fewer micro-batches than stages: warm-up takes all of them.
+  Program q = build(cfg(Schedule::k1F1B, 4, 2));
+  EXPECT_EQ(order(q, 0), split("F0 F1 B0 B1"));
+  EXPECT_EQ(order(q, 3), split("F0 B0 F1 B1"));
+}
+
+TEST(Program, InterleavedOrderMatchesMegatron) {
+  // pp=2, v=2, m=4; written out from Megatron's get_model_chunk_id (groups of pp).
+  Program p = build(cfg(Schedule::kInterleaved, 2, 4, 2));
+  EXPECT_EQ(order(p, 0), split("F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0"));
+  EXPECT_EQ(order(p, 1), split("F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0"));
+}
+
+// The invariants every program must satisfy, whatever the schedule.
+void check_invariants(const Program& p) {
+  const auto& c = p.config;
+  const int pp = c.pp, v = c.virtual_stages;
+  const int64_t m = c.micro_batches;
+  SCOPED_TRACE("pp=" + std::to_string(pp) + " v=" + std::to_string(v) + " m=" + std::to_string(m));
+  ASSERT_EQ(p.stage_ops.size(), static_cast<size_t>(pp));
+  std::vector<int> listed(p.ops.size(), 0);
+  for (int s = 0; s < pp; ++s)
+    for (int32_t id : p.stage_ops[s]) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, static_cast<int32_t>(p.ops.size()));
+      EXPECT_EQ(p.ops[id].stage, s);
+      ++listed[id];
+    }
+  std::set<std::string> names;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    EXPECT_EQ(op.id, static_cast<int32_t>(i));
+    EXPECT_EQ(listed[i], 1) << p.op_name(op);
+    EXPECT_TRUE(names.insert(p.op_name(op)).second) << "duplicate name " << p.op_name(op);
+    for (int32_t d : p.deps_of(op)) {
+      ASSERT_GE(d, 0);
+      ASSERT_LT(d, static_cast<int32_t>(p.ops.size()));
+      EXPECT_NE(d, op.id);
+    }
+    bool p2p = op.kind == OpKind::kSendActivation || op.kind == OpKind::kRecvActivation ||
+               op.kind == OpKind::kSendGrad || op.kind == OpKind::kRecvGrad;
+    bool dp = op.kind == OpKind::kParamGather || op.kind == OpKind::kGradSync;
+    EXPECT_EQ(op.stream, p2p ? Stream::kPpComm : dp ? Stream::kDpComm : Stream::kCompute) << p.op_name(op);
+  }
+  EXPECT_TRUE(acyclic(p));
+
+  // Per stage: one forward and one (possibly split) backward per (chunk, micro), forward first.
+  for (int s = 0; s < pp; ++s) {
+    std::map<std::pair<int, int>, int> fwd_at, bwd_parts;
+    int pos = 0;
+    for (int32_t id : p.stage_ops[s]) {
+      const Op& op = p.ops[id];
+      ++pos;
+      std::pair<int, int> key(op.chunk, op.micro);
+      if (op.kind == OpKind::kForward) {
+        EXPECT_EQ(fwd_at.count(key), 0u) << p.op_name(op);
+        fwd_at[key] = pos;
+      } else if (op.kind == OpKind::kBackward) {
+        EXPECT_EQ(fwd_at.count(key), 1u) << "backward before its forward: " << p.op_name(op);
+        EXPECT_EQ(op.part, bwd_parts[key]) << p.op_name(op);
+        ++bwd_parts[key];
+        if (op.part + 1 == op.num_parts) bwd_parts[key] = 1000;  // complete
+      }
+    }
+    EXPECT_EQ(fwd_at.size(), static_cast<size_t>(v * m));
+    EXPECT_EQ(bwd_parts.size(), static_cast<size_t>(v * m));
+    for (auto& [key, parts] : bwd_parts) EXPECT_EQ(parts, 1000) << "incomplete backward c" << key.first;
+  }
+
+  // Pipeline p2p: global chunk g = chunk*pp + stage feeds g+1 and gets its gradient back.
+  auto global_of = [&](int s, int ch) { return ch * pp + s; };
+  for (const Op& op : p.ops) {
+    const int g = global_of(op.stage, op.chunk);
+    if (op.kind == OpKind::kForward && g > 0) {
+      const int ps = (g - 1) % pp, pc = (g - 1) / pp;
+      if (ps == op.stage) continue;  // pp=1: no transfer
+      int recvs = 0;
+      for (int32_t d : p.deps_of(op)) {
+        const Op& r = p.ops[d];
+        if (r.kind != OpKind::kRecvActivation) continue;
+        ++recvs;
+        EXPECT_EQ(r.stage, op.stage);
+        EXPECT_EQ(r.chunk, op.chunk);
+        EXPECT_EQ(r.micro, op.micro);
+        ASSERT_EQ(r.dep_count, 1);
+        const Op& send = p.ops[p.deps_of(r)[0]];
+        EXPECT_EQ(send.kind, OpKind::kSendActivation);
+        EXPECT_EQ(send.stage, ps);
+        EXPECT_EQ(send.chunk, pc);
+        EXPECT_EQ(send.micro, op.micro);
+        ASSERT_EQ(send.dep_count, 1);
+        const Op& producer = p.ops[p.deps_of(send)[0]];
+        EXPECT_EQ(producer.kind, OpKind::kForward);
+        EXPECT_EQ(std::tie(producer.stage, producer.chunk, producer.micro), std::tie(send.stage, send.chunk, send.micro));
+      }
+      EXPECT_EQ(recvs, 1) << p.op_name(op);
+    }
+    if (op.kind == OpKind::kBackward && op.part == 0 && g < pp * v - 1) {
+      const int ns = (g + 1) % pp, nc = (g + 1) / pp;
+      if (ns == op.stage) continue;
+      int recvs = 0;
+      for (int32_t d : p.deps_of(op)) {
+        const Op& r = p.ops[d];
+        if (r.kind != OpKind::kRecvGrad) continue;
+        ++recvs;
+        ASSERT_EQ(r.dep_count, 1);
+        const Op& send = p.ops[p.deps_of(r)[0]];
+        EXPECT_EQ(send.kind, OpKind::kSendGrad);
+        EXPECT_EQ(std::tie(send.stage, send.chunk, send.micro), std::tie(ns, nc, op.micro));
+        const Op& producer = p.ops[p.deps_of(send)[0]];
+        EXPECT_EQ(producer.kind, OpKind::kBackward);
+        EXPECT_EQ(producer.part + 1, producer.num_parts) << "send_grad must follow the last backward part";
+      }
+      EXPECT_EQ(recvs, 1) << p.op_name(op);
+    }
+  }
+  // Exactly one optimizer per stage, last on the compute stream.
+  for (int s = 0; s < pp; ++s) {
+    int32_t last_compute = -1;
+    for (int32_t id : p.stage_ops[s])
+      if (p.ops[id].stream == Stream::kCompute) last_compute = id;
+    ASSERT_GE(last_compute, 0);
+    EXPECT_EQ(p.ops[last_compute].kind, OpKind::kOptimizer);
+  }
+}
+
+TEST(Program, InvariantsHoldForEverySchedule) {
+  for (int pp : {1, 2, 3, 4, 8})
+    for (int64_t m : {1, 2, 3, 4, 7, 8, 16}) {
+      check_invariants(build(cfg(Schedule::kGpipe, pp, m)));
+      check_invariants(build(cfg(Schedule::k1F1B, pp, m)));
+      for (int v : {2, 3, 4})
+        if (m % pp == 0) check_invariants(build(cfg(Schedule::kInterleaved, pp, m, v)));
+    }
+}
+
+TEST(Program, InvariantsHoldWithDataParallelOps) {
+  for (Schedule sch : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved})
+    for (int zero : {0, 1, 2, 3})
+      for (bool overlap : {true, false})
+        for (int buckets : {1, 3}) {
+          ProgramConfig c = cfg(sch, 4, 8, sch == Schedule::kInterleaved ? 2 : 1);
+          c.dp_comm = true;
+          c.zero = zero;
+          c.grad_buckets = buckets;
+          c.overlap_grad_reduce = overlap;
+          c.overlap_param_gather = !overlap;
+          check_invariants(build(c));
+        }
+}
+
+// Forwards minus backwards at each point of a stage's order (chunk-micro units).
+int max_in_flight(const Program& p, int s) {
+  int now = 0, peak = 0;
+  for (int32_t id : p.stage_ops[s]) {
+    const Op& op = p.ops[id];
+    if (op.kind == OpKind::kForward) peak = std::max(peak, ++now);
+    if (op.kind == OpKind::kBackward && op.part + 1 == op.num_parts) --now;
+  }
+  EXPECT_EQ(now, 0);
+  return peak;
+}
+
+TEST(Program, OneF1BBoundsMicroBatchesInFlight) {
+  for (int pp : {1, 2, 4, 8})
+    for (int64_t m : {1, 3, 4, 8, 32}) {
+      Program f = build(cfg(Schedule::k1F1B, pp, m));
+      Program g = build(cfg(Schedule::kGpipe, pp, m));
+      for (int s = 0; s < pp; ++s) {
+        EXPECT_EQ(max_in_flight(f, s), std::min<int64_t>(pp - s, m)) << "1f1b pp=" << pp << " m=" << m << " s=" << s;
+        EXPECT_EQ(max_in_flight(g, s), m) << "gpipe pp=" << pp << " m=" << m << " s=" << s;
+      }
+    }
+}
+
+TEST(Program, InterleavedFirstStageHoldsKorthikantiFactor) {
+  // formulas.md: interleaving multiplies the first stage's activations by
+  // (1 + (p-1)/(p*v)) over 1F1B's p micro-batches; a chunk holds 1/v of them.
+  for (int pp : {2, 4, 8})
+    for (int v : {2, 3, 4}) {
+      Program p = build(cfg(Schedule::kInterleaved, pp, 4 * pp, v));
+      double stage_units = double(max_in_flight(p, 0)) / v;
+      EXPECT_DOUBLE_EQ(stage_units, pp * (1.0 + double(pp - 1) / (pp * v))) << "pp=" << pp << " v=" << v;
+    }
+}
+
+TEST(Program, InterleavedLastStageFeedsNextChunkOfFirstStage) {
+  Program p = build(cfg(Schedule::kInterleaved, 4, 8, 3));
+  EXPECT_EQ(find_op(p, OpKind::kRecvActivation, 0, 0, 5), nullptr);  // global chunk 0 reads the data
+  EXPECT_EQ(find_op(p, OpKind::kRecvGrad, 3, 2, 5), nullptr);        // last global chunk computes the loss
+  const Op* recv = find_op(p, OpKind::kRecvActivation, 0, 2, 5);
+  ASSERT_NE(recv, nullptr);
+  const Op& send = p.ops[p.deps_of(*recv)[0]];
+  EXPECT_EQ(p.op_name(send), "send_act s3 c1 mb5");
+  const Op* rg = find_op(p, OpKind::kRecvGrad, 3, 0, 5);
+  ASSERT_NE(rg, nullptr);
+  EXPECT_EQ(p.op_name(p.ops[p.deps_of(*rg)[0]]), "send_grad s0 c1 mb5");
+}
+
+TEST(Program, SingleStageInterleavedHasNoTransfers) {
+  Program p = build(cfg(Schedule::kInterleaved, 1, 4, 2));
+  for (const Op& op : p.ops) EXPECT_NE(op.stream, Stream::kPpComm) << p.op_name(op);
+  check_invariants(p);
+}
+
+TEST(Program, OpNames) {
+  ProgramConfig c = cfg(Schedule::kInterleaved, 2, 4, 2);
+  c.dp_comm = true;
+  c.zero = 1;
+  c.grad_buckets = 3;
+  Program p = build(c);
+  std::set<std::string> names;
+  for (const Op& op : p.ops) names.insert(p.op_name(op));
+  for (const char* want : {"fwd s1 c0 mb3", "bwd s0 c1 mb1", "bwd s0 c0 mb3 p2", "grad_sync s0 c1 b2", "optimizer s1",
+                           "recv_act s1 c0 mb3", "send_grad s1 c1 mb0", "param_gather s0 c1"})
+    EXPECT_TRUE(names.count(want)) << want;
+}
+
+ProgramConfig dp_cfg(int zero, int buckets, bool overlap_grad, bool overlap_param) {
+  ProgramConfig c = cfg(Schedule::k1F1B, 2, 4);
+  c.dp_comm = true;
+  c.zero = zero;
+  c.grad_buckets = buckets;
+  c.overlap_grad_reduce = overlap_grad;
+  c.overlap_param_gather = overlap_param;
+  return c;
+}
+
+std::vector<const Op*> ops_of(const Program& p, int s, OpKind kind) {
+  std::vector<const Op*> out;
+  for (int32_t id : p.stage_ops[s])
+    if (p.ops[id].kind == kind) out.push_back(&p.ops[id]);
+  return out;
+}
+
+TEST(Program, BucketsFollowThePartsOfTheLastBackward) {
+  Program p = build(dp_cfg(1, 4, true, true));
+  for (int s = 0; s < 2; ++s) {
+    auto syncs = ops_of(p, s, OpKind::kGradSync);
+    ASSERT_EQ(syncs.size(), 4u);
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_EQ(syncs[k]->micro, -1);
+      EXPECT_EQ(syncs[k]->part, k);
+      ASSERT_EQ(syncs[k]->dep_count, 1);
+      const Op& part = p.ops[p.deps_of(*syncs[k])[0]];
+      EXPECT_EQ(part.kind, OpKind::kBackward);
+      EXPECT_EQ(part.micro, 3);  // the stage's last backward
+      EXPECT_EQ(part.part, k);
+      EXPECT_EQ(part.num_parts, 4);
+    }
+    for (const Op* b : ops_of(p, s, OpKind::kBackward)) {
+      EXPECT_EQ(b->num_parts, b->micro == 3 ? 4 : 1) << p.op_name(*b);
+    }
+    auto opt = ops_of(p, s, OpKind::kOptimizer);
+    ASSERT_EQ(opt.size(), 1u);
+    EXPECT_EQ(opt[0]->dep_count, 4);
+    // ZeRO-1: the updated parameters are gathered during the next forwards.
+    auto gathers = ops_of(p, s, OpKind::kParamGather);
+    ASSERT_EQ(gathers.size(), 1u);
+    EXPECT_EQ(gathers[0]->micro, -1);
+    const Op* first_fwd = ops_of(p, s, OpKind::kForward)[0];
+    auto deps = p.deps_of(*first_fwd);
+    EXPECT_NE(std::find(deps.begin(), deps.end(), gathers[0]->id), deps.end());
+  }
+  // Without overlap: one unsplit backward, all buckets after it; gather after the optimizer.
+  Program q = build(dp_cfg(1, 4, false, false));
+  for (int s = 0; s < 2; ++s) {
+    auto bwds = ops_of(q, s, OpKind::kBackward);
+    for (const Op* b : bwds) EXPECT_EQ(b->num_parts, 1);
+    for (const Op* g : ops_of(q, s, OpKind::kGradSync)) {
+      ASSERT_EQ(g->dep_count, 1);
+      EXPECT_EQ(q.deps_of(*g)[0], bwds.back()->id);
+    }
+    const Op* opt = ops_of(q, s, OpKind::kOptimizer)[0];
+    auto gathers = ops_of(q, s, OpKind::kParamGather);
+    ASSERT_EQ(gathers.size(), 1u);
+    ASSERT_EQ(gathers[0]->dep_count, 1);
+    EXPECT_EQ(q.deps_of(*gathers[0])[0], opt->id);
+  }
+}
+
+TEST(Program, Zero2ReduceScattersEveryBackward) {
+  Program p = build(dp_cfg(2, 4, true, true));
+  for (int s = 0; s < 2; ++s) {
+    auto syncs = ops_of(p, s, OpKind::kGradSync);
+    ASSERT_EQ(syncs.size(), 4u);  // one per micro-batch, not per bucket
+    for (const Op* g : syncs) {
+      ASSERT_EQ(g->dep_count, 1);
+      const Op& b = p.ops[p.deps_of(*g)[0]];
+      EXPECT_EQ(b.kind, OpKind::kBackward);
+      EXPECT_EQ(b.micro, g->micro);
+    }
+  }
+}
+
+TEST(Program, Zero3GathersRunAheadOfCompute) {
+  for (bool prefetch : {true, false}) {
+    Program p = build(dp_cfg(3, 1, true, prefetch));
+    const int ahead = prefetch ? 2 : 1;
+    for (int s = 0; s < 2; ++s) {
+      std::vector<const Op*> compute;
+      for (int32_t id : p.stage_ops[s])
+        if (p.ops[id].kind == OpKind::kForward || p.ops[id].kind == OpKind::kBackward) compute.push_back(&p.ops[id]);
+      ASSERT_EQ(compute.size(), 8u);
+      for (size_t i = 0; i < compute.size(); ++i) {
+        const Op* gather = nullptr;
+        for (int32_t d : p.deps_of(*compute[i]))
+          if (p.ops[d].kind == OpKind::kParamGather) gather = &p.ops[d];
+        ASSERT_NE(gather, nullptr) << p.op_name(*compute[i]);
+        EXPECT_EQ(gather->micro, compute[i]->micro);
+        EXPECT_EQ(gather->part, compute[i]->kind == OpKind::kForward ? 0 : 1);
+        if (static_cast<int>(i) < ahead) {
+          EXPECT_EQ(gather->dep_count, 0);
+        } else {
+          ASSERT_EQ(gather->dep_count, 1);
+          EXPECT_EQ(p.deps_of(*gather)[0], compute[i - ahead]->id) << p.op_name(*gather);
+        }
+      }
+    }
+  }
+}
+
+TEST(Program, ConfigFromLayout) {
+  Layout l;
+  l.dp = 4;
+  l.pp = 2;
+  l.micro_batch = 2;
+  l.zero = 1;
+  l.schedule = Schedule::kInterleaved;
+  l.virtual_stages = 3;
+  l.overlap_grad_reduce = false;
+  ProgramConfig c = program_config_for(l, 64, 5);
+  EXPECT_EQ(c.pp, 2);
+  EXPECT_EQ(c.virtual_stages, 3);
+  EXPECT_EQ(c.micro_batches, 8);
+  EXPECT_EQ(c.schedule, Schedule::kInterleaved);
+  EXPECT_TRUE(c.dp_comm);
+  EXPECT_EQ(c.zero, 1);
+  EXPECT_EQ(c.grad_buckets, 5);
+  EXPECT_FALSE(c.overlap_grad_reduce);
+  EXPECT_TRUE(c.overlap_param_gather);
+  l.dp = 1;
+  EXPECT_FALSE(program_config_for(l, 64, 5).dp_comm);
+}
+
+}  // namespace
+}  // namespace loom

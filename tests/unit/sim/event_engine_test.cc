@@ -1,0 +1,376 @@
+// Event engine: the pipeline-bubble formulas of formulas.md must come out of
+// timing the schedules themselves; plus the engine's own semantics (stream
+// order, p2p paid once, idle attribution, cycle and input errors) and a
+// predicted trace that round-trips and never overlaps on one track.
+#include "sim/event_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "core/program.h"
+#include "core/trace.h"
+
+namespace loom {
+namespace {
+
+ProgramConfig cfg(Schedule sch, int pp, int64_t m, int v = 1) {
+  ProgramConfig c;
+  c.schedule = sch;
+  c.pp = pp;
+  c.micro_batches = m;
+  c.virtual_stages = v;
+  return c;
+}
+
+Program build(const ProgramConfig& c) {
+  auto r = build_program(c);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? std::move(r).value() : Program{};
+}
+
+struct Costs {
+  double fwd_s = 0, bwd_s = 0;  // per chunk per micro-batch (a split backward shares bwd_s)
+  double p2p_s = 0, gather_s = 0, sync_s = 0, optimizer_s = 0;
+};
+
+std::vector<double> durations(const Program& p, const Costs& c) {
+  std::vector<double> d(p.ops.size());
+  for (const Op& op : p.ops) {
+    switch (op.kind) {
+      case OpKind::kForward: d[op.id] = c.fwd_s; break;
+      case OpKind::kBackward: d[op.id] = c.bwd_s / op.num_parts; break;
+      case OpKind::kSendActivation:
+      case OpKind::kRecvActivation:
+      case OpKind::kSendGrad:
+      case OpKind::kRecvGrad: d[op.id] = c.p2p_s; break;
+      case OpKind::kParamGather: d[op.id] = c.gather_s; break;
+      case OpKind::kGradSync: d[op.id] = c.sync_s; break;
+      case OpKind::kOptimizer: d[op.id] = c.optimizer_s; break;
+    }
+  }
+  return d;
+}
+
+Timeline run(const Program& p, const Costs& c) {
+  auto d = durations(p, c);
+  auto r = run_event_engine(p, d);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (r.is_ok()) return std::move(r).value();
+  Timeline empty;  // sized, so a failing case reports instead of crashing
+  empty.ops.resize(p.ops.size());
+  empty.compute_busy_s.resize(std::max(p.config.pp, 1));
+  empty.idle.resize(std::max(p.config.pp, 1));
+  return empty;
+}
+
+// GPipe and 1F1B: step = (m + p - 1)(t_f + t_b); every stage idles (p - 1)(t_f + t_b),
+// i.e. a bubble fraction (p - 1)/(m + p - 1). Stage 0 waits for it all inside the step
+// (pipeline_s); later stages finish their last backward early and wait in the tail.
+TEST(EventEngine, GpipeAnd1F1BBubbleMatchesFormula) {
+  const double tf = 1.0, tb = 2.0;
+  for (Schedule sch : {Schedule::kGpipe, Schedule::k1F1B})
+    for (int p : {1, 2, 3, 4, 8})
+      for (int64_t m : {1, 2, 3, 4, 8, 16}) {
+        SCOPED_TRACE(std::string(sch == Schedule::kGpipe ? "gpipe" : "1f1b") + " p=" + std::to_string(p) +
+                     " m=" + std::to_string(m));
+        Timeline t = run(build(cfg(sch, p, m)), {tf, tb});
+        EXPECT_DOUBLE_EQ(t.step_time_s, (m + p - 1) * (tf + tb));
+        for (int s = 0; s < p; ++s) {
+          EXPECT_DOUBLE_EQ(t.compute_busy_s[s], m * (tf + tb));
+          const StageIdle& idle = t.idle[s];
+          EXPECT_DOUBLE_EQ(idle.pipeline_s + idle.tail_s, (p - 1) * (tf + tb)) << "stage " << s;
+          EXPECT_EQ(idle.dp_comm_s, 0.0);
+          EXPECT_NEAR((idle.pipeline_s + idle.tail_s) / t.step_time_s, double(p - 1) / (m + p - 1), 1e-12);
+        }
+        EXPECT_DOUBLE_EQ(t.idle[0].pipeline_s, (p - 1) * (tf + tb));
+        EXPECT_DOUBLE_EQ(t.idle[0].tail_s, 0.0);
+        // The last stage waits (p-1) forwards to start and drains (p-1) backwards early.
+        EXPECT_DOUBLE_EQ(t.idle[p - 1].pipeline_s, (p - 1) * tf);
+      }
+}
+
+// Interleaved with v chunks of t_f/v and t_b/v: bubble (p - 1)(t_f + t_b)/v.
+TEST(EventEngine, InterleavedBubbleShrinksByV) {
+  for (int p : {2, 4, 8})
+    for (int v : {2, 3, 4})
+      for (int64_t groups : {1, 2, 5}) {
+        const int64_t m = groups * p;
+        const double tf = 1.0 * v, tb = 2.0 * v;  // chunk durations 1 and 2: exact arithmetic
+        SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) + " m=" + std::to_string(m));
+        Timeline t = run(build(cfg(Schedule::kInterleaved, p, m, v)), {tf / v, tb / v});
+        const double bubble = (p - 1) * (tf + tb) / v;
+        EXPECT_DOUBLE_EQ(t.step_time_s, m * (tf + tb) + bubble);
+        for (int s = 0; s < p; ++s) {
+          EXPECT_DOUBLE_EQ(t.compute_busy_s[s], m * (tf + tb));
+          EXPECT_DOUBLE_EQ(t.idle[s].pipeline_s + t.idle[s].tail_s, bubble) << "stage " << s;
+        }
+        // Strictly better than plain 1F1B with the same work.
+        Timeline plain = run(build(cfg(Schedule::k1F1B, p, m)), {tf, tb});
+        EXPECT_LT(t.step_time_s, plain.step_time_s);
+      }
+}
+
+TEST(EventEngine, SingleStageHasNoBubble) {
+  for (Schedule sch : {Schedule::kGpipe, Schedule::k1F1B}) {
+    Timeline t = run(build(cfg(sch, 1, 7)), {1.5, 2.5, 0, 0, 0, 0.25});
+    EXPECT_DOUBLE_EQ(t.step_time_s, 7 * 4.0 + 0.25);
+    EXPECT_EQ(t.idle[0].pipeline_s, 0.0);
+    EXPECT_EQ(t.idle[0].dp_comm_s, 0.0);
+    EXPECT_EQ(t.idle[0].tail_s, 0.0);
+  }
+  Timeline t = run(build(cfg(Schedule::kInterleaved, 1, 4, 2)), {0.5, 1.0});
+  EXPECT_DOUBLE_EQ(t.step_time_s, 4 * 3.0);
+  EXPECT_EQ(t.idle[0].pipeline_s, 0.0);
+}
+
+// A recv runs alongside its send, so each hop costs the transfer once:
+// pp=2, m=1 crosses the stage boundary twice.
+TEST(EventEngine, PointToPointIsPaidOncePerHop) {
+  const double tf = 1, tb = 2, c = 0.25;
+  Program p = build(cfg(Schedule::k1F1B, 2, 1));
+  Timeline t = run(p, {tf, tb, c});
+  EXPECT_DOUBLE_EQ(t.step_time_s, 2 * (tf + tb) + 2 * c);
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::kRecvActivation) {
+      const OpTiming& send = t.ops[p.deps_of(op)[0]];
+      EXPECT_DOUBLE_EQ(t.ops[op.id].start_s, send.start_s);
+    }
+  EXPECT_DOUBLE_EQ(t.idle[1].pipeline_s, tf + c);  // waited on the recv
+}
+
+// Hand-built program: two stages, streams overlap, an op starts at
+// max(previous op on its stream, its deps).
+TEST(EventEngine, StreamOrderAndDeps) {
+  Program p;
+  p.config.pp = 2;
+  p.stage_ops.resize(2);
+  auto add = [&](OpKind k, Stream st, int stage, std::vector<int32_t> deps) {
+    Op op;
+    op.id = static_cast<int32_t>(p.ops.size());
+    op.kind = k;
+    op.stream = st;
+    op.stage = static_cast<int16_t>(stage);
+    op.micro = op.id;
+    op.dep_begin = static_cast<int32_t>(p.deps.size());
+    op.dep_count = static_cast<int32_t>(deps.size());
+    p.deps.insert(p.deps.end(), deps.begin(), deps.end());
+    p.ops.push_back(op);
+    p.stage_ops[stage].push_back(op.id);
+    return op.id;
+  };
+  int a = add(OpKind::kForward, Stream::kCompute, 0, {});          // [0, 3]
+  int g = add(OpKind::kGradSync, Stream::kDpComm, 0, {a});         // [3, 8]
+  int b = add(OpKind::kForward, Stream::kCompute, 0, {});          // [3, 4]: overlaps g
+  int c = add(OpKind::kForward, Stream::kCompute, 0, {g});         // [8, 9]: waits on g
+  int d = add(OpKind::kBackward, Stream::kCompute, 1, {b});        // [4, 6]
+  int e = add(OpKind::kOptimizer, Stream::kCompute, 1, {});        // [6, 7]
+  int f = add(OpKind::kForward, Stream::kCompute, 1, {c, g});      // [9, 10]: c (9) ends after g (8)
+  std::vector<double> dur = {3, 5, 1, 1, 2, 1, 1};
+  auto r = run_event_engine(p, dur);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const Timeline& t = *r;
+  EXPECT_DOUBLE_EQ(t.ops[g].start_s, 3);
+  EXPECT_DOUBLE_EQ(t.ops[b].start_s, 3);
+  EXPECT_DOUBLE_EQ(t.ops[c].start_s, 8);
+  EXPECT_DOUBLE_EQ(t.ops[d].start_s, 4);
+  EXPECT_DOUBLE_EQ(t.ops[e].start_s, 6);
+  EXPECT_DOUBLE_EQ(t.ops[f].start_s, 9);
+  EXPECT_DOUBLE_EQ(t.step_time_s, 10);
+  EXPECT_DOUBLE_EQ(t.compute_busy_s[0], 5);
+  EXPECT_DOUBLE_EQ(t.compute_busy_s[1], 4);
+  EXPECT_DOUBLE_EQ(t.idle[0].dp_comm_s, 4);  // 4..8 waiting on the grad sync
+  EXPECT_DOUBLE_EQ(t.idle[0].pipeline_s, 0);
+  EXPECT_DOUBLE_EQ(t.idle[0].tail_s, 1);
+  EXPECT_DOUBLE_EQ(t.idle[1].pipeline_s, 4 + 2);  // 0..4 on b, 7..9 on c (the later of c and g)
+  EXPECT_DOUBLE_EQ(t.idle[1].dp_comm_s, 0);
+  EXPECT_DOUBLE_EQ(t.idle[1].tail_s, 0);
+}
+
+TEST(EventEngine, DetectsCycles) {
+  // Two ops that wait on each other.
+  Program p;
+  p.stage_ops.resize(2);
+  p.deps = {1, 0};
+  for (int i = 0; i < 2; ++i) {
+    Op op;
+    op.id = i;
+    op.stage = static_cast<int16_t>(i);
+    op.dep_begin = i;
+    op.dep_count = 1;
+    p.ops.push_back(op);
+    p.stage_ops[i].push_back(i);
+  }
+  std::vector<double> dur = {1, 1};
+  auto r = run_event_engine(p, dur);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("cycle"), std::string::npos);
+
+  // A cycle through stream order: op 0 comes first on the stream but depends on op 1.
+  Program q = p;
+  q.stage_ops = {{0, 1}};
+  q.ops[1].stage = 0;
+  q.deps = {1};
+  q.ops[0].dep_count = 1;
+  q.ops[1].dep_count = 0;
+  q.ops[1].dep_begin = 1;
+  r = run_event_engine(q, dur);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+
+  // A real program with one back edge added: fwd mb0 on stage 0 waits on bwd mb0 of stage 1.
+  Program big = build(cfg(Schedule::k1F1B, 2, 4));
+  int32_t bwd = -1;
+  for (const Op& op : big.ops)
+    if (op.kind == OpKind::kBackward && op.stage == 1 && op.micro == 0) bwd = op.id;
+  Op& fwd0 = big.ops[big.stage_ops[0][0]];
+  ASSERT_EQ(fwd0.kind, OpKind::kForward);
+  fwd0.dep_begin = static_cast<int32_t>(big.deps.size());
+  fwd0.dep_count = 1;
+  big.deps.push_back(bwd);
+  auto d = durations(big, {1, 2});
+  auto rb = run_event_engine(big, d);
+  ASSERT_FALSE(rb.is_ok());
+  EXPECT_EQ(rb.status().code(), StatusCode::kInternal);
+}
+
+TEST(EventEngine, RejectsBadInput) {
+  Program p = build(cfg(Schedule::k1F1B, 2, 2));
+  auto d = durations(p, {1, 2});
+  std::vector<double> short_d(d.begin(), d.end() - 1);
+  EXPECT_EQ(run_event_engine(p, short_d).status().code(), StatusCode::kInvalidArgument);
+  d[3] = -1;
+  EXPECT_EQ(run_event_engine(p, d).status().code(), StatusCode::kInvalidArgument);
+  d[3] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(run_event_engine(p, d).status().code(), StatusCode::kInvalidArgument);
+  d[3] = 1;
+  Program broken = p;
+  broken.deps[0] = static_cast<int32_t>(p.ops.size()) + 5;
+  EXPECT_EQ(run_event_engine(broken, d).status().code(), StatusCode::kInternal);
+  Program unlisted = p;
+  unlisted.stage_ops[1].pop_back();
+  EXPECT_EQ(run_event_engine(unlisted, d).status().code(), StatusCode::kInternal);
+}
+
+ProgramConfig dp_cfg(int zero, bool overlap) {
+  ProgramConfig c = cfg(Schedule::k1F1B, 2, 4);
+  c.dp_comm = true;
+  c.zero = zero;
+  c.grad_buckets = 4;
+  c.overlap_grad_reduce = overlap;
+  c.overlap_param_gather = overlap;
+  return c;
+}
+
+TEST(EventEngine, GradSyncOverlapShortensTheStep) {
+  const Costs costs{1, 2, 0, 0.2, 1.5, 0.1};  // 4 buckets x 1.5 s: significant vs a 2 s backward
+  for (int zero : {0, 1, 2}) {
+    SCOPED_TRACE("zero=" + std::to_string(zero));
+    Timeline on = run(build(dp_cfg(zero, true)), costs);
+    Timeline off = run(build(dp_cfg(zero, false)), costs);
+    EXPECT_LT(on.step_time_s, off.step_time_s);
+    // Without overlap the DP sync is exposed and attributed to DP comm.
+    EXPECT_GT(off.idle[0].dp_comm_s, 0.0);
+  }
+}
+
+TEST(EventEngine, Zero3PrefetchHidesGathers) {
+  const Costs costs{1, 2, 0, 0.8, 0.5, 0};
+  Timeline on = run(build(dp_cfg(3, true)), costs);
+  Timeline off = run(build(dp_cfg(3, false)), costs);
+  EXPECT_LT(on.step_time_s, off.step_time_s);
+  for (int s = 0; s < 2; ++s) EXPECT_LT(on.idle[s].dp_comm_s, off.idle[s].dp_comm_s);
+
+  // One stage, m=2 (order F0 B0 F1 B1), worked by hand. Without overlap each
+  // compute op waits for its own gather after the previous op, F1 also for the
+  // blocking reduce-scatter of B0, the optimizer for the last reduce-scatter:
+  //   g0 0-.8 F0 .8-1.8 | g1 -2.6 B0 -4.6 | g2 -5.4 rs0 -5.9 F1 -6.9 | g3 -7.7 B1 -9.7 | rs1 -10.2 opt
+  ProgramConfig c = cfg(Schedule::k1F1B, 1, 2);
+  c.dp_comm = true;
+  c.zero = 3;
+  c.overlap_grad_reduce = c.overlap_param_gather = false;
+  Timeline t = run(build(c), costs);
+  EXPECT_NEAR(t.step_time_s, 10.2, 1e-12);
+  EXPECT_NEAR(t.idle[0].dp_comm_s, 0.8 + 0.8 + 1.3 + 0.8 + 0.5, 1e-12);
+  EXPECT_EQ(t.idle[0].pipeline_s, 0.0);
+  // With prefetch (gather i waits on op i-2) and overlapped reduce-scatters:
+  //   g0 0-.8 g1 -1.6 | F0 .8-1.8 | g2 -2.6 | B0 1.8-3.8 | g3 -4.6 rs0 -5.1 | F1 3.8-4.8 B1 -6.8 | rs1 -7.3 opt
+  c.overlap_grad_reduce = c.overlap_param_gather = true;
+  t = run(build(c), costs);
+  EXPECT_NEAR(t.step_time_s, 7.3, 1e-12);
+  EXPECT_NEAR(t.idle[0].dp_comm_s, 0.8 + 0.5, 1e-12);
+}
+
+// The predicted per-stage trace: one pid per stage, one tid per stream.
+Trace trace_of(const Program& p, const Timeline& t) {
+  Trace tr;
+  tr.kind = "predicted";
+  tr.plan_hash = "0123456789abcdef";
+  for (int s = 0; s < p.config.pp; ++s) tr.process_names.push_back("stage " + std::to_string(s));
+  for (int k = 0; k < kNumStreams; ++k) tr.thread_names.push_back(stream_name(static_cast<Stream>(k)));
+  for (const Op& op : p.ops) {
+    TraceEvent e;
+    e.name = p.op_name(op);
+    e.cat = op_kind_name(op.kind);
+    e.pid = op.stage;
+    e.tid = static_cast<int>(op.stream);
+    e.ts_us = t.ops[op.id].start_s * 1e6;
+    e.dur_us = t.ops[op.id].end_s * 1e6 - e.ts_us;
+    e.op_id = op.id;
+    e.micro = op.micro;
+    e.stage = op.stage;
+    e.chunk = op.chunk;
+    e.bytes = op.kind == OpKind::kForward || op.kind == OpKind::kBackward ? 0 : 1 << 20;
+    tr.events.push_back(e);
+  }
+  return tr;
+}
+
+TEST(EventEngine, PredictedTraceRoundTripsWithoutOverlaps) {
+  ProgramConfig c = cfg(Schedule::kInterleaved, 4, 8, 2);
+  c.dp_comm = true;
+  c.zero = 3;
+  Program p = build(c);
+  Timeline t = run(p, {1e-3, 2e-3, 1e-4, 3e-4, 5e-4, 1e-4});
+  Trace tr = trace_of(p, t);
+  auto back = parse_trace(trace_to_json(tr));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_EQ(back->events.size(), tr.events.size());
+  for (size_t i = 0; i < tr.events.size(); ++i) {
+    EXPECT_EQ(back->events[i].name, tr.events[i].name);
+    EXPECT_EQ(back->events[i].ts_us, tr.events[i].ts_us);
+    EXPECT_EQ(back->events[i].dur_us, tr.events[i].dur_us);
+    EXPECT_EQ(back->events[i].op_id, tr.events[i].op_id);
+  }
+  // Each (pid, tid) is one serial stream: sorted by start, no slice begins before the previous ends.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
+  for (const TraceEvent& e : back->events) tracks[{e.pid, e.tid}].push_back({e.ts_us, e.ts_us + e.dur_us});
+  EXPECT_EQ(tracks.size(), 4u * 3u);
+  for (auto& [key, slices] : tracks) {
+    std::sort(slices.begin(), slices.end());
+    for (size_t i = 1; i < slices.size(); ++i)
+      EXPECT_GE(slices[i].first, slices[i - 1].second - 1e-9) << "pid " << key.first << " tid " << key.second;
+  }
+}
+
+// Linear time: pp=16, m=512, v=4 (~200k ops) must not take anywhere near a
+// second even unoptimized; a quadratic pass would take minutes.
+TEST(EventEngine, LargeProgramIsFast) {
+  Program p = build(cfg(Schedule::kInterleaved, 16, 512, 4));
+  auto d = durations(p, {1, 2, 0.01});
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run_event_engine(p, d);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_LT(ms, 1000.0);
+  EXPECT_GT(r->step_time_s, 512 * 3.0);
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,187 @@
+// Memory model against the published formulas (shared/docs/reference/formulas.md):
+// ZeRO's model-state bytes and worked example, Korthikanti et al.'s per-layer
+// activations (all six settings and the 175B example), and the in-flight
+// micro-batches each pipeline schedule implies.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/memory_model.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+using testing::gpt_block_model;
+
+SimOptions korthikanti_options() {
+  SimOptions o;
+  o.flash_attention = false;  // the paper keeps the softmax output
+  o.dropout = 1;              // ... and dropout masks
+  return o;
+}
+
+// Korthikanti 2022, Table 2, in bytes per layer.
+double korthikanti(double s, double b, double h, double a, double t, bool sp, Recompute rc) {
+  if (rc == Recompute::kFull) return 2 * s * b * h / (sp ? t : 1);
+  double attn = 5 * a * s / (h * t);
+  if (rc == Recompute::kSelective) attn = 0;
+  if (t == 1) return s * b * h * (34 + attn);
+  if (sp) return s * b * h * (34 / t + attn);
+  return s * b * h * (10 + 24 / t + attn);
+}
+
+TEST(MemoryModel, KorthikantiTable2AllSettings) {
+  SimOptions opt = korthikanti_options();
+  for (int64_t h : {2304, 12288}) {
+    int a = h == 2304 ? 24 : 96;
+    ModelSpec m = gpt_block_model(h, a, 4);
+    for (int t : {1, 2, 8}) {
+      for (int b : {1, 4}) {
+        for (bool sp : {false, true}) {
+          if (sp && t == 1) continue;
+          for (Recompute rc : {Recompute::kNone, Recompute::kSelective}) {
+            Layout l;
+            l.tp = t;
+            l.micro_batch = b;
+            l.sequence_parallel = sp;
+            l.recompute = rc;
+            double got = layer_activation_bytes(m, l, opt, 2048, Precision::kBf16, false);
+            double want = korthikanti(2048, b, double(h), a, t, sp, rc);
+            EXPECT_NEAR(got / want, 1.0, 1e-12) << "h=" << h << " t=" << t << " b=" << b << " sp=" << sp
+                                                << " recompute=" << recompute_name(rc);
+          }
+          Layout l;
+          l.tp = t;
+          l.micro_batch = b;
+          l.sequence_parallel = sp;
+          l.recompute = Recompute::kFull;
+          EXPECT_DOUBLE_EQ(layer_checkpoint_bytes(m, l, 2048, Precision::kBf16),
+                           korthikanti(2048, b, double(h), a, t, sp, Recompute::kFull));
+        }
+      }
+    }
+  }
+}
+
+TEST(MemoryModel, Korthikanti175BWorkedExample) {
+  // GPT-3 175B, t = 8, s = 2048, b = 1: TP only ~579 MB per layer; TP + SP +
+  // selective recompute ~107 MB per layer.
+  ModelSpec m = gpt_block_model(12288, 96, 96);
+  SimOptions opt = korthikanti_options();
+  Layout l;
+  l.tp = 8;
+  EXPECT_NEAR(layer_activation_bytes(m, l, opt, 2048, Precision::kBf16, false) / 1e6, 579, 1.0);
+  l.sequence_parallel = true;
+  l.recompute = Recompute::kSelective;
+  EXPECT_NEAR(layer_activation_bytes(m, l, opt, 2048, Precision::kBf16, false) / 1e6, 107, 1.0);
+}
+
+TEST(MemoryModel, ZeroWorkedExample) {
+  // Rajbhandari et al.: Psi = 7.5B, Nd = 64, K = 12 -> 120 / 31.4 / 16.6 / 1.9 GB.
+  const double psi = 7.5e9, nd = 64;
+  StateBytes sb = state_bytes_per_param(Precision::kBf16, SimOptions{});
+  const double expect_gb[4] = {120, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage) {
+    double w = psi * sb.weights, g = psi * sb.grads, o = psi * sb.optimizer;
+    if (stage >= 1) o /= nd;
+    if (stage >= 2) g /= nd;
+    if (stage >= 3) w /= nd;
+    EXPECT_NEAR((w + g + o) / 1e9, expect_gb[stage], 0.05) << "stage " << stage;
+  }
+}
+
+TEST(MemoryModel, ModelStatesFollowZeroStagesOnARealModel) {
+  // A whole stage_memory() call reproduces (2+2+K)Psi, 4Psi + K Psi/Nd, ...
+  ModelSpec m = gpt_block_model(4096, 32, 36);  // the Megatron 7.5B block stack
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 2048;
+  SimOptions opt;
+  StageSplit split = split_layers(m, 1, 1);
+  Layout l;
+  l.dp = 64;
+  const double psi = stage_params(m, l, split, 0).total();
+  EXPECT_NEAR(psi / 1e9, 7.5, 0.05);
+  const double nd = 64;
+  const double want[4] = {16 * psi, 4 * psi + 12 * psi / nd, 2 * psi + 14 * psi / nd, 16 * psi / nd};
+  double previous = 1e30;
+  for (int z = 0; z <= 3; ++z) {
+    l.zero = z;
+    StageMemory sm = stage_memory(m, l, t, opt, split, 0);
+    EXPECT_NEAR(sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes, want[z], 1e-6 * want[z]) << "zero " << z;
+    EXPECT_LT(sm.total_bytes(), previous) << "memory per rank must fall with the ZeRO stage";
+    previous = sm.total_bytes();
+  }
+  // Megatron's convention: 18 bytes / param, or 6 + 12/Nd with the distributed optimizer.
+  opt.fp32_main_grads = true;
+  l.zero = 0;
+  StageMemory sm = stage_memory(m, l, t, opt, split, 0);
+  EXPECT_NEAR(sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes, 18 * psi, 1e-6 * psi);
+  l.zero = 1;
+  sm = stage_memory(m, l, t, opt, split, 0);
+  EXPECT_NEAR(sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes, 6 * psi + 12 * psi / nd, 1e-6 * psi);
+}
+
+TEST(MemoryModel, InFlightMicroBatchesPerSchedule) {
+  Layout l;
+  l.pp = 4;
+  l.schedule = Schedule::kGpipe;
+  EXPECT_EQ(in_flight_micro_batches(l, 16, 0), 16);
+  EXPECT_EQ(in_flight_micro_batches(l, 16, 3), 16);
+  l.schedule = Schedule::k1F1B;
+  EXPECT_EQ(in_flight_micro_batches(l, 16, 0), 4);
+  EXPECT_EQ(in_flight_micro_batches(l, 16, 3), 1);
+  EXPECT_EQ(in_flight_micro_batches(l, 2, 0), 2);  // min(m, p)
+  // Interleaved: the first stage holds p * (1 + (p-1)/(p*v)) stage-equivalents.
+  l.schedule = Schedule::kInterleaved;
+  for (int v : {2, 4}) {
+    l.virtual_stages = v;
+    double stage_equivalents = double(in_flight_micro_batches(l, 64, 0)) / v;
+    EXPECT_DOUBLE_EQ(stage_equivalents, 4.0 * (1.0 + 3.0 / (4.0 * v))) << "v=" << v;
+  }
+}
+
+TEST(MemoryModel, FirstStageActivationsScaleWithSchedule) {
+  ModelSpec m = gpt_block_model(4096, 32, 32);
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 2048;
+  SimOptions opt = korthikanti_options();
+  Layout l;
+  l.pp = 4;
+  l.tp = 1;
+  l.dp = 1;
+  StageSplit split = split_layers(m, 4, 1);
+  l.schedule = Schedule::kGpipe;
+  double gpipe = stage_memory(m, l, t, opt, split, 1).activations_bytes;
+  l.schedule = Schedule::k1F1B;
+  double one_f_one_b = stage_memory(m, l, t, opt, split, 1).activations_bytes;
+  double per_layer = layer_activation_bytes(m, l, opt, 2048, Precision::kBf16, false);
+  EXPECT_DOUBLE_EQ(gpipe, 64.0 * 8 * per_layer);      // m micro-batches x 8 layers
+  EXPECT_DOUBLE_EQ(one_f_one_b, 3.0 * 8 * per_layer);  // stage 1 holds p - 1 = 3
+}
+
+TEST(MemoryModel, UnevenSplitAndDoesNotFitMessage) {
+  ModelSpec m = gpt_block_model(4096, 32, 30);
+  StageSplit s = split_layers(m, 4, 1);
+  int total = 0;
+  for (int st = 0; st < 4; ++st) total += s.stage_layers(st);
+  EXPECT_EQ(total, 30);
+  EXPECT_EQ(s.stage_layers(0), 7);  // extras go to the middle stages first
+  EXPECT_EQ(s.stage_layers(1), 8);
+
+  HwProfile hw;
+  hw.accel.memory_bytes = 1e9;
+  TrainSpec t;
+  t.global_batch = 8;
+  t.seq_len = 2048;
+  Layout l;
+  l.dp = 1;
+  MemoryReport r = memory_report(m, hw, l, t, SimOptions{});
+  EXPECT_FALSE(r.fits);
+  EXPECT_NE(r.why_not().find("over by"), std::string::npos) << r.why_not();
+}
+
+}  // namespace
+}  // namespace loom
