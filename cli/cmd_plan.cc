@@ -67,6 +67,8 @@ Status apply_fix(const std::string& text, SearchSpace& sp) {
     else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
     else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
     else if (k == "sp") sp.fix_sp = (v == "1");
+    else if (k == "overlap_grad") sp.overlap_grad_reduce = (v == "1");
+    else if (k == "overlap_param") sp.overlap_param_gather = (v == "1");
     else if (k == "schedule") {
       LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
       sp.fix_schedule = s;
@@ -74,7 +76,7 @@ Status apply_fix(const std::string& text, SearchSpace& sp) {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
       sp.fix_recompute = r;
     } else {
-      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, sp, schedule, recompute");
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, sp, schedule, recompute, overlap_grad, overlap_param");
     }
   }
   return Status::ok();

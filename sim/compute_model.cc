@@ -142,7 +142,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       act_elem_fwd += T * fs / t;
     }
     // Dispatch + combine all-to-all of the routed tokens' hidden states.
-    double a2a_bytes = T * r * k * h * e * sh.ep_group.ranks;  // total across the EP group
+    double a2a_bytes = T * r * k * h * e;  // one rank's send buffer (comm_model.h convention)
     double a2a = collective_time(hw, Collective::kAllToAll, sh.ep_group, a2a_bytes, nullptr, 1);
     c.fwd_ep_s = 2 * a2a;
     c.bwd_ep_s = 2 * a2a;

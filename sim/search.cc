@@ -74,6 +74,8 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     l.virtual_stages = v;
                     l.sequence_parallel = spar;
                     l.recompute = rc;
+                    l.overlap_grad_reduce = sp.overlap_grad_reduce;
+                    l.overlap_param_gather = sp.overlap_param_gather;
                     if (validate_layout(l, m, t, world).is_ok()) out.push_back(l);
                   }
                 }

@@ -35,6 +35,8 @@ struct SearchSpace {
   std::optional<Recompute> fix_recompute;
   std::optional<Schedule> fix_schedule;
   std::optional<bool> fix_sp;
+  bool overlap_grad_reduce = true;   // applied to every enumerated layout
+  bool overlap_param_gather = true;
   int refine_top = 8;   // candidates re-timed by the event engine
   int threads = 0;      // 0: all hardware threads
 };

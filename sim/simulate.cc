@@ -76,11 +76,13 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   // share (fill/drain hops on this stage's path) from the bubble proper.
   double p2p_path = l.pp > 1 ? 2.0 * (double(l.pp) * l.virtual_stages - 1) * eval.p2p_time_s(l) : 0;
   if (l.schedule != Schedule::kInterleaved) p2p_path = l.pp > 1 ? 2.0 * (l.pp - 1) * eval.p2p_time_s(l) : 0;
-  tb.pp_comm_s = std::min(idle.pipeline_s, p2p_path);
-  tb.bubble_s = idle.pipeline_s - tb.pp_comm_s;
-  // Exposed DP comm: gaps waiting on DP ops plus the tail after the last
-  // compute op that is not the optimizer's own time.
-  tb.dp_comm_s = idle.dp_comm_s + std::max(0.0, idle.tail_s);
+  // Pipeline idle: waiting on the neighbour stage during the step plus the
+  // wait after this stage's last op until the slowest stage ends (cool-down).
+  const double pipeline_idle = idle.pipeline_s + idle.tail_s;
+  tb.pp_comm_s = std::min(pipeline_idle, p2p_path);
+  tb.bubble_s = pipeline_idle - tb.pp_comm_s;
+  // Exposed DP comm: compute-stream gaps waiting on gathers or grad syncs.
+  tb.dp_comm_s = idle.dp_comm_s;
 
   double flops_micro = 0;
   for (const StageCosts& sc : r.stages) flops_micro += sc.flops_per_micro;

@@ -419,6 +419,19 @@ TEST(Program, BucketsFollowThePartsOfTheLastBackward) {
   }
 }
 
+TEST(Program, UnoverlappedBucketsFollowChunkOrder) {
+  // Stage 0 of pp=2, v=2, m=4 ends "... B3.1 B2.0 B3.0": chunk 1 finishes first.
+  ProgramConfig c = cfg(Schedule::kInterleaved, 2, 4, 2);
+  c.dp_comm = true;
+  c.grad_buckets = 2;
+  c.overlap_grad_reduce = false;
+  Program p = build(c);
+  std::vector<std::string> names;
+  for (const Op* g : ops_of(p, 0, OpKind::kGradSync)) names.push_back(p.op_name(*g));
+  EXPECT_EQ(names, (std::vector<std::string>{"grad_sync s0 c1 b0", "grad_sync s0 c1 b1", "grad_sync s0 c0 b0",
+                                             "grad_sync s0 c0 b1"}));
+}
+
 TEST(Program, Zero2ReduceScattersEveryBackward) {
   Program p = build(dp_cfg(2, 4, true, true));
   for (int s = 0; s < 2; ++s) {

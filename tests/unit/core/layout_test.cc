@@ -1,0 +1,159 @@
+// Layout parsing, validation messages, and rank groups from the rank order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/layout.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+using testing::gpt_block_model;
+using testing::load_model_or_die;
+
+TrainSpec train(int64_t batch = 64, int64_t seq = 1024) {
+  TrainSpec t;
+  t.global_batch = batch;
+  t.seq_len = seq;
+  return t;
+}
+
+TEST(Layout, ParseAndPrintRoundTrip) {
+  auto l = parse_layout("dp=2,tp=4,pp=2,zero=1,micro=2,schedule=interleaved,v=4,sp=1,recompute=selective");
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l->dp, 2);
+  EXPECT_EQ(l->tp, 4);
+  EXPECT_EQ(l->virtual_stages, 4);
+  EXPECT_EQ(l->schedule, Schedule::kInterleaved);
+  EXPECT_EQ(l->recompute, Recompute::kSelective);
+  auto again = parse_layout(l->to_string());
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(*again, *l);
+  // Keys left out keep their defaults.
+  auto d = parse_layout("tp=2");
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->dp, 1);
+  EXPECT_EQ(d->schedule, Schedule::k1F1B);
+}
+
+TEST(Layout, ParseErrorsNameTheKey) {
+  for (const char* bad : {"tp=x", "tp=-2", "foo=1", "schedule=zigzag", "recompute=some", "tp", "sp=2",
+                          "order=tp-dp-qq"}) {
+    auto l = parse_layout(bad);
+    ASSERT_FALSE(l.is_ok()) << bad;
+    EXPECT_EQ(l.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(l.status().message().find("layout"), std::string::npos) << l.status().message();
+  }
+}
+
+struct BadCase {
+  const char* layout;
+  int world;
+  const char* must_mention;
+};
+
+TEST(Layout, ValidateRejectsImpossibleLayoutsWithAFix) {
+  ModelSpec m = load_model_or_die("llama-3-8b");  // 32 heads, 8 KV heads, 32 layers
+  const BadCase cases[] = {
+      {"dp=1,tp=3", 3, "tp=3 does not divide num_attention_heads=32"},
+      {"dp=1,tp=16", 16, "num_key_value_heads=8"},
+      {"dp=1,pp=33", 33, "pp=33"},
+      {"dp=4,tp=2", 16, "but the run has 16 ranks"},
+      {"dp=3", 3, "not divisible by dp*micro"},
+      {"dp=2,ep=2", 2, "has no experts"},
+      {"dp=1,pp=2,v=2", 2, "needs schedule=interleaved"},
+      {"dp=1,pp=1,schedule=interleaved,v=2", 1, "needs pp >= 2"},
+      {"dp=1,zero=4", 1, "zero=4"},
+      {"dp=1,sp=1", 1, "needs tp > 1"},
+      {"dp=1,pp=16,schedule=interleaved,v=4", 16, "chunks but only 32 layers"},
+      {"dp=2,micro=0", 2, "micro=0 must be >= 1"},
+  };
+  for (const BadCase& c : cases) {
+    auto l = parse_layout(c.layout);
+    ASSERT_TRUE(l.is_ok()) << c.layout;
+    Status s = validate_layout(*l, m, train(), c.world);
+    ASSERT_FALSE(s.is_ok()) << c.layout;
+    EXPECT_NE(s.message().find(c.must_mention), std::string::npos) << c.layout << " -> " << s.message();
+  }
+  // Interleaving needs m % pp == 0: 64 / (2 * 1) = 32 micro-batches, pp = 3 does not divide.
+  ModelSpec m30 = gpt_block_model(1024, 16, 30);
+  auto l = parse_layout("dp=2,pp=3,schedule=interleaved,v=2");
+  Status s = validate_layout(*l, m30, train(64), 6);
+  EXPECT_NE(s.message().find("multiple of pp=3"), std::string::npos) << s.message();
+  // A good layout passes.
+  auto good = parse_layout("dp=2,tp=4,pp=2,zero=1,micro=2,schedule=interleaved,v=2,sp=1");
+  EXPECT_TRUE(validate_layout(*good, m, train(), 16).is_ok()) << validate_layout(*good, m, train(), 16).to_string();
+}
+
+TEST(Layout, ExpertParallelMustDivideDpAndExperts) {
+  ModelSpec m = load_model_or_die("mixtral-8x7b");  // 8 experts
+  auto l = parse_layout("dp=4,ep=3");
+  EXPECT_NE(validate_layout(*l, m, train(), 4).message().find("ep=3 must divide dp=4"), std::string::npos);
+  l = parse_layout("dp=16,ep=16");
+  EXPECT_NE(validate_layout(*l, m, train(), 16).message().find("num_experts=8"), std::string::npos);
+  l = parse_layout("dp=16,ep=8");
+  EXPECT_TRUE(validate_layout(*l, m, train(), 16).is_ok());
+}
+
+TEST(RankGrid, DefaultOrderPutsTpFastest) {
+  auto l = parse_layout("dp=2,tp=4,pp=2");
+  RankGrid g(*l);
+  EXPECT_EQ(g.world(), 16);
+  EXPECT_EQ(g.group(Dim::kTp, 5), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(g.group(Dim::kDp, 1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(g.group(Dim::kPp, 1), (std::vector<int>{1, 9}));
+  RankCoords c = g.coords(13);
+  EXPECT_EQ(c.tp, 1);
+  EXPECT_EQ(c.dp, 1);
+  EXPECT_EQ(c.pp, 1);
+  EXPECT_EQ(g.rank_of(c), 13);
+}
+
+TEST(RankGrid, EveryDimensionPartitionsTheWorld) {
+  for (const char* text : {"dp=4,tp=2,pp=2,ep=2", "dp=8,tp=1,pp=2,ep=4,order=dp-tp-pp", "dp=2,tp=2,pp=3,order=pp-dp-tp"}) {
+    auto l = parse_layout(text);
+    ASSERT_TRUE(l.is_ok()) << text;
+    RankGrid g(*l);
+    for (Dim d : {Dim::kDp, Dim::kTp, Dim::kPp, Dim::kEp}) {
+      std::set<int> seen;
+      for (int r = 0; r < g.world(); ++r) {
+        auto grp = g.group(d, r);
+        EXPECT_EQ(int(grp.size()), l->size(d)) << text << " " << dim_name(d);
+        EXPECT_NE(std::find(grp.begin(), grp.end(), r), grp.end()) << "rank in its own group";
+        for (int x : grp) EXPECT_EQ(g.group(d, x), grp) << "groups are equivalence classes";
+        seen.insert(r);
+      }
+      EXPECT_EQ(int(seen.size()), g.world());
+    }
+    for (int r = 0; r < g.world(); ++r) EXPECT_EQ(g.rank_of(g.coords(r)), r) << text;
+  }
+}
+
+TEST(RankGrid, ExpertGroupsLiveInsideDpGroups) {
+  auto l = parse_layout("dp=8,ep=4");
+  RankGrid g(*l);
+  auto ep = g.group(Dim::kEp, 5);
+  auto dp = g.group(Dim::kDp, 5);
+  for (int r : ep) EXPECT_NE(std::find(dp.begin(), dp.end(), r), dp.end());
+  EXPECT_EQ(ep, (std::vector<int>{4, 5, 6, 7}));
+}
+
+TEST(GroupShape, PlacementOnNodes) {
+  auto l = parse_layout("dp=4,tp=8,pp=2");  // 64 ranks, 8 per node
+  GroupShape tp = group_shape(*l, Dim::kTp, 8);
+  EXPECT_EQ(tp.nodes, 1);
+  EXPECT_EQ(tp.ranks_per_node, 8);
+  GroupShape dp = group_shape(*l, Dim::kDp, 8);
+  EXPECT_EQ(dp.nodes, 4);
+  EXPECT_EQ(dp.ranks_per_node, 1);
+  auto l2 = parse_layout("dp=16,tp=2,pp=2");
+  GroupShape dp2 = group_shape(*l2, Dim::kDp, 8);
+  EXPECT_EQ(dp2.ranks, 16);
+  EXPECT_EQ(dp2.nodes, 4);
+  EXPECT_EQ(dp2.ranks_per_node, 4);
+}
+
+}  // namespace
+}  // namespace loom
