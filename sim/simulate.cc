@@ -71,18 +71,17 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     tb.recompute_s = compute_total - tb.forward_s - tb.backward_s;
   }
   tb.optimizer_s = c.optimizer_s;
-  const StageIdle& idle = r.timeline.idle[crit];
-  // Pipeline idle includes waiting on p2p transfers; separate the transfer
-  // share (fill/drain hops on this stage's path) from the bubble proper.
-  double p2p_path = l.pp > 1 ? 2.0 * (double(l.pp) * l.virtual_stages - 1) * eval.p2p_time_s(l) : 0;
-  if (l.schedule != Schedule::kInterleaved) p2p_path = l.pp > 1 ? 2.0 * (l.pp - 1) * eval.p2p_time_s(l) : 0;
-  // Pipeline idle: waiting on the neighbour stage during the step plus the
-  // wait after this stage's last op until the slowest stage ends (cool-down).
-  const double pipeline_idle = idle.pipeline_s + idle.tail_s;
-  tb.pp_comm_s = std::min(pipeline_idle, p2p_path);
-  tb.bubble_s = pipeline_idle - tb.pp_comm_s;
-  // Exposed DP comm: compute-stream gaps waiting on gathers or grad syncs.
-  tb.dp_comm_s = idle.dp_comm_s;
+  // Separate pipeline p2p from the bubble proper: time the same program with
+  // free p2p transfers; the step time it saves is the exposed p2p time.
+  tb.dp_comm_s = r.timeline.idle[crit].dp_comm_s;
+  if (l.pp > 1) {
+    std::vector<double> no_p2p = r.durations_s;
+    for (const Op& op : r.program.ops)
+      if (op.kind == OpKind::kRecvActivation || op.kind == OpKind::kRecvGrad) no_p2p[op.id] = 0;
+    LOOM_ASSIGN_OR_RETURN(Timeline free_p2p, run_event_engine(r.program, no_p2p));
+    tb.pp_comm_s = std::max(0.0, r.timeline.step_time_s - free_p2p.step_time_s);
+    tb.bubble_s = free_p2p.idle[crit].pipeline_s + free_p2p.idle[crit].tail_s;
+  }
 
   double flops_micro = 0;
   for (const StageCosts& sc : r.stages) flops_micro += sc.flops_per_micro;

@@ -1,0 +1,194 @@
+// Closed form vs event engine, pipeline bubbles produced by the engine from
+// the schedule, and invariants of the whole evaluation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/search.h"
+#include "sim/simulate.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+using testing::load_hw_or_die;
+using testing::load_model_or_die;
+
+Evaluator make_eval(const std::string& model, const std::string& hw, int64_t batch, int64_t seq,
+                    SimOptions opt = SimOptions{}) {
+  TrainSpec t;
+  t.global_batch = batch;
+  t.seq_len = seq;
+  return Evaluator(load_model_or_die(model), load_hw_or_die(hw), t, opt);
+}
+
+Layout L(const std::string& text) {
+  auto l = parse_layout(text);
+  LOOM_CHECK(l.is_ok(), l.status().to_string());
+  return *l;
+}
+
+TEST(Evaluate, ClosedFormAgreesWithEventEngine) {
+  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  for (const char* text : {"dp=64", "dp=64,zero=1", "dp=64,zero=2", "dp=64,zero=3,micro=2", "dp=8,tp=8,sp=1",
+                           "dp=8,tp=4,pp=2", "dp=4,tp=4,pp=4,schedule=gpipe", "dp=4,tp=4,pp=4,schedule=interleaved,v=2",
+                           "dp=2,tp=8,pp=4,schedule=interleaved,v=4,sp=1,recompute=selective",
+                           "dp=16,pp=4,recompute=full,zero=1"}) {
+    Layout l = L(text);
+    ASSERT_TRUE(validate_layout(l, eval.model(), eval.train(), 64).is_ok()) << text;
+    auto r = simulate_layout(eval, l);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    double engine = r->time.step_time_s, closed = r->closed_form.time.step_time_s;
+    EXPECT_NEAR(closed / engine, 1.0, 0.10) << text << ": closed " << closed << " engine " << engine;
+  }
+}
+
+// A model whose embedding and head cost next to nothing, so stages are balanced.
+Evaluator balanced_eval(int layers) {
+  ModelSpec m = testing::gpt_block_model(4096, 32, layers, /*vocab=*/64);
+  HwProfile hw = load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 2048;
+  return Evaluator(m, hw, t, SimOptions{});
+}
+
+TEST(Evaluate, EngineBubbleMatchesGpipeAnd1F1BFormula) {
+  Evaluator eval = balanced_eval(16);
+  for (Schedule sched : {Schedule::kGpipe, Schedule::k1F1B}) {
+    for (int pp : {2, 4, 8}) {
+      for (int micro : {1, 4, 16}) {  // m = 64, 16, 4 micro-batches (m < p included)
+        Layout l;
+        l.pp = pp;
+        l.micro_batch = micro;
+        l.schedule = sched;
+        auto r = simulate_layout(eval, l);
+        ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+        const int64_t m = 64 / micro;
+        const StageCosts& sc = r->stages[1];
+        double t_fb = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+        // The bubble proper: exposed p2p transfers are reported apart (pp_comm_s).
+        double bubble = r->time.bubble_s;
+        EXPECT_NEAR(bubble / ((pp - 1) * t_fb), 1.0, 0.01) << schedule_name(sched) << " p=" << pp << " m=" << m;
+        double pipe = r->time.step_time_s - r->time.optimizer_s - r->time.pp_comm_s;
+        EXPECT_NEAR(bubble / pipe, double(pp - 1) / double(m + pp - 1), 0.01) << "p=" << pp << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(Evaluate, EngineBubbleMatchesInterleavedFormula) {
+  Evaluator eval = balanced_eval(32);
+  for (int v : {2, 4}) {
+    Layout l;
+    l.pp = 4;
+    l.micro_batch = 4;  // m = 16
+    l.schedule = Schedule::kInterleaved;
+    l.virtual_stages = v;
+    auto r = simulate_layout(eval, l);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const StageCosts& sc = r->stages[1];
+    double t_fb = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+    EXPECT_NEAR(r->time.bubble_s / (3 * t_fb / v), 1.0, 0.02) << "v=" << v;
+  }
+}
+
+TEST(Evaluate, NoPipelineNoBubble) {
+  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  for (const char* text : {"dp=64", "dp=8,tp=8,micro=4", "dp=64,zero=3"}) {
+    auto r = simulate_layout(eval, L(text));
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_DOUBLE_EQ(r->time.bubble_s, 0.0) << text;
+    EXPECT_DOUBLE_EQ(r->closed_form.time.bubble_s, 0.0) << text;
+  }
+}
+
+HwProfile scaled_bandwidth(HwProfile hw, double f) {
+  hw.node.intra_bw_bytes_per_s *= f;
+  hw.node.intra_ring_busbw_bytes_per_s *= f;
+  hw.node.pcie_bw_bytes_per_s *= f;
+  hw.net.nic_bw_bytes_per_s *= f;
+  return hw;
+}
+
+TEST(Evaluate, MoreBandwidthNeverSlowsAStep) {
+  ModelSpec m = load_model_or_die("llama-3-70b");
+  HwProfile hw = load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.global_batch = 512;
+  t.seq_len = 4096;
+  for (const char* text : {"dp=32,tp=8,pp=2,zero=1", "dp=64,tp=4,pp=2,sp=1", "dp=16,tp=8,pp=4,schedule=interleaved,v=2",
+                           "dp=512,zero=3,recompute=full", "dp=128,tp=4,zero=2"}) {
+    Layout l = L(text);
+    double previous = 1e30, previous_closed = 1e30;
+    for (double f : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+      Evaluator eval(m, scaled_bandwidth(hw, f), t, SimOptions{});
+      auto r = simulate_layout(eval, l);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      EXPECT_LE(r->time.step_time_s, previous * (1 + 1e-12)) << text << " x" << f;
+      EXPECT_LE(r->closed_form.time.step_time_s, previous_closed * (1 + 1e-12)) << text << " x" << f;
+      previous = r->time.step_time_s;
+      previous_closed = r->closed_form.time.step_time_s;
+    }
+  }
+}
+
+TEST(Evaluate, FiguresAreConsistent) {
+  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  auto r = simulate_layout(eval, L("dp=8,tp=4,pp=2,zero=1"));
+  ASSERT_TRUE(r.is_ok());
+  const Figures& f = r->figures;
+  EXPECT_NEAR(f.tokens_per_s * f.step_time_s, 256.0 * 4096, 1e-6 * 256 * 4096);
+  EXPECT_NEAR(f.tokens_per_s_per_gpu * 64, f.tokens_per_s, 1e-9 * f.tokens_per_s);
+  double peak = eval.hw().accel.peak_flops(Precision::kBf16);
+  EXPECT_NEAR(f.mfu, f.model_tflops_per_gpu * 1e12 / peak, 1e-12);
+  double palm = eval.model().model_flops_per_token_palm(4096);
+  EXPECT_NEAR(f.model_tflops_per_gpu, palm * f.tokens_per_s / 64 / 1e12, 1e-9 * f.model_tflops_per_gpu);
+  EXPECT_GT(f.mfu, 0.05);
+  EXPECT_LT(f.mfu, 1.0);
+  // Full recompute executes more FLOPs for the same model FLOPs: HFU rises relative to MFU.
+  auto rc = simulate_layout(eval, L("dp=8,tp=4,pp=2,zero=1,recompute=full"));
+  ASSERT_TRUE(rc.is_ok());
+  EXPECT_GT(rc->figures.hfu / rc->figures.mfu, f.hfu / f.mfu * 1.2);
+}
+
+TEST(Evaluate, CommunicationAppearsOnlyWhereTheLayoutImpliesIt) {
+  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  auto dp_only = simulate_layout(eval, L("dp=64"));
+  ASSERT_TRUE(dp_only.is_ok());
+  EXPECT_EQ(dp_only->traffic.calls[int(CommKind::kTp)], 0);
+  EXPECT_EQ(dp_only->traffic.calls[int(CommKind::kPp)], 0);
+  EXPECT_GT(dp_only->traffic.bytes[int(CommKind::kDp)][int(LinkClass::kNetwork)], 0);
+  auto tp_pp = simulate_layout(eval, L("dp=1,tp=8,pp=8"));
+  ASSERT_TRUE(tp_pp.is_ok());
+  EXPECT_EQ(tp_pp->traffic.calls[int(CommKind::kDp)], 0);
+  // TP inside a node: NVLink only; PP across nodes (stride 8 = a whole node): network.
+  EXPECT_GT(tp_pp->traffic.bytes[int(CommKind::kTp)][int(LinkClass::kNvlink)], 0);
+  EXPECT_EQ(tp_pp->traffic.bytes[int(CommKind::kTp)][int(LinkClass::kNetwork)], 0);
+  EXPECT_GT(tp_pp->traffic.bytes[int(CommKind::kPp)][int(LinkClass::kNetwork)], 0);
+  // ZeRO-3 moves 1.5x the DP bytes of ZeRO-0 (3 Psi vs 2 Psi per step, ZeRO paper).
+  auto z0 = simulate_layout(eval, L("dp=64,micro=4"));
+  auto z3 = simulate_layout(eval, L("dp=64,micro=4,zero=3"));
+  ASSERT_TRUE(z0.is_ok() && z3.is_ok());
+  auto dp_bytes = [](const SimResult& r) {
+    double b = 0;
+    for (int c = 0; c < kNumLinkClasses; ++c) b += r.traffic.bytes[int(CommKind::kDp)][c];
+    return b;
+  };
+  EXPECT_NEAR(dp_bytes(*z3) / dp_bytes(*z0), 1.5, 0.02);
+}
+
+TEST(Evaluate, MoeLayoutsUseExpertParallelAllToAll) {
+  Evaluator eval = make_eval("mixtral-8x7b", "dgx-h100", 256, 4096);
+  auto r = simulate_layout(eval, L("dp=16,tp=2,pp=2,ep=8,zero=1,sp=1"));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_GT(r->traffic.calls[int(CommKind::kEp)], 0);
+  auto no_ep = simulate_layout(eval, L("dp=16,tp=2,pp=2,ep=1,zero=1,sp=1"));
+  ASSERT_TRUE(no_ep.is_ok());
+  EXPECT_EQ(no_ep->traffic.calls[int(CommKind::kEp)], 0);
+  // Experts sharded 8 ways hold far less expert memory per rank.
+  EXPECT_LT(r->memory.stages[0].weights_bytes, 0.5 * no_ep->memory.stages[0].weights_bytes);
+}
+
+}  // namespace
+}  // namespace loom
