@@ -191,8 +191,12 @@ Result<Plan> parse_plan(const std::string& text, const std::string& what) {
   LOOM_ASSIGN_OR_RETURN(int64_t world, json_positive_int(j, "world_size", what));
   p.world_size = static_cast<int>(world);
   LOOM_RETURN_IF_ERROR(validate_layout(p.layout, p.model, p.train, p.world_size).with_context(what));
-  if (j.contains("sim_options") && j["sim_options"].is_object()) p.sim_options_json = j["sim_options"].dump();
-  if (j.contains("prediction") && j["prediction"].is_object()) p.prediction_json = j["prediction"].dump();
+  // The opaque sections keep their key order (the text already parsed once).
+  OrderedJson ordered = OrderedJson::parse(text);
+  if (ordered.contains("sim_options") && ordered["sim_options"].is_object())
+    p.sim_options_json = ordered["sim_options"].dump();
+  if (ordered.contains("prediction") && ordered["prediction"].is_object())
+    p.prediction_json = ordered["prediction"].dump();
   return p;
 }
 

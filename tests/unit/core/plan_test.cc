@@ -1,0 +1,127 @@
+// Plan JSON: written by the planner, read back identically; damaged or
+// hand-edited plans are refused with a message naming the field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/plan.h"
+#include "sim/export.h"
+#include "sim/report.h"
+#include "sim/simulate.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+Plan sample_plan() {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  t.steps = 10;
+  Evaluator eval(testing::load_model_or_die("gpt2-124m"), testing::load_hw_or_die("dgx-h100"), t, SimOptions{});
+  auto l = parse_layout("dp=2,tp=2,pp=2,zero=1,micro=2,schedule=interleaved,v=2,sp=1");
+  auto r = simulate_layout(eval, *l);
+  LOOM_CHECK(r.is_ok(), r.status().to_string());
+  return make_plan(eval, *r, 8);
+}
+
+TEST(Plan, RoundTripsThroughJson) {
+  Plan p = sample_plan();
+  std::string text = plan_to_json(p);
+  auto back = parse_plan(text);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->layout, p.layout);
+  EXPECT_EQ(back->world_size, 8);
+  EXPECT_EQ(back->train.global_batch, 64);
+  EXPECT_EQ(back->train.steps, 10);
+  EXPECT_EQ(back->model.total_params(), p.model.total_params());
+  EXPECT_EQ(back->hw.accel.peak_bf16_flops, p.hw.accel.peak_bf16_flops);
+  EXPECT_EQ(back->plan_hash(), p.plan_hash());
+  EXPECT_EQ(plan_to_json(*back), text) << "writing what was read gives the same bytes";
+  auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["schema_version"], kPlanSchemaVersion);
+  EXPECT_GT(j["prediction"]["step_time_s"].get<double>(), 0);
+  EXPECT_TRUE(j["prediction"]["memory_per_stage"].is_array());
+}
+
+TEST(Plan, HashChangesWithTheLayoutButNotThePrediction) {
+  Plan p = sample_plan();
+  std::string h = p.plan_hash();
+  p.prediction_json = "{}";
+  EXPECT_EQ(p.plan_hash(), h);
+  p.layout.micro_batch = 1;
+  EXPECT_NE(p.plan_hash(), h);
+}
+
+TEST(Plan, EditedInputsAreDetected) {
+  auto j = nlohmann::json::parse(plan_to_json(sample_plan()));
+  j["model"]["config"]["n_layer"] = 13;
+  auto r = parse_plan(j.dump());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("model.hash"), std::string::npos) << r.status().message();
+  j = nlohmann::json::parse(plan_to_json(sample_plan()));
+  j["hardware"]["profile"]["accelerator"]["memory_gib"] = 40;
+  r = parse_plan(j.dump());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("hardware.hash"), std::string::npos) << r.status().message();
+}
+
+TEST(Plan, BadPlansAreRefusedWithTheField) {
+  std::string good = plan_to_json(sample_plan());
+  auto broken = parse_plan(good.substr(0, good.size() / 2), "p.json");
+  ASSERT_FALSE(broken.is_ok());
+  EXPECT_EQ(broken.status().code(), StatusCode::kParseError);
+  EXPECT_NE(broken.status().message().find("line"), std::string::npos);
+  EXPECT_NE(broken.status().message().find("column"), std::string::npos);
+
+  struct Edit {
+    const char* path;
+    nlohmann::json value;
+    const char* expect;
+  };
+  const Edit edits[] = {
+      {"/schema_version", 99, "schema_version 99"},
+      {"/world_size", 16, "but the run has 16 ranks"},
+      {"/layout/tp", 5, "= 20 but the run has 8 ranks"},
+      {"/layout/zero", 7, "zero=7"},
+      {"/train/global_batch", -4, "global_batch"},
+      {"/layout/schedule", "zigzag", "schedule"},
+      {"/train/precision", "fp4", "precision"},
+  };
+  for (const Edit& e : edits) {
+    auto j = nlohmann::json::parse(good);
+    j[nlohmann::json::json_pointer(e.path)] = e.value;
+    auto r = parse_plan(j.dump());
+    ASSERT_FALSE(r.is_ok()) << e.path;
+    EXPECT_NE(r.status().message().find(e.expect), std::string::npos) << e.path << ": " << r.status().message();
+  }
+  auto j = nlohmann::json::parse(good);
+  j.erase("layout");
+  auto r = parse_plan(j.dump());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("'layout' is missing"), std::string::npos);
+}
+
+TEST(Plan, ExportsFollowTheLayout) {
+  Plan p = sample_plan();
+  auto meg = export_megatron_args(p);
+  ASSERT_TRUE(meg.is_ok());
+  EXPECT_NE(meg->find("--tensor-model-parallel-size 2"), std::string::npos);
+  EXPECT_NE(meg->find("--pipeline-model-parallel-size 2"), std::string::npos);
+  EXPECT_NE(meg->find("--num-layers-per-virtual-pipeline-stage 3"), std::string::npos);  // 12 / (2*2)
+  EXPECT_NE(meg->find("--sequence-parallel"), std::string::npos);
+  EXPECT_NE(meg->find("--use-distributed-optimizer"), std::string::npos);
+  auto ds = export_deepspeed_config(p);
+  ASSERT_TRUE(ds.is_ok());
+  auto j = nlohmann::json::parse(*ds);
+  EXPECT_EQ(j["train_batch_size"], 64);
+  EXPECT_EQ(j["train_micro_batch_size_per_gpu"], 2);
+  // DeepSpeed's identity: train_batch = micro * gas * dp.
+  EXPECT_EQ(j["train_micro_batch_size_per_gpu"].get<int>() * j["gradient_accumulation_steps"].get<int>() * 2, 64);
+  EXPECT_EQ(j["zero_optimization"]["stage"], 1);
+  p.layout.zero = 2;
+  EXPECT_EQ(export_megatron_args(p).status().code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace loom
