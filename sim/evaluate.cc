@@ -164,9 +164,27 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     t.time_s[k] = sc.traffic_per_micro.time_s[k] * m;
     t.calls[k] = sc.traffic_per_micro.calls[k] * m;
   }
+  auto typical = [&](CommKind kind, const CollectiveCost& c, double bytes) {
+    int k = static_cast<int>(kind);
+    t.call_bytes[k] = bytes;
+    t.busbw_bytes_per_s[k] = c.busbw_bytes_per_s;
+    t.algo[k] = c.algo;
+    t.proto[k] = c.proto;
+  };
+  const ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
+  const double act_bytes = double(shape.tokens) * model_.hidden * weight_elem_bytes(train_.precision);
+  if (l.tp > 1) {
+    Collective c = l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce;
+    typical(CommKind::kTp, collective_cost(hw_, c, shape.tp_group, act_bytes), act_bytes);
+  }
+  if (l.ep > 1 && model_.is_moe()) {
+    double a2a = act_bytes * model_.moe.experts_per_token / (l.sequence_parallel ? l.tp : 1);
+    typical(CommKind::kEp, collective_cost(hw_, Collective::kAllToAll, shape.ep_group, a2a), a2a);
+  }
   if (l.pp > 1) {
     CollectiveCost c;
     double t_p2p = p2p_time_s(l, &c);
+    typical(CommKind::kPp, c, act_bytes / l.tp);
     // Each micro-batch and chunk: one activation out, one gradient back (interior stages send both ways).
     double sends = 2.0 * m * l.virtual_stages;
     int k = static_cast<int>(CommKind::kPp);
@@ -184,6 +202,7 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
                        (d.param_gather.sent_bytes[cl] + d.param_gather_expert.sent_bytes[cl]) * gathers;
     }
     t.time_s[k] = d.grad_sync_s * per_step_sync + d.param_gather_s * gathers;
+    typical(CommKind::kDp, d.grad_sync, sc.grad_bytes);
     t.calls[k] = per_step_sync + gathers;
   }
   return t;

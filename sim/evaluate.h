@@ -65,6 +65,13 @@ struct Traffic {
   double bytes[kNumCommKinds][kNumLinkClasses] = {};
   double time_s[kNumCommKinds] = {};
   double calls[kNumCommKinds] = {};
+  // The category's typical call (TP: one layer collective, PP: one activation,
+  // DP: the gradient sync, EP: one dispatch): bytes, nccl-tests busbw, and the
+  // algorithm / protocol the comm model chose.
+  double call_bytes[kNumCommKinds] = {};
+  double busbw_bytes_per_s[kNumCommKinds] = {};
+  CommAlgo algo[kNumCommKinds] = {};
+  CommProto proto[kNumCommKinds] = {};
   double link_bytes(LinkClass l) const;
 };
 

@@ -91,6 +91,11 @@ std::string prediction_json(const SimResult& r, int indent) {
       jk[std::string(link_class_name(static_cast<LinkClass>(c))) + "_bytes"] = r.traffic.bytes[k][c];
     jk["time_s"] = r.traffic.time_s[k];
     jk["calls"] = r.traffic.calls[k];
+    if (r.traffic.calls[k] > 0) {
+      jk["typical_call_bytes"] = r.traffic.call_bytes[k];
+      jk["typical_busbw_gb_per_s"] = r.traffic.busbw_bytes_per_s[k] / 1e9;
+      jk["typical_algorithm"] = std::string(comm_algo_name(r.traffic.algo[k])) + "/" + comm_proto_name(r.traffic.proto[k]);
+    }
     traffic[comm_kind_name(static_cast<CommKind>(k))] = jk;
   }
   OrderedJson links;
@@ -167,7 +172,7 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
                   Row{"TP comm (exposed)", t.tp_comm_s}, Row{"EP comm (exposed)", t.ep_comm_s},
                   Row{"PP comm (exposed)", t.pp_comm_s}, Row{"DP comm (exposed)", t.dp_comm_s},
                   Row{"pipeline bubble", t.bubble_s}, Row{"optimizer", t.optimizer_s}}) {
-    if (row.v <= 0) continue;
+    if (row.v <= 1e-9 * t.step_time_s) continue;
     std::snprintf(buf, sizeof buf, "  %-20s %12s %6.1f%%\n", row.name, human_seconds(row.v).c_str(), pct(row.v));
     o << buf;
   }
@@ -186,13 +191,17 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
   }
   if (!r.memory.fits) o << "  " << r.memory.why_not() << "\n";
   o << "traffic per rank per step (sent)\n";
-  std::snprintf(buf, sizeof buf, "  %-4s %12s %12s %12s %12s\n", "", "nvlink", "pcie", "network", "time");
+  std::snprintf(buf, sizeof buf, "  %-4s %12s %12s %12s %12s   %s\n", "", "nvlink", "pcie", "network", "time",
+                "typical call (nccl-tests busbw, algorithm)");
   o << buf;
   for (int k = 0; k < kNumCommKinds; ++k) {
     if (r.traffic.calls[k] <= 0) continue;
-    std::snprintf(buf, sizeof buf, "  %-4s %12s %12s %12s %12s\n", comm_kind_name(static_cast<CommKind>(k)),
-                  human_bytes(r.traffic.bytes[k][0]).c_str(), human_bytes(r.traffic.bytes[k][1]).c_str(),
-                  human_bytes(r.traffic.bytes[k][2]).c_str(), human_seconds(r.traffic.time_s[k]).c_str());
+    std::snprintf(buf, sizeof buf, "  %-4s %12s %12s %12s %12s   %s at %.0f GB/s, %s/%s\n",
+                  comm_kind_name(static_cast<CommKind>(k)), human_bytes(r.traffic.bytes[k][0]).c_str(),
+                  human_bytes(r.traffic.bytes[k][1]).c_str(), human_bytes(r.traffic.bytes[k][2]).c_str(),
+                  human_seconds(r.traffic.time_s[k]).c_str(), human_bytes(r.traffic.call_bytes[k]).c_str(),
+                  r.traffic.busbw_bytes_per_s[k] / 1e9, comm_algo_name(r.traffic.algo[k]),
+                  comm_proto_name(r.traffic.proto[k]));
     o << buf;
   }
   return o.str();
