@@ -91,7 +91,7 @@ void run_closed_form(benchmark::State& state, const Case& c) {
   }
   benchmark::DoNotOptimize(sink);
   state.SetItemsProcessed(state.iterations());
-  state.counters["layouts"] = double(c.layouts.size());
+  state.counters["layouts"] = benchmark::Counter(double(c.layouts.size()), benchmark::Counter::kAvgThreads);
 }
 
 void BM_ClosedForm_Llama8b_64(benchmark::State& state) { run_closed_form(state, llama8b_64()); }

@@ -66,9 +66,15 @@ Status apply_fix(const std::string& text, SearchSpace& sp) {
     else if (k == "ep") LOOM_RETURN_IF_ERROR(to_int(sp.fix_ep));
     else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
     else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
-    else if (k == "sp") sp.fix_sp = (v == "1");
-    else if (k == "overlap_grad") sp.overlap_grad_reduce = (v == "1");
-    else if (k == "overlap_param") sp.overlap_param_gather = (v == "1");
+    else if (k == "sp" || k == "overlap_grad" || k == "overlap_param") {
+      bool on;
+      if (v == "1" || v == "true" || v == "on") on = true;
+      else if (v == "0" || v == "false" || v == "off") on = false;
+      else return invalid_argument("--fix: " + k + "=" + v + " must be 0 or 1");
+      if (k == "sp") sp.fix_sp = on;
+      else if (k == "overlap_grad") sp.overlap_grad_reduce = on;
+      else sp.overlap_param_gather = on;
+    }
     else if (k == "schedule") {
       LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
       sp.fix_schedule = s;
@@ -143,6 +149,13 @@ int cmd_plan(int argc, char** argv) {
     return 2;
   }
 
+  if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed")
+    return fail("plan", invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron or deepspeed"));
+  if (!a.export_kind.empty() && a.json)
+    return fail("plan", invalid_argument("--export and --json both print to stdout; use one of them"));
+  if (a.dropout < -1 || a.dropout > 1)
+    return fail("plan", invalid_argument("--dropout " + std::to_string(a.dropout) +
+                                         " must be -1 (from the model family), 0 (off) or 1 (on)"));
   auto model = load_model_spec(a.model);
   if (!model.is_ok()) return fail("plan", model.status());
   auto hw = load_hw_profile(a.hw);
@@ -184,8 +197,13 @@ int cmd_plan(int argc, char** argv) {
                   precision_name(train.precision));
       std::printf("%s", format_result(*r, *hw).c_str());
     }
+    if (!r->memory.fits) {
+      std::fprintf(stderr, "loom plan: layout %s does not fit: %s; no plan written\n", layout->to_string().c_str(),
+                   r->memory.why_not().c_str());
+      return 3;
+    }
     if (Status s = write_outputs(a, eval, *r); !s.is_ok()) return fail("plan", s);
-    return r->memory.fits ? 0 : 3;
+    return 0;
   }
 
   SearchSpace space;

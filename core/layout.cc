@@ -1,4 +1,5 @@
 #include "core/layout.h"
+#include <string_view>
 
 #include <algorithm>
 #include <cstdlib>
@@ -93,6 +94,7 @@ Result<bool> parse_bool_value(const std::string& key, const std::string& value) 
 
 Result<Layout> parse_layout(const std::string& text, const Layout& base) {
   Layout l = base;
+  bool v_given = false;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -120,7 +122,10 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     else if (key == "cp") LOOM_RETURN_IF_ERROR(set_int(l.cp));
     else if (key == "zero") LOOM_RETURN_IF_ERROR(set_int(l.zero));
     else if (key == "micro" || key == "mbs" || key == "micro_batch") LOOM_RETURN_IF_ERROR(set_int(l.micro_batch));
-    else if (key == "v" || key == "virtual_stages") LOOM_RETURN_IF_ERROR(set_int(l.virtual_stages));
+    else if (key == "v" || key == "virtual_stages") {
+      LOOM_RETURN_IF_ERROR(set_int(l.virtual_stages));
+      v_given = true;
+    }
     else if (key == "sp") LOOM_RETURN_IF_ERROR(set_bool(l.sequence_parallel));
     else if (key == "overlap_grad") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_grad_reduce));
     else if (key == "overlap_param") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_param_gather));
@@ -138,17 +143,20 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     }
   }
   // A schedule named interleaved with v left at 1 gets the smallest useful v.
-  if (l.schedule == Schedule::kInterleaved && l.virtual_stages == 1 && text.find("v=") == std::string::npos)
+  if (l.schedule == Schedule::kInterleaved && l.virtual_stages == 1 && !v_given)
     l.virtual_stages = 2;
   return l;
 }
 
 Result<std::vector<Dim>> parse_rank_order(const std::string& text) {
   std::vector<Dim> dims;
-  std::stringstream ss(text);
-  std::string item;
   bool seen[kNumDims] = {};
-  while (std::getline(ss, item, '-')) {
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t dash = text.find('-', pos);
+    if (dash == std::string::npos) dash = text.size();
+    std::string_view item(text.data() + pos, dash - pos);
+    pos = dash + 1;
+    if (item.empty() && dash == text.size()) break;
     Dim d;
     if (item == "dp") d = Dim::kDp;
     else if (item == "tp") d = Dim::kTp;
@@ -156,10 +164,10 @@ Result<std::vector<Dim>> parse_rank_order(const std::string& text) {
     else if (item == "ep") d = Dim::kEp;
     else if (item == "cp") d = Dim::kCp;
     else
-      return invalid_argument("layout: rank order '" + text + "' has unknown dimension '" + item +
+      return invalid_argument("layout: rank order '" + text + "' has unknown dimension '" + std::string(item) +
                               "'; use dimensions from dp, tp, pp, ep, cp, e.g. tp-cp-ep-dp-pp");
     if (seen[static_cast<int>(d)])
-      return invalid_argument("layout: rank order '" + text + "' names " + item + " twice");
+      return invalid_argument("layout: rank order '" + text + "' names " + std::string(item) + " twice");
     seen[static_cast<int>(d)] = true;
     dims.push_back(d);
   }

@@ -95,6 +95,10 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
   // Batch: B = dp * micro * m.
   LOOM_RETURN_IF_ERROR(validate_train_spec(t));
   int64_t per_step = int64_t(l.dp) * l.micro_batch;
+  if (t.global_batch < l.dp)
+    return invalid_argument("layout: dp=" + std::to_string(l.dp) + " is more than the global batch of " +
+                            std::to_string(t.global_batch) + " sequences; raise --global-batch to a multiple of " +
+                            std::to_string(l.dp) + " or use fewer data-parallel ranks (more tp/pp)");
   if (t.global_batch % per_step != 0)
     return invalid_argument("layout: global batch " + std::to_string(t.global_batch) + " is not divisible by dp*micro = " +
                             std::to_string(l.dp) + "*" + std::to_string(l.micro_batch) +

@@ -9,7 +9,10 @@ namespace loom {
 // The mixed-radix "digits" of a rank are tp, cp, ep (the expert shard inside
 // dp), edp (dp / ep) and pp; Dim::kDp in a rank order stands for the edp digit.
 RankGrid::RankGrid(const Layout& layout) {
-  auto order = parse_rank_order(layout.rank_order);
+  // The default order is by far the most common: skip parsing it.
+  static const std::vector<Dim> kDefaultOrder{Dim::kTp, Dim::kCp, Dim::kEp, Dim::kDp, Dim::kPp};
+  Result<std::vector<Dim>> order = layout.rank_order == "tp-cp-ep-dp-pp" ? Result<std::vector<Dim>>(kDefaultOrder)
+                                                                          : parse_rank_order(layout.rank_order);
   LOOM_CHECK(order.is_ok(), "RankGrid needs a validated layout: " + order.status().message());
   int ep = std::max(1, layout.ep);
   for (int i = 0; i < kNumDims; ++i) size_[i] = 1;
@@ -84,16 +87,46 @@ GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node) {
     return s;
   }
   RankGrid grid(layout);
-  std::vector<int> members = grid.group(d, 0);
-  std::vector<int> node_ids;
-  node_ids.reserve(members.size());
-  for (int r : members) node_ids.push_back(r / devices_per_node);
-  std::sort(node_ids.begin(), node_ids.end());
-  int nodes = 0, max_per_node = 0, run = 0;
-  for (size_t i = 0; i < node_ids.size(); ++i) {
-    run = (i > 0 && node_ids[i] == node_ids[i - 1]) ? run + 1 : 1;
-    if (run == 1) ++nodes;
-    max_per_node = std::max(max_per_node, run);
+  // The group of rank 0 is {sum_k i_k * stride_k}: one digit, or for dp with
+  // ep > 1 the ep and edp digits. Adjacent digits merge into one progression.
+  struct Digit { int stride, size; };
+  Digit dg[2];
+  int nd = 0;
+  const int ep = std::max(1, layout.ep);
+  if (d == Dim::kDp && ep > 1) {
+    dg[nd++] = {grid.stride(Dim::kEp), ep};
+    dg[nd++] = {grid.stride(Dim::kDp), layout.dp / ep};
+    if (dg[0].stride > dg[1].stride) std::swap(dg[0], dg[1]);
+    if (dg[1].size == 1) nd = 1;
+    else if (dg[0].size == 1) { dg[0] = dg[1]; nd = 1; }
+    else if (dg[1].stride == dg[0].stride * dg[0].size) { dg[0].size *= dg[1].size; nd = 1; }
+  } else {
+    dg[nd++] = {grid.stride(d), s.ranks};
+  }
+  const int D = devices_per_node;
+  if (nd == 1) {
+    const int st = dg[0].stride, n = dg[0].size;
+    if (st >= D) { s.nodes = n; s.ranks_per_node = 1; return s; }
+    if (D % st == 0) {
+      const int per = std::min(n, D / st);
+      s.ranks_per_node = per;
+      s.nodes = (n + per - 1) / per;
+      return s;
+    }
+  }
+  // General case: members in increasing order (mixed radix, fastest digit
+  // first), counting runs of equal node ids; no allocation.
+  const int n0 = dg[0].size, n1 = nd == 2 ? dg[1].size : 1;
+  int nodes = 0, max_per_node = 0, run = 0, prev = -1;
+  for (int b = 0; b < n1; ++b) {
+    for (int a = 0; a < n0; ++a) {
+      int r = a * dg[0].stride + (nd == 2 ? b * dg[1].stride : 0);
+      int node = r / D;
+      run = node == prev ? run + 1 : 1;
+      if (run == 1) ++nodes;
+      max_per_node = std::max(max_per_node, run);
+      prev = node;
+    }
   }
   s.nodes = nodes;
   s.ranks_per_node = max_per_node;

@@ -1,9 +1,15 @@
 #include "sim/evaluate.h"
 
 #include <algorithm>
+#include <atomic>
+#include <string>
 #include <cmath>
 
 namespace loom {
+
+namespace {
+std::atomic<uint64_t> g_next_evaluator_id{1};
+}  // namespace
 
 const char* comm_kind_name(CommKind k) {
   switch (k) {
@@ -22,7 +28,8 @@ double Traffic::link_bytes(LinkClass l) const {
 }
 
 Evaluator::Evaluator(const ModelSpec& model, const HwProfile& hw, const TrainSpec& train, const SimOptions& opt)
-    : model_(model), hw_(hw), train_(train), opt_(opt) {}
+    : model_(model), hw_(hw), train_(train), opt_(opt), id_(g_next_evaluator_id.fetch_add(1)),
+      palm_flops_per_token_(model_.model_flops_per_token_palm(train_.seq_len)) {}
 
 namespace {
 
@@ -35,8 +42,10 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   sc.fwd_s += pc.fwd_s * count;
   sc.bwd_s += pc.bwd_s * count;
   sc.recompute_s += pc.recompute_s * count;
-  sc.chunk_fwd_s[chunk] += pc.fwd_s * count;
-  sc.chunk_bwd_s[chunk] += (pc.bwd_s + pc.recompute_s) * count;
+  if (!sc.chunk_fwd_s.empty()) {
+    sc.chunk_fwd_s[chunk] += pc.fwd_s * count;
+    sc.chunk_bwd_s[chunk] += (pc.bwd_s + pc.recompute_s) * count;
+  }
   sc.tp_s += (pc.fwd_tp_s + pc.bwd_tp_s + pc.recompute_tp_s) * count;
   sc.ep_s += (pc.fwd_ep_s + pc.bwd_ep_s) * count;
   sc.flops_per_micro += (pc.fwd_flops + pc.bwd_flops + pc.recompute_flops) * count;
@@ -53,41 +62,91 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
 
 }  // namespace
 
-std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
+Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   const ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
   const Precision p = train_.precision;
-  const PieceCost dense = layer_cost(model_, hw_, opt_, p, shape, false);
-  const PieceCost moe = model_.is_moe() ? layer_cost(model_, hw_, opt_, p, shape, true) : PieceCost{};
-  const PieceCost emb = embedding_cost(model_, hw_, opt_, p, shape);
-  const PieceCost head = head_cost(model_, hw_, opt_, p, shape);
-  const StageSplit split = split_layers(model_, l.pp, l.virtual_stages);
-  const double gbytes = grad_elem_bytes(p, opt_), wbytes = weight_elem_bytes(p);
+  Pieces pc;
+  pc.dense = layer_cost(model_, hw_, opt_, p, shape, false);
+  if (model_.is_moe()) pc.moe = layer_cost(model_, hw_, opt_, p, shape, true);
+  pc.emb = embedding_cost(model_, hw_, opt_, p, shape);
+  pc.head = head_cost(model_, hw_, opt_, p, shape);
+  return pc;
+}
 
+namespace {
+
+// Per-thread caches for the closed form: the search evaluates many layouts
+// that share their split and their per-layer costs.
+struct PieceKey {
+  uint64_t evaluator = 0;
+  int tp = 0, ep = 0, micro = 0, sp = 0, recompute = 0;
+  std::string order;
+  bool operator==(const PieceKey&) const = default;
+};
+
+}  // namespace
+
+const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
+  constexpr int kSlots = 64;
+  thread_local PieceKey keys[kSlots];
+  thread_local Pieces values[kSlots];
+  PieceKey k{id_, l.tp, l.ep, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute), l.rank_order};
+  size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 7 + size_t(k.sp) * 3 +
+              size_t(k.recompute)) % kSlots;
+  if (!(keys[h] == k)) {
+    values[h] = compute_pieces(l);
+    keys[h] = k;
+  }
+  return values[h];
+}
+
+const StageSplit& Evaluator::split(const Layout& l) const {
+  thread_local uint64_t key_id = 0;
+  thread_local int key_pp = 0, key_v = 0;
+  thread_local StageSplit value;
+  if (key_id != id_ || key_pp != l.pp || key_v != l.virtual_stages) {
+    value = split_layers(model_, l.pp, l.virtual_stages);
+    key_id = id_;
+    key_pp = l.pp;
+    key_v = l.virtual_stages;
+  }
+  return value;
+}
+
+void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& split, int s, StageCosts& sc) const {
+  const Precision p = train_.precision;
+  sc.stage = s;
+  int total_layers = split.stage_layers(s);
+  sc.layers = total_layers;
+  for (int c = 0; c < l.virtual_stages; ++c) {
+    int g = c * l.pp + s;
+    int moe_layers = split.chunk_moe_layers[g];
+    int dense_layers = split.chunk_layers[g] - moe_layers;
+    add_piece(sc, pc.dense, dense_layers, c);
+    if (moe_layers) add_piece(sc, pc.moe, moe_layers, c);
+    if (g == 0) add_piece(sc, pc.emb, 1, c);
+    if (g == l.pp * l.virtual_stages - 1) add_piece(sc, pc.head, 1, c);
+    if (!sc.chunk_grad_fraction.empty())
+      sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
+  }
+  StageParams params = stage_params(model_, l, split, s);
+  sc.grad_bytes = params.dense * grad_elem_bytes(p, opt_);
+  sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
+  sc.param_bytes_gather = params.total() * weight_elem_bytes(p);
+  double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
+  sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params);
+}
+
+std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
+  const Pieces pc = compute_pieces(l);
+  const StageSplit split = split_layers(model_, l.pp, l.virtual_stages);
   std::vector<StageCosts> out(l.pp);
   for (int s = 0; s < l.pp; ++s) {
     StageCosts& sc = out[s];
-    sc.stage = s;
     sc.chunk_fwd_s.assign(l.virtual_stages, 0);
     sc.chunk_bwd_s.assign(l.virtual_stages, 0);
     sc.chunk_grad_fraction.assign(l.virtual_stages, 0);
-    int total_layers = split.stage_layers(s);
-    sc.layers = total_layers;
-    for (int c = 0; c < l.virtual_stages; ++c) {
-      int g = c * l.pp + s;
-      int moe_layers = split.chunk_moe_layers[g];
-      int dense_layers = split.chunk_layers[g] - moe_layers;
-      add_piece(sc, dense, dense_layers, c);
-      if (moe_layers) add_piece(sc, moe, moe_layers, c);
-      if (g == 0) add_piece(sc, emb, 1, c);
-      if (g == l.pp * l.virtual_stages - 1) add_piece(sc, head, 1, c);
-      sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
-    }
-    StageParams params = stage_params(model_, l, split, s);
-    sc.grad_bytes = params.dense * gbytes;
-    sc.expert_grad_bytes = params.expert * gbytes;
-    sc.param_bytes_gather = params.total() * wbytes;
-    double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
-    sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params);
+    fill_stage(l, pc, split, s, sc);
   }
   return out;
 }
@@ -143,7 +202,7 @@ Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_
   const double peak = hw_.accel.peak_flops(train_.precision);
   f.tokens_per_s = tokens / step_time_s;
   f.tokens_per_s_per_gpu = f.tokens_per_s / world;
-  double model_flops = model_.model_flops_per_token_palm(train_.seq_len) * tokens;
+  double model_flops = palm_flops_per_token_ * tokens;
   f.model_tflops_per_gpu = model_flops / step_time_s / world / 1e12;
   f.hardware_tflops_per_gpu = executed_flops_per_step / step_time_s / world / 1e12;
   f.mfu = f.model_tflops_per_gpu * 1e12 / peak;
@@ -210,12 +269,40 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
 
 Estimate Evaluator::estimate(const Layout& l) const {
   Estimate est;
-  MemoryReport mem = memory_report(model_, hw_, l, train_, opt_);
-  est.fits = mem.fits;
-  est.peak_memory_bytes = mem.peak_bytes();
-  est.worst_stage = mem.worst_stage;
+  const StageSplit& split = this->split(l);
+  const Pieces& pc = pieces(l);
+  // Memory per stage (the same terms memory_report() uses) and stage costs,
+  // without per-call allocation: the buffer is reused by this thread.
+  const ActivationTerms act = activation_terms(model_, l, train_, opt_);
+  thread_local std::vector<StageCosts> stages;
+  stages.resize(l.pp);
+  est.fits = true;
+  // Interior stages with the same layer counts cost the same, and hold no more
+  // memory than the first of them (in-flight micro-batches never grow with the
+  // stage index under GPipe, 1F1B or interleaving): compute each kind once.
+  int prev_layers = -1, prev_moe = -1;
+  for (int s = 0; s < l.pp; ++s) {
+    const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
+    const bool ends = s == 0 || s == l.pp - 1;
+    StageCosts& sc = stages[s];
+    if (!ends && s > 1 && layers == prev_layers && moe == prev_moe) {
+      sc = stages[s - 1];
+      sc.stage = s;
+      continue;
+    }
+    prev_layers = ends ? -1 : layers;
+    prev_moe = ends ? -1 : moe;
+    double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
+    if (total > est.peak_memory_bytes) {
+      est.peak_memory_bytes = total;
+      est.worst_stage = s;
+    }
+    sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.flops_per_micro = 0;
+    sc.traffic_per_micro = Traffic{};
+    fill_stage(l, pc, split, s, sc);
+  }
+  est.fits = est.peak_memory_bytes <= hw_.accel.memory_bytes;
 
-  const std::vector<StageCosts> stages = stage_costs(l);
   const int64_t m = l.num_micro_batches(train_.global_batch);
   const int p = l.pp, v = l.virtual_stages;
   double t_max = 0, t_sum = 0, flops_micro = 0;
@@ -241,10 +328,17 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // compute (last backward, later micro-batches) and the pipeline drain after
   // it (stage s finishes about s backward-times before stage 0) cannot hide.
   double dp_exposed = 0, opt_s = 0;
+  // Interior stages carry the same gradient bytes: price their collectives once.
+  DpCollectives d;
+  double memo_grad = -1, memo_expert = -1;
   for (const StageCosts& sc : stages) {
     opt_s = std::max(opt_s, sc.optimizer_s);
     if (l.dp <= 1) continue;
-    DpCollectives d = dp_collectives(l, sc);
+    if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert) {
+      d = dp_collectives(l, sc);
+      memo_grad = sc.grad_bytes;
+      memo_expert = sc.expert_grad_bytes;
+    }
     const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     const double b_last = sc.bwd_s + sc.recompute_s;
     const double nb = std::max(1, opt_.grad_buckets) * double(v);
@@ -287,7 +381,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   if (per_micro > 0) {
     tb.forward_s = compute_total * (c.fwd_s / per_micro);
     tb.backward_s = compute_total * (c.bwd_s / per_micro);
-    tb.recompute_s = compute_total - tb.forward_s - tb.backward_s;
+    tb.recompute_s = c.recompute_s > 0 ? compute_total - tb.forward_s - tb.backward_s : 0.0;
   }
   tb.pp_comm_s = l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p : 0;
   tb.bubble_s = std::max(0.0, pipe - double(m) * t_max - tb.pp_comm_s);

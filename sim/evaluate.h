@@ -118,16 +118,30 @@ class Evaluator {
   Figures figures(const Layout& layout, double step_time_s, double executed_flops_per_step) const;
   Traffic step_traffic(const Layout& layout, const std::vector<StageCosts>& stages) const;
 
+  // Per-layer / model-end costs of one micro-batch under a layout.
+  struct Pieces {
+    PieceCost dense, moe, emb, head;
+  };
+  Pieces compute_pieces(const Layout& layout) const;
+
   const ModelSpec& model() const { return model_; }
   const HwProfile& hw() const { return hw_; }
   const TrainSpec& train() const { return train_; }
   const SimOptions& options() const { return opt_; }
 
  private:
+  // Cached per thread (the search calls estimate() millions of times).
+  const Pieces& pieces(const Layout& layout) const;
+  const StageSplit& split(const Layout& layout) const;
+  void fill_stage(const Layout& layout, const Pieces& pieces, const StageSplit& split, int stage,
+                  StageCosts& out) const;
+
   ModelSpec model_;
   HwProfile hw_;
   TrainSpec train_;
   SimOptions opt_;
+  double palm_flops_per_token_ = 0;
+  uint64_t id_ = 0;  // distinguishes evaluators in the per-thread caches
 };
 
 }  // namespace loom

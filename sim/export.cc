@@ -16,8 +16,14 @@ Result<std::string> export_megatron_args(const Plan& p) {
   std::ostringstream o;
   o << "--tensor-model-parallel-size " << l.tp << "\n";
   o << "--pipeline-model-parallel-size " << l.pp << "\n";
-  if (l.schedule == Schedule::kInterleaved)
+  if (l.schedule == Schedule::kInterleaved) {
+    if (m.num_layers % (l.pp * l.virtual_stages) != 0)
+      return invalid_argument("export megatron: v=" + std::to_string(l.virtual_stages) + " with pp=" +
+                              std::to_string(l.pp) + " splits " + std::to_string(m.num_layers) +
+                              " layers unevenly, which Megatron-LM cannot express; choose v so that pp*v divides " +
+                              std::to_string(m.num_layers));
     o << "--num-layers-per-virtual-pipeline-stage " << m.num_layers / (l.pp * l.virtual_stages) << "\n";
+  }
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   if (l.zero == 1) o << "--use-distributed-optimizer\n";

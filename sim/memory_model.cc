@@ -7,42 +7,6 @@
 
 namespace loom {
 
-int StageSplit::stage_layers(int stage) const {
-  int n = 0;
-  for (int c = 0; c < v; ++c) n += chunk_layers[c * pp + stage];
-  return n;
-}
-
-int StageSplit::stage_moe_layers(int stage) const {
-  int n = 0;
-  for (int c = 0; c < v; ++c) n += chunk_moe_layers[c * pp + stage];
-  return n;
-}
-
-StageSplit split_layers(const ModelSpec& model, int pp, int v) {
-  StageSplit s;
-  s.pp = pp;
-  s.v = v;
-  int chunks = pp * v;
-  int base = model.num_layers / chunks, extra = model.num_layers % chunks;
-  s.chunk_layers.assign(chunks, base);
-  // Extra layers: middle chunks first, then the first, then the last.
-  std::vector<int> order;
-  for (int g = 1; g + 1 < chunks; ++g) order.push_back(g);
-  order.push_back(0);
-  if (chunks > 1) order.push_back(chunks - 1);
-  for (int i = 0; i < extra; ++i) s.chunk_layers[order[i]] += 1;
-  s.chunk_first_layer.resize(chunks);
-  s.chunk_moe_layers.assign(chunks, 0);
-  int first = 0;
-  for (int g = 0; g < chunks; ++g) {
-    s.chunk_first_layer[g] = first;
-    for (int l = first; l < first + s.chunk_layers[g]; ++l) s.chunk_moe_layers[g] += model.is_moe_layer(l) ? 1 : 0;
-    first += s.chunk_layers[g];
-  }
-  return s;
-}
-
 StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& split, int stage) {
   StageParams p;
   const double t = l.tp;
@@ -151,8 +115,21 @@ StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
   return s;
 }
 
+ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt) {
+  ActivationTerms a;
+  a.dense = layer_activation_bytes(m, l, opt, train.seq_len, train.precision, false);
+  a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, train.seq_len, train.precision, true) : 0;
+  a.checkpoint = layer_checkpoint_bytes(m, l, train.seq_len, train.precision);
+  return a;
+}
+
 StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt,
                          const StageSplit& split, int stage) {
+  return stage_memory(m, l, train, opt, split, stage, activation_terms(m, l, train, opt));
+}
+
+StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt,
+                         const StageSplit& split, int stage, const ActivationTerms& act) {
   StageMemory sm;
   sm.stage = stage;
   sm.layers = split.stage_layers(stage);
@@ -181,11 +158,9 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const int layers = sm.layers, moe_layers = split.stage_moe_layers(stage), dense_layers = layers - moe_layers;
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
   const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
-  double act_dense = layer_activation_bytes(m, l, opt, train.seq_len, train.precision, false);
-  double act_moe = moe_layers ? layer_activation_bytes(m, l, opt, train.seq_len, train.precision, true) : 0;
+  const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
   if (l.recompute == Recompute::kFull) {
-    double ckpt = layer_checkpoint_bytes(m, l, train.seq_len, train.precision);
-    sm.activations_bytes = double(in_flight) * per_unit * layers * ckpt;
+    sm.activations_bytes = double(in_flight) * per_unit * layers * act.checkpoint;
     // Backward of one layer re-materializes that layer's activations.
     sm.activations_bytes += std::max(act_dense, act_moe);
   } else {
@@ -219,8 +194,9 @@ MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout
   MemoryReport r;
   r.capacity_bytes = hw.accel.memory_bytes;
   StageSplit split = split_layers(m, l.pp, l.virtual_stages);
+  const ActivationTerms act = activation_terms(m, l, train, opt);
   for (int s = 0; s < l.pp; ++s) {
-    r.stages.push_back(stage_memory(m, l, train, opt, split, s));
+    r.stages.push_back(stage_memory(m, l, train, opt, split, s, act));
     if (r.stages.back().total_bytes() > r.stages[r.worst_stage].total_bytes()) r.worst_stage = s;
   }
   r.fits = r.peak_bytes() <= r.capacity_bytes;

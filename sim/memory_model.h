@@ -25,23 +25,11 @@
 #include "core/hw_profile.h"
 #include "core/layout.h"
 #include "core/model_spec.h"
+#include "core/stage_split.h"
 #include "core/train_spec.h"
 #include "sim/sim_options.h"
 
 namespace loom {
-
-// How the layers are split over the pp*v model chunks.
-struct StageSplit {
-  int pp = 1, v = 1;
-  std::vector<int> chunk_first_layer;  // global chunk g = chunk*pp + stage
-  std::vector<int> chunk_layers;
-  std::vector<int> chunk_moe_layers;
-  int stage_layers(int stage) const;
-  int stage_moe_layers(int stage) const;
-};
-// Even split; when L is not a multiple of pp*v the extra layers go to middle
-// chunks first (the first and last hold the embedding and the head).
-StageSplit split_layers(const ModelSpec& model, int pp, int v);
 
 // Parameter elements one rank of a stage holds (after TP/EP sharding, before ZeRO).
 struct StageParams {
@@ -86,8 +74,18 @@ struct MemoryReport {
   std::string why_not() const;
 };
 
+// Per-layer activation terms of a layout (the same for every stage).
+struct ActivationTerms {
+  double dense = 0, moe = 0, checkpoint = 0;
+};
+ActivationTerms activation_terms(const ModelSpec& model, const Layout& layout, const TrainSpec& train,
+                                 const SimOptions& opt);
+
 StageMemory stage_memory(const ModelSpec& model, const Layout& layout, const TrainSpec& train, const SimOptions& opt,
                          const StageSplit& split, int stage);
+// The same with the activation terms computed once for all stages.
+StageMemory stage_memory(const ModelSpec& model, const Layout& layout, const TrainSpec& train, const SimOptions& opt,
+                         const StageSplit& split, int stage, const ActivationTerms& act);
 MemoryReport memory_report(const ModelSpec& model, const HwProfile& hw, const Layout& layout, const TrainSpec& train,
                            const SimOptions& opt);
 

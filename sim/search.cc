@@ -94,15 +94,29 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   auto t0 = std::chrono::steady_clock::now();
   if (sp.world < 1) return invalid_argument("search: --gpus must be >= 1");
   LOOM_RETURN_IF_ERROR(validate_train_spec(eval.train()));
+  for (auto [name, value] : {std::pair<const char*, int>{"tp", sp.fix_tp}, {"pp", sp.fix_pp}, {"dp", sp.fix_dp}}) {
+    if (value > 0 && sp.world % value != 0)
+      return invalid_argument("search: --fix " + std::string(name) + "=" + std::to_string(value) +
+                              " does not divide the " + std::to_string(sp.world) + " GPUs; pin a divisor of " +
+                              std::to_string(sp.world));
+  }
   SearchResult res;
   std::vector<Layout> layouts = enumerate_layouts(eval, sp);
   res.enumerated = int64_t(layouts.size());
   res.valid = res.enumerated;
   if (layouts.empty()) {
-    // Explain with the simplest layout: all data parallel.
+    // Explain with the simplest layout the pins allow: the rest data parallel.
     Layout l;
-    l.dp = sp.world;
+    l.tp = std::max(1, sp.fix_tp);
+    l.pp = std::max(1, sp.fix_pp);
+    l.ep = std::max(1, sp.fix_ep);
+    l.dp = sp.fix_dp > 0 ? sp.fix_dp : std::max(1, sp.world / (l.tp * l.pp));
+    if (sp.fix_micro > 0) l.micro_batch = sp.fix_micro;
+    if (sp.fix_zero >= 0) l.zero = sp.fix_zero;
     Status why = validate_layout(l, eval.model(), eval.train(), sp.world);
+    if (why.is_ok() && sp.fix_tp > 0 && l.tp > eval.hw().node.devices_per_node)
+      why = invalid_argument("tp=" + std::to_string(l.tp) + " spans more than one node (" +
+                             std::to_string(eval.hw().node.devices_per_node) + " devices); the search keeps TP inside a node");
     std::string reason = why.is_ok() ? "no layout in the search space is valid" : why.message();
     return invalid_argument("search: no valid layout for " + std::to_string(sp.world) + " GPUs: " + reason);
   }

@@ -68,12 +68,15 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   if (per_micro > 0) {
     tb.forward_s = compute_total * (c.fwd_s / per_micro);
     tb.backward_s = compute_total * (c.bwd_s / per_micro);
-    tb.recompute_s = compute_total - tb.forward_s - tb.backward_s;
+    tb.recompute_s = c.recompute_s > 0 ? compute_total - tb.forward_s - tb.backward_s : 0.0;
   }
   tb.optimizer_s = c.optimizer_s;
   // Separate pipeline p2p from the bubble proper: time the same program with
   // free p2p transfers; the step time it saves is the exposed p2p time.
   tb.dp_comm_s = r.timeline.idle[crit].dp_comm_s;
+  // Without a pipeline the only wait after the last compute op is DP traffic
+  // (ZeRO-1/2 gathers after the optimizer).
+  if (l.pp == 1) tb.dp_comm_s += r.timeline.idle[crit].tail_s;
   if (l.pp > 1) {
     std::vector<double> no_p2p = r.durations_s;
     for (const Op& op : r.program.ops)

@@ -1,0 +1,24 @@
+// How a model's layers are split over the pp * v model chunks of a layout:
+// the one split both the simulator and the executor use.
+#pragma once
+
+#include <vector>
+
+#include "core/model_spec.h"
+
+namespace loom {
+
+// How the layers are split over the pp*v model chunks.
+struct StageSplit {
+  int pp = 1, v = 1;
+  std::vector<int> chunk_first_layer;  // global chunk g = chunk*pp + stage
+  std::vector<int> chunk_layers;
+  std::vector<int> chunk_moe_layers;
+  int stage_layers(int stage) const;
+  int stage_moe_layers(int stage) const;
+};
+// Even split; when L is not a multiple of pp*v the extra layers go to middle
+// chunks first (the first and last hold the embedding and the head).
+StageSplit split_layers(const ModelSpec& model, int pp, int v);
+
+}  // namespace loom

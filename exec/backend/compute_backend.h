@@ -1,0 +1,62 @@
+// ComputeBackend: where the executor's math runs. One interface, one folder per
+// backend (cpu/ now; cuda/ plugs in behind the same calls), chosen at run time.
+//
+// Buffers are device memory owned by the backend (host memory on the CPU
+// backend). The model and runtime only hold DeviceBuffer objects and call the
+// backend's ops; they never dereference device pointers themselves, except
+// through host_view() on backends that are host-visible (the CPU backend),
+// which the reference paths and tests use.
+// Thread-safety: a backend is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace loom::exec {
+
+class ComputeBackend;
+
+// A float32 (or int32) array in a backend's memory. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(ComputeBackend* backend, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  float* f32() const { return static_cast<float*>(ptr_); }
+  int32_t* i32() const { return static_cast<int32_t*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  size_t floats() const { return bytes_ / sizeof(float); }
+  bool empty() const { return bytes_ == 0; }
+
+ private:
+  ComputeBackend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+  virtual std::string name() const = 0;       // "cpu", "cuda:0"
+  virtual bool host_visible() const = 0;       // device pointers may be read by the host
+  virtual void* allocate(size_t bytes) = 0;    // zero-filled
+  virtual void release(void* ptr, size_t bytes) = 0;
+  virtual size_t peak_allocated_bytes() const = 0;
+  virtual size_t allocated_bytes() const = 0;
+  // Copies between host and device (plain memcpy on the CPU backend).
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+};
+
+// The CPU backend: host memory, kernels from exec/backend/cpu_ops.h.
+std::unique_ptr<ComputeBackend> make_cpu_backend();
+
+}  // namespace loom::exec

@@ -1,0 +1,72 @@
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "exec/backend/compute_backend.h"
+
+namespace loom::exec {
+
+DeviceBuffer::DeviceBuffer(ComputeBackend* backend, size_t bytes) : backend_(backend), bytes_(bytes) {
+  if (bytes_) ptr_ = backend_->allocate(bytes_);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) backend_->release(ptr_, bytes_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : backend_(o.backend_), ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) backend_->release(ptr_, bytes_);
+    backend_ = o.backend_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+namespace {
+
+class CpuBackend final : public ComputeBackend {
+ public:
+  std::string name() const override { return "cpu"; }
+  bool host_visible() const override { return true; }
+  void* allocate(size_t bytes) override {
+    // 64-byte aligned for Eigen's vectorized kernels.
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    size_t now = allocated_.fetch_add(bytes) + bytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return p;
+  }
+  void release(void* ptr, size_t bytes) override {
+    std::free(ptr);
+    allocated_.fetch_sub(bytes);
+  }
+  size_t peak_allocated_bytes() const override { return peak_.load(); }
+  size_t allocated_bytes() const override { return allocated_.load(); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void synchronize() override {}
+
+ private:
+  std::atomic<size_t> allocated_{0};
+  std::atomic<size_t> peak_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace loom::exec

@@ -1,0 +1,82 @@
+// ModelChunk: one pipeline chunk of the transformer on one rank — the token
+// embedding (first chunk), a run of layers, and the final norm + LM head with
+// the vocab-parallel cross-entropy (last chunk) — with forward and backward
+// written op by op over exec/backend/cpu_ops.h, Megatron tensor parallelism
+// (column/row-parallel linears, vocab-parallel embedding and loss) and
+// optional sequence parallelism, and full / selective recompute.
+//
+// Activations are kept per micro-batch (several are in flight under 1F1B);
+// backward(micro) consumes and frees them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/layout.h"
+#include "exec/backend/compute_backend.h"
+#include "exec/comm/communicator.h"
+#include "exec/model/params.h"
+
+namespace loom::exec {
+
+struct ChunkConfig {
+  ModelDims dims;
+  int first_layer = 0;
+  int num_layers = 0;
+  bool has_embedding = false;
+  bool has_head = false;
+  int64_t micro_batch = 1;  // B
+  int64_t seq = 0;          // T
+  int tp_size = 1, tp_rank = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+};
+
+class ModelChunk {
+ public:
+  // `tp` may be null when tp_size == 1. Parameters are added to `params`
+  // (shared by all chunks of the rank) by the caller via add_chunk_params.
+  ModelChunk(const ChunkConfig& cfg, ParamStore* params, ComputeBackend* backend, Communicator* tp);
+  ~ModelChunk();
+
+  // Rows of the activation this chunk receives / sends: B*T, or B*T/tp with SP.
+  int64_t activation_rows() const;
+  int64_t activation_floats() const { return activation_rows() * cfg_.dims.C; }
+
+  // Forward of one micro-batch. First chunk: `tokens` (B*T); otherwise `input`
+  // (activation_floats()). Last chunk: `targets` (B*T) and `loss_scale`
+  // (1 / tokens of the whole step); it adds the micro-batch's summed token
+  // loss * loss_scale to *loss_sum. Other chunks write `output`.
+  Status forward(int micro, const int32_t* tokens, const float* input, const int32_t* targets, float loss_scale,
+                 float* output, double* loss_sum);
+  // Backward of one micro-batch: `dout` is the gradient of the output (not
+  // used on the last chunk); writes `dinput` (not on the first chunk).
+  // Gradients accumulate into the ParamStore.
+  Status backward(int micro, const float* dout, float* dinput);
+
+  const ChunkConfig& config() const { return cfg_; }
+  size_t in_flight() const { return saved_.size(); }
+
+ private:
+  struct LayerActs;
+  struct MicroActs;
+  Status layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep);
+  Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a);
+  // TP collectives (no-ops when tp_size == 1).
+  Status tp_all_reduce(float* buf, int64_t n);
+  Status tp_all_gather_rows(const float* local, float* full, int64_t local_rows);
+  Status tp_reduce_scatter_rows(const float* full, float* local, int64_t local_rows);
+  // "g" (enter a TP region: gather under SP) and "f" (leave it: reduce).
+  Status enter_tp(const float* x_local, float* x_full);
+  Status leave_tp(float* partial_full, float* out_local);
+  Status leave_tp_backward(float* dpartial_full, float* dlocal);
+
+  ChunkConfig cfg_;
+  ParamStore* params_;
+  ComputeBackend* backend_;
+  Communicator* tp_;
+  std::map<int, std::unique_ptr<MicroActs>> saved_;
+};
+
+}  // namespace loom::exec

@@ -1,0 +1,168 @@
+#include "exec/model/params.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace loom::exec {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+float init_normal(uint64_t seed, const std::string& name, int64_t index) {
+  uint64_t base = splitmix64(seed ^ splitmix64(name_hash(name)));
+  uint64_t a = splitmix64(base ^ (uint64_t(index) * 2 + 0));
+  uint64_t b = splitmix64(base ^ (uint64_t(index) * 2 + 1));
+  double u1 = (double(a >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  double u2 = double(b >> 11) * (1.0 / 9007199254740992.0);
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+Result<ModelDims> model_dims(const ModelSpec& s) {
+  ModelDims d;
+  if (s.is_moe())
+    return unsupported("execute: " + s.name + " is a mixture-of-experts model; the executor trains dense GPT-2 and "
+                       "Llama-style models in this version");
+  if (s.mla.enabled) return unsupported("execute: multi-latent attention (" + s.name + ") is not executable yet");
+  d.gpt2 = s.norm == NormKind::kLayerNorm;
+  if (d.gpt2 != (s.mlp == MlpKind::kGelu) || d.gpt2 != (s.position == PositionKind::kLearned))
+    return unsupported("execute: " + s.name + " mixes GPT-2 and Llama block features; use one family");
+  d.C = s.hidden;
+  d.F = s.ffn_hidden;
+  d.Hq = s.num_heads;
+  d.Hk = s.num_kv_heads;
+  d.D = s.head_dim;
+  d.V = s.vocab;
+  d.Vp = (s.vocab + 63) / 64 * 64;
+  d.max_pos = s.max_position;
+  d.L = s.num_layers;
+  d.tied = s.tied_embeddings;
+  d.norm_eps = d.gpt2 ? 1e-5f : 1e-5f;
+  return d;
+}
+
+void ParamStore::add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard, int split_size,
+                     int split_rank, float init_std, float init_value, bool weight_decay) {
+  ParamInfo p;
+  p.name = name;
+  p.global_shape = global_shape;
+  p.shard = split_size > 1 ? shard : ShardKind::kReplicated;
+  p.local_shape = global_shape;
+  if (p.shard != ShardKind::kReplicated) {
+    int dim = p.shard == ShardKind::kSplitDim0 ? 0 : 1;
+    LOOM_CHECK(int(global_shape.size()) > dim && global_shape[dim] % split_size == 0,
+               name + ": dimension not divisible by the TP size");
+    p.local_shape[dim] = global_shape[dim] / split_size;
+    p.shard_offset = p.local_shape[dim] * split_rank;
+  }
+  p.numel = 1;
+  for (int64_t x : p.local_shape) p.numel *= x;
+  p.init_std = init_std;
+  p.init_value = init_value;
+  p.weight_decay = weight_decay;
+  p.offset = size_t(total_);
+  total_ += p.numel;
+  index_[name] = infos_.size();
+  infos_.push_back(std::move(p));
+}
+
+void ParamStore::materialize(ComputeBackend* backend, uint64_t seed) {
+  params_ = DeviceBuffer(backend, size_t(total_) * sizeof(float));
+  grads_ = DeviceBuffer(backend, size_t(total_) * sizeof(float));
+  std::vector<float> host(static_cast<size_t>(total_));
+  for (const ParamInfo& p : infos_) {
+    float* dst = host.data() + p.offset;
+    if (p.init_std <= 0) {
+      for (int64_t i = 0; i < p.numel; ++i) dst[i] = p.init_value;
+      continue;
+    }
+    const int64_t rows = p.local_shape[0], cols = p.local_shape.size() > 1 ? p.local_shape[1] : 1;
+    const int64_t gcols = p.global_shape.size() > 1 ? p.global_shape[1] : 1;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        int64_t gr = r, gc = c;
+        if (p.shard == ShardKind::kSplitDim0) gr += p.shard_offset;
+        if (p.shard == ShardKind::kSplitDim1) gc += p.shard_offset;
+        dst[r * cols + c] = p.init_std * init_normal(seed, p.name, gr * gcols + gc);
+      }
+    }
+  }
+  backend->copy_to_device(params_.f32(), host.data(), host.size() * sizeof(float));
+}
+
+const ParamInfo& ParamStore::info(const std::string& name) const {
+  auto it = index_.find(name);
+  LOOM_CHECK(it != index_.end(), "unknown parameter " + name);
+  return infos_[it->second];
+}
+
+float* ParamStore::param(const std::string& name) const { return params_.f32() + info(name).offset; }
+float* ParamStore::grad(const std::string& name) const { return grads_.f32() + info(name).offset; }
+
+void ParamStore::zero_grads() {
+  if (!grads_.empty()) std::memset(grads_.f32(), 0, grads_.bytes());
+}
+
+void add_chunk_params(ParamStore& st, const ModelDims& d, int first, int count, bool has_embedding, bool has_head,
+                      int tp, int r) {
+  const float std_w = 0.02f;
+  const float std_resid = 0.02f / std::sqrt(2.0f * float(d.L));  // GPT-2's scaled residual projections
+  using S = ShardKind;
+  if (has_embedding) {
+    st.add("embed.wte", {d.Vp, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+    if (d.gpt2) st.add("embed.wpe", {d.max_pos, d.C}, S::kReplicated, tp, r, 0.01f, 0, false);
+  }
+  for (int l = first; l < first + count; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    st.add(p + "ln1.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
+    if (d.gpt2) st.add(p + "ln1.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    st.add(p + "attn.q.weight", {d.Hq * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+    st.add(p + "attn.k.weight", {d.Hk * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+    st.add(p + "attn.v.weight", {d.Hk * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+    if (d.gpt2) {
+      st.add(p + "attn.q.bias", {d.Hq * d.D}, S::kSplitDim0, tp, r, 0, 0, false);
+      st.add(p + "attn.k.bias", {d.Hk * d.D}, S::kSplitDim0, tp, r, 0, 0, false);
+      st.add(p + "attn.v.bias", {d.Hk * d.D}, S::kSplitDim0, tp, r, 0, 0, false);
+    }
+    st.add(p + "attn.o.weight", {d.C, d.Hq * d.D}, S::kSplitDim1, tp, r, std_resid, 0, true);
+    if (d.gpt2) st.add(p + "attn.o.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    st.add(p + "ln2.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
+    if (d.gpt2) {
+      st.add(p + "ln2.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+      st.add(p + "mlp.fc1.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+      st.add(p + "mlp.fc1.bias", {d.F}, S::kSplitDim0, tp, r, 0, 0, false);
+      st.add(p + "mlp.fc2.weight", {d.C, d.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
+      st.add(p + "mlp.fc2.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    } else {
+      st.add(p + "mlp.gate.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+      st.add(p + "mlp.up.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+      st.add(p + "mlp.down.weight", {d.C, d.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
+    }
+  }
+  if (has_head) {
+    st.add("final_norm.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
+    if (d.gpt2) st.add("final_norm.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    // Tied: the head is the embedding matrix (a second copy on the last stage
+    // when the embedding lives on another stage; same name, same init).
+    if (d.tied) {
+      if (!has_embedding) st.add("embed.wte", {d.Vp, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+    } else {
+      st.add("lm_head.weight", {d.Vp, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+    }
+  }
+}
+
+}  // namespace loom::exec

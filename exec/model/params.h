@@ -1,0 +1,93 @@
+// Parameters of one rank's slice of the model, named by their GLOBAL name and
+// shape, with this rank's slice of it. Nothing about the layout is baked into
+// names: "layers.3.attn.q.weight" is the same tensor under every layout, and
+// every rank initializes its slice from (seed, global name, global element
+// index) alone, so runs under different layouts start from identical weights.
+//
+// Sharding (Megatron TP): column-parallel weights (q, k, v, fc1, gate, up,
+// the vocab-parallel embedding and LM head) are split along dim 0 (outputs);
+// row-parallel weights (attention output, fc2, down) along dim 1 (inputs);
+// norms, position embeddings and row-parallel biases are replicated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/status.h"
+#include "exec/backend/compute_backend.h"
+
+namespace loom::exec {
+
+enum class ShardKind : uint8_t { kReplicated, kSplitDim0, kSplitDim1 };
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> global_shape;  // 1-D or 2-D, row-major
+  ShardKind shard = ShardKind::kReplicated;
+  int64_t shard_offset = 0;           // first global index along the split dim
+  std::vector<int64_t> local_shape;
+  int64_t numel = 0;                  // local elements
+  size_t offset = 0;                  // into the flat parameter / gradient buffers
+  float init_std = 0;                 // > 0: normal(0, std); else the constant init_value
+  float init_value = 0;
+  bool weight_decay = true;           // matrices decay; norms, biases and positions do not
+};
+
+// Deterministic N(0, 1) sample for (seed, name, index): the same on every rank
+// and layout (SplitMix64 counter hashing + Box-Muller).
+float init_normal(uint64_t seed, const std::string& name, int64_t global_index);
+
+// Model dimensions the executor needs, derived from a ModelSpec.
+struct ModelDims {
+  bool gpt2 = true;        // GPT-2 block (LayerNorm, GELU, biases, learned positions) vs Llama block
+  int64_t C = 0;           // hidden
+  int64_t F = 0;           // MLP intermediate
+  int64_t Hq = 0, Hk = 0;  // heads, KV heads
+  int64_t D = 0;           // head dim
+  int64_t V = 0;           // vocabulary
+  int64_t Vp = 0;          // padded to a multiple of 64 (so any tp <= 64 dividing 64 splits it)
+  int64_t max_pos = 0;
+  int L = 0;
+  bool tied = true;
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.f;
+};
+Result<ModelDims> model_dims(const ModelSpec& spec);
+
+class ParamStore {
+ public:
+  // Adds a parameter; `split_size` / `split_rank` give this rank's TP slice.
+  void add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard, int split_size,
+           int split_rank, float init_std, float init_value, bool weight_decay);
+  // Leaves `n` unused elements (ZeRO shards of equal size).
+  void add_padding(int64_t n) { total_ += n; }
+  // Allocates the flat buffers and initializes every parameter.
+  void materialize(ComputeBackend* backend, uint64_t seed);
+
+  float* param(const std::string& name) const;  // LOOM_CHECKs the name exists
+  float* grad(const std::string& name) const;
+  bool has(const std::string& name) const { return index_.count(name) > 0; }
+  const ParamInfo& info(const std::string& name) const;
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+  int64_t numel() const { return total_; }
+  float* params() const { return params_.f32(); }
+  float* grads() const { return grads_.f32(); }
+  void zero_grads();
+
+ private:
+  std::vector<ParamInfo> infos_;
+  std::unordered_map<std::string, size_t> index_;
+  int64_t total_ = 0;
+  DeviceBuffer params_, grads_;
+};
+
+// The parameters of the global model chunk made of layers [first, first+count),
+// with the embedding when `has_embedding`, and the final norm + LM head (or the
+// tied embedding's copy) when `has_head`.
+void add_chunk_params(ParamStore& store, const ModelDims& d, int first_layer, int num_layers, bool has_embedding,
+                      bool has_head, int tp_size, int tp_rank);
+
+}  // namespace loom::exec

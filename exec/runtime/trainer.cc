@@ -1,0 +1,495 @@
+#include "exec/runtime/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/stage_split.h"
+#include "exec/backend/cpu_ops.h"
+
+namespace loom::exec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Tags of pipeline messages: kind, chunk and micro-batch.
+int p2p_tag(bool grad, int chunk, int micro) { return (grad ? 1 << 26 : 0) + (chunk << 20) + micro; }
+
+// One chunk's slice of the flat parameter buffer, padded to a multiple of dp.
+struct ChunkRange {
+  size_t begin = 0, size = 0;  // padded size
+  size_t shard = 0;            // size / dp
+  size_t shard_offset = 0;     // into the concatenated shard buffers
+};
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerConfig cfg;
+  Communicator* world = nullptr;
+  TokenSource* data = nullptr;
+  std::unique_ptr<ComputeBackend> backend;
+  std::unique_ptr<Communicator> tp, dp, pp, emb;
+  RankCoords coords;
+  ModelDims dims;
+  StageSplit split;
+  Program program;
+  ParamStore params;
+  std::vector<std::unique_ptr<ModelChunk>> chunks;
+  std::vector<ChunkRange> ranges;
+  bool has_embedding_copy_pair = false;  // tied embedding on first and last stage
+  int64_t micro_batches = 0;
+  // Optimizer state: full (ZeRO 0) or this DP rank's shards (ZeRO >= 1).
+  DeviceBuffer m, v, shard_grad;
+  int64_t adam_step = 0;
+  // Per (chunk, micro) activation buffers.
+  std::map<std::pair<int, int>, DeviceBuffer> act_in, act_out, grad_in, grad_out;
+  std::vector<std::unique_ptr<CommRequest>> pending;  // sends and DP syncs in flight
+  std::vector<DeviceBuffer> send_buffers;            // alive until their sends complete
+  int64_t current_step = 0;
+  double grad_norm = 0, lr = 0;
+  std::vector<int32_t> tokens, targets;              // this DP rank's samples of the step
+  std::vector<bool> reduced_chunk;                   // TP/embedding reductions done for the current micro
+  PhaseTimes times;
+  std::vector<TraceEvent> events;
+  Clock::time_point step_start;
+
+  int64_t N() const { return int64_t(cfg.layout.micro_batch) * cfg.train.seq_len; }
+  bool first_global(int c) const { return c == 0 && coords.pp == 0; }
+  bool last_global(int c) const { return c == cfg.layout.virtual_stages - 1 && coords.pp == cfg.layout.pp - 1; }
+
+  Status setup();
+  Status run_op(const Op& op, double* loss_sum);
+  Status forward(int c, int micro, double* loss_sum);
+  Status backward(int c, int micro);
+  Status reduce_shared_grads(int c);
+  Status grad_sync(const Op& op);
+  Status param_gather(int c);
+  Status optimizer_step(int64_t step, double* grad_norm, double* lr);
+  Status wait_pending();
+  void record(const Op& op, Clock::time_point t0, double dur);
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  coords_ = impl_->coords;
+  params_ = &impl_->params;
+}
+Trainer::~Trainer() = default;
+
+Result<std::unique_ptr<Trainer>> Trainer::create(Communicator* world, const TrainerConfig& cfg, TokenSource* data) {
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  impl->world = world;
+  impl->data = data;
+  LOOM_RETURN_IF_ERROR(impl->setup());
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Status Trainer::Impl::setup() {
+  const Layout& l = cfg.layout;
+  LOOM_RETURN_IF_ERROR(validate_layout(l, cfg.model, cfg.train, world->size()));
+  LOOM_ASSIGN_OR_RETURN(dims, model_dims(cfg.model));
+  if (l.ep > 1) return unsupported("execute: ep=" + std::to_string(l.ep) + " needs a MoE model; use ep=1");
+  if (dims.Vp % l.tp) return invalid_argument("execute: padded vocabulary does not split over tp");
+  if (data && data->vocab_size() > dims.V)
+    return invalid_argument("execute: the data's vocabulary (" + std::to_string(data->vocab_size()) +
+                            ") is larger than the model's (" + std::to_string(dims.V) + "); scale vocab up");
+  if (l.sequence_parallel && (N() % l.tp))
+    return invalid_argument("execute: sequence parallel needs micro*seq divisible by tp");
+  backend = make_cpu_backend();
+  RankGrid grid(l);
+  coords = grid.coords(world->rank());
+  auto color_of = [&](Dim d) {
+    RankCoords c = coords;
+    if (d == Dim::kTp) c.tp = 0;
+    if (d == Dim::kDp) c.dp = 0;
+    if (d == Dim::kPp) c.pp = 0;
+    return grid.rank_of(c);
+  };
+  LOOM_ASSIGN_OR_RETURN(tp, world->split(color_of(Dim::kTp), coords.tp, "tp"));
+  LOOM_ASSIGN_OR_RETURN(dp, world->split(color_of(Dim::kDp), coords.dp, "dp"));
+  LOOM_ASSIGN_OR_RETURN(pp, world->split(color_of(Dim::kPp), coords.pp, "pp"));
+  // Tied embeddings on two stages: the first and last stage keep a copy each
+  // and sum their gradients (Megatron's embedding group).
+  has_embedding_copy_pair = dims.tied && l.pp > 1;
+  bool in_emb = has_embedding_copy_pair && (coords.pp == 0 || coords.pp == l.pp - 1);
+  int emb_color = in_emb ? color_of(Dim::kPp) : world->size() + world->rank();
+  LOOM_ASSIGN_OR_RETURN(emb, world->split(emb_color, coords.pp, "embedding"));
+
+  split = split_layers(cfg.model, l.pp, l.virtual_stages);
+  micro_batches = l.num_micro_batches(cfg.train.global_batch);
+  LOOM_ASSIGN_OR_RETURN(program, build_program(program_config_for(l, cfg.train.global_batch, cfg.grad_buckets)));
+
+  // Parameters of every chunk of this stage, each chunk padded for ZeRO shards.
+  const int v = l.virtual_stages;
+  ranges.resize(v);
+  size_t shard_total = 0;
+  for (int c = 0; c < v; ++c) {
+    int g = c * l.pp + coords.pp;
+    size_t before = size_t(params.numel());
+    add_chunk_params(params, dims, split.chunk_first_layer[g], split.chunk_layers[g], first_global(c),
+                     last_global(c), l.tp, coords.tp);
+    size_t used = size_t(params.numel()) - before;
+    size_t padded = (used + l.dp - 1) / l.dp * l.dp;
+    params.add_padding(int64_t(padded - used));
+    ranges[c] = {before, padded, padded / l.dp, shard_total};
+    shard_total += padded / l.dp;
+  }
+  params.materialize(backend.get(), cfg.train.seed);
+  for (int c = 0; c < v; ++c) {
+    int g = c * l.pp + coords.pp;
+    ChunkConfig cc;
+    cc.dims = dims;
+    cc.first_layer = split.chunk_first_layer[g];
+    cc.num_layers = split.chunk_layers[g];
+    cc.has_embedding = first_global(c);
+    cc.has_head = last_global(c);
+    cc.micro_batch = l.micro_batch;
+    cc.seq = cfg.train.seq_len;
+    cc.tp_size = l.tp;
+    cc.tp_rank = coords.tp;
+    cc.sequence_parallel = l.sequence_parallel;
+    cc.recompute = l.recompute;
+    chunks.push_back(std::make_unique<ModelChunk>(cc, &params, backend.get(), tp.get()));
+  }
+  size_t state = l.zero >= 1 ? shard_total : size_t(params.numel());
+  m = DeviceBuffer(backend.get(), state * sizeof(float));
+  this->v = DeviceBuffer(backend.get(), state * sizeof(float));
+  if (l.zero >= 1) shard_grad = DeviceBuffer(backend.get(), shard_total * sizeof(float));
+  reduced_chunk.assign(v, false);
+  return Status::ok();
+}
+
+void Trainer::Impl::record(const Op& op, Clock::time_point t0, double dur) {
+  if (!cfg.record_trace) return;
+  TraceEvent e;
+  e.name = program.op_name(op);
+  e.cat = op_kind_name(op.kind);
+  e.pid = world->rank();
+  e.tid = static_cast<int>(op.stream);
+  e.ts_us = std::chrono::duration<double>(t0 - step_start).count() * 1e6;
+  e.dur_us = dur * 1e6;
+  e.op_id = op.id;
+  e.micro = op.micro;
+  e.stage = op.stage;
+  e.chunk = op.chunk;
+  events.push_back(std::move(e));
+}
+
+Status Trainer::Impl::forward(int c, int micro, double* loss_sum) {
+  const int64_t n_act = chunks[c]->activation_floats();
+  const int32_t* tok = nullptr;
+  const int32_t* tgt = nullptr;
+  const float* in = nullptr;
+  int64_t row0 = int64_t(micro) * N();
+  if (first_global(c)) tok = tokens.data() + row0;
+  if (last_global(c)) tgt = targets.data() + row0;
+  if (!first_global(c)) {
+    auto key = std::make_pair(c, micro);
+    if (coords.pp == 0 && c > 0 && cfg.layout.pp == 1) {
+      // Previous chunk on this same stage (pp = 1 with several chunks).
+      act_in[key] = std::move(act_out[{c - 1, micro}]);
+      act_out.erase({c - 1, micro});
+    }
+    auto it = act_in.find(key);
+    if (it == act_in.end()) return internal_error("forward input missing for chunk " + std::to_string(c));
+    in = it->second.f32();
+  }
+  DeviceBuffer out;
+  if (!last_global(c)) out = DeviceBuffer(backend.get(), size_t(n_act) * sizeof(float));
+  float scale = float(1.0 / double(cfg.train.tokens_per_step()));
+  LOOM_RETURN_IF_ERROR(chunks[c]->forward(micro, tok, in, tgt, scale, out.f32(), loss_sum));
+  act_in.erase({c, micro});
+  if (!last_global(c)) act_out[{c, micro}] = std::move(out);
+  return Status::ok();
+}
+
+Status Trainer::Impl::backward(int c, int micro) {
+  const int64_t n_act = chunks[c]->activation_floats();
+  auto key = std::make_pair(c, micro);
+  const float* dout = nullptr;
+  if (!last_global(c)) {
+    if (cfg.layout.pp == 1 && grad_in.find(key) == grad_in.end()) {
+      grad_in[key] = std::move(grad_out[{c + 1, micro}]);
+      grad_out.erase({c + 1, micro});
+    }
+    auto it = grad_in.find(key);
+    if (it == grad_in.end()) return internal_error("backward input missing for chunk " + std::to_string(c));
+    dout = it->second.f32();
+  }
+  DeviceBuffer din;
+  if (!first_global(c)) din = DeviceBuffer(backend.get(), size_t(n_act) * sizeof(float));
+  LOOM_RETURN_IF_ERROR(chunks[c]->backward(micro, dout, din.f32()));
+  grad_in.erase(key);
+  if (!first_global(c)) grad_out[key] = std::move(din);
+  reduced_chunk[c] = false;
+  return Status::ok();
+}
+
+// Gradients that several ranks hold partial sums of before the DP sync: the
+// replicated parameters under sequence parallelism (each TP rank saw a shard
+// of the tokens) and the two copies of a tied embedding (first, last stage).
+Status Trainer::Impl::reduce_shared_grads(int c) {
+  if (reduced_chunk[c]) return Status::ok();
+  reduced_chunk[c] = true;
+  const Layout& l = cfg.layout;
+  const ChunkRange& r = ranges[c];
+  if (l.sequence_parallel && l.tp > 1) {
+    std::vector<float> packed;
+    std::vector<const ParamInfo*> reps;
+    for (const ParamInfo& p : params.infos()) {
+      if (p.offset < r.begin || p.offset >= r.begin + r.size || p.shard != ShardKind::kReplicated) continue;
+      reps.push_back(&p);
+      packed.insert(packed.end(), params.grads() + p.offset, params.grads() + p.offset + p.numel);
+    }
+    if (!packed.empty()) {
+      LOOM_RETURN_IF_ERROR(tp->all_reduce(packed.data(), packed.size(), ReduceOp::kSum));
+      size_t at = 0;
+      for (const ParamInfo* p : reps) {
+        std::memcpy(params.grads() + p->offset, packed.data() + at, size_t(p->numel) * sizeof(float));
+        at += size_t(p->numel);
+      }
+    }
+  }
+  if (has_embedding_copy_pair && (first_global(c) || last_global(c))) {
+    const ParamInfo& p = params.info("embed.wte");
+    LOOM_RETURN_IF_ERROR(emb->all_reduce(params.grads() + p.offset, size_t(p.numel), ReduceOp::kSum));
+  }
+  return Status::ok();
+}
+
+Status Trainer::Impl::grad_sync(const Op& op) {
+  const Layout& l = cfg.layout;
+  const int c = op.chunk;
+  const ChunkRange& r = ranges[c];
+  LOOM_RETURN_IF_ERROR(reduce_shared_grads(c));
+  float* g = params.grads() + r.begin;
+  if (l.zero == 0) {
+    // Bucket `part` of the chunk, all-reduced while later work runs.
+    size_t per = (r.size + op.num_parts - 1) / op.num_parts;
+    size_t b = size_t(op.part) * per, e = std::min(r.size, b + per);
+    if (b >= e) return Status::ok();
+    LOOM_ASSIGN_OR_RETURN(auto req, dp->iall_reduce(g + b, e - b, ReduceOp::kSum));
+    pending.push_back(std::move(req));
+    return Status::ok();
+  }
+  // ZeRO 1-3: reduce-scatter the chunk to its shards. ZeRO-1 once per step
+  // (all buckets of the chunk at its first bucket op); ZeRO-2/3 after every
+  // micro-batch, accumulating into the shard and clearing the full gradient.
+  if (l.zero == 1 && op.part != 0) return Status::ok();
+  std::vector<float> tmp(r.shard);
+  LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.data(), r.shard));
+  cpu::add_inplace(shard_grad.f32() + r.shard_offset, tmp.data(), int64_t(r.shard));
+  std::memset(g, 0, r.size * sizeof(float));
+  return Status::ok();
+}
+
+// ZeRO: gather the chunk's parameters from the DP shards (ZeRO-3 releases
+// them again after each use, see run_op).
+Status Trainer::Impl::param_gather(int c) {
+  const ChunkRange& r = ranges[c];
+  float* p = params.params() + r.begin;
+  std::vector<float> own(p + coords.dp * r.shard, p + (coords.dp + 1) * r.shard);
+  return dp->all_gather(own.data(), p, r.shard);
+}
+
+Status Trainer::Impl::wait_pending() {
+  for (auto& req : pending) LOOM_RETURN_IF_ERROR(req->wait());
+  pending.clear();
+  send_buffers.clear();
+  return Status::ok();
+}
+
+Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
+  const Layout& l = cfg.layout;
+  auto t0 = Clock::now();
+  const int c = op.chunk, mi = op.micro;
+  const int next = (coords.pp + 1) % l.pp, prev = (coords.pp + l.pp - 1) % l.pp;
+  // A ZeRO-3 chunk holds only its shard between uses.
+  auto release = [&](int chunk) {
+    if (l.zero != 3) return;
+    const ChunkRange& r = ranges[chunk];
+    float* p = params.params() + r.begin;
+    size_t own_b = coords.dp * r.shard, own_e = own_b + r.shard;
+    std::memset(p, 0, own_b * sizeof(float));
+    std::memset(p + own_e, 0, (r.size - own_e) * sizeof(float));
+  };
+  switch (op.kind) {
+    case OpKind::kForward:
+      LOOM_RETURN_IF_ERROR(forward(c, mi, loss_sum));
+      release(c);
+      times.forward_s += seconds_since(t0);
+      break;
+    case OpKind::kBackward:
+      if (op.part == 0) LOOM_RETURN_IF_ERROR(backward(c, mi));
+      if (op.part == op.num_parts - 1) release(c);
+      times.backward_s += seconds_since(t0);
+      break;
+    case OpKind::kSendActivation: {
+      DeviceBuffer buf = std::move(act_out[{c, mi}]);
+      act_out.erase({c, mi});
+      // The receiver's chunk: same index unless we wrap from the last stage.
+      int peer_chunk = coords.pp == l.pp - 1 ? c + 1 : c;
+      LOOM_ASSIGN_OR_RETURN(auto req, pp->isend(buf.f32(), buf.floats(), next, p2p_tag(false, peer_chunk, mi)));
+      pending.push_back(std::move(req));
+      send_buffers.push_back(std::move(buf));
+      times.pp_comm_s += seconds_since(t0);
+      break;
+    }
+    case OpKind::kRecvActivation: {
+      DeviceBuffer buf(backend.get(), size_t(chunks[c]->activation_floats()) * sizeof(float));
+      LOOM_RETURN_IF_ERROR(pp->recv(buf.f32(), buf.floats(), prev, p2p_tag(false, c, mi)));
+      act_in[{c, mi}] = std::move(buf);
+      times.pp_comm_s += seconds_since(t0);
+      break;
+    }
+    case OpKind::kSendGrad: {
+      DeviceBuffer buf = std::move(grad_out[{c, mi}]);
+      grad_out.erase({c, mi});
+      int peer_chunk = coords.pp == 0 ? c - 1 : c;
+      LOOM_ASSIGN_OR_RETURN(auto req, pp->isend(buf.f32(), buf.floats(), prev, p2p_tag(true, peer_chunk, mi)));
+      pending.push_back(std::move(req));
+      send_buffers.push_back(std::move(buf));
+      times.pp_comm_s += seconds_since(t0);
+      break;
+    }
+    case OpKind::kRecvGrad: {
+      DeviceBuffer buf(backend.get(), size_t(chunks[c]->activation_floats()) * sizeof(float));
+      LOOM_RETURN_IF_ERROR(pp->recv(buf.f32(), buf.floats(), next, p2p_tag(true, c, mi)));
+      grad_in[{c, mi}] = std::move(buf);
+      times.pp_comm_s += seconds_since(t0);
+      break;
+    }
+    case OpKind::kGradSync:
+      LOOM_RETURN_IF_ERROR(grad_sync(op));
+      times.dp_comm_s += seconds_since(t0);
+      break;
+    case OpKind::kParamGather:
+      LOOM_RETURN_IF_ERROR(param_gather(c));
+      times.dp_comm_s += seconds_since(t0);
+      break;
+    case OpKind::kOptimizer:
+      LOOM_RETURN_IF_ERROR(optimizer_step(current_step, &grad_norm, &lr));
+      times.optimizer_s += seconds_since(t0);
+      break;
+  }
+  record(op, t0, seconds_since(t0));
+  return Status::ok();
+}
+
+double lr_schedule(const TrainSpec& t, int64_t step) {
+  if (t.warmup_steps > 0 && step < t.warmup_steps) return t.lr * double(step + 1) / double(t.warmup_steps);
+  if (t.lr_schedule == LrSchedule::kConstant || t.steps <= t.warmup_steps) return t.lr;
+  double progress = double(step - t.warmup_steps) / double(std::max<int64_t>(1, t.steps - t.warmup_steps));
+  progress = std::clamp(progress, 0.0, 1.0);
+  double decay = t.lr_schedule == LrSchedule::kCosine ? 0.5 * (1 + std::cos(M_PI * progress)) : 1 - progress;
+  return t.min_lr + (t.lr - t.min_lr) * decay;
+}
+
+double Trainer::lr_at(int64_t step) const { return lr_schedule(impl_->cfg.train, step); }
+
+Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr_out) {
+  const Layout& l = cfg.layout;
+  const TrainSpec& t = cfg.train;
+  LOOM_RETURN_IF_ERROR(wait_pending());
+  for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(reduce_shared_grads(c));
+  // The global gradient norm: every element counted once across all ranks.
+  // Replicated-in-TP params count on tp rank 0; the tied embedding's second
+  // copy does not count; with ZeRO the DP shards partition the elements,
+  // without it DP rank 0 counts.
+  double sq = 0;
+  for (const ParamInfo& p : params.infos()) {
+    if (p.shard == ShardKind::kReplicated && coords.tp != 0) continue;
+    if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) continue;
+    int c = 0;
+    while (c + 1 < int(ranges.size()) && p.offset >= ranges[c + 1].begin) ++c;
+    const ChunkRange& r = ranges[c];
+    if (l.zero == 0) {
+      if (coords.dp == 0) sq += cpu::sum_squares(params.grads() + p.offset, p.numel);
+      continue;
+    }
+    size_t own_b = r.begin + coords.dp * r.shard, own_e = own_b + r.shard;
+    size_t b = std::max<size_t>(own_b, p.offset), e = std::min<size_t>(own_e, p.offset + size_t(p.numel));
+    if (b < e) sq += cpu::sum_squares(shard_grad.f32() + r.shard_offset + (b - own_b), int64_t(e - b));
+  }
+  LOOM_RETURN_IF_ERROR(world->all_reduce(&sq, 1, ReduceOp::kSum));
+  double norm = std::sqrt(sq);
+  *grad_norm = norm;
+  double clip = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
+  double lr = lr_schedule(t, step);
+  *lr_out = lr;
+  ++adam_step;
+  // AdamW over each parameter's owned elements.
+  for (const ParamInfo& p : params.infos()) {
+    float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
+    int c = 0;
+    while (c + 1 < int(ranges.size()) && p.offset >= ranges[c + 1].begin) ++c;
+    const ChunkRange& r = ranges[c];
+    if (l.zero == 0) {
+      float* g = params.grads() + p.offset;
+      if (clip != 1.0) cpu::scale_inplace(g, float(clip), p.numel);
+      cpu::adamw_update(params.params() + p.offset, g, m.f32() + p.offset, v.f32() + p.offset, p.numel, float(lr),
+                        float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step);
+      continue;
+    }
+    size_t own_b = r.begin + coords.dp * r.shard, own_e = own_b + r.shard;
+    size_t b = std::max<size_t>(own_b, p.offset), e = std::min<size_t>(own_e, p.offset + size_t(p.numel));
+    if (b >= e) continue;
+    size_t so = r.shard_offset + (b - own_b);
+    float* g = shard_grad.f32() + so;
+    if (clip != 1.0) cpu::scale_inplace(g, float(clip), int64_t(e - b));
+    cpu::adamw_update(params.params() + b, g, m.f32() + so, v.f32() + so, int64_t(e - b), float(lr), float(t.beta1),
+                      float(t.beta2), float(t.adam_eps), wd, adam_step);
+  }
+  params.zero_grads();
+  if (!shard_grad.empty()) std::memset(shard_grad.f32(), 0, shard_grad.bytes());
+  return Status::ok();
+}
+
+Result<StepResult> Trainer::step(int64_t step) {
+  Impl& s = *impl_;
+  const Layout& l = s.cfg.layout;
+  s.times = PhaseTimes{};
+  s.events.clear();
+  s.step_start = Clock::now();
+  auto t0 = Clock::now();
+  // This DP rank's samples: rows [dp * B/dp, (dp+1) * B/dp) of the global batch.
+  const int64_t per_dp = s.cfg.train.global_batch / l.dp, T = s.cfg.train.seq_len;
+  bool needs_tokens = false, needs_targets = false;
+  for (int c = 0; c < l.virtual_stages; ++c) {
+    needs_tokens |= s.first_global(c);
+    needs_targets |= s.last_global(c);
+  }
+  if (needs_tokens || needs_targets) {
+    s.tokens.resize(size_t(per_dp * T));
+    s.targets.resize(size_t(per_dp * T));
+    int64_t first = step * s.cfg.train.global_batch + int64_t(s.coords.dp) * per_dp;
+    LOOM_RETURN_IF_ERROR(s.data->read(first, per_dp, T, s.tokens.data(), s.targets.data()));
+  }
+  s.times.data_s = seconds_since(t0);
+  double loss_sum = 0;
+  s.current_step = step;
+  for (int32_t id : s.program.stage_ops[s.coords.pp]) LOOM_RETURN_IF_ERROR(s.run_op(s.program.ops[id], &loss_sum));
+  StepResult r;
+  r.step = step;
+  r.grad_norm = s.grad_norm;
+  r.lr = s.lr;
+  // The loss: the last stage's TP rank 0 of every DP rank holds a part.
+  double contribution = (s.coords.pp == l.pp - 1 && s.coords.tp == 0) ? loss_sum : 0.0;
+  LOOM_RETURN_IF_ERROR(s.world->all_reduce(&contribution, 1, ReduceOp::kSum));
+  r.loss = contribution;
+  double elapsed = seconds_since(s.step_start);
+  double max_elapsed = elapsed;
+  LOOM_RETURN_IF_ERROR(s.world->all_reduce(&max_elapsed, 1, ReduceOp::kMax));
+  r.step_time_s = max_elapsed;
+  r.phases = s.times;
+  r.peak_memory_bytes = s.backend->peak_allocated_bytes();
+  events_ = s.events;
+  return r;
+}
+
+}  // namespace loom::exec

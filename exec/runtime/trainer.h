@@ -1,0 +1,80 @@
+// Trainer: runs training steps of one rank under a plan's layout by walking
+// the same Program the simulator times (core/program.h): forward / backward of
+// model chunks, pipeline send / recv, gradient syncs and parameter gathers
+// (DP, ZeRO 1-3), and the optimizer step (AdamW, warm-up + cosine LR,
+// global-norm clipping across all shards).
+//
+// Every rank of the world constructs a Trainer with the same config; the
+// layout's groups are split from `world`. Losses are reported identically on
+// every rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/layout.h"
+#include "core/model_spec.h"
+#include "core/program.h"
+#include "core/train_spec.h"
+#include "core/trace.h"
+#include "exec/backend/compute_backend.h"
+#include "exec/comm/communicator.h"
+#include "exec/model/chunk.h"
+#include "exec/runtime/token_source.h"
+
+namespace loom::exec {
+
+struct TrainerConfig {
+  ModelSpec model;
+  TrainSpec train;
+  Layout layout;
+  int grad_buckets = 4;
+  bool record_trace = false;
+};
+
+// Seconds spent per phase during one step on this rank.
+struct PhaseTimes {
+  double forward_s = 0, backward_s = 0, pp_comm_s = 0, dp_comm_s = 0, tp_comm_s = 0, optimizer_s = 0, data_s = 0;
+};
+
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0;        // mean token loss of the global batch
+  double lr = 0;
+  double grad_norm = 0;   // before clipping
+  double step_time_s = 0; // max over ranks
+  PhaseTimes phases;      // this rank
+  size_t peak_memory_bytes = 0;
+};
+
+// Learning rate at `step` (0-based): linear warm-up, then cosine or linear
+// decay to min_lr at train.steps (constant: lr).
+double lr_schedule(const TrainSpec& train, int64_t step);
+
+class Trainer {
+ public:
+  static Result<std::unique_ptr<Trainer>> create(Communicator* world, const TrainerConfig& cfg, TokenSource* data);
+  ~Trainer();
+
+  Result<StepResult> step(int64_t step);
+
+  const RankCoords& coords() const { return coords_; }
+  int stage() const { return coords_.pp; }
+  // Measured op timings of the last step (program op ids), for the trace.
+  const std::vector<TraceEvent>& last_step_events() const { return events_; }
+  // Flat parameters of this rank (for tests).
+  const ParamStore& params() const { return *params_; }
+  double lr_at(int64_t step) const;
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  RankCoords coords_;
+  ParamStore* params_ = nullptr;
+  std::vector<TraceEvent> events_;
+};
+
+}  // namespace loom::exec

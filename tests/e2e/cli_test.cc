@@ -1,0 +1,407 @@
+// End-to-end: runs the `loom` binary as a user would and checks what it prints
+// and writes, not only its exit code.
+//
+// Exit codes under test (cli/main.cc): 0 ok, 2 bad input (the message names
+// the field and the fix), 3 nothing fits in memory.
+//
+// Independent truths used: tokens/s = B * s / step time; per-GPU figures times
+// the GPU count; per-link-class traffic = the sum over tp/pp/dp/ep; the trace's
+// last event ends at the printed step time and has m * v forwards per stage;
+// DeepSpeed's train_batch_size = micro * accumulation * dp; a config file that
+// parses fine before one comma is removed.
+//
+// LOOM_BINARY (the `loom` target's file) and LOOM_SOURCE_DIR come from CMake.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Outcome {
+  int exit_code = -1;  // -N: killed by signal N
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+// Everything from the first line that starts with '{' to the end: a JSON
+// document printed after the human-readable tables (nested lines are indented).
+std::string json_tail(const std::string& out) {
+  if (out.rfind('{', 0) == 0) return out;
+  size_t at = out.find("\n{");
+  return at == std::string::npos ? std::string() : out.substr(at + 1);
+}
+
+class LoomCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "loom_e2e_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << "mkdtemp " << tmpl;
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Runs `loom <args>` in the temp dir; stdout and stderr kept apart.
+  Outcome loom(const std::vector<std::string>& args) const {
+    std::string cmd = "cd " + shell_quote(dir_.string()) + " && " + shell_quote(LOOM_BINARY);
+    for (const std::string& a : args) cmd.append(" ").append(shell_quote(a));
+    const fs::path err_path = dir_ / "stderr.txt";
+    cmd.append(" 2>").append(shell_quote(err_path.string()));
+    Outcome r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) {
+      ADD_FAILURE() << "popen failed: " << cmd;
+      return r;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+    int status = pclose(pipe);
+    if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) r.exit_code = -WTERMSIG(status);
+    r.err = read_file(err_path);
+    return r;
+  }
+
+  fs::path path(const std::string& name) const { return dir_ / name; }
+
+  // A copy of models/<name>.json under the temp dir, with `from` replaced by `to`.
+  fs::path model_copy(const std::string& name, const std::string& file, const std::string& from = "",
+                      const std::string& to = "") const {
+    std::string text = read_file(fs::path(LOOM_SOURCE_DIR) / "models" / (name + ".json"));
+    EXPECT_FALSE(text.empty()) << "models/" << name << ".json";
+    if (!from.empty()) {
+      size_t at = text.find(from);
+      EXPECT_NE(at, std::string::npos) << from;
+      if (at != std::string::npos) text.replace(at, from.size(), to);
+    }
+    fs::path p = path(file);
+    write_file(p, text);
+    return p;
+  }
+
+  fs::path dir_;
+};
+
+std::string describe(const Outcome& r) {
+  return "exit " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out.substr(0, 3000) +
+         "\n--- stderr ---\n" + r.err.substr(0, 3000);
+}
+
+json parse_or_fail(const std::string& text, const std::string& what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << what << " is not valid JSON:\n" << text.substr(0, 2000);
+  return j;
+}
+
+// --- happy paths -----------------------------------------------------------------
+
+TEST_F(LoomCli, DefaultPlanPrintsTableChoosesAndWritesPlan) {
+  Outcome r = loom({"plan", "--out", "plan.json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_TRUE(r.err.empty()) << describe(r);
+  // Defaults: llama-3-8b on 64 x dgx-h100, B=512, s=4096, bf16.
+  EXPECT_NE(r.out.find("llama-3-8b on 64 x"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("searched "), std::string::npos);
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
+  EXPECT_NE(r.out.find("MFU"), std::string::npos);
+  EXPECT_NE(r.out.find("Pareto front"), std::string::npos);
+  EXPECT_NE(r.out.find("chosen (#0)"), std::string::npos);
+
+  ASSERT_TRUE(fs::exists(path("plan.json"))) << describe(r);
+  json plan = parse_or_fail(read_file(path("plan.json")), "plan.json");
+  ASSERT_TRUE(plan.is_object());
+  EXPECT_TRUE(plan.contains("schema_version"));
+  ASSERT_TRUE(plan.contains("plan_hash"));
+  const std::string hash = plan["plan_hash"].get<std::string>();
+  EXPECT_FALSE(hash.empty());
+  // The hash printed is the hash written.
+  EXPECT_NE(r.out.find("plan hash " + hash), std::string::npos) << describe(r);
+  ASSERT_TRUE(plan.contains("model") && plan["model"].contains("config"));
+  EXPECT_EQ(plan["model"]["config"].value("num_hidden_layers", 0), 32);
+  ASSERT_TRUE(plan.contains("hardware") && plan["hardware"].contains("profile"));
+  EXPECT_TRUE(plan["hardware"]["profile"].is_object());
+  ASSERT_TRUE(plan.contains("layout"));
+  const json& l = plan["layout"];
+  EXPECT_EQ(l.value("dp", 0) * l.value("tp", 0) * l.value("pp", 0) * l.value("cp", 1), 64) << l.dump();
+  ASSERT_TRUE(plan.contains("prediction") && plan["prediction"].contains("step_time_s"));
+  const double step_s = plan["prediction"]["step_time_s"].get<double>();
+  EXPECT_GT(step_s, 0);
+  EXPECT_TRUE(std::isfinite(step_s));
+}
+
+TEST_F(LoomCli, SearchJsonHasFiguresMemoryAndTraffic) {
+  Outcome r = loom({"plan", "--json", "--gpus", "8"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  json j = parse_or_fail(r.out, "stdout of --json");  // the whole stdout, nothing else
+  ASSERT_TRUE(j.contains("prediction")) << j.dump().substr(0, 500);
+  const json& p = j["prediction"];
+  for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"})
+    EXPECT_TRUE(p.contains(key)) << key;
+  const double step_s = p["step_time_s"], tps = p["tokens_per_s"];
+  EXPECT_NEAR(tps, 512.0 * 4096 / step_s, 1e-6 * tps);
+  EXPECT_NEAR(p["tokens_per_s_per_gpu"].get<double>() * 8, tps, 1e-6 * tps);
+  EXPECT_GT(p["mfu"].get<double>(), 0.0);
+  EXPECT_LT(p["mfu"].get<double>(), 1.0);
+  ASSERT_TRUE(p.contains("memory_per_stage") && !p["memory_per_stage"].empty());
+  EXPECT_GT(p["memory_per_stage"][0]["activations_bytes"].get<double>(), 0);
+  ASSERT_TRUE(p.contains("traffic_per_rank_per_step"));
+  const json& t = p["traffic_per_rank_per_step"];
+  double nvlink = 0;
+  for (const char* kind : {"tp", "pp", "dp", "ep"}) nvlink += t[kind]["nvlink_bytes"].get<double>();
+  EXPECT_NEAR(t["per_link_class"]["nvlink_bytes"].get<double>(), nvlink, 1e-9 * (1 + nvlink));
+  // One node of 8 GPUs: data parallelism goes over NVLink only.
+  EXPECT_GT(nvlink, 0);
+  EXPECT_EQ(t["per_link_class"]["network_bytes"].get<double>(), 0);
+  // Search summary and candidates.
+  EXPECT_LE(j["search"]["fitting"].get<int64_t>(), j["search"]["enumerated"].get<int64_t>());
+  ASSERT_TRUE(j["candidates"].is_array());
+  EXPECT_FALSE(j["candidates"].empty());
+  EXPECT_LE(j["candidates"].size(), 10u);  // --top default
+}
+
+TEST_F(LoomCli, InterleavedLayoutWithJsonAndTrace) {
+  Outcome r = loom({"plan", "--gpus", "16", "--layout", "dp=2,tp=4,pp=2,schedule=interleaved,v=2", "--json", "--trace",
+                "t.json"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  // --layout --json prints the prediction itself.
+  json p = parse_or_fail(r.out, "stdout of --layout --json");
+  for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"})
+    EXPECT_TRUE(p.contains(key)) << key;
+  ASSERT_TRUE(p.contains("memory_per_stage"));
+  EXPECT_EQ(p["memory_per_stage"].size(), 2u);  // pp=2
+  EXPECT_GT(p["memory_per_stage"][0]["activations_bytes"].get<double>(), 0);
+  EXPECT_TRUE(p["traffic_per_rank_per_step"]["per_link_class"].contains("nvlink_bytes"));
+  const double step_s = p["step_time_s"];
+
+  ASSERT_TRUE(fs::exists(path("t.json")));
+  json trace = parse_or_fail(read_file(path("t.json")), "t.json");
+  ASSERT_TRUE(trace.contains("traceEvents") && trace["traceEvents"].is_array());
+  // m = 512 / (dp * micro) = 256 micro-batches, v = 2 chunks: 512 forwards per stage.
+  int fwd[2] = {0, 0};
+  double last_end_us = 0;
+  for (const json& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const int pid = e.value("pid", -1);
+    ASSERT_TRUE(pid == 0 || pid == 1) << e.dump();
+    EXPECT_GE(e["dur"].get<double>(), 0) << e.dump();
+    last_end_us = std::max(last_end_us, e["ts"].get<double>() + e["dur"].get<double>());
+    if (e.value("cat", "") == "fwd") ++fwd[pid];
+  }
+  EXPECT_EQ(fwd[0], 512);
+  EXPECT_EQ(fwd[1], 512);
+  EXPECT_NEAR(last_end_us * 1e-6, step_s, 1e-6 * step_s);
+}
+
+TEST_F(LoomCli, ExportMegatronPrintsParallelSizes) {
+  Outcome r = loom({"plan", "--gpus", "16", "--layout", "dp=2,tp=4,pp=2,zero=1,schedule=interleaved,v=2", "--export",
+                "megatron"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("--tensor-model-parallel-size 4\n"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("--pipeline-model-parallel-size 2\n"), std::string::npos);
+  // 32 layers / (pp * v) = 8 layers per model chunk.
+  EXPECT_NE(r.out.find("--num-layers-per-virtual-pipeline-stage 8\n"), std::string::npos);
+  EXPECT_NE(r.out.find("--global-batch-size 512\n"), std::string::npos);
+  EXPECT_NE(r.out.find("--use-distributed-optimizer"), std::string::npos);  // zero=1
+}
+
+TEST_F(LoomCli, ExportDeepspeedPrintsConsistentConfig) {
+  Outcome r = loom({"plan", "--gpus", "16", "--layout", "dp=2,tp=4,pp=2,zero=1,micro=2", "--export", "deepspeed"});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  json ds = parse_or_fail(json_tail(r.out), "deepspeed config");
+  ASSERT_TRUE(ds.contains("train_batch_size")) << ds.dump();
+  EXPECT_EQ(ds["train_batch_size"].get<int64_t>(), 512);
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"].get<int64_t>(), 2);
+  // B = micro * accumulation * dp.
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"].get<int64_t>() * ds["gradient_accumulation_steps"].get<int64_t>() * 2,
+            512);
+  EXPECT_EQ(ds["zero_optimization"]["stage"].get<int>(), 1);
+}
+
+TEST_F(LoomCli, ModelFromConfigFilePath) {
+  // Positive control for the malformed-file case below: the same file, intact.
+  fs::path cfg = model_copy("llama-3-8b", "good.json");
+  Outcome r = loom({"plan", "--model", cfg.string(), "--gpus", "8", "--layout", "tp=8"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+}
+
+// --- bad input: exit 2 and a message naming the problem ------------------------------
+
+struct BadInput {
+  const char* name;
+  std::vector<std::string> args;
+  std::vector<std::string> message_has;  // substrings of stderr
+  // Known bug: checked only after the report was printed (see
+  // UnknownExportIsRejectedBeforeAnyOutput); drop once fixed.
+  bool report_printed_first = false;
+};
+
+void expect_bad_input(const Outcome& r, const std::vector<std::string>& message_has, bool report_printed_first = false) {
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(r.err.rfind("loom plan: ", 0), 0u) << describe(r);
+  for (const std::string& s : message_has) EXPECT_NE(r.err.find(s), std::string::npos) << "'" << s << "'\n" << describe(r);
+  if (!report_printed_first) {
+    EXPECT_EQ(r.out.find("chosen"), std::string::npos) << describe(r);
+  }
+}
+
+TEST_F(LoomCli, MalformedModelFileNamesLineAndColumn) {
+  // Drop the comma after "hidden_size": 4096 -> a syntax error on that line.
+  fs::path cfg = model_copy("llama-3-8b", "broken.json", "\"hidden_size\": 4096,", "\"hidden_size\": 4096");
+  Outcome r = loom({"plan", "--model", cfg.string()});
+  expect_bad_input(r, {"broken.json", "line", "column"});
+}
+
+TEST_F(LoomCli, UnknownModelTypeIsNamed) {
+  fs::path cfg = model_copy("llama-3-8b", "odd.json", "\"model_type\": \"llama\"", "\"model_type\": \"mamba_x\"");
+  Outcome r = loom({"plan", "--model", cfg.string()});
+  expect_bad_input(r, {"model_type", "mamba_x", "llama"});
+}
+
+TEST_F(LoomCli, BadInputsExitTwoWithTheReason) {
+  const std::vector<BadInput> cases = {
+      {"unknown model name", {"--model", "no-such-model"}, {"no-such-model", "not found"}},
+      {"unknown hardware", {"--hw", "no-such-hw"}, {"no-such-hw", "not found"}},
+      {"tp not dividing heads", {"--layout", "tp=3", "--gpus", "3"}, {"tp=3", "num_attention_heads=32"}},
+      // tp=8 fits one NVLink domain and divides the 32 query heads; only the 4 KV heads refuse it.
+      {"tp not dividing kv heads", {"--model", "qwen3-30b-a3b", "--layout", "tp=8", "--gpus", "8"},
+       {"tp=8", "num_key_value_heads=4"}},
+      {"tp not dividing kv heads (llama)", {"--layout", "tp=16", "--gpus", "16"}, {"tp=16", "num_key_value_heads=8"}},
+      {"pp > layers", {"--model", "gpt2-124m", "--layout", "pp=16", "--gpus", "16"}, {"pp=16", "12 layers"}},
+      {"world size mismatch", {"--layout", "dp=4", "--gpus", "8"}, {"= 4", "8 ranks"}},
+      {"batch not divisible", {"--global-batch", "10", "--layout", "dp=4", "--gpus", "4"}, {"global batch 10", "divisible"}},
+      {"interleaved m % pp", {"--model", "gpt2-124m", "--global-batch", "5", "--layout", "pp=2,schedule=interleaved,v=2", "--gpus", "2"},
+       {"micro-batches (5)", "pp=2"}},
+      {"negative gpus", {"--gpus", "-1"}, {"--gpus", "-1"}},
+      {"zero gpus", {"--gpus", "0"}, {"--gpus"}},
+      {"negative seq", {"--seq", "-5"}, {"seq", "-5"}},
+      {"negative batch", {"--global-batch", "-3"}, {"global_batch", "-3"}},
+      {"negative layout size", {"--layout", "tp=-2"}, {"tp=-2"}},
+      {"zero micro batch", {"--layout", "micro=0", "--gpus", "1", "--model", "gpt2-124m"}, {"micro=0"}},
+      {"unknown layout key", {"--layout", "foo=1", "--gpus", "1"}, {"'foo'"}},
+      {"ep on a dense model", {"--layout", "dp=4,ep=2", "--gpus", "4"}, {"ep=2", "no experts"}},
+      {"non-numeric gpus", {"--gpus", "abc"}, {"--gpus", "abc"}},
+      {"unknown precision", {"--precision", "fp7"}, {"fp7", "bf16"}},
+      {"fp8 without fp8 cores", {"--precision", "fp8", "--hw", "dgx-a100-80gb", "--gpus", "8"}, {"fp8", "bf16"}},
+      {"unknown export", {"--gpus", "8", "--export", "foo"}, {"'foo'", "megatron", "deepspeed"}},
+      {"unknown fix key", {"--gpus", "8", "--fix", "bogus=1"}, {"'bogus'"}},
+  };
+  for (const BadInput& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> args{"plan"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    expect_bad_input(loom(args), c.message_has, c.report_printed_first);
+  }
+}
+
+// --- nothing fits: exit 3 and what does not fit ------------------------------------------
+
+TEST_F(LoomCli, NothingFitsExitsThreeAndSaysWhy) {
+  Outcome r = loom({"plan", "--model", "llama-3.1-405b", "--gpus", "1", "--out", "plan.json"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  for (const char* s : {"no layout of llama-3.1-405b fits on 1 x", "closest", "needs", "over by", "weights",
+                        "optimizer", "use more GPUs"})
+    EXPECT_NE(r.err.find(s), std::string::npos) << "'" << s << "'\n" << describe(r);
+  EXPECT_FALSE(fs::exists(path("plan.json"))) << "a plan was written although nothing fits";
+}
+
+TEST_F(LoomCli, OneLayoutThatDoesNotFitExitsThree) {
+  Outcome r = loom({"plan", "--model", "llama-3.1-405b", "--gpus", "1", "--layout", "dp=1"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("over by"), std::string::npos) << describe(r);
+}
+
+// --- known bugs: enable each once fixed (see the e2e report) -----------------------------------
+
+// `--layout` that does not fit exits 3 with an empty stderr: scripts that show
+// stderr on failure print nothing. Expected: a one-line reason on stderr.
+TEST_F(LoomCli, LayoutThatDoesNotFitSaysWhyOnStderr) {
+  Outcome r = loom({"plan", "--model", "llama-3.1-405b", "--gpus", "1", "--layout", "dp=1"});
+  EXPECT_EQ(r.exit_code, 3) << describe(r);
+  EXPECT_NE(r.err.find("over by"), std::string::npos) << describe(r);
+}
+
+// `--export foo` is checked only after the search, the tables and --out: bad
+// input then leaves a plan file behind and a full report on stdout.
+TEST_F(LoomCli, UnknownExportIsRejectedBeforeAnyOutput) {
+  Outcome r = loom({"plan", "--gpus", "8", "--export", "foo", "--out", "plan.json"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);
+  EXPECT_FALSE(fs::exists(path("plan.json")));
+}
+
+// --dropout accepts any integer although only -1, 0, 1 mean something.
+TEST_F(LoomCli, DropoutOutOfRangeIsBadInput) {
+  Outcome r = loom({"plan", "--gpus", "8", "--dropout", "5"});
+  expect_bad_input(r, {"--dropout"});
+}
+
+// v=3 with 16 layers per stage gives uneven chunks, which Megatron's
+// --num-layers-per-virtual-pipeline-stage cannot express; the export prints 5
+// (5 * 2 * 3 = 30 != 32 layers). Expected: exit 2 naming v.
+TEST_F(LoomCli, MegatronExportRejectsUnevenChunks) {
+  Outcome r = loom({"plan", "--gpus", "16", "--layout", "dp=2,tp=4,pp=2,zero=1,schedule=interleaved,v=3", "--export",
+                "megatron"});
+  expect_bad_input(r, {"v=3"});
+}
+
+// With more GPUs than sequences the suggested fix is an empty set: "... or a
+// micro batch in {}".
+TEST_F(LoomCli, NoEmptySetInBatchAdvice) {
+  Outcome r = loom({"plan", "--model", "gpt2-124m", "--gpus", "100000"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_EQ(r.err.find("{}"), std::string::npos) << describe(r);
+}
+
+// --fix sp=yes (or sp=true) silently means sp=0; only "1" turns it on.
+TEST_F(LoomCli, FixBooleanRejectsUnknownValues) {
+  Outcome r = loom({"plan", "--gpus", "8", "--fix", "sp=yes"});
+  expect_bad_input(r, {"sp=yes"});
+}
+
+// A pinned dimension that no layout can have is reported as "no layout in the
+// search space is valid", without naming the pin that emptied it.
+TEST_F(LoomCli, ImpossibleFixIsNamed) {
+  Outcome r = loom({"plan", "--gpus", "8", "--fix", "tp=3"});
+  expect_bad_input(r, {"tp=3"});
+}
+
+}  // namespace
