@@ -38,8 +38,8 @@ Result<std::string> json_string_or(const Json& obj, const char* key, const std::
                                    const std::string& where);
 
 // Finds a description file: `path_or_name` as given if it exists, else
-// <dir>/<name>.json under the source tree's `subdir` (models/, hwprofiles/),
-// else under $LOOM_HOME/<subdir>. kNotFound lists what was tried.
+// $LOOM_HOME/<subdir>/<name>.json, else <subdir>/<name>.json under the source
+// tree (models/, hwprofiles/). kNotFound lists what was tried.
 Result<std::string> find_description_file(const std::string& path_or_name, const std::string& subdir);
 
 // XXH3-64 of the text as 16 hex digits: the content hashes in plans.

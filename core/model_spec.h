@@ -133,7 +133,7 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
 Status validate_model_spec(const ModelSpec& model);
 
 // Reads and parses a file. A bare name ("llama-3-8b") is looked up as
-// models/<name>.json under the source tree (LOOM_MODELS_DIR) as well.
+// models/<name>.json ($LOOM_HOME, then the source tree) as well.
 Result<ModelSpec> load_model_spec(const std::string& path_or_name);
 
 // Scale-down for rehearsal: keeps the family (norm, MLP, positions, GQA ratio

@@ -191,6 +191,11 @@ Result<Plan> parse_plan(const std::string& text, const std::string& what) {
   LOOM_ASSIGN_OR_RETURN(int64_t world, json_positive_int(j, "world_size", what));
   p.world_size = static_cast<int>(world);
   LOOM_RETURN_IF_ERROR(validate_layout(p.layout, p.model, p.train, p.world_size).with_context(what));
+  LOOM_ASSIGN_OR_RETURN(std::string stored_hash, json_string_or(j, "plan_hash", "", what));
+  if (!stored_hash.empty() && stored_hash != p.plan_hash())
+    return invalid_argument(what + ": plan_hash " + stored_hash + " does not match the plan's contents (" +
+                            p.plan_hash() + "); train, layout or world_size were edited after planning: re-run "
+                            "`loom plan` (or `loom plan --layout ...` for a hand-chosen layout)");
   // The opaque sections keep their key order (the text already parsed once).
   OrderedJson ordered = OrderedJson::parse(text);
   if (ordered.contains("sim_options") && ordered["sim_options"].is_object())

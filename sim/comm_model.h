@@ -6,7 +6,8 @@
 // profile and the group's placement on nodes, and the cheapest is chosen:
 //   time = latency + bytes / algbw.
 // Algorithms: Ring, Tree (all-reduce), NVLS (single-node NVSwitch SHARP, when
-// the profile has it), hierarchical forms across nodes. Protocols: LL, LL128,
+// the profile has it); across nodes the ring and tree pay NCCL's network hop
+// latencies on their inter-node steps and the NIC share of the group. Protocols: LL, LL128,
 // Simple. All constants live in one table in comm_model.cc with the NCCL
 // version they come from.
 //

@@ -4,8 +4,8 @@
 //
 // Buffers are float32 unless stated; counts are elements. Every call returns
 // a Status: kRemoteError when a peer failed, kTimeout when the call did not
-// complete within the communicator's timeout (then the job is aborted: a dead
-// peer ends every rank instead of hanging it). Collectives must be called by
+// complete within the communicator's timeout (the caller then ends the job
+// with abort(): a dead peer ends every rank instead of hanging it). Collectives must be called by
 // every member in the same order (MPI semantics).
 // Thread-safety: a communicator is used by one thread at a time.
 #pragma once

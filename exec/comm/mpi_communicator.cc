@@ -4,8 +4,9 @@
 // MPI_Test against a deadline (the watchdog), so a dead or stuck peer becomes
 // kTimeout naming the communicator, the call and the timeout instead of a
 // hang. MPI counts are int: buffers longer than max_count_per_call elements
-// are split into several MPI calls (strided datatypes for the block-structured
-// collectives, one MPI_Ireduce per root for an oversized reduce_scatter).
+// (per call, summed over ranks for the block-structured collectives) are split
+// into several MPI calls (strided datatypes for all_gather / all_to_all, one
+// MPI_Ireduce per root for an oversized reduce_scatter).
 // Every communicator has MPI_ERRORS_RETURN; LOOM_MPI_CHECK turns a failing
 // call into a Status with the call, MPI_Error_string and file/line.
 #include "exec/comm/mpi_communicator.h"
@@ -359,6 +360,10 @@ class MpiCommunicator final : public Communicator {
     return std::unique_ptr<CommRequest>(new MpiRequest(s_, call, std::move(ops)));
   }
 
+  // Per-rank block limit of the block-structured collectives: a call's total
+  // count stays within max_count (some MPIs compute rank * count in int).
+  size_t block_max() const { return std::max<size_t>(1, s_->max_count / size_t(s_->size)); }
+
   Status check_rank(const char* what, int r) const {
     if (r >= 0 && r < s_->size) return Status::ok();
     return invalid_argument(std::string(what) + "=" + std::to_string(r) + " is not a rank of this communicator (size " +
@@ -374,14 +379,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status start_reduce_scatter(Ops& o, const float* send, float* recv, size_t n) {
-    if (n <= s_->max_count) {
+    if (n <= block_max()) {
       LOOM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, int(n), MPI_FLOAT, MPI_SUM, s_->comm,
                                                o.add("MPI_Ireduce_scatter_block")));
       return Status::ok();
     }
     // Slices are rank-strided and predefined reductions need predefined types:
     // reduce each piece of each rank's slice to that rank.
-    return chunked(n, s_->max_count, [&](size_t off, size_t c) {
+    return chunked(n, block_max(), [&](size_t off, size_t c) {
       for (int root = 0; root < s_->size; ++root) {
         LOOM_MPI_CHECK(MPI_Ireduce(send + size_t(root) * n + off, root == s_->rank ? recv + off : nullptr, int(c),
                                    MPI_FLOAT, MPI_SUM, root, s_->comm, o.add("MPI_Ireduce")));
@@ -393,7 +398,7 @@ class MpiCommunicator final : public Communicator {
   // A piece shorter than the block (c < n) lands in each rank's block through
   // a strided type; a whole block uses plain floats.
   Status start_all_gather(Ops& o, const float* send, float* recv, size_t n) {
-    return chunked(n, s_->max_count, [&](size_t off, size_t c) {
+    return chunked(n, block_max(), [&](size_t off, size_t c) {
       TypeGuard block;
       if (c < n) LOOM_RETURN_IF_ERROR(strided_floats(c, n, &block));
       MPI_Datatype rtype = c < n ? block.type : MPI_FLOAT;
@@ -413,7 +418,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status start_all_to_all(Ops& o, const float* send, float* recv, size_t n) {
-    return chunked(n, s_->max_count, [&](size_t off, size_t c) {
+    return chunked(n, block_max(), [&](size_t off, size_t c) {
       TypeGuard block;
       if (c < n) LOOM_RETURN_IF_ERROR(strided_floats(c, n, &block));
       MPI_Datatype type = c < n ? block.type : MPI_FLOAT;

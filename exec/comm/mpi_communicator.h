@@ -18,7 +18,8 @@ struct MpiOptions {
   // return the same error); a timed-out recv is cancelled and leaves it
   // usable. 0 disables the watchdog.
   double timeout_s = 300;
-  // Largest element count passed to one MPI call (MPI counts are int): larger
+  // Largest element count of one MPI call (MPI counts are int; for
+  // reduce_scatter / all_gather / all_to_all, summed over the ranks): larger
   // buffers are split into several calls. Lowered only by tests, to exercise
   // the splitting with small buffers. Clamped to [1, INT_MAX].
   size_t max_count_per_call = INT_MAX;

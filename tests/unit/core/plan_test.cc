@@ -87,6 +87,8 @@ TEST(Plan, BadPlansAreRefusedWithTheField) {
       {"/train/global_batch", -4, "global_batch"},
       {"/layout/schedule", "zigzag", "schedule"},
       {"/train/precision", "fp4", "precision"},
+      {"/layout/micro_batch", 1, "plan_hash"},
+      {"/train/seq_len", 512, "plan_hash"},
   };
   for (const Edit& e : edits) {
     auto j = nlohmann::json::parse(good);
