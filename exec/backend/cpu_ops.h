@@ -22,7 +22,10 @@ namespace loom::cpu {
 // A is (M,K) or, transposed, stored (K,M); B is (K,N) or stored (N,K).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
-// Number of threads the GEMMs use (Eigen's pool); 0 = hardware concurrency.
+// Number of threads the GEMMs (Eigen's pool) and the OpenMP loops of these
+// kernels use; 0 = hardware concurrency. Eigen's count is process-wide; the
+// OpenMP count (omp_set_num_threads) is the calling thread's, so call this
+// from the thread that runs the kernels.
 void set_num_threads(int threads);
 
 // y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N) for backward.

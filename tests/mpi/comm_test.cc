@@ -378,6 +378,8 @@ int main(int argc, char** argv) {
   const int rank = g_world->rank();
   if (g_world->size() < 2) {
     std::fprintf(stderr, "comm_test: needs several ranks; run it as `ctest -L mpi` or under mpiexec -n 4\n");
+    world->reset();
+    mpi_finalize();
     return 1;
   }
   if (rank != 0) {
