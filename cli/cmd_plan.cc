@@ -25,6 +25,7 @@ struct PlanArgs {
   std::string precision = "bf16";
   std::string layout;      // evaluate this layout instead of searching
   std::string fix;         // pin dimensions of the search
+  std::string scale;       // plan a scaled-down model
   int top = 10;
   int pick = 0;
   std::string out;
@@ -124,6 +125,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--precision", a.precision, "fp32|bf16|fp16|fp8")->capture_default_str();
   app.add_option("--layout", a.layout,
                  "evaluate one layout, e.g. dp=2,tp=4,pp=2,ep=1,zero=1,micro=1,schedule=1f1b,v=1,sp=1,recompute=none");
+  app.add_option("--scale", a.scale, "plan the model scaled down, e.g. layers=4,hidden=256,heads=4,vocab=256");
   app.add_option("--fix", a.fix, "pin search dimensions, e.g. tp=8,pp=2,recompute=full");
   app.add_option("--top", a.top, "rows of the candidate table")->capture_default_str();
   app.add_option("--pick", a.pick, "write candidate N of the table instead of the best")->capture_default_str();
@@ -158,6 +160,13 @@ int cmd_plan(int argc, char** argv) {
                                          " must be -1 (from the model family), 0 (off) or 1 (on)"));
   auto model = load_model_spec(a.model);
   if (!model.is_ok()) return fail("plan", model.status());
+  if (!a.scale.empty()) {
+    auto scale = parse_model_scale(a.scale);
+    if (!scale.is_ok()) return fail("plan", scale.status());
+    auto scaled = scale_model(*model, *scale);
+    if (!scaled.is_ok()) return fail("plan", scaled.status());
+    model = std::move(scaled);
+  }
   auto hw = load_hw_profile(a.hw);
   if (!hw.is_ok()) return fail("plan", hw.status());
   TrainSpec train;
@@ -181,6 +190,11 @@ int cmd_plan(int argc, char** argv) {
   opt.flash_attention = !a.no_flash;
   opt.fp32_main_grads = a.fp32_main_grads;
   opt.dropout = a.dropout;
+  if (hw->is_cpu()) {
+    // CPU ranks: no device context or allocator pool to reserve for.
+    opt.runtime_reserve_bytes = 0;
+    opt.flash_attention = true;  // the CPU attention kernel keeps no s*s scores
+  }
   Evaluator eval(*model, *hw, train, opt);
 
   if (!a.layout.empty()) {

@@ -1,6 +1,6 @@
 // The `loom` subcommands. Each parses its own arguments and returns the exit
 // code: 0 success, 2 bad input (a message names the problem and the fix),
-// 1 any other failure.
+// 3 nothing fits in memory (loom plan), 1 any other failure.
 #pragma once
 
 #include <string>
@@ -10,6 +10,8 @@
 namespace loom::cli {
 
 int cmd_plan(int argc, char** argv);
+int cmd_execute(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
 
 // Prints "loom <cmd>: <message>" to stderr and maps the Status to an exit code.
 int fail(const std::string& cmd, const Status& status);

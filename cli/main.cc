@@ -29,6 +29,8 @@ void usage(std::FILE* out) {
                "usage: loom <command> [options]\n\n"
                "commands:\n"
                "  plan      search layouts (or evaluate one) for a model on a cluster; write a plan\n"
+               "  execute   train with a plan's layout (mpirun -np N loom execute plan.json)\n"
+               "  compare   predicted (plan) vs measured (run record)\n"
                "\n"
                "`loom <command> --help` describes each command's options.\n",
                loom::loom_version());
@@ -51,6 +53,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "plan") return loom::cli::cmd_plan(argc - 1, argv + 1);
+  if (cmd == "execute") return loom::cli::cmd_execute(argc - 1, argv + 1);
+  if (cmd == "compare") return loom::cli::cmd_compare(argc - 1, argv + 1);
   std::fprintf(stderr, "loom: unknown command '%s'; run `loom --help` for the list\n", cmd.c_str());
   return 2;
 }

@@ -11,10 +11,14 @@
 // call into a Status with the call, MPI_Error_string and file/line.
 #include "exec/comm/mpi_communicator.h"
 
-// The C API only: OpenMPI's mpi.h otherwise pulls in the removed C++ bindings
-// (libmpi_cxx), which MPI::MPI_C does not link.
+// The C API only: OpenMPI's mpi.h otherwise pulls in its deprecated C++
+// bindings, which need libmpi_cxx (absent when linking MPI::MPI_C).
+#ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
 #define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <algorithm>

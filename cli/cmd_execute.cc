@@ -1,0 +1,250 @@
+// loom execute: train with a plan's layout on this launch's ranks, measure
+// what the simulator predicted, and compare.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/compare.h"
+#include "core/json_util.h"
+#include "core/plan.h"
+#include "core/run_record.h"
+#include "exec/backend/cpu_ops.h"
+#include "exec/comm/self_communicator.h"
+#include "exec/runtime/trainer.h"
+#ifdef LOOM_HAVE_MPI
+#include "exec/comm/mpi_communicator.h"
+#endif
+
+namespace loom::cli {
+
+namespace {
+
+struct ExecArgs {
+  std::string plan_path;
+  int64_t steps = -1;
+  std::string data;
+  std::string scale;
+  std::string metrics;
+  std::string record;
+  std::string trace;
+  int threads = 0;
+  double timeout_s = 300;
+  bool quiet = false;
+};
+
+std::string default_data() { return std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt"; }
+
+// Every rank's events of the last step, merged into one Chrome trace by rank 0
+// (ranks write part files next to the target; one host or a shared file system).
+Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEvent>& mine, const std::string& path,
+                          const std::string& plan_hash) {
+  Trace part;
+  part.kind = "measured";
+  part.events = mine;
+  std::string part_path = path + ".rank" + std::to_string(world.rank());
+  LOOM_RETURN_IF_ERROR(write_trace(part, part_path));
+  LOOM_RETURN_IF_ERROR(world.barrier());
+  if (world.rank() != 0) return Status::ok();
+  Trace all;
+  all.kind = "measured";
+  all.plan_hash = plan_hash;
+  for (int r = 0; r < world.size(); ++r) {
+    std::string p = path + ".rank" + std::to_string(r);
+    LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(p));
+    LOOM_ASSIGN_OR_RETURN(Trace t, parse_trace(text));
+    all.process_names.push_back("rank " + std::to_string(r));
+    for (TraceEvent& e : t.events) {
+      e.pid = r;
+      all.events.push_back(std::move(e));
+    }
+    std::remove(p.c_str());
+  }
+  for (int i = 0; i < kNumStreams; ++i) all.thread_names.push_back(stream_name(static_cast<Stream>(i)));
+  return write_trace(all, path);
+}
+
+int run(exec::Communicator& world, const ExecArgs& a) {
+  const bool lead = world.rank() == 0;
+  auto say = [&](const Status& s) { return lead ? fail("execute", s) : (s.code() == StatusCode::kInvalidArgument ? 2 : 1); };
+  auto plan = load_plan(a.plan_path);
+  if (!plan.is_ok()) return say(plan.status());
+  // The launch must match the plan before anything is allocated.
+  if (plan->world_size != world.size())
+    return say(invalid_argument("the plan is for " + std::to_string(plan->world_size) + " ranks but " +
+                                std::to_string(world.size()) + " were launched; run `mpirun -np " +
+                                std::to_string(plan->world_size) + " loom execute " + a.plan_path + "`"));
+  exec::TrainerConfig cfg;
+  cfg.model = plan->model;
+  cfg.train = plan->train;
+  cfg.layout = plan->layout;
+  cfg.record_trace = !a.trace.empty();
+  if (!a.scale.empty()) {
+    auto scale = parse_model_scale(a.scale);
+    if (!scale.is_ok()) return say(scale.status());
+    auto scaled = scale_model(plan->model, *scale);
+    if (!scaled.is_ok()) return say(scaled.status());
+    cfg.model = *scaled;
+  }
+  if (a.steps >= 0) cfg.train.steps = a.steps;
+  if (cfg.train.steps <= 0) cfg.train.steps = 20;
+  if (Status s = validate_layout(cfg.layout, cfg.model, cfg.train, world.size()); !s.is_ok()) return say(s);
+  auto data = exec::open_byte_text(a.data.empty() ? default_data() : a.data, cfg.train.seed);
+  if (!data.is_ok()) return say(data.status());
+  if (a.threads > 0) cpu::set_num_threads(a.threads);
+  auto trainer = exec::Trainer::create(&world, cfg, data->get());
+  if (!trainer.is_ok()) return say(trainer.status());
+
+  std::unique_ptr<std::ofstream> metrics;
+  if (lead && !a.metrics.empty()) {
+    metrics = std::make_unique<std::ofstream>(a.metrics);
+    if (!*metrics) return say(io_error(a.metrics + ": cannot open for writing"));
+  }
+  const double tokens = double(cfg.train.tokens_per_step());
+  const double palm = cfg.model.model_flops_per_token_palm(cfg.train.seq_len);
+  const double peak = plan->hw.accel.peak_flops(cfg.train.precision);
+  RunRecord rec;
+  rec.loom_version = loom_version();
+  rec.plan_hash = plan->plan_hash();
+  rec.model_name = cfg.model.name;
+  rec.hardware_name = plan->hw.name;
+  rec.backend = "cpu";
+  rec.layout = cfg.layout.to_string();
+  rec.world_size = world.size();
+  rec.steps = cfg.train.steps;
+  rec.tokens_per_step = int64_t(tokens);
+  rec.mfu_formula = "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (ranks * peak_flops_per_rank)";
+  rec.peak_flops_per_rank = peak;
+  rec.warmup_steps = cfg.train.steps > 3 ? 2 : 0;
+  exec::PhaseTimes sum;
+  double time_sum = 0;
+  int64_t measured = 0;
+  size_t peak_mem = 0;
+  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+    auto r = (*trainer)->step(step);
+    if (!r.is_ok()) return say(r.status());
+    rec.losses.push_back(r->loss);
+    rec.step_times_s.push_back(r->step_time_s);
+    peak_mem = std::max(peak_mem, r->peak_memory_bytes);
+    double tps = tokens / r->step_time_s;
+    double mfu = tps * palm / (world.size() * peak);
+    if (step >= rec.warmup_steps) {
+      ++measured;
+      time_sum += r->step_time_s;
+      sum.forward_s += r->phases.forward_s;
+      sum.backward_s += r->phases.backward_s;
+      sum.pp_comm_s += r->phases.pp_comm_s;
+      sum.dp_comm_s += r->phases.dp_comm_s;
+      sum.optimizer_s += r->phases.optimizer_s;
+      sum.data_s += r->phases.data_s;
+    }
+    if (lead) {
+      if (!a.quiet)
+        std::printf("step %4lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
+                    (long long)step + 1, (long long)cfg.train.steps, r->loss, r->lr, r->grad_norm,
+                    r->step_time_s * 1e3, tps, 100 * mfu);
+      if (metrics) {
+        OrderedJson j;
+        j["step"] = step + 1;
+        j["loss"] = r->loss;
+        j["lr"] = r->lr;
+        j["grad_norm"] = r->grad_norm;
+        j["step_time_s"] = r->step_time_s;
+        j["tokens_per_s"] = tps;
+        j["mfu"] = mfu;
+        j["data_wait_s"] = r->phases.data_s;
+        j["peak_memory_bytes"] = r->peak_memory_bytes;
+        *metrics << j.dump() << "\n";
+        metrics->flush();
+      }
+    }
+  }
+  // Phases of the slowest rank: each rank's means, the max of their sum wins.
+  double n = double(std::max<int64_t>(1, measured));
+  std::vector<double> mine{sum.forward_s / n, sum.backward_s / n, sum.pp_comm_s / n,
+                           sum.dp_comm_s / n, sum.optimizer_s / n, sum.data_s / n};
+  std::vector<double> all(mine.size() * size_t(world.size()), 0.0), mem(size_t(world.size()), 0.0);
+  for (size_t i = 0; i < mine.size(); ++i) all[size_t(world.rank()) * mine.size() + i] = mine[i];
+  mem[size_t(world.rank())] = double(peak_mem);
+  if (Status s = world.all_reduce(all.data(), all.size()); !s.is_ok()) return say(s);
+  if (Status s = world.all_reduce(mem.data(), mem.size()); !s.is_ok()) return say(s);
+  int crit = 0;
+  auto busy = [&](int r) { return all[size_t(r) * 6] + all[size_t(r) * 6 + 1]; };
+  for (int r = 1; r < world.size(); ++r)
+    if (busy(r) > busy(crit)) crit = r;
+  const double* c = all.data() + size_t(crit) * 6;
+  rec.step_time_s = measured ? time_sum / n : (rec.step_times_s.empty() ? 0 : rec.step_times_s.back());
+  rec.forward_s = c[0];
+  rec.backward_s = c[1];
+  rec.pp_comm_s = c[2];
+  rec.dp_comm_s = c[3];
+  rec.optimizer_s = c[4];
+  rec.data_wait_s = c[5];
+  rec.tokens_per_s = rec.step_time_s > 0 ? tokens / rec.step_time_s : 0;
+  rec.model_tflops_per_gpu = rec.tokens_per_s * palm / world.size() / 1e12;
+  rec.mfu = rec.tokens_per_s * palm / (world.size() * peak);
+  rec.peak_memory_bytes = mem;
+  if (!a.trace.empty()) {
+    if (Status s = write_merged_trace(world, (*trainer)->last_step_events(), a.trace, rec.plan_hash); !s.is_ok())
+      return say(s);
+  }
+  if (!lead) return 0;
+  if (!a.record.empty()) {
+    if (Status s = write_text_file(a.record, run_record_to_json(rec)); !s.is_ok()) return fail("execute", s);
+  }
+  std::printf("\n%s", format_comparison(*plan, rec).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_execute(int argc, char** argv) {
+  CLI::App app{"Train with a plan's layout on the launched ranks (mpirun -np N loom execute plan.json).",
+               "loom execute"};
+  ExecArgs a;
+  app.add_option("plan", a.plan_path, "plan JSON written by `loom plan`")->required();
+  app.add_option("--steps", a.steps, "optimizer steps (default: the plan's, else 20)");
+  app.add_option("--data", a.data, "training text (byte-level tokens); default data/tinyshakespeare.txt");
+  app.add_option("--scale", a.scale, "run the plan's model scaled down, e.g. layers=4,hidden=256,heads=4");
+  app.add_option("--metrics", a.metrics, "write one JSON line per step here");
+  app.add_option("--record", a.record, "write the run record (measured figures) here");
+  app.add_option("--trace", a.trace, "write the measured Chrome trace of the last step here");
+  app.add_option("--threads", a.threads, "compute threads per rank (0: the library default)");
+  app.add_option("--timeout", a.timeout_s, "seconds a collective may wait for a peer before the job is aborted");
+  app.add_flag("--quiet", a.quiet, "no per-step lines");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom execute: %s; run `loom execute --help`\n", e.what());
+    return 2;
+  }
+#ifdef LOOM_HAVE_MPI
+  exec::MpiOptions mo;
+  mo.timeout_s = a.timeout_s;
+  auto world = exec::mpi_world(&argc, &argv, mo);
+  if (!world.is_ok()) return fail("execute", world.status());
+  int rc = run(**world, a);
+  if (rc != 0 && (*world)->size() > 1) {
+    // One rank failing ends the job on every rank instead of leaving peers waiting.
+    (*world)->abort(rc, "loom execute: rank " + std::to_string((*world)->rank()) + " failed; ending the job");
+  }
+  world->reset();
+  exec::mpi_finalize();
+  return rc;
+#else
+  exec::LaunchEnv env = exec::detect_launch_env();
+  if (env.world > 1)
+    return fail("execute", unsupported("this loom was built without MPI, but the launcher started " +
+                                        std::to_string(env.world) + " ranks; rebuild with LOOM_WITH_MPI=ON"));
+  auto world = exec::make_self_communicator("world");
+  return run(*world, a);
+#endif
+}
+
+}  // namespace loom::cli

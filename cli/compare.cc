@@ -1,0 +1,113 @@
+#include "cli/compare.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/json_util.h"
+
+namespace loom::cli {
+
+Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& rec) {
+  if (rec.plan_hash != plan.plan_hash())
+    return invalid_argument("compare: the run record is for plan " + rec.plan_hash + " but the plan's hash is " +
+                            plan.plan_hash() + "; compare a run with the plan it executed");
+  LOOM_ASSIGN_OR_RETURN(Json p, parse_json(plan.prediction_json, "plan prediction"));
+  if (!p.is_object() || !p.contains("breakdown"))
+    return invalid_argument("compare: the plan has no prediction; re-create it with `loom plan`");
+  const Json& b = p["breakdown"];
+  auto get = [&](const Json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; };
+  std::vector<ComparisonRow> rows;
+  rows.push_back({"step_time", "s", get(p, "step_time_s"), rec.step_time_s});
+  double pred_compute = get(b, "forward_s") + get(b, "backward_s") + get(b, "recompute_s") + get(b, "tp_comm_exposed_s") +
+                        get(b, "ep_comm_exposed_s");
+  rows.push_back({"compute (fwd+bwd+recompute+tp)", "s", pred_compute, rec.forward_s + rec.backward_s});
+  rows.push_back({"forward", "s", get(b, "forward_s"), rec.forward_s});
+  rows.push_back({"backward+recompute", "s", get(b, "backward_s") + get(b, "recompute_s"), rec.backward_s});
+  if (plan.layout.pp > 1)
+    rows.push_back({"pipeline wait (bubble+p2p)", "s", get(b, "bubble_s") + get(b, "pp_comm_exposed_s"), rec.pp_comm_s});
+  if (plan.layout.dp > 1) rows.push_back({"dp comm", "s", get(b, "dp_comm_exposed_s"), rec.dp_comm_s});
+  rows.push_back({"optimizer", "s", get(b, "optimizer_s"), rec.optimizer_s});
+  rows.push_back({"tokens_per_s", "tokens/s", get(p, "tokens_per_s"), rec.tokens_per_s});
+  // Memory: the model's tensors (its runtime-reserve allowance is not
+  // something the CPU backend allocates).
+  double pred_mem = 0;
+  if (p.contains("memory_per_stage") && p["memory_per_stage"].is_array()) {
+    for (const Json& s : p["memory_per_stage"]) pred_mem = std::max(pred_mem, get(s, "total_bytes") - get(s, "overhead_bytes"));
+  }
+  double meas_mem = rec.peak_memory_bytes.empty() ? 0 : *std::max_element(rec.peak_memory_bytes.begin(), rec.peak_memory_bytes.end());
+  rows.push_back({"peak_memory (tensors)", "bytes", pred_mem, meas_mem});
+  return rows;
+}
+
+std::string format_comparison(const Plan& plan, const RunRecord& rec) {
+  auto rows = compare_rows(plan, rec);
+  if (!rows.is_ok()) return "predicted vs measured: " + rows.status().message() + "\n";
+  std::string out = "predicted vs measured (" + rec.layout + ", " + std::to_string(rec.world_size) + " ranks, mean of " +
+                    std::to_string(std::max<int64_t>(0, rec.steps - rec.warmup_steps)) + " steps after " +
+                    std::to_string(rec.warmup_steps) + " warm-up)\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  %-32s %14s %14s %9s\n", "", "predicted", "measured", "error");
+  out += buf;
+  for (const ComparisonRow& r : *rows) {
+    auto fmt = [&](double v) {
+      char b[64];
+      if (r.unit == "s") std::snprintf(b, sizeof b, "%.4g s", v);
+      else if (r.unit == "bytes") std::snprintf(b, sizeof b, "%.4g MB", v / 1e6);
+      else std::snprintf(b, sizeof b, "%.4g", v);
+      return std::string(b);
+    };
+    std::string err = r.predicted != 0 ? std::to_string(int(std::lround(100 * r.rel_error()))) + "%" : "-";
+    if (r.predicted != 0 && r.rel_error() > 0) err = "+" + err;
+    std::snprintf(buf, sizeof buf, "  %-32s %14s %14s %9s\n", r.name.c_str(), fmt(r.predicted).c_str(),
+                  fmt(r.measured).c_str(), err.c_str());
+    out += buf;
+  }
+  return out;
+}
+
+std::string comparison_json(const std::vector<ComparisonRow>& rows) {
+  OrderedJson j;
+  for (const ComparisonRow& r : rows) {
+    std::string key;
+    for (char c : r.name) key += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+    while (!key.empty() && key.back() == '_') key.pop_back();
+    std::string base = key.substr(0, key.find("__"));
+    j[base] = {{"predicted", r.predicted}, {"measured", r.measured}, {"unit", r.unit}};
+    j[base + "_rel_error"] = r.rel_error();
+  }
+  return j.dump(2);
+}
+
+int cmd_compare(int argc, char** argv) {
+  CLI::App app{"Predicted (plan) vs measured (run record) with relative errors.", "loom compare"};
+  std::string plan_path, record_path;
+  bool json = false;
+  app.add_option("plan", plan_path, "plan JSON")->required();
+  app.add_option("run", record_path, "run record JSON written by `loom execute --record`")->required();
+  app.add_flag("--json", json, "print the rows as JSON with *_rel_error keys");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom compare: %s; run `loom compare --help`\n", e.what());
+    return 2;
+  }
+  auto plan = load_plan(plan_path);
+  if (!plan.is_ok()) return fail("compare", plan.status());
+  auto rec = load_run_record(record_path);
+  if (!rec.is_ok()) return fail("compare", rec.status());
+  auto rows = compare_rows(*plan, *rec);
+  if (!rows.is_ok()) return fail("compare", rows.status());
+  if (json) std::printf("%s\n", comparison_json(*rows).c_str());
+  else std::printf("%s", format_comparison(*plan, *rec).c_str());
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,29 @@
+// Predicted (a plan's prediction) vs measured (a run record): the rows both
+// sides have, with relative errors (measured / predicted - 1).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/run_record.h"
+
+namespace loom::cli {
+
+struct ComparisonRow {
+  std::string name;     // "step_time", "compute", ...
+  std::string unit;     // "s", "tokens/s", "bytes"
+  double predicted = 0;
+  double measured = 0;
+  double rel_error() const { return predicted != 0 ? measured / predicted - 1 : 0; }
+};
+
+// Errors: the prediction is missing or is for another plan (hash mismatch).
+Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& record);
+std::string format_comparison(const Plan& plan, const RunRecord& record);
+// {"step_time_s": {...}, "step_time_rel_error": ..., ...}
+std::string comparison_json(const std::vector<ComparisonRow>& rows);
+
+int cmd_compare(int argc, char** argv);
+
+}  // namespace loom::cli

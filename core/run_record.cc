@@ -1,0 +1,89 @@
+#include "core/run_record.h"
+
+#include "core/json_util.h"
+
+namespace loom {
+
+std::string run_record_to_json(const RunRecord& r) {
+  OrderedJson j;
+  j["schema_version"] = r.schema_version;
+  j["loom_version"] = r.loom_version;
+  j["plan_hash"] = r.plan_hash;
+  j["model"] = r.model_name;
+  j["hardware"] = r.hardware_name;
+  j["backend"] = r.backend;
+  j["layout"] = r.layout;
+  j["world_size"] = r.world_size;
+  j["steps"] = r.steps;
+  j["tokens_per_step"] = r.tokens_per_step;
+  j["warmup_steps"] = r.warmup_steps;
+  j["step_time_s"] = r.step_time_s;
+  j["phases"] = {{"forward_s", r.forward_s},   {"backward_s", r.backward_s},   {"pp_comm_s", r.pp_comm_s},
+                 {"dp_comm_s", r.dp_comm_s},   {"optimizer_s", r.optimizer_s}, {"data_wait_s", r.data_wait_s}};
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
+  j["mfu"] = r.mfu;
+  j["mfu_formula"] = r.mfu_formula;
+  j["peak_flops_per_rank"] = r.peak_flops_per_rank;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["losses"] = r.losses;
+  j["step_times_s"] = r.step_times_s;
+  return j.dump(2) + "\n";
+}
+
+Result<RunRecord> parse_run_record(const std::string& text, const std::string& what) {
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, what));
+  if (!j.is_object()) return invalid_argument(what + ": a run record must be a JSON object");
+  RunRecord r;
+  LOOM_ASSIGN_OR_RETURN(int64_t version, json_int(j, "schema_version", what));
+  if (version != kRunRecordSchemaVersion)
+    return invalid_argument(what + ": schema_version " + std::to_string(version) + " is not supported (this Loom reads " +
+                            std::to_string(kRunRecordSchemaVersion) + ")");
+  LOOM_ASSIGN_OR_RETURN(r.loom_version, json_string_or(j, "loom_version", "", what));
+  LOOM_ASSIGN_OR_RETURN(r.plan_hash, json_string(j, "plan_hash", what));
+  LOOM_ASSIGN_OR_RETURN(r.model_name, json_string_or(j, "model", "", what));
+  LOOM_ASSIGN_OR_RETURN(r.hardware_name, json_string_or(j, "hardware", "", what));
+  LOOM_ASSIGN_OR_RETURN(r.backend, json_string_or(j, "backend", "", what));
+  LOOM_ASSIGN_OR_RETURN(r.layout, json_string_or(j, "layout", "", what));
+  LOOM_ASSIGN_OR_RETURN(int64_t world, json_positive_int(j, "world_size", what));
+  r.world_size = int(world);
+  LOOM_ASSIGN_OR_RETURN(r.steps, json_int(j, "steps", what));
+  LOOM_ASSIGN_OR_RETURN(r.tokens_per_step, json_int_or(j, "tokens_per_step", 0, what));
+  LOOM_ASSIGN_OR_RETURN(r.warmup_steps, json_int_or(j, "warmup_steps", 1, what));
+  LOOM_ASSIGN_OR_RETURN(r.step_time_s, json_number(j, "step_time_s", what));
+  if (j.contains("phases")) {
+    const Json& p = j["phases"];
+    const std::string w = what + ": phases";
+    LOOM_ASSIGN_OR_RETURN(r.forward_s, json_number_or(p, "forward_s", 0, w));
+    LOOM_ASSIGN_OR_RETURN(r.backward_s, json_number_or(p, "backward_s", 0, w));
+    LOOM_ASSIGN_OR_RETURN(r.pp_comm_s, json_number_or(p, "pp_comm_s", 0, w));
+    LOOM_ASSIGN_OR_RETURN(r.dp_comm_s, json_number_or(p, "dp_comm_s", 0, w));
+    LOOM_ASSIGN_OR_RETURN(r.optimizer_s, json_number_or(p, "optimizer_s", 0, w));
+    LOOM_ASSIGN_OR_RETURN(r.data_wait_s, json_number_or(p, "data_wait_s", 0, w));
+  }
+  LOOM_ASSIGN_OR_RETURN(r.tokens_per_s, json_number_or(j, "tokens_per_s", 0, what));
+  LOOM_ASSIGN_OR_RETURN(r.model_tflops_per_gpu, json_number_or(j, "model_tflops_per_gpu", 0, what));
+  LOOM_ASSIGN_OR_RETURN(r.mfu, json_number_or(j, "mfu", 0, what));
+  LOOM_ASSIGN_OR_RETURN(r.mfu_formula, json_string_or(j, "mfu_formula", "", what));
+  LOOM_ASSIGN_OR_RETURN(r.peak_flops_per_rank, json_number_or(j, "peak_flops_per_rank", 0, what));
+  auto numbers = [&](const char* key, std::vector<double>& out) -> Status {
+    if (!j.contains(key)) return Status::ok();
+    if (!j[key].is_array()) return invalid_argument(what + ": " + key + " must be an array of numbers");
+    for (const Json& x : j[key]) {
+      if (!x.is_number()) return invalid_argument(what + ": " + key + " must be an array of numbers");
+      out.push_back(x.get<double>());
+    }
+    return Status::ok();
+  };
+  LOOM_RETURN_IF_ERROR(numbers("losses", r.losses));
+  LOOM_RETURN_IF_ERROR(numbers("step_times_s", r.step_times_s));
+  LOOM_RETURN_IF_ERROR(numbers("peak_memory_bytes", r.peak_memory_bytes));
+  return r;
+}
+
+Result<RunRecord> load_run_record(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_run_record(text, path);
+}
+
+}  // namespace loom

@@ -1,0 +1,46 @@
+// RunRecord: what one `loom execute` run measured, tied to its plan by hash.
+// Written as JSON (docs/formats/run_record.md); read by `loom compare`, the
+// regression suite and the GUI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom {
+
+inline constexpr int kRunRecordSchemaVersion = 1;
+
+struct RunRecord {
+  int schema_version = kRunRecordSchemaVersion;
+  std::string loom_version;
+  std::string plan_hash;
+  std::string model_name;
+  std::string hardware_name;  // the profile the plan was made for
+  std::string backend;        // "cpu", "cuda"
+  std::string layout;         // Layout::to_string()
+  int world_size = 1;
+  int64_t steps = 0;
+  int64_t tokens_per_step = 0;
+  std::vector<double> losses;          // per step, mean token loss
+  std::vector<double> step_times_s;    // per step (max over ranks)
+  // Mean over the measured steps (the first `warmup_steps` excluded), of the
+  // critical rank (the one with the largest compute time).
+  int64_t warmup_steps = 1;
+  double step_time_s = 0;
+  double forward_s = 0, backward_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0, data_wait_s = 0;
+  double tokens_per_s = 0;
+  double model_tflops_per_gpu = 0;
+  double mfu = 0;
+  std::string mfu_formula;
+  double peak_flops_per_rank = 0;      // the peak MFU is measured against
+  std::vector<double> peak_memory_bytes;  // per rank
+};
+
+std::string run_record_to_json(const RunRecord& r);
+Result<RunRecord> parse_run_record(const std::string& json_text, const std::string& what = "run record");
+Result<RunRecord> load_run_record(const std::string& path);
+
+}  // namespace loom
