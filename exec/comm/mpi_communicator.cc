@@ -207,15 +207,7 @@ class MpiRequest final : public CommRequest {
 };
 
 MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return MPI_SUM;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-  }
-  return MPI_OP_NULL;
+  return op == ReduceOp::kSum ? MPI_SUM : op == ReduceOp::kMax ? MPI_MAX : MPI_MIN;
 }
 
 // `count` floats, with an extent of `stride` floats: one rank's block of a

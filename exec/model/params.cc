@@ -116,15 +116,23 @@ void ParamStore::zero_grads() {
   if (!grads_.empty()) std::memset(grads_.f32(), 0, grads_.bytes());
 }
 
-void add_chunk_params(ParamStore& st, const ModelDims& d, int first, int count, bool has_embedding, bool has_head,
-                      int tp, int r) {
-  const float std_w = 0.02f;
-  const float std_resid = 0.02f / std::sqrt(2.0f * float(d.L));  // GPT-2's scaled residual projections
+namespace {
+float std_weight() { return 0.02f; }
+float std_residual(const ModelDims& d) { return 0.02f / std::sqrt(2.0f * float(d.L)); }  // GPT-2's scaled projections
+}  // namespace
+
+void add_word_embedding_param(ParamStore& st, const ModelDims& d, int tp, int r) {
+  st.add("embed.wte", {d.Vp, d.C}, ShardKind::kSplitDim0, tp, r, std_weight(), 0, true);
+}
+
+void add_embedding_params(ParamStore& st, const ModelDims& d, int tp, int r, bool include_wte) {
+  if (include_wte) add_word_embedding_param(st, d, tp, r);
+  if (d.gpt2) st.add("embed.wpe", {d.max_pos, d.C}, ShardKind::kReplicated, tp, r, 0.01f, 0, false);
+}
+
+void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, int tp, int r) {
+  const float std_w = std_weight(), std_resid = std_residual(d);
   using S = ShardKind;
-  if (has_embedding) {
-    st.add("embed.wte", {d.Vp, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
-    if (d.gpt2) st.add("embed.wpe", {d.max_pos, d.C}, S::kReplicated, tp, r, 0.01f, 0, false);
-  }
   for (int l = first; l < first + count; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     st.add(p + "ln1.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
@@ -152,16 +160,23 @@ void add_chunk_params(ParamStore& st, const ModelDims& d, int first, int count, 
       st.add(p + "mlp.down.weight", {d.C, d.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
     }
   }
+}
+
+void add_head_params(ParamStore& st, const ModelDims& d, int tp, int r) {
+  st.add("final_norm.weight", {d.C}, ShardKind::kReplicated, tp, r, 0, 1, false);
+  if (d.gpt2) st.add("final_norm.bias", {d.C}, ShardKind::kReplicated, tp, r, 0, 0, false);
+  if (!d.tied) st.add("lm_head.weight", {d.Vp, d.C}, ShardKind::kSplitDim0, tp, r, std_weight(), 0, true);
+}
+
+void add_chunk_params(ParamStore& st, const ModelDims& d, int first, int count, bool has_embedding, bool has_head,
+                      int tp, int r) {
+  if (has_embedding) add_embedding_params(st, d, tp, r, true);
+  add_layer_params(st, d, first, count, tp, r);
   if (has_head) {
-    st.add("final_norm.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
-    if (d.gpt2) st.add("final_norm.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    add_head_params(st, d, tp, r);
     // Tied: the head is the embedding matrix (a second copy on the last stage
     // when the embedding lives on another stage; same name, same init).
-    if (d.tied) {
-      if (!has_embedding) st.add("embed.wte", {d.Vp, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
-    } else {
-      st.add("lm_head.weight", {d.Vp, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
-    }
+    if (d.tied && !has_embedding) add_word_embedding_param(st, d, tp, r);
   }
 }
 

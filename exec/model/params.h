@@ -89,5 +89,11 @@ class ParamStore {
 // tied embedding's copy) when `has_head`.
 void add_chunk_params(ParamStore& store, const ModelDims& d, int first_layer, int num_layers, bool has_embedding,
                       bool has_head, int tp_size, int tp_rank);
+// The pieces add_chunk_params is made of, for callers that lay parameters out
+// themselves (the trainer keeps the tied embedding in its own ZeRO unit).
+void add_word_embedding_param(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank);  // "embed.wte"
+void add_embedding_params(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank, bool include_wte);
+void add_layer_params(ParamStore& store, const ModelDims& d, int first_layer, int num_layers, int tp_size, int tp_rank);
+void add_head_params(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank);  // final norm (+ untied head)
 
 }  // namespace loom::exec

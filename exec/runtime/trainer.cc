@@ -19,11 +19,16 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Tags of pipeline messages: kind, chunk and micro-batch.
 int p2p_tag(bool grad, int chunk, int micro) { return (grad ? 1 << 26 : 0) + (chunk << 20) + micro; }
 
-// One chunk's slice of the flat parameter buffer, padded to a multiple of dp.
-struct ChunkRange {
+// A ZeRO unit: a slice of the flat parameter buffer, padded to a multiple of
+// dp and sharded over the DP group. Each chunk has one; a tied embedding copy
+// (first and last stage) gets a unit of its own so that both copies shard
+// identically and their gradients can be summed shard by shard.
+struct Unit {
   size_t begin = 0, size = 0;  // padded size
   size_t shard = 0;            // size / dp
   size_t shard_offset = 0;     // into the concatenated shard buffers
+  int chunk = 0;
+  bool tied_embedding = false;
 };
 
 }  // namespace
@@ -40,7 +45,9 @@ struct Trainer::Impl {
   Program program;
   ParamStore params;
   std::vector<std::unique_ptr<ModelChunk>> chunks;
-  std::vector<ChunkRange> ranges;
+  std::vector<Unit> units;                 // sorted by begin
+  std::vector<std::vector<int>> chunk_units;
+  std::vector<int> gathered;               // ZeRO-3: outstanding gathers per chunk
   bool has_embedding_copy_pair = false;  // tied embedding on first and last stage
   int64_t micro_batches = 0;
   // Optimizer state: full (ZeRO 0) or this DP rank's shards (ZeRO >= 1).
@@ -69,6 +76,8 @@ struct Trainer::Impl {
   Status reduce_shared_grads(int c);
   Status grad_sync(const Op& op);
   Status param_gather(int c);
+  void release(int c);
+  const Unit& unit_of(size_t offset) const;
   Status optimizer_step(int64_t step, double* grad_norm, double* lr);
   Status wait_pending();
   void record(const Op& op, Clock::time_point t0, double dur);
@@ -124,20 +133,34 @@ Status Trainer::Impl::setup() {
   micro_batches = l.num_micro_batches(cfg.train.global_batch);
   LOOM_ASSIGN_OR_RETURN(program, build_program(program_config_for(l, cfg.train.global_batch, cfg.grad_buckets)));
 
-  // Parameters of every chunk of this stage, each chunk padded for ZeRO shards.
+  // Parameters of every chunk of this stage, in ZeRO units.
   const int v = l.virtual_stages;
-  ranges.resize(v);
+  chunk_units.assign(v, {});
+  gathered.assign(v, 0);
   size_t shard_total = 0;
-  for (int c = 0; c < v; ++c) {
-    int g = c * l.pp + coords.pp;
+  auto add_unit = [&](int c, bool tied, const auto& add) {
     size_t before = size_t(params.numel());
-    add_chunk_params(params, dims, split.chunk_first_layer[g], split.chunk_layers[g], first_global(c),
-                     last_global(c), l.tp, coords.tp);
+    add();
     size_t used = size_t(params.numel()) - before;
     size_t padded = (used + l.dp - 1) / l.dp * l.dp;
     params.add_padding(int64_t(padded - used));
-    ranges[c] = {before, padded, padded / l.dp, shard_total};
+    chunk_units[c].push_back(int(units.size()));
+    units.push_back({before, padded, padded / l.dp, shard_total, c, tied});
     shard_total += padded / l.dp;
+  };
+  for (int c = 0; c < v; ++c) {
+    int g = c * l.pp + coords.pp;
+    const bool emb_here = first_global(c), head_here = last_global(c);
+    if ((emb_here || head_here) && has_embedding_copy_pair)
+      add_unit(c, true, [&] { add_word_embedding_param(params, dims, l.tp, coords.tp); });
+    add_unit(c, false, [&] {
+      if (emb_here) add_embedding_params(params, dims, l.tp, coords.tp, !has_embedding_copy_pair);
+      add_layer_params(params, dims, split.chunk_first_layer[g], split.chunk_layers[g], l.tp, coords.tp);
+      if (head_here) {
+        add_head_params(params, dims, l.tp, coords.tp);
+        if (dims.tied && !params.has("embed.wte")) add_word_embedding_param(params, dims, l.tp, coords.tp);
+      }
+    });
   }
   params.materialize(backend.get(), cfg.train.seed);
   for (int c = 0; c < v; ++c) {
@@ -237,64 +260,79 @@ Status Trainer::Impl::reduce_shared_grads(int c) {
   if (reduced_chunk[c]) return Status::ok();
   reduced_chunk[c] = true;
   const Layout& l = cfg.layout;
-  const ChunkRange& r = ranges[c];
-  if (l.sequence_parallel && l.tp > 1) {
-    std::vector<float> packed;
-    std::vector<const ParamInfo*> reps;
-    for (const ParamInfo& p : params.infos()) {
-      if (p.offset < r.begin || p.offset >= r.begin + r.size || p.shard != ShardKind::kReplicated) continue;
-      reps.push_back(&p);
-      packed.insert(packed.end(), params.grads() + p.offset, params.grads() + p.offset + p.numel);
-    }
-    if (!packed.empty()) {
-      LOOM_RETURN_IF_ERROR(tp->all_reduce(packed.data(), packed.size(), ReduceOp::kSum));
-      size_t at = 0;
-      for (const ParamInfo* p : reps) {
-        std::memcpy(params.grads() + p->offset, packed.data() + at, size_t(p->numel) * sizeof(float));
-        at += size_t(p->numel);
-      }
-    }
+  if (!l.sequence_parallel || l.tp == 1) return Status::ok();
+  std::vector<float> packed;
+  std::vector<const ParamInfo*> reps;
+  for (const ParamInfo& p : params.infos()) {
+    if (p.shard != ShardKind::kReplicated || unit_of(p.offset).chunk != c) continue;
+    reps.push_back(&p);
+    packed.insert(packed.end(), params.grads() + p.offset, params.grads() + p.offset + p.numel);
   }
-  if (has_embedding_copy_pair && (first_global(c) || last_global(c))) {
-    const ParamInfo& p = params.info("embed.wte");
-    LOOM_RETURN_IF_ERROR(emb->all_reduce(params.grads() + p.offset, size_t(p.numel), ReduceOp::kSum));
+  if (packed.empty()) return Status::ok();
+  LOOM_RETURN_IF_ERROR(tp->all_reduce(packed.data(), packed.size(), ReduceOp::kSum));
+  size_t at = 0;
+  for (const ParamInfo* p : reps) {
+    std::memcpy(params.grads() + p->offset, packed.data() + at, size_t(p->numel) * sizeof(float));
+    at += size_t(p->numel);
   }
   return Status::ok();
+}
+
+const Unit& Trainer::Impl::unit_of(size_t offset) const {
+  size_t i = 0;
+  while (i + 1 < units.size() && offset >= units[i + 1].begin) ++i;
+  return units[i];
 }
 
 Status Trainer::Impl::grad_sync(const Op& op) {
   const Layout& l = cfg.layout;
   const int c = op.chunk;
-  const ChunkRange& r = ranges[c];
   LOOM_RETURN_IF_ERROR(reduce_shared_grads(c));
-  float* g = params.grads() + r.begin;
-  if (l.zero == 0) {
-    // Bucket `part` of the chunk, all-reduced while later work runs.
-    size_t per = (r.size + op.num_parts - 1) / op.num_parts;
-    size_t b = size_t(op.part) * per, e = std::min(r.size, b + per);
-    if (b >= e) return Status::ok();
-    LOOM_ASSIGN_OR_RETURN(auto req, dp->iall_reduce(g + b, e - b, ReduceOp::kSum));
-    pending.push_back(std::move(req));
-    return Status::ok();
-  }
-  // ZeRO 1-3: reduce-scatter the chunk to its shards. ZeRO-1 once per step
-  // (all buckets of the chunk at its first bucket op); ZeRO-2/3 after every
-  // micro-batch, accumulating into the shard and clearing the full gradient.
   if (l.zero == 1 && op.part != 0) return Status::ok();
-  std::vector<float> tmp(r.shard);
-  LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.data(), r.shard));
-  cpu::add_inplace(shard_grad.f32() + r.shard_offset, tmp.data(), int64_t(r.shard));
-  std::memset(g, 0, r.size * sizeof(float));
+  for (int ui : chunk_units[c]) {
+    const Unit& u = units[ui];
+    float* g = params.grads() + u.begin;
+    if (l.zero == 0) {
+      // Bucket `part` of the unit, all-reduced while later work runs.
+      size_t per = (u.size + op.num_parts - 1) / op.num_parts;
+      size_t b = size_t(op.part) * per, e = std::min(u.size, b + per);
+      if (b >= e) continue;
+      LOOM_ASSIGN_OR_RETURN(auto req, dp->iall_reduce(g + b, e - b, ReduceOp::kSum));
+      pending.push_back(std::move(req));
+      continue;
+    }
+    // ZeRO 1-3: reduce-scatter to the shards. ZeRO-1 once per step (at the
+    // chunk's first bucket op); ZeRO-2/3 after every micro-batch, accumulating
+    // into the shard and clearing the full gradient.
+    std::vector<float> tmp(u.shard);
+    LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.data(), u.shard));
+    cpu::add_inplace(shard_grad.f32() + u.shard_offset, tmp.data(), int64_t(u.shard));
+    std::memset(g, 0, u.size * sizeof(float));
+  }
   return Status::ok();
 }
 
-// ZeRO: gather the chunk's parameters from the DP shards (ZeRO-3 releases
-// them again after each use, see run_op).
+// ZeRO: gather the chunk's parameters from the DP shards.
 Status Trainer::Impl::param_gather(int c) {
-  const ChunkRange& r = ranges[c];
-  float* p = params.params() + r.begin;
-  std::vector<float> own(p + coords.dp * r.shard, p + (coords.dp + 1) * r.shard);
-  return dp->all_gather(own.data(), p, r.shard);
+  for (int ui : chunk_units[c]) {
+    const Unit& u = units[ui];
+    float* p = params.params() + u.begin;
+    std::vector<float> own(p + coords.dp * u.shard, p + (coords.dp + 1) * u.shard);
+    LOOM_RETURN_IF_ERROR(dp->all_gather(own.data(), p, u.shard));
+  }
+  return Status::ok();
+}
+
+// ZeRO-3: a chunk holds only its own shards between uses (everything else is
+// zeroed, so a missing gather can never go unnoticed).
+void Trainer::Impl::release(int c) {
+  for (int ui : chunk_units[c]) {
+    const Unit& u = units[ui];
+    float* p = params.params() + u.begin;
+    size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
+    std::memset(p, 0, own_b * sizeof(float));
+    std::memset(p + own_e, 0, (u.size - own_e) * sizeof(float));
+  }
 }
 
 Status Trainer::Impl::wait_pending() {
@@ -309,24 +347,26 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
   auto t0 = Clock::now();
   const int c = op.chunk, mi = op.micro;
   const int next = (coords.pp + 1) % l.pp, prev = (coords.pp + l.pp - 1) % l.pp;
-  // A ZeRO-3 chunk holds only its shard between uses.
-  auto release = [&](int chunk) {
-    if (l.zero != 3) return;
-    const ChunkRange& r = ranges[chunk];
-    float* p = params.params() + r.begin;
-    size_t own_b = coords.dp * r.shard, own_e = own_b + r.shard;
-    std::memset(p, 0, own_b * sizeof(float));
-    std::memset(p + own_e, 0, (r.size - own_e) * sizeof(float));
+  const bool dp_sharded = l.dp > 1;
+  // ZeRO-3: parameters gathered ahead (prefetch) stay until their use.
+  auto used = [&](int chunk) {
+    if (l.zero != 3 || !dp_sharded) return;
+    if (--gathered[chunk] <= 0) {
+      gathered[chunk] = 0;
+      release(chunk);
+    }
   };
   switch (op.kind) {
     case OpKind::kForward:
       LOOM_RETURN_IF_ERROR(forward(c, mi, loss_sum));
-      release(c);
+      used(c);
       times.forward_s += seconds_since(t0);
       break;
     case OpKind::kBackward:
-      if (op.part == 0) LOOM_RETURN_IF_ERROR(backward(c, mi));
-      if (op.part == op.num_parts - 1) release(c);
+      if (op.part == 0) {
+        LOOM_RETURN_IF_ERROR(backward(c, mi));
+        used(c);
+      }
       times.backward_s += seconds_since(t0);
       break;
     case OpKind::kSendActivation: {
@@ -370,6 +410,7 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       break;
     case OpKind::kParamGather:
       LOOM_RETURN_IF_ERROR(param_gather(c));
+      if (l.zero == 3 && mi >= 0) ++gathered[c];
       times.dp_comm_s += seconds_since(t0);
       break;
     case OpKind::kOptimizer:
@@ -397,6 +438,16 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   const TrainSpec& t = cfg.train;
   LOOM_RETURN_IF_ERROR(wait_pending());
   for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(reduce_shared_grads(c));
+  // The two copies of a tied embedding (first and last stage) sum their
+  // gradients, after the DP sync: whole (ZeRO-0) or shard by shard (their
+  // units shard identically).
+  for (const Unit& u : units) {
+    if (!u.tied_embedding) continue;
+    if (l.zero == 0)
+      LOOM_RETURN_IF_ERROR(emb->all_reduce(params.grads() + u.begin, u.size, ReduceOp::kSum));
+    else
+      LOOM_RETURN_IF_ERROR(emb->all_reduce(shard_grad.f32() + u.shard_offset, u.shard, ReduceOp::kSum));
+  }
   // The global gradient norm: every element counted once across all ranks.
   // Replicated-in-TP params count on tp rank 0; the tied embedding's second
   // copy does not count; with ZeRO the DP shards partition the elements,
@@ -405,9 +456,7 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   for (const ParamInfo& p : params.infos()) {
     if (p.shard == ShardKind::kReplicated && coords.tp != 0) continue;
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) continue;
-    int c = 0;
-    while (c + 1 < int(ranges.size()) && p.offset >= ranges[c + 1].begin) ++c;
-    const ChunkRange& r = ranges[c];
+    const Unit& r = unit_of(p.offset);
     if (l.zero == 0) {
       if (coords.dp == 0) sq += cpu::sum_squares(params.grads() + p.offset, p.numel);
       continue;
@@ -426,9 +475,7 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   // AdamW over each parameter's owned elements.
   for (const ParamInfo& p : params.infos()) {
     float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
-    int c = 0;
-    while (c + 1 < int(ranges.size()) && p.offset >= ranges[c + 1].begin) ++c;
-    const ChunkRange& r = ranges[c];
+    const Unit& r = unit_of(p.offset);
     if (l.zero == 0) {
       float* g = params.grads() + p.offset;
       if (clip != 1.0) cpu::scale_inplace(g, float(clip), p.numel);

@@ -1,0 +1,133 @@
+// Layout equivalence under mpirun: every parallel layout trains a tiny model
+// of each family for 10 steps and must reproduce, step by step, the losses of
+// the single-rank run (computed here too, on a one-rank communicator) within
+// 1e-5 relative. Run as `mpirun -np 8 layout_equivalence`; each case uses the
+// first `ranks` ranks of the world, the others wait at the barrier.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "exec/comm/mpi_communicator.h"
+#include "exec/comm/self_communicator.h"
+#include "exec/runtime/trainer.h"
+
+namespace loom::exec {
+namespace {
+
+struct Case {
+  const char* layout;
+  int ranks;
+};
+
+const Case kCases[] = {
+    {"dp=2", 2},
+    {"dp=2,zero=1", 2},
+    {"dp=2,zero=2", 2},
+    {"dp=2,zero=3", 2},
+    {"dp=2,micro=1", 2},  // gradient accumulation: 4 micro-batches per rank
+    {"dp=1,tp=2", 2},
+    {"dp=1,tp=2,sp=1", 2},
+    {"dp=1,pp=2,schedule=gpipe,micro=2", 2},
+    {"dp=1,pp=2,schedule=1f1b,micro=2", 2},
+    {"dp=1,pp=2,schedule=interleaved,v=2,micro=2", 2},
+    {"dp=1,tp=2,pp=2,sp=1,micro=2", 4},
+    {"dp=2,tp=2,pp=2,zero=1,micro=2", 8},
+    {"dp=2,tp=2,pp=2,schedule=interleaved,v=2,sp=1,zero=1,micro=2", 8},
+    {"dp=2,pp=2,recompute=full,micro=1", 4},
+};
+
+ModelSpec tiny(bool gpt2) {
+  std::string json =
+      gpt2 ? R"({"model_type":"gpt2","n_embd":32,"n_layer":4,"n_head":4,"n_positions":64,"vocab_size":256})"
+           : R"({"model_type":"llama","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
+                "tie_word_embeddings":false})";
+  return parse_model_spec(json, gpt2 ? "tiny-gpt2" : "tiny-llama").value();
+}
+
+TrainerConfig config(bool gpt2, const Layout& layout) {
+  TrainerConfig c;
+  c.model = tiny(gpt2);
+  c.train.global_batch = 8;
+  c.train.seq_len = 32;
+  c.train.steps = 10;
+  c.train.lr = 2e-3;
+  c.train.min_lr = 2e-4;
+  c.train.warmup_steps = 2;
+  c.layout = layout;
+  return c;
+}
+
+Result<std::vector<double>> train(Communicator* comm, const TrainerConfig& cfg, TokenSource* data) {
+  LOOM_ASSIGN_OR_RETURN(auto t, Trainer::create(comm, cfg, data));
+  std::vector<double> losses;
+  for (int64_t s = 0; s < cfg.train.steps; ++s) {
+    LOOM_ASSIGN_OR_RETURN(StepResult r, t->step(s));
+    losses.push_back(r.loss);
+  }
+  return losses;
+}
+
+}  // namespace
+}  // namespace loom::exec
+
+int main(int argc, char** argv) {
+  using namespace loom;
+  using namespace loom::exec;
+  auto world_or = mpi_world(&argc, &argv, MpiOptions{60});
+  if (!world_or.is_ok()) {
+    std::fprintf(stderr, "%s\n", world_or.status().to_string().c_str());
+    return 1;
+  }
+  auto& world = *world_or;
+  const char* path = argc > 1 ? argv[1] : LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
+  auto data = open_byte_text(path, 1234);
+  if (!data.is_ok()) {
+    std::fprintf(stderr, "%s\n", data.status().to_string().c_str());
+    return 1;
+  }
+  int failures = 0;
+  for (bool gpt2 : {true, false}) {
+    // The single-rank reference, on every rank (it is tiny).
+    auto self = make_self_communicator("reference");
+    auto ref = train(self.get(), config(gpt2, Layout{}), data->get());
+    if (!ref.is_ok()) {
+      std::fprintf(stderr, "reference: %s\n", ref.status().to_string().c_str());
+      return 1;
+    }
+    for (const Case& c : kCases) {
+      if (c.ranks > world->size()) continue;
+      bool member = world->rank() < c.ranks;
+      auto sub = world->split(member ? 0 : 1, world->rank(), "case");
+      if (!sub.is_ok()) return 1;
+      double worst = 0;
+      bool ok = true;
+      std::string error;
+      if (member) {
+        auto layout = parse_layout(c.layout);
+        auto got = train(sub->get(), config(gpt2, *layout), data->get());
+        if (!got.is_ok()) {
+          ok = false;
+          error = got.status().to_string();
+        } else {
+          for (size_t i = 0; i < ref->size(); ++i)
+            worst = std::max(worst, std::fabs((*got)[i] / (*ref)[i] - 1.0));
+          ok = worst <= 1e-5;
+        }
+      }
+      double flag = ok ? 0 : 1, w = worst;
+      world->all_reduce(&flag, 1, ReduceOp::kMax);
+      world->all_reduce(&w, 1, ReduceOp::kMax);
+      if (world->rank() == 0)
+        std::printf("%-6s %-62s %d ranks  max rel. loss difference %.2e  %s\n", gpt2 ? "gpt2" : "llama", c.layout,
+                    c.ranks, w, flag == 0 ? "ok" : "FAILED");
+      if (!error.empty()) std::fprintf(stderr, "rank %d %s: %s\n", world->rank(), c.layout, error.c_str());
+      failures += flag != 0;
+    }
+  }
+  if (world->rank() == 0) std::printf("%d passed, %d failed\n", int(2 * std::size(kCases)) - failures, failures);
+  world.reset();
+  mpi_finalize();
+  return failures ? 1 : 0;
+}
