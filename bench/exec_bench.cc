@@ -1,0 +1,72 @@
+// Executor figures on this machine (prints, does not assert):
+//   1. the measured GEMM peak (fp32, Eigen, all threads and one thread),
+//   2. GPT-2 124M training steps on one rank (B=4, T=64, fp32): tokens/s and
+//      achieved GFLOP/s as a fraction of that peak.
+// usage: loom_exec_bench [steps] [threads]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "exec/backend/cpu_ops.h"
+#include "exec/comm/self_communicator.h"
+#include "exec/runtime/trainer.h"
+
+using namespace loom;
+using Clock = std::chrono::steady_clock;
+
+static double gemm_gflops(int64_t n, int reps) {
+  std::vector<float> a(size_t(n * n), 0.5f), b(size_t(n * n), 0.25f), c(size_t(n * n), 0.f);
+  cpu::gemm(false, false, n, n, n, 1.f, a.data(), b.data(), 0.f, c.data());  // warm-up
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) cpu::gemm(false, true, n, n, n, 1.f, a.data(), b.data(), 0.f, c.data());
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return 2.0 * double(n) * double(n) * double(n) * reps / s / 1e9;
+}
+
+int main(int argc, char** argv) {
+  int steps = argc > 1 ? std::atoi(argv[1]) : 6;
+  int threads = argc > 2 ? std::atoi(argv[2]) : 0;
+  cpu::set_num_threads(1);
+  double peak1 = std::max(gemm_gflops(1024, 4), gemm_gflops(2048, 1));
+  cpu::set_num_threads(threads);
+  double peak = std::max(gemm_gflops(1024, 8), gemm_gflops(2048, 2));
+  std::printf("GEMM peak (fp32, square 1024-2048): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread\n", peak, peak1);
+
+  auto model = load_model_spec("gpt2-124m");
+  if (!model.is_ok()) return std::fprintf(stderr, "%s\n", model.status().to_string().c_str()), 1;
+  exec::TrainerConfig cfg;
+  cfg.model = *model;
+  cfg.train.global_batch = 4;
+  cfg.train.seq_len = 64;
+  cfg.train.steps = steps;
+  cfg.train.precision = Precision::kFp32;
+  cfg.layout.micro_batch = 4;
+  auto world = exec::make_self_communicator("world");
+  auto data = exec::open_byte_text(std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt", 1);
+  if (!data.is_ok()) return std::fprintf(stderr, "%s\n", data.status().to_string().c_str()), 1;
+  auto t = exec::Trainer::create(world.get(), cfg, data->get());
+  if (!t.is_ok()) return std::fprintf(stderr, "%s\n", t.status().to_string().c_str()), 1;
+  const double tokens = 4 * 64;
+  // Executed FLOPs of a step: 6 per parameter of every GEMM (fwd + two bwd) per
+  // token, incl. the 50257-wide logits, plus the attention scores and values
+  // (causal: half of 12*L*T*C per token).
+  const double flops_token = model->model_flops_per_token_palm(64) - 6.0 * 12 * 64 * 768;
+  double sum = 0;
+  int n = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto r = (*t)->step(s);
+    if (!r.is_ok()) return std::fprintf(stderr, "%s\n", r.status().to_string().c_str()), 1;
+    std::printf("step %d: %.3f s, loss %.4f\n", s + 1, r->step_time_s, r->loss);
+    if (s >= 2) {
+      sum += r->step_time_s;
+      ++n;
+    }
+  }
+  double step = n ? sum / n : 0;
+  double gflops = flops_token * tokens / step / 1e9;
+  std::printf("GPT-2 124M, B=4, T=64, fp32, 1 rank: %.3f s/step, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the GEMM peak\n",
+              step, tokens / step, gflops, 100 * gflops / peak);
+  return 0;
+}
