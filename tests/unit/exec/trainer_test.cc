@@ -23,7 +23,7 @@ ModelSpec tiny_model(bool gpt2) {
 }
 
 std::string corpus_path() {
-  return std::string(LOOM_SOURCE_DIR) + "/../shared/datasets/tinyshakespeare/input.txt";
+  return std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt";
 }
 
 TrainerConfig config(bool gpt2, const std::string& layout, int64_t steps) {
