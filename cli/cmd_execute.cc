@@ -229,6 +229,19 @@ int cmd_execute(int argc, char** argv) {
   mo.timeout_s = a.timeout_s;
   auto world = exec::mpi_world(&argc, &argv, mo);
   if (!world.is_ok()) return fail("execute", world.status());
+  // A launcher that is not MPI's (torchrun, a bare srun without PMI) starts N
+  // singleton processes that each see a world of 1: refuse instead of running
+  // N independent trainings.
+  exec::LaunchEnv env = exec::detect_launch_env();
+  if (env.world > 1 && (*world)->size() != env.world) {
+    int rc = fail("execute", invalid_argument("the " + env.launcher + " launcher started " + std::to_string(env.world) +
+                                              " processes but MPI sees a world of " +
+                                              std::to_string((*world)->size()) +
+                                              "; launch with mpirun (or srun with MPI/PMIx support)"));
+    world->reset();
+    exec::mpi_finalize();
+    return rc;
+  }
   int rc = run(**world, a);
   if (rc != 0 && (*world)->size() > 1) {
     // One rank failing ends the job on every rank instead of leaving peers waiting.

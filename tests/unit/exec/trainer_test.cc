@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "exec/comm/self_communicator.h"
@@ -64,10 +65,15 @@ TEST(Trainer, FirstLossIsNearUniform) {
 
 TEST(Trainer, LossFallsOnText) {
   for (bool gpt2 : {true, false}) {
-    auto losses = run(config(gpt2, "dp=1", 60), 60);
+    auto losses = run(config(gpt2, "dp=1", 200), 200);
     double first = losses[0], last = 0;
-    for (int i = 50; i < 60; ++i) last += losses[size_t(i)] / 10;
-    EXPECT_LT(last, first - 1.5) << (gpt2 ? "gpt2" : "llama") << ": " << first << " -> " << last;
+    for (int i = 190; i < 200; ++i) last += losses[size_t(i)] / 10;
+    // From ~log(256) = 5.55 nats per byte at init to below 3.0 after 200 steps:
+    // under the corpus' byte unigram entropy (3.31 nats, counted from the file),
+    // so the model uses context, not just byte frequencies.
+    EXPECT_NEAR(first, std::log(256.0), 0.3);
+    EXPECT_LT(last, 3.0) << (gpt2 ? "gpt2" : "llama") << ": " << first << " -> " << last;
+    std::printf("%s: loss %.3f at step 1, %.3f over steps 191-200\n", gpt2 ? "gpt2" : "llama", first, last);
   }
 }
 

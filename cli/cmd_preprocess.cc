@@ -1,0 +1,136 @@
+// loom preprocess: JSONL -> Megatron indexed dataset (.bin/.idx + manifest).
+// loom tokenizer:  train a SentencePiece model, or encode a string with one.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "exec/data/preprocess.h"
+#include "exec/data/tokenizer.h"
+
+namespace loom::cli {
+
+namespace {
+
+// Parses with CLI11; returns -1 to continue, else the exit code.
+int parse(CLI::App& app, const char* cmd, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom %s: %s; run `loom %s --help`\n", cmd, e.what(), cmd);
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int cmd_preprocess(int argc, char** argv) {
+  CLI::App app{"Tokenize JSONL (plain, .gz, .zst) into Megatron indexed dataset shards (.bin/.idx).",
+               "loom preprocess"};
+  data::PreprocessOptions o;
+  std::string on_error = "fail";
+  bool no_eod = false;
+  bool quiet = false;
+  app.add_option("--input", o.inputs, "JSONL files, or directories (their *.jsonl, *.jsonl.gz, *.jsonl.zst)")
+      ->required();
+  app.add_option("--output", o.output_prefix, "output prefix: PREFIX.bin/.idx, or PREFIX_00000.bin/.idx... with --shards")
+      ->required();
+  app.add_option("--text-field", o.text_field, "JSON field holding the document text")->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer, "byte, or a SentencePiece .model path")->capture_default_str();
+  app.add_option("--shards", o.shards, "output shards; document k goes to shard k mod N")->capture_default_str();
+  app.add_option("--workers", o.workers, "tokenizer threads (plus one reader thread)")->capture_default_str();
+  app.add_flag("--no-eod", no_eod, "do not append the EOD token to each document");
+  app.add_option("--on-error", on_error, "bad line: fail (stop, name FILE:LINE) or skip (count it)")
+      ->capture_default_str();
+  app.add_flag("--quiet", quiet, "no progress line");
+  if (int rc = parse(app, "preprocess", argc, argv); rc >= 0) return rc;
+
+  auto policy = data::parse_on_error(on_error);
+  if (!policy.is_ok()) return fail("preprocess", policy.status());
+  o.on_error = *policy;
+  o.append_eod = !no_eod;
+  const bool tty = isatty(fileno(stderr));
+  if (!quiet) {
+    o.progress = [tty](const data::PreprocessProgress& p) {
+      std::fprintf(stderr, "%spreprocess: %.1f MB read, %lld docs, %lld tokens, %.1f MB/s%s", tty ? "\r" : "",
+                   p.bytes_read / 1e6, static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
+                   p.mb_per_s, tty && !p.final ? "" : "\n");
+      std::fflush(stderr);
+    };
+  }
+  auto s = data::preprocess(o);
+  if (!s.is_ok()) {
+    if (!quiet && tty) std::fprintf(stderr, "\n");
+    return fail("preprocess", s.status());
+  }
+  std::printf("inputs: %zu file(s), %lld lines, %.1f MB\n", s->input_files.size(),
+              static_cast<long long>(s->lines.lines), s->bytes_read / 1e6);
+  std::printf("documents: %lld written", static_cast<long long>(s->documents));
+  if (s->empty_documents) std::printf(", %lld empty dropped", static_cast<long long>(s->empty_documents));
+  if (s->lines.skipped())
+    std::printf(", %lld lines skipped (%lld malformed JSON, %lld missing field, %lld invalid UTF-8)",
+                static_cast<long long>(s->lines.skipped()), static_cast<long long>(s->lines.skipped_malformed),
+                static_cast<long long>(s->lines.skipped_missing_field),
+                static_cast<long long>(s->lines.skipped_invalid_utf8));
+  std::printf("\ntokens: %lld (tokenizer %s, vocab %lld, dtype %s)\n", static_cast<long long>(s->tokens),
+              s->tokenizer_name.c_str(), static_cast<long long>(s->vocab_size), data::dtype_name(s->dtype));
+  for (const auto& sh : s->shards)
+    std::printf("  %s  %lld docs  %lld tokens  %lld bytes\n", sh.bin_path.c_str(),
+                static_cast<long long>(sh.documents), static_cast<long long>(sh.tokens),
+                static_cast<long long>(sh.bin_bytes));
+  std::printf("manifest: %s\n", s->manifest_path.c_str());
+  std::printf("time: %.2f s, %.1f MB/s\n", s->elapsed_s, s->mb_per_s);
+  return 0;
+}
+
+int cmd_tokenizer(int argc, char** argv) {
+  CLI::App app{"Train a SentencePiece tokenizer, or encode text with one.", "loom tokenizer"};
+  app.require_subcommand(1);
+
+  CLI::App* train = app.add_subcommand("train", "train a SentencePiece model (writes PREFIX.model and PREFIX.vocab)");
+  std::vector<std::string> inputs;
+  std::string prefix, model_type = "bpe";
+  int vocab_size = 0;
+  data::TrainOptions topt;
+  train->add_option("--input", inputs, "plain text (one sentence per line) or JSONL files")->required();
+  train->add_option("--output", prefix, "model prefix")->required();
+  train->add_option("--vocab-size", vocab_size, "pieces in the vocabulary (>= 300)")->required();
+  train->add_option("--model-type", model_type, "bpe or unigram")->capture_default_str();
+  train->add_option("--text-field", topt.text_field, "JSON field of JSONL inputs")->capture_default_str();
+  train->add_option("--threads", topt.threads, "trainer threads")->capture_default_str();
+
+  CLI::App* encode = app.add_subcommand("encode", "print the token ids of TEXT (and check the round trip)");
+  std::string model = "byte", text;
+  encode->add_option("--model", model, "byte, or a SentencePiece .model path")->capture_default_str();
+  encode->add_option("text", text, "text to encode")->required();
+
+  if (int rc = parse(app, "tokenizer", argc, argv); rc >= 0) return rc;
+
+  if (train->parsed()) {
+    Status s = data::train_sentencepiece(inputs, prefix, vocab_size, model_type, topt);
+    if (!s.is_ok()) return fail("tokenizer", s);
+    auto tok = data::load_tokenizer(prefix + ".model");
+    if (!tok.is_ok()) return fail("tokenizer", tok.status());
+    std::printf("wrote %s.model and %s.vocab (%s, vocab %lld, EOD id %d)\n", prefix.c_str(), prefix.c_str(),
+                model_type.c_str(), static_cast<long long>((*tok)->vocab_size()), (*tok)->eod_id());
+    return 0;
+  }
+  auto tok = data::load_tokenizer(model);
+  if (!tok.is_ok()) return fail("tokenizer", tok.status());
+  auto ids = (*tok)->encode(text);
+  if (!ids.is_ok()) return fail("tokenizer", ids.status());
+  for (size_t i = 0; i < ids->size(); ++i) std::printf("%s%d", i ? " " : "", (*ids)[i]);
+  std::printf("\n");
+  bool round_trip = (*tok)->decode(*ids) == text;
+  std::fprintf(stderr, "%zu tokens for %zu bytes (%s, EOD id %d); round trip %s\n", ids->size(), text.size(),
+               (*tok)->name().c_str(), (*tok)->eod_id(), round_trip ? "ok" : "DIFFERS");
+  return round_trip ? 0 : 1;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,103 @@
+// JSONL -> Megatron indexed dataset (.bin/.idx), the C++ counterpart of
+// Megatron's tools/preprocess_data.py.
+//
+// Pipeline (docs/reference/indexed_dataset.md for the output format):
+//   reader thread   expands the inputs, decompresses, splits lines into
+//                   batches (a batch never spans two files)
+//   T workers       parse JSON, check UTF-8, tokenize, append EOD
+//   calling thread  takes batches back in input order and writes documents
+// Output is byte-identical whatever the worker count: documents are numbered
+// in input order (files sorted within a directory, lines in file order) and
+// written in that order.
+//
+// Sharding is round-robin: document k (0-based, counting only documents that
+// were written) goes to shard k mod N. It needs no first pass to count
+// documents, and every shard gets a near-equal share of every input file.
+// Shards are PREFIX_00000.bin/.idx ... when N > 1, PREFIX.bin/.idx when N = 1.
+//
+// A document that tokenizes to zero tokens (empty text with --no-eod) is not
+// written (a zero-length sequence only trips up samplers); it is counted.
+//
+// PREFIX.manifest.json records, per shard, the file names (relative to the
+// manifest), documents, tokens, bytes and XXH64 checksums of both files, plus
+// the tokenizer (name, vocab size, EOD id) and the token dtype.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "exec/data/indexed_dataset.h"
+#include "exec/data/jsonl_reader.h"
+
+namespace loom::data {
+
+// Reported from the calling thread about once per progress_interval_s, and
+// once more with final = true.
+struct PreprocessProgress {
+  int64_t bytes_read = 0;  // decompressed JSONL bytes consumed
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  double elapsed_s = 0;
+  double mb_per_s = 0;  // bytes_read / elapsed_s / 1e6
+  bool final = false;
+};
+
+struct PreprocessOptions {
+  std::vector<std::string> inputs;  // files, or directories (their *.jsonl, *.jsonl.gz, *.jsonl.zst, sorted)
+  std::string output_prefix;
+  std::string text_field = "text";
+  std::string tokenizer = "byte";  // "byte" or a SentencePiece .model path
+  bool append_eod = true;
+  int shards = 1;
+  int workers = 1;  // tokenizer threads (the reader thread comes on top)
+  OnError on_error = OnError::kFail;
+  int batch_lines = 1024;  // lines per work item
+  double progress_interval_s = 1.0;
+  std::function<void(const PreprocessProgress&)> progress;  // optional
+};
+
+struct ShardStats {
+  std::string bin_path, idx_path;
+  int64_t documents = 0;
+  int64_t tokens = 0;
+  int64_t bin_bytes = 0, idx_bytes = 0;
+  uint64_t bin_xxh64 = 0, idx_xxh64 = 0;
+};
+
+struct PreprocessStats {
+  std::vector<std::string> input_files;  // after directory expansion, in processing order
+  JsonlStats lines;                      // documents here = documents parsed
+  int64_t documents = 0;                 // written (sum over shards)
+  int64_t empty_documents = 0;           // zero tokens, not written
+  int64_t tokens = 0;                    // written, EOD included
+  int64_t bytes_read = 0;                // decompressed input bytes
+  double elapsed_s = 0;
+  double mb_per_s = 0;
+  std::string tokenizer_name;
+  int64_t vocab_size = 0;
+  TokenDtype dtype = TokenDtype::kInt32;
+  std::vector<ShardStats> shards;
+  std::string manifest_path;
+};
+
+// Errors: invalid_argument (bad options, no JSONL files in the inputs),
+// not_found (an input is missing), parse_error "FILE:LINE: ..." for a bad line
+// under OnError::kFail, io_error writing outputs. An error while reading or
+// tokenizing publishes no shard (unfinalized writers remove their .tmp files)
+// and no manifest. Not reentrant-safe on one output prefix.
+Result<PreprocessStats> preprocess(const PreprocessOptions& options);
+
+// The JSONL files named by `inputs` (files kept in the given order; each
+// directory contributes its *.jsonl, *.jsonl.gz, *.jsonl.zst sorted by name).
+Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs);
+
+// Output prefix of shard `i` of `n`: PREFIX when n == 1, else PREFIX_%05d.
+std::string shard_prefix(const std::string& prefix, int i, int n);
+
+// XXH64 (seed 0) of a whole file.
+Result<uint64_t> xxh64_file(const std::string& path);
+
+}  // namespace loom::data
