@@ -12,6 +12,8 @@ namespace loom::cli {
 int cmd_plan(int argc, char** argv);
 int cmd_execute(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
+int cmd_preprocess(int argc, char** argv);
+int cmd_tokenizer(int argc, char** argv);
 
 // Prints "loom <cmd>: <message>" to stderr and maps the Status to an exit code.
 int fail(const std::string& cmd, const Status& status);

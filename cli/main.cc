@@ -31,6 +31,8 @@ void usage(std::FILE* out) {
                "  plan      search layouts (or evaluate one) for a model on a cluster; write a plan\n"
                "  execute   train with a plan's layout (mpirun -np N loom execute plan.json)\n"
                "  compare   predicted (plan) vs measured (run record)\n"
+               "  preprocess  tokenize JSONL (plain, .gz, .zst) into Megatron .bin/.idx shards\n"
+               "  tokenizer   train a SentencePiece model / encode text\n"
                "\n"
                "`loom <command> --help` describes each command's options.\n",
                loom::loom_version());
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
   if (cmd == "plan") return loom::cli::cmd_plan(argc - 1, argv + 1);
   if (cmd == "execute") return loom::cli::cmd_execute(argc - 1, argv + 1);
   if (cmd == "compare") return loom::cli::cmd_compare(argc - 1, argv + 1);
+  if (cmd == "preprocess") return loom::cli::cmd_preprocess(argc - 1, argv + 1);
+  if (cmd == "tokenizer") return loom::cli::cmd_tokenizer(argc - 1, argv + 1);
   std::fprintf(stderr, "loom: unknown command '%s'; run `loom --help` for the list\n", cmd.c_str());
   return 2;
 }

@@ -209,7 +209,7 @@ Status IndexedDatasetWriter::finalize() {
   std::vector<uint8_t> idx(kHeaderBytes + 12 * n + 8 * d);
   uint8_t* p = idx.data();
   auto put = [&p](const void* src, size_t bytes) {
-    std::memcpy(p, src, bytes);
+    if (bytes > 0) std::memcpy(p, src, bytes);  // src may be null when empty
     p += bytes;
   };
   const uint8_t code = static_cast<uint8_t>(dtype_);

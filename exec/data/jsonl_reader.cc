@@ -169,7 +169,7 @@ LineError extract_text(std::string_view line, const std::string& field, std::str
       char hex[3];
       std::snprintf(hex, sizeof hex, "%02x", p[i]);
       return std::string(hex);
-    }() + " at byte " + std::to_string(i + 1) + "); re-encode the file as UTF-8 or pass --on-error skip";
+    }() + " at byte " + std::to_string(i + 1) + "); re-encode the file as UTF-8";
     return LineError::kInvalidUtf8;
   }
   nlohmann::json j;

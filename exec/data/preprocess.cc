@@ -124,7 +124,8 @@ void tokenize_batch(const Batch& b, const std::string& file, const Tokenizer& to
       continue;
     }
     if (o.on_error == OnError::kFail) {
-      d->error = parse_error(file + ":" + std::to_string(b.line_nos[i]) + ": " + why);
+      d->error = parse_error(file + ":" + std::to_string(b.line_nos[i]) + ": " + why +
+                             " (fix the line, or pass --on-error skip to skip and count bad lines)");
       return;
     }
     if (e == LineError::kMalformedJson) ++d->stats.skipped_malformed;

@@ -332,7 +332,8 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   return Status::ok();
 }
 
-Status ModelChunk::backward(int micro, const float* dout, float* dinput) {
+Status ModelChunk::backward(int micro, const float* dout, float* dinput,
+                            const std::function<Status(int layer)>& on_layer_done) {
   auto it = saved_.find(micro);
   if (it == saved_.end())
     return internal_error("backward of micro-batch " + std::to_string(micro) + " before its forward");
@@ -363,6 +364,7 @@ Status ModelChunk::backward(int micro, const float* dout, float* dinput) {
   for (int i = cfg_.num_layers - 1; i >= 0; --i) {
     LOOM_RETURN_IF_ERROR(layer_backward(cfg_.first_layer + i, dx.f32(), dy.f32(), acts->layers[i]));
     std::swap(dx, dy);
+    if (on_layer_done) LOOM_RETURN_IF_ERROR(on_layer_done(cfg_.first_layer + i));
   }
   if (cfg_.has_embedding) {
     if (d.gpt2) {

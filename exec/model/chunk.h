@@ -9,6 +9,7 @@
 // backward(micro) consumes and frees them.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -53,7 +54,11 @@ class ModelChunk {
   // Backward of one micro-batch: `dout` is the gradient of the output (not
   // used on the last chunk); writes `dinput` (not on the first chunk).
   // Gradients accumulate into the ParamStore.
-  Status backward(int micro, const float* dout, float* dinput);
+  // `on_layer_done(layer)` (optional) runs after each layer's backward, when
+  // that layer's (and every later layer's) gradients are final for this
+  // micro-batch: the hook DP uses to start gradient buckets early.
+  Status backward(int micro, const float* dout, float* dinput,
+                  const std::function<Status(int layer)>& on_layer_done = {});
 
   const ChunkConfig& config() const { return cfg_; }
   size_t in_flight() const { return saved_.size(); }

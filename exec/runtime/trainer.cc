@@ -48,6 +48,7 @@ struct Trainer::Impl {
   std::vector<Unit> units;                 // sorted by begin
   std::vector<std::vector<int>> chunk_units;
   std::vector<int> gathered;               // ZeRO-3: outstanding gathers per chunk
+  std::vector<std::vector<bool>> bucket_sent;  // ZeRO-0: buckets already all-reducing, per chunk
   bool has_embedding_copy_pair = false;  // tied embedding on first and last stage
   int64_t micro_batches = 0;
   // Optimizer state: full (ZeRO 0) or this DP rank's shards (ZeRO >= 1).
@@ -72,7 +73,8 @@ struct Trainer::Impl {
   Status setup();
   Status run_op(const Op& op, double* loss_sum);
   Status forward(int c, int micro, double* loss_sum);
-  Status backward(int c, int micro);
+  Status backward(int c, int micro, int buckets);
+  Status send_bucket(int c, int unit_index, int bucket, int buckets);
   Status reduce_shared_grads(int c);
   Status grad_sync(const Op& op);
   Status param_gather(int c);
@@ -137,6 +139,7 @@ Status Trainer::Impl::setup() {
   const int v = l.virtual_stages;
   chunk_units.assign(v, {});
   gathered.assign(v, 0);
+  bucket_sent.assign(v, {});
   size_t shard_total = 0;
   auto add_unit = [&](int c, bool tied, const auto& add) {
     size_t before = size_t(params.numel());
@@ -231,7 +234,21 @@ Status Trainer::Impl::forward(int c, int micro, double* loss_sum) {
   return Status::ok();
 }
 
-Status Trainer::Impl::backward(int c, int micro) {
+// ZeRO-0 bucket `bucket` of `buckets` of a unit, counted from the top of the
+// flat range (the order in which backward finishes parameters).
+Status Trainer::Impl::send_bucket(int c, int ui, int bucket, int buckets) {
+  const Unit& u = units[ui];
+  size_t per = (u.size + buckets - 1) / buckets;
+  size_t e = u.size > size_t(bucket) * per ? u.size - size_t(bucket) * per : 0;
+  size_t b = e > per ? e - per : 0;
+  if (b >= e) return Status::ok();
+  LOOM_ASSIGN_OR_RETURN(auto req, dp->iall_reduce(params.grads() + u.begin + b, e - b, ReduceOp::kSum));
+  pending.push_back(std::move(req));
+  (void)c;
+  return Status::ok();
+}
+
+Status Trainer::Impl::backward(int c, int micro, int buckets) {
   const int64_t n_act = chunks[c]->activation_floats();
   auto key = std::make_pair(c, micro);
   const float* dout = nullptr;
@@ -246,7 +263,32 @@ Status Trainer::Impl::backward(int c, int micro) {
   }
   DeviceBuffer din;
   if (!first_global(c)) din = DeviceBuffer(backend.get(), size_t(n_act) * sizeof(float));
-  LOOM_RETURN_IF_ERROR(chunks[c]->backward(micro, dout, din.f32()));
+  // The chunk's last backward of the step with ZeRO-0 and overlap: start each
+  // gradient bucket as soon as backward has passed all of it, and let MPI
+  // progress the ones in flight between layers.
+  const Layout& l = cfg.layout;
+  std::function<Status(int)> hook;
+  const bool early = buckets > 1 && l.dp > 1 && l.zero == 0 && l.overlap_grad_reduce &&
+                     !(l.sequence_parallel && l.tp > 1);
+  if (early) {
+    bucket_sent[c].assign(size_t(buckets), false);
+    const int ui = chunk_units[c].back();  // the main unit (layers); a tied-embedding unit comes first
+    hook = [this, c, ui, buckets](int layer) -> Status {
+      const Unit& u = units[ui];
+      size_t frontier = params.info("layers." + std::to_string(layer) + ".ln1.weight").offset - u.begin;
+      size_t per = (u.size + buckets - 1) / buckets;
+      for (int k = 0; k < buckets; ++k) {
+        size_t e = u.size > size_t(k) * per ? u.size - size_t(k) * per : 0;
+        size_t b = e > per ? e - per : 0;
+        if (bucket_sent[c][size_t(k)] || b < frontier) continue;
+        LOOM_RETURN_IF_ERROR(send_bucket(c, ui, k, buckets));
+        bucket_sent[c][size_t(k)] = true;
+      }
+      for (auto& req : pending) req->test();
+      return Status::ok();
+    };
+  }
+  LOOM_RETURN_IF_ERROR(chunks[c]->backward(micro, dout, din.f32(), hook));
   grad_in.erase(key);
   if (!first_global(c)) grad_out[key] = std::move(din);
   reduced_chunk[c] = false;
@@ -293,12 +335,11 @@ Status Trainer::Impl::grad_sync(const Op& op) {
     const Unit& u = units[ui];
     float* g = params.grads() + u.begin;
     if (l.zero == 0) {
-      // Bucket `part` of the unit, all-reduced while later work runs.
-      size_t per = (u.size + op.num_parts - 1) / op.num_parts;
-      size_t b = size_t(op.part) * per, e = std::min(u.size, b + per);
-      if (b >= e) continue;
-      LOOM_ASSIGN_OR_RETURN(auto req, dp->iall_reduce(g + b, e - b, ReduceOp::kSum));
-      pending.push_back(std::move(req));
+      // Bucket `part` of the unit, all-reduced while later work runs (unless
+      // backward already started it).
+      bool main_unit = ui == chunk_units[c].back();
+      if (main_unit && size_t(op.part) < bucket_sent[c].size() && bucket_sent[c][size_t(op.part)]) continue;
+      LOOM_RETURN_IF_ERROR(send_bucket(c, ui, op.part, op.num_parts));
       continue;
     }
     // ZeRO 1-3: reduce-scatter to the shards. ZeRO-1 once per step (at the
@@ -364,7 +405,7 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       break;
     case OpKind::kBackward:
       if (op.part == 0) {
-        LOOM_RETURN_IF_ERROR(backward(c, mi));
+        LOOM_RETURN_IF_ERROR(backward(c, mi, op.num_parts));
         used(c);
       }
       times.backward_s += seconds_since(t0);
@@ -492,6 +533,7 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
     cpu::adamw_update(params.params() + b, g, m.f32() + so, v.f32() + so, int64_t(e - b), float(lr), float(t.beta1),
                       float(t.beta2), float(t.adam_eps), wd, adam_step);
   }
+  for (auto& sent : bucket_sent) sent.clear();
   params.zero_grads();
   if (!shard_grad.empty()) std::memset(shard_grad.f32(), 0, shard_grad.bytes());
   return Status::ok();
