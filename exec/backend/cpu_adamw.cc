@@ -8,23 +8,9 @@
 #include <cmath>
 
 #include "exec/backend/cpu_ops.h"
-
-#if defined(_OPENMP)
-#define LOOM_PRAGMA_(x) _Pragma(#x)
-// Parallel only when the loop has enough work to pay for waking the team.
-#define LOOM_OMP_FOR_IF(work) LOOM_PRAGMA_(omp parallel for schedule(static) if ((work) >= kMinParallelWork))
-#else
-#define LOOM_OMP_FOR_IF(work)
-#endif
+#include "exec/backend/cpu_parallel.h"
 
 namespace loom::cpu {
-namespace {
-
-// Elements of work below which a loop runs on the calling thread: waking an
-// OpenMP team costs microseconds (milliseconds on a loaded machine).
-constexpr int64_t kMinParallelWork = int64_t{1} << 15;
-
-}  // namespace
 
 // param(n), grad(n), m(n), v(n); step counts from 1.
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,

@@ -34,21 +34,10 @@
 #include <Eigen/Core>
 
 #include "exec/backend/cpu_ops.h"
-
-#if defined(_OPENMP)
-#define LOOM_PRAGMA_(x) _Pragma(#x)
-// Parallel only when the loop has enough work to pay for waking the team.
-#define LOOM_OMP_FOR_IF(work) LOOM_PRAGMA_(omp parallel for schedule(static) if ((work) >= kMinParallelWork))
-#else
-#define LOOM_OMP_FOR_IF(work)
-#endif
+#include "exec/backend/cpu_parallel.h"
 
 namespace loom::cpu {
 namespace {
-
-// Elements of work below which a loop runs on the calling thread: waking an
-// OpenMP team costs microseconds (milliseconds on a loaded machine).
-constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 // A (T, D) head slice of a (B,T,H,D) tensor: rows are H*D floats apart.

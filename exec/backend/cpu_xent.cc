@@ -8,23 +8,9 @@
 #include <limits>
 
 #include "exec/backend/cpu_ops.h"
-
-#if defined(_OPENMP)
-#define LOOM_PRAGMA_(x) _Pragma(#x)
-// Parallel only when the loop has enough work to pay for waking the team.
-#define LOOM_OMP_FOR_IF(work) LOOM_PRAGMA_(omp parallel for schedule(static) if ((work) >= kMinParallelWork))
-#else
-#define LOOM_OMP_FOR_IF(work)
-#endif
+#include "exec/backend/cpu_parallel.h"
 
 namespace loom::cpu {
-namespace {
-
-// Elements of work below which a loop runs on the calling thread: waking an
-// OpenMP team costs microseconds (milliseconds on a loaded machine).
-constexpr int64_t kMinParallelWork = int64_t{1} << 15;
-
-}  // namespace
 
 // logits(N,V) -> row_max(N), over the local slice only.
 void xent_row_max(const float* logits, float* row_max, int64_t N, int64_t V) {
