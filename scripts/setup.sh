@@ -21,6 +21,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The data pipeline's remote-storage tests run a real S3-compatible server
+# (moto) on loopback.
+if command -v python3 >/dev/null && ! python3 -c "import moto.server, flask, boto3" 2>/dev/null; then
+  echo "setup: installing moto[server] (S3-compatible test server) from PyPI"
+  python3 -m pip install -q 'moto[server]' || echo "setup: moto could not be installed; its tests will skip"
+fi
+
 JOBS=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
