@@ -14,6 +14,7 @@
 #include "core/run_record.h"
 #include "exec/backend/cpu_ops.h"
 #include "exec/comm/self_communicator.h"
+#include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
 #ifdef LOOM_HAVE_MPI
 #include "exec/comm/mpi_communicator.h"
@@ -31,6 +32,7 @@ struct ExecArgs {
   std::string metrics;
   std::string record;
   std::string trace;
+  std::string cache_dir;
   int threads = 0;
   double timeout_s = 300;
   bool quiet = false;
@@ -92,7 +94,15 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   if (a.steps >= 0) cfg.train.steps = a.steps;
   if (cfg.train.steps <= 0) cfg.train.steps = 20;
   if (Status s = validate_layout(cfg.layout, cfg.model, cfg.train, world.size()); !s.is_ok()) return say(s);
-  auto data = exec::open_byte_text(a.data.empty() ? default_data() : a.data, cfg.train.seed);
+  exec::DataSpecOptions dopt;
+  dopt.seq_len = cfg.train.seq_len;
+  dopt.global_batch = cfg.train.global_batch;
+  dopt.dp_rank = RankGrid(cfg.layout).coords(world.rank()).dp;
+  dopt.dp_size = cfg.layout.dp;
+  dopt.seed = cfg.train.seed;
+  dopt.model_vocab = cfg.model.vocab;
+  dopt.cache_dir = a.cache_dir;
+  auto data = exec::open_training_data(a.data.empty() ? default_data() : a.data, dopt);
   if (!data.is_ok()) return say(data.status());
   if (a.threads > 0) cpu::set_num_threads(a.threads);
   auto trainer = exec::Trainer::create(&world, cfg, data->get());
@@ -207,7 +217,11 @@ int cmd_execute(int argc, char** argv) {
   ExecArgs a;
   app.add_option("plan", a.plan_path, "plan JSON written by `loom plan`")->required();
   app.add_option("--steps", a.steps, "optimizer steps (default: the plan's, else 20)");
-  app.add_option("--data", a.data, "training text (byte-level tokens); default data/tinyshakespeare.txt");
+  app.add_option("--data", a.data,
+                 "training data: a text file (byte-level tokens), an indexed dataset PREFIX, a PREFIX.manifest.json "
+                 "from `loom preprocess`, or a blend W:SPEC,W:SPEC; s3:// and https:// too; "
+                 "default data/tinyshakespeare.txt");
+  app.add_option("--cache-dir", a.cache_dir, "where remote data is cached (default $LOOM_CACHE_DIR or ~/.cache/loom)");
   app.add_option("--scale", a.scale, "run the plan's model scaled down, e.g. layers=4,hidden=256,heads=4");
   app.add_option("--metrics", a.metrics, "write one JSON line per step here");
   app.add_option("--record", a.record, "write the run record (measured figures) here");
