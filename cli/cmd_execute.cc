@@ -71,7 +71,14 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
 
 int run(exec::Communicator& world, const ExecArgs& a) {
   const bool lead = world.rank() == 0;
-  auto say = [&](const Status& s) { return lead ? fail("execute", s) : (s.code() == StatusCode::kInvalidArgument ? 2 : 1); };
+  // Errors every rank meets alike (plan, launch) are printed once; errors a
+  // single rank can meet alone (its data, its memory, a peer) by that rank.
+  bool rank_specific = false;
+  auto say = [&](const Status& s) {
+    if (lead) return fail("execute", s);
+    if (rank_specific) return fail("execute", s.with_context("rank " + std::to_string(world.rank())));
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  };
   auto plan = load_plan(a.plan_path);
   if (!plan.is_ok()) return say(plan.status());
   // The launch must match the plan before anything is allocated.
@@ -94,6 +101,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   if (a.steps >= 0) cfg.train.steps = a.steps;
   if (cfg.train.steps <= 0) cfg.train.steps = 20;
   if (Status s = validate_layout(cfg.layout, cfg.model, cfg.train, world.size()); !s.is_ok()) return say(s);
+  rank_specific = true;
   exec::DataSpecOptions dopt;
   dopt.seq_len = cfg.train.seq_len;
   dopt.global_batch = cfg.train.global_batch;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <unistd.h>
 
 #include "core/json_util.h"
 #include "exec/data/indexed_dataset.h"
@@ -51,9 +52,17 @@ Result<std::shared_ptr<data::IndexedDataset>> open_prefix(const std::string& pre
     LOOM_ASSIGN_OR_RETURN(std::string idx, local(prefix + ".idx", o, idx_xxh));
     // The cache names files by URL hash: link them under one prefix.
     local_prefix = idx.substr(0, idx.size() - 4);
+    // Ranks of one node share the cache: publish the link atomically (a
+    // private name, then rename), so a concurrent rank sees it whole or not at all.
     std::error_code ec;
-    if (!fs::exists(local_prefix + ".bin", ec)) fs::create_symlink(bin, local_prefix + ".bin", ec);
-    if (ec) return io_error("data: cannot link cached " + bin + " as " + local_prefix + ".bin: " + ec.message());
+    const std::string link = local_prefix + ".bin";
+    if (!fs::exists(link, ec)) {
+      const std::string tmp = link + ".link." + std::to_string(::getpid());
+      fs::remove(tmp, ec);
+      fs::create_symlink(bin, tmp, ec);
+      if (!ec) fs::rename(tmp, link, ec);
+      if (ec && !fs::exists(link)) return io_error("data: cannot link cached " + bin + " as " + link + ": " + ec.message());
+    }
   }
   LOOM_ASSIGN_OR_RETURN(auto ds, data::IndexedDataset::open(local_prefix));
   return std::shared_ptr<data::IndexedDataset>(std::move(ds));
