@@ -180,7 +180,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       tp_fwd_total = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
       collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
     }
-    c.tp_calls = 8;
+    c.tp_calls = sh.sp ? 8 : 4;  // per micro-batch: fwd + bwd (AG+RS pairs with SP, all-reduces without)
   }
   double tp_exposed = 1.0 - std::clamp(opt.tp_comm_overlap_fraction, 0.0, 1.0);
   c.fwd_tp_s = tp_fwd_total * tp_exposed;

@@ -1,0 +1,90 @@
+// Compute model: FLOPs per layer against the model's own parameter-based
+// count (2 FLOPs per multiply-add of every weight a token touches), the
+// backward/recompute ratios, and the TP split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sim/compute_model.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+ComputeShape shape_for(const Layout& l, int64_t seq, const HwProfile& hw) { return compute_shape(l, seq, hw); }
+
+TEST(ComputeModel, LayerFlopsMatchTheModelsParameterCount) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  SimOptions opt;
+  for (const char* name : {"llama-3-8b", "gpt2-124m", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b"}) {
+    ModelSpec m = testing::load_model_or_die(name);
+    Layout l;
+    const int64_t seq = 1024;
+    ComputeShape sh = shape_for(l, seq, hw);
+    for (bool moe : {false, true}) {
+      if (moe && !m.is_moe()) continue;
+      if (!moe && m.is_moe() && m.num_dense_layers() == 0) continue;
+      int layer = 0;
+      while (m.is_moe_layer(layer) != moe) ++layer;
+      PieceCost c = layer_cost(m, hw, opt, Precision::kBf16, sh, moe);
+      const double tokens = double(seq);
+      double expect = tokens * (m.layer_matmul_flops_fwd(layer) + m.attention_flops_per_token_fwd(seq, true));
+      // Flash attention skips masked blocks: (s+1)/(2s) of the full scores, vs
+      // ModelSpec's exact half; the router of a MoE layer is counted alike.
+      EXPECT_NEAR(c.fwd_flops / expect, 1.0, 2e-3) << name << (moe ? " moe" : " dense");
+      EXPECT_NEAR(c.bwd_flops / c.fwd_flops, 2.0, 0.1) << name;  // dgrad + wgrad (+ flash's recompute of scores)
+    }
+  }
+}
+
+TEST(ComputeModel, RecomputeCostsWhatItRecomputes) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  Layout l;
+  PieceCost none = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+  EXPECT_EQ(none.recompute_s, 0);
+  l.recompute = Recompute::kFull;
+  PieceCost full = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+  EXPECT_DOUBLE_EQ(full.recompute_flops, full.fwd_flops);
+  EXPECT_DOUBLE_EQ(full.recompute_s, full.fwd_s);
+  l.recompute = Recompute::kSelective;
+  PieceCost sel = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+  EXPECT_GT(sel.recompute_flops, 0);
+  EXPECT_NEAR(sel.recompute_flops, m.attention_flops_per_token_fwd(4096, true) * 4096, 0.01 * sel.recompute_flops);
+}
+
+TEST(ComputeModel, TensorParallelSplitsTheGemmsAndAddsCollectives) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+  SimOptions opt;
+  Layout l1;
+  PieceCost one = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l1, 4096, hw), false);
+  EXPECT_EQ(one.tp_calls, 0);
+  for (int tp : {2, 4, 8}) {
+    Layout l;
+    l.tp = tp;
+    l.dp = 1;
+    PieceCost c = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+    EXPECT_NEAR(c.fwd_flops * tp / one.fwd_flops, 1.0, 1e-9) << "tp=" << tp;
+    EXPECT_EQ(c.tp_calls, 4);        // Megatron: 2 all-reduces in forward (attention, MLP), 2 in backward
+    EXPECT_GT(c.fwd_tp_s, 0);
+    EXPECT_LT(c.fwd_s, one.fwd_s);   // less compute per rank outweighs the collectives here
+    l.sequence_parallel = true;
+    PieceCost s = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+    EXPECT_EQ(s.tp_calls, 8);        // each all-reduce becomes a reduce-scatter + all-gather pair
+  }
+}
+
+TEST(ComputeModel, GemmTimeFollowsTheEfficiencyTable) {
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  const double m = 4096, n = 4096, k = 4096, flops = 2 * m * n * k;
+  double t = gemm_time_s(hw, Precision::kBf16, m, n, k);
+  EXPECT_NEAR(t, flops / (hw.accel.peak_bf16_flops * hw.accel.gemm_efficiency.lookup(flops)), 1e-15);
+  // Small GEMMs run further from the peak.
+  double small = gemm_time_s(hw, Precision::kBf16, 64, 64, 64);
+  EXPECT_GT(small / (2.0 * 64 * 64 * 64), t / flops * 5);
+}
+
+}  // namespace
+}  // namespace loom
