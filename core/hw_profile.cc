@@ -135,6 +135,16 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
     LOOM_ASSIGN_OR_RETURN(acc.memory_bw_efficiency, fraction(a, "memory_bw_efficiency", where));
   }
   LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.gemm_efficiency));
+  LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
+  if (a.contains("gemm_tile")) {
+    const Json& t = a["gemm_tile"];
+    if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() || !t[1].is_number_integer() ||
+        t[0].get<int64_t>() < 1 || t[1].get<int64_t>() < 1)
+      return invalid_argument(where + ".gemm_tile must be [tile_m, tile_n], two positive integers (output tile of the "
+                              "GEMM kernels, e.g. [256, 128])");
+    acc.gemm_tile_m = int(t[0].get<int64_t>());
+    acc.gemm_tile_n = int(t[1].get<int64_t>());
+  }
   LOOM_ASSIGN_OR_RETURN(acc.source, source_of(a, where));
   return Status::ok();
 }
@@ -279,6 +289,10 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   for (size_t i = 0; i < a.gemm_efficiency.flops.size() && i < a.gemm_efficiency.efficiency.size(); ++i)
     table.push_back({{"gflop", a.gemm_efficiency.flops[i] / kGiga}, {"efficiency", a.gemm_efficiency.efficiency[i]}});
   acc["gemm_efficiency"] = table;
+  if (a.sm_count > 0) {
+    acc["sm_count"] = a.sm_count;
+    acc["gemm_tile"] = {a.gemm_tile_m, a.gemm_tile_n};
+  }
   acc["source"] = a.source;
 
   const NodeSpec& n = hw.node;
@@ -310,6 +324,21 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   root["node"] = std::move(node);
   root["network"] = std::move(net);
   return root.dump(2) + "\n";
+}
+
+}  // namespace loom
+
+namespace loom {
+
+double AcceleratorSpec::wave_efficiency(double m, double n) const {
+  if (sm_count <= 0 || m <= 0 || n <= 0) return 1.0;
+  // cuBLAS may lay the tile either way round: take the better orientation.
+  auto waves = [&](double tm, double tn) {
+    double tiles = std::ceil(m / tm) * std::ceil(n / tn);
+    double full = std::ceil(tiles / sm_count);
+    return tiles / (full * sm_count);
+  };
+  return std::max(waves(gemm_tile_m, gemm_tile_n), waves(gemm_tile_n, gemm_tile_m));
 }
 
 }  // namespace loom

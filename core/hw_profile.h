@@ -43,6 +43,15 @@ struct AcceleratorSpec {
   double memory_bw_bytes_per_s = 0;
   double memory_bw_efficiency = 1;  // achievable fraction for streaming kernels
   GemmEfficiencyTable gemm_efficiency;
+  // Wave quantization: a GEMM runs as ceil(m/tile_m)*ceil(n/tile_n) output
+  // tiles over `sm_count` SMs; a partly filled last wave idles SMs (NVIDIA,
+  // "Matrix Multiplication Background", tile and wave quantization). The
+  // efficiency table's plateau is measured on shapes that fill their waves.
+  // sm_count = 0 turns the correction off (CPUs).
+  int sm_count = 0;
+  int gemm_tile_m = 256, gemm_tile_n = 128;
+  // Fraction of the SMs busy over the waves of an m x n output: 1 when full.
+  double wave_efficiency(double m, double n) const;
   // The matmul peak for that precision. A precision the device lacks (0 above)
   // falls back to the next wider one it has (fp8 -> bf16 -> fp32), so the
   // result is never 0 for a parsed profile; check supports() to reject plans.

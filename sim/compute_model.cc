@@ -41,7 +41,7 @@ double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, d
 
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
   double flops = 2 * m * n * k;
-  double eff = hw.accel.gemm_efficiency.lookup(flops);
+  double eff = hw.accel.gemm_efficiency.lookup(flops) * hw.accel.wave_efficiency(m, n);
   return flops / (hw.accel.peak_flops(precision) * eff);
 }
 

@@ -80,10 +80,27 @@ TEST(ComputeModel, GemmTimeFollowsTheEfficiencyTable) {
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
   const double m = 4096, n = 4096, k = 4096, flops = 2 * m * n * k;
   double t = gemm_time_s(hw, Precision::kBf16, m, n, k);
-  EXPECT_NEAR(t, flops / (hw.accel.peak_bf16_flops * hw.accel.gemm_efficiency.lookup(flops)), 1e-15);
+  EXPECT_NEAR(t, flops / (hw.accel.peak_bf16_flops * hw.accel.gemm_efficiency.lookup(flops) *
+                          hw.accel.wave_efficiency(m, n)),
+              1e-15);
   // Small GEMMs run further from the peak.
   double small = gemm_time_s(hw, Precision::kBf16, 64, 64, 64);
   EXPECT_GT(small / (2.0 * 64 * 64 * 64), t / flops * 5);
+}
+
+TEST(ComputeModel, WaveQuantization) {
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");  // 108 SMs, 256x128 tiles
+  ASSERT_EQ(hw.accel.sm_count, 108);
+  // 12 x 9 = 108 tiles: one full wave.
+  EXPECT_DOUBLE_EQ(hw.accel.wave_efficiency(256 * 12, 128 * 9), 1.0);
+  // 218 tiles (either orientation) need a third, nearly empty wave.
+  EXPECT_NEAR(hw.accel.wave_efficiency(256 * 109, 256), 218.0 / 324.0, 1e-12);
+  // Megatron 1T's QKV GEMM per TP rank (2048 x 9600): the better tiling has
+  // 16 x 38 = 608 tiles in 6 waves of 108.
+  EXPECT_NEAR(hw.accel.wave_efficiency(2048, 9600), 608.0 / 648.0, 1e-12);
+  // CPUs have no waves.
+  HwProfile cpu = testing::load_hw_or_die("cpu-local");
+  EXPECT_DOUBLE_EQ(cpu.accel.wave_efficiency(100, 100), 1.0);
 }
 
 }  // namespace
