@@ -50,6 +50,12 @@ class ComputeBackend {
   virtual void release(void* ptr, size_t bytes) = 0;
   virtual size_t peak_allocated_bytes() const = 0;
   virtual size_t allocated_bytes() const = 0;
+  // Gives the memory of [ptr, ptr + bytes) back while keeping the range
+  // addressable; it reads as zeros until written again (ZeRO-3 releases the
+  // parameters it does not own between uses). reclaim() accounts the range
+  // as resident again before it is rewritten.
+  virtual void discard(void* ptr, size_t bytes) = 0;
+  virtual void reclaim(void* ptr, size_t bytes) = 0;
   // Copies between host and device (plain memcpy on the CPU backend).
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;

@@ -2,6 +2,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <utility>
 
 #include "exec/backend/compute_backend.h"
 
@@ -44,10 +47,7 @@ class CpuBackend final : public ComputeBackend {
     void* p = std::aligned_alloc(64, rounded);
     if (!p) throw std::bad_alloc();
     std::memset(p, 0, rounded);
-    size_t now = allocated_.fetch_add(bytes) + bytes;
-    size_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+    add(bytes);
     return p;
   }
   void release(void* ptr, size_t bytes) override {
@@ -56,11 +56,40 @@ class CpuBackend final : public ComputeBackend {
   }
   size_t peak_allocated_bytes() const override { return peak_.load(); }
   size_t allocated_bytes() const override { return allocated_.load(); }
+  // Whole pages inside the range go back to the OS (MADV_DONTNEED: anonymous
+  // pages read as zeros afterwards); the partial pages at the ends are zeroed.
+  void discard(void* ptr, size_t bytes) override {
+    auto [b, e] = inner_pages(ptr, bytes);
+    char* p = static_cast<char*>(ptr);
+    if (b >= e) {
+      std::memset(p, 0, bytes);
+      return;
+    }
+    std::memset(p, 0, size_t(b - p));
+    std::memset(e, 0, size_t(p + bytes - e));
+    ::madvise(b, size_t(e - b), MADV_DONTNEED);
+    allocated_.fetch_sub(size_t(e - b));
+  }
+  void reclaim(void* ptr, size_t bytes) override {
+    auto [b, e] = inner_pages(ptr, bytes);
+    if (b < e) add(size_t(e - b));
+  }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
 
  private:
+  void add(size_t bytes) {
+    size_t now = allocated_.fetch_add(bytes) + bytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  static std::pair<char*, char*> inner_pages(void* ptr, size_t bytes) {
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    uintptr_t b = (uintptr_t(ptr) + page - 1) / page * page, e = (uintptr_t(ptr) + bytes) / page * page;
+    return {reinterpret_cast<char*>(b), reinterpret_cast<char*>(e)};
+  }
   std::atomic<size_t> allocated_{0};
   std::atomic<size_t> peak_{0};
 };

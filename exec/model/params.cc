@@ -80,6 +80,7 @@ void ParamStore::add(const std::string& name, std::vector<int64_t> global_shape,
 }
 
 void ParamStore::materialize(ComputeBackend* backend, uint64_t seed) {
+  backend_ = backend;
   params_ = DeviceBuffer(backend, size_t(total_) * sizeof(float));
   grads_ = DeviceBuffer(backend, size_t(total_) * sizeof(float));
   std::vector<float> host(static_cast<size_t>(total_));

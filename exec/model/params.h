@@ -74,6 +74,7 @@ class ParamStore {
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int64_t numel() const { return total_; }
   float* params() const { return params_.f32(); }
+  ComputeBackend* backend() const { return backend_; }
   float* grads() const { return grads_.f32(); }
   void zero_grads();
 
@@ -81,6 +82,7 @@ class ParamStore {
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, size_t> index_;
   int64_t total_ = 0;
+  ComputeBackend* backend_ = nullptr;
   DeviceBuffer params_, grads_;
 };
 

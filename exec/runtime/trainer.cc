@@ -58,6 +58,8 @@ struct Trainer::Impl {
   std::map<std::pair<int, int>, DeviceBuffer> act_in, act_out, grad_in, grad_out;
   std::vector<std::unique_ptr<CommRequest>> pending;  // sends and DP syncs in flight
   std::vector<DeviceBuffer> send_buffers;            // alive until their sends complete
+  std::vector<bool> grads_discarded;                 // ZeRO-2/3: a chunk's full gradients were given back
+  std::vector<bool> released;                        // ZeRO-3: a chunk's non-owned parameters were given back
   int64_t current_step = 0;
   double grad_norm = 0, lr = 0;
   std::vector<int32_t> tokens, targets;              // this DP rank's samples of the step
@@ -140,6 +142,7 @@ Status Trainer::Impl::setup() {
   chunk_units.assign(v, {});
   gathered.assign(v, 0);
   bucket_sent.assign(v, {});
+  grads_discarded.assign(v, false);
   size_t shard_total = 0;
   auto add_unit = [&](int c, bool tied, const auto& add) {
     size_t before = size_t(params.numel());
@@ -166,6 +169,10 @@ Status Trainer::Impl::setup() {
     });
   }
   params.materialize(backend.get(), cfg.train.seed);
+  // ZeRO-3 ranks keep only their shards until a chunk is gathered for use.
+  released.assign(v, false);
+  if (l.zero == 3 && l.dp > 1)
+    for (int c = 0; c < v; ++c) release(c);
   for (int c = 0; c < v; ++c) {
     int g = c * l.pp + coords.pp;
     ChunkConfig cc;
@@ -249,6 +256,10 @@ Status Trainer::Impl::send_bucket(int c, int ui, int bucket, int buckets) {
 }
 
 Status Trainer::Impl::backward(int c, int micro, int buckets) {
+  if (grads_discarded[size_t(c)]) {
+    for (int ui : chunk_units[c]) backend->reclaim(params.grads() + units[ui].begin, units[ui].size * sizeof(float));
+    grads_discarded[size_t(c)] = false;
+  }
   const int64_t n_act = chunks[c]->activation_floats();
   auto key = std::make_pair(c, micro);
   const float* dout = nullptr;
@@ -348,7 +359,14 @@ Status Trainer::Impl::grad_sync(const Op& op) {
     std::vector<float> tmp(u.shard);
     LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.data(), u.shard));
     cpu::add_inplace(shard_grad.f32() + u.shard_offset, tmp.data(), int64_t(u.shard));
-    std::memset(g, 0, u.size * sizeof(float));
+    // ZeRO-2/3 keep only the shard: the full gradient's memory is given back
+    // until the next micro-batch's backward writes it again.
+    if (l.zero >= 2) {
+      backend->discard(g, u.size * sizeof(float));
+      grads_discarded[size_t(c)] = true;
+    } else {
+      std::memset(g, 0, u.size * sizeof(float));
+    }
   }
   return Status::ok();
 }
@@ -358,21 +376,28 @@ Status Trainer::Impl::param_gather(int c) {
   for (int ui : chunk_units[c]) {
     const Unit& u = units[ui];
     float* p = params.params() + u.begin;
-    std::vector<float> own(p + coords.dp * u.shard, p + (coords.dp + 1) * u.shard);
+    const size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
+    if (cfg.layout.zero == 3 && released[size_t(c)]) {
+      backend->reclaim(p, own_b * sizeof(float));
+      backend->reclaim(p + own_e, (u.size - own_e) * sizeof(float));
+    }
+    std::vector<float> own(p + own_b, p + own_e);
     LOOM_RETURN_IF_ERROR(dp->all_gather(own.data(), p, u.shard));
   }
+  released[size_t(c)] = false;
   return Status::ok();
 }
 
 // ZeRO-3: a chunk holds only its own shards between uses (everything else is
 // zeroed, so a missing gather can never go unnoticed).
 void Trainer::Impl::release(int c) {
+  released[size_t(c)] = true;
   for (int ui : chunk_units[c]) {
     const Unit& u = units[ui];
     float* p = params.params() + u.begin;
     size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
-    std::memset(p, 0, own_b * sizeof(float));
-    std::memset(p + own_e, 0, (u.size - own_e) * sizeof(float));
+    backend->discard(p, own_b * sizeof(float));
+    backend->discard(p + own_e, (u.size - own_e) * sizeof(float));
   }
 }
 
