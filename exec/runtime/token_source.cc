@@ -1,17 +1,11 @@
 #include "exec/runtime/token_source.h"
 
 #include "core/json_util.h"
+#include "core/mix.h"
 
 namespace loom::exec {
 
 namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 class ByteText final : public TokenSource {
  public:
@@ -24,7 +18,7 @@ class ByteText final : public TokenSource {
                               "); use a larger file or a shorter --seq");
     const uint64_t span = bytes_.size() - uint64_t(T) - 1;
     for (int64_t i = 0; i < n; ++i) {
-      uint64_t off = span == 0 ? 0 : mix(seed_ ^ mix(uint64_t(first + i))) % (span + 1);
+      uint64_t off = span == 0 ? 0 : splitmix64(seed_ ^ splitmix64(uint64_t(first + i))) % (span + 1);
       for (int64_t t = 0; t < T; ++t) {
         tokens[i * T + t] = static_cast<unsigned char>(bytes_[off + t]);
         targets[i * T + t] = static_cast<unsigned char>(bytes_[off + t + 1]);
