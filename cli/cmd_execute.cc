@@ -2,6 +2,7 @@
 // what the simulator predicted, and compare.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "core/plan.h"
 #include "core/run_record.h"
 #include "exec/backend/cpu_ops.h"
+#include "exec/checkpoint/checkpoint.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
@@ -24,6 +26,15 @@ namespace loom::cli {
 
 namespace {
 
+// SIGTERM / SIGINT (what schedulers send before preemption): finish the
+// current step, save, and stop.
+volatile std::sig_atomic_t g_stop_requested = 0;
+void on_stop_signal(int) { g_stop_requested = 1; }
+void install_stop_handlers() {
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+}
+
 struct ExecArgs {
   std::string plan_path;
   int64_t steps = -1;
@@ -33,6 +44,14 @@ struct ExecArgs {
   std::string record;
   std::string trace;
   std::string cache_dir;
+  std::string ckpt_dir;
+  int64_t save_every = 0;
+  int64_t light_every = 0;
+  int keep_last = 3;
+  int keep_every = 0;
+  bool sync_save = false;
+  std::string resume;
+  int64_t stop_after = 0;
   int threads = 0;
   double timeout_s = 300;
   bool quiet = false;
@@ -116,6 +135,44 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   auto trainer = exec::Trainer::create(&world, cfg, data->get());
   if (!trainer.is_ok()) return say(trainer.status());
 
+  // Resume: any layout's checkpoint of this model; every rank reads its slices.
+  int64_t start_step = 0;
+  if (!a.resume.empty()) {
+    std::string where = a.resume;
+    if (where == "latest") {
+      if (a.ckpt_dir.empty()) return say(invalid_argument("--resume latest needs --ckpt-dir DIR"));
+      where = a.ckpt_dir;
+    }
+    auto reader = ckpt::CheckpointReader::open(where);
+    if (!reader.is_ok()) return say(reader.status().with_context("--resume " + a.resume));
+    if (Status s = (*trainer)->restore(**reader, &start_step); !s.is_ok()) return say(s);
+    if (lead)
+      std::printf("resumed from %s at step %lld\n", (*reader)->path().c_str(), (long long)start_step);
+  }
+  std::unique_ptr<ckpt::Checkpointer> checkpointer;
+  if (!a.ckpt_dir.empty()) {
+    ckpt::CheckpointOptions co;
+    co.dir = a.ckpt_dir;
+    co.async = !a.sync_save;
+    co.keep_last = a.keep_last;
+    co.keep_every = a.keep_every;
+    OrderedJson meta;
+    meta["model"] = OrderedJson::parse(model_spec_to_json(cfg.model));
+    meta["model_name"] = cfg.model.name;
+    meta["layout"] = OrderedJson::parse(layout_to_json(cfg.layout));
+    meta["train"] = OrderedJson::parse(train_spec_to_json(cfg.train));
+    meta["plan_hash"] = plan->plan_hash();
+    auto c = ckpt::Checkpointer::create(co, world.rank(), world.size(), meta.dump());
+    if (!c.is_ok()) return say(c.status());
+    checkpointer = std::move(c).value();
+  }
+  install_stop_handlers();
+  auto save = [&](int64_t next_step, bool light) -> Status {
+    ckpt::SaveRequest req;
+    LOOM_RETURN_IF_ERROR((*trainer)->snapshot(next_step, light, &req));
+    return checkpointer->save(std::move(req));
+  };
+
   std::unique_ptr<std::ofstream> metrics;
   if (lead && !a.metrics.empty()) {
     metrics = std::make_unique<std::ofstream>(a.metrics);
@@ -132,16 +189,16 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   rec.backend = "cpu";
   rec.layout = cfg.layout.to_string();
   rec.world_size = world.size();
-  rec.steps = cfg.train.steps;
+  rec.steps = cfg.train.steps - start_step;
   rec.tokens_per_step = int64_t(tokens);
   rec.mfu_formula = "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (ranks * peak_flops_per_rank)";
   rec.peak_flops_per_rank = peak;
-  rec.warmup_steps = cfg.train.steps > 3 ? 2 : 0;
+  rec.warmup_steps = cfg.train.steps - start_step > 3 ? 2 : 0;
   exec::PhaseTimes sum;
   double time_sum = 0;
   int64_t measured = 0;
   size_t peak_mem = 0;
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     auto r = (*trainer)->step(step);
     if (!r.is_ok()) return say(r.status());
     rec.losses.push_back(r->loss);
@@ -149,7 +206,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
     peak_mem = std::max(peak_mem, r->peak_memory_bytes);
     double tps = tokens / r->step_time_s;
     double mfu = tps * palm / (world.size() * peak);
-    if (step >= rec.warmup_steps) {
+    if (step - start_step >= rec.warmup_steps) {
       ++measured;
       time_sum += r->step_time_s;
       sum.forward_s += r->phases.forward_s;
@@ -179,6 +236,31 @@ int run(exec::Communicator& world, const ExecArgs& a) {
         metrics->flush();
       }
     }
+    // Checkpoints after step + 1 completed steps; a stop signal on any rank
+    // stops every rank after the same step, with a final (synchronous) save.
+    const bool planned_stop = a.stop_after > 0 && step + 1 >= a.stop_after && step + 1 < cfg.train.steps;
+    double stop = (g_stop_requested || planned_stop) ? 1 : 0;
+    if (Status s = world.all_reduce(&stop, 1, exec::ReduceOp::kMax); !s.is_ok()) return say(s);
+    if (checkpointer) {
+      const int64_t done = step + 1;
+      const bool full = stop > 0 || (a.save_every > 0 && done % a.save_every == 0) || done == cfg.train.steps;
+      const bool light = !full && a.light_every > 0 && done % a.light_every == 0;
+      if (full || light) {
+        if (Status s = save(done, light); !s.is_ok()) return say(s);
+      }
+    }
+    if (stop > 0) {
+      if (checkpointer) {
+        if (Status s = checkpointer->wait(); !s.is_ok()) return say(s);
+      }
+      if (lead)
+        std::fprintf(stderr, "loom execute: stopped %s after step %lld%s\n", planned_stop ? "as asked" : "by a signal",
+                     (long long)step + 1, checkpointer ? "; checkpoint saved, continue with --resume latest" : "");
+      return planned_stop ? 0 : 143;
+    }
+  }
+  if (checkpointer) {
+    if (Status s = checkpointer->wait(); !s.is_ok()) return say(s);
   }
   // Phases of the slowest rank: each rank's means, the max of their sum wins.
   double n = double(std::max<int64_t>(1, measured));
@@ -230,6 +312,17 @@ int cmd_execute(int argc, char** argv) {
                  "from `loom preprocess`, or a blend W:SPEC,W:SPEC; s3:// and https:// too; "
                  "default data/tinyshakespeare.txt");
   app.add_option("--cache-dir", a.cache_dir, "where remote data is cached (default $LOOM_CACHE_DIR or ~/.cache/loom)");
+  app.add_option("--ckpt-dir", a.ckpt_dir, "write checkpoints here (step_NNNNNN/ directories and `latest`)");
+  app.add_option("--save-every", a.save_every, "a full checkpoint every N steps (and a final one on SIGTERM/SIGINT)");
+  app.add_option("--light-every", a.light_every, "a light checkpoint (training state only) every N steps");
+  app.add_option("--keep", a.keep_last, "full checkpoints to keep (0 = all)")->capture_default_str();
+  app.add_option("--keep-every", a.keep_every, "also keep every M-th step's checkpoint");
+  app.add_flag("--sync-save", a.sync_save, "write checkpoints in the training thread (default: in the background)");
+  app.add_option("--stop-after", a.stop_after,
+                 "stop (with a checkpoint when --ckpt-dir is set) after this many steps of the run, keeping the LR "
+                 "schedule of --steps: an interruption on purpose");
+  app.add_option("--resume", a.resume, "continue from a checkpoint: a step directory, a checkpoint directory, or `latest` "
+                                       "(in --ckpt-dir); it may have been written under another layout");
   app.add_option("--scale", a.scale, "run the plan's model scaled down, e.g. layers=4,hidden=256,heads=4");
   app.add_option("--metrics", a.metrics, "write one JSON line per step here");
   app.add_option("--record", a.record, "write the run record (measured figures) here");

@@ -33,6 +33,7 @@ void usage(std::FILE* out) {
                "  compare   predicted (plan) vs measured (run record)\n"
                "  preprocess  tokenize JSONL (plain, .gz, .zst) into Megatron .bin/.idx shards\n"
                "  tokenizer   train a SentencePiece model / encode text\n"
+               "  ckpt      inspect / verify / export (safetensors) a checkpoint\n"
                "\n"
                "`loom <command> --help` describes each command's options.\n",
                loom::loom_version());
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   if (cmd == "compare") return loom::cli::cmd_compare(argc - 1, argv + 1);
   if (cmd == "preprocess") return loom::cli::cmd_preprocess(argc - 1, argv + 1);
   if (cmd == "tokenizer") return loom::cli::cmd_tokenizer(argc - 1, argv + 1);
+  if (cmd == "ckpt") return loom::cli::cmd_ckpt(argc - 1, argv + 1);
   std::fprintf(stderr, "loom: unknown command '%s'; run `loom --help` for the list\n", cmd.c_str());
   return 2;
 }

@@ -8,7 +8,7 @@ BUILD_DIR=${1:-build}
 PKGS=(cmake ninja-build g++ pkg-config
       nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
       libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev
-      libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev)
+      libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev libhdf5-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

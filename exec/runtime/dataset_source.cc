@@ -111,16 +111,21 @@ class LoaderSource final : public TokenSource {
  public:
   LoaderSource(std::vector<Part> parts, DataSpecOptions o, std::string describe)
       : parts_(std::move(parts)), o_(std::move(o)), describe_(std::move(describe)) {}
+  Status ensure_loader() {
+    if (loader_) return Status::ok();
+    std::vector<std::shared_ptr<data::IndexedDataset>> ds;
+    std::vector<double> w;
+    for (const Part& p : parts_) {
+      ds.push_back(p.ds);
+      w.push_back(p.weight);
+    }
+    LOOM_ASSIGN_OR_RETURN(loader_, data::Loader::create(ds, w, o_.seq_len, o_.global_batch, o_.dp_rank, o_.dp_size,
+                                                        o_.seed, o_.prefetch_batches));
+    return Status::ok();
+  }
   Status read(int64_t first, int64_t n, int64_t T, int32_t* tokens, int32_t* targets) override {
     if (!loader_) {
-      std::vector<std::shared_ptr<data::IndexedDataset>> ds;
-      std::vector<double> w;
-      for (const Part& p : parts_) {
-        ds.push_back(p.ds);
-        w.push_back(p.weight);
-      }
-      LOOM_ASSIGN_OR_RETURN(loader_, data::Loader::create(ds, w, o_.seq_len, o_.global_batch, o_.dp_rank, o_.dp_size,
-                                                          o_.seed, o_.prefetch_batches));
+      LOOM_RETURN_IF_ERROR(ensure_loader());
       next_first_ = first;
     }
     if (n != loader_->rows_per_rank() || T != loader_->seq_len() || first != next_first_)
@@ -129,6 +134,7 @@ class LoaderSource final : public TokenSource {
                             " in order; asked for sample " + std::to_string(first));
     LOOM_RETURN_IF_ERROR(loader_->next(tokens, targets).status());
     next_first_ += o_.global_batch;
+    next_first_global_ += o_.global_batch;
     if (o_.model_vocab > 0 && loader_->vocab_guard_max_token() >= o_.model_vocab)
       return invalid_argument("data: token id " + std::to_string(loader_->vocab_guard_max_token()) +
                               " is outside the model's vocabulary of " + std::to_string(o_.model_vocab) +
@@ -136,6 +142,27 @@ class LoaderSource final : public TokenSource {
     return Status::ok();
   }
   int64_t vocab_size() const override { return 0; }  // checked per batch against the model
+  // The loader's cursor counts GLOBAL samples, so it restores under any DP size.
+  std::string state_json() const override {
+    Json j;
+    j["consumed_samples"] = loader_ ? loader_->cursor().consumed_samples : next_first_global_;
+    if (loader_) j["per_dataset"] = loader_->cursor().per_dataset;
+    return j.dump();
+  }
+  Status restore_state(const std::string& text, int64_t next_global_sample) override {
+    LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, "checkpoint data state"));
+    data::LoaderCursor c;
+    c.consumed_samples = j.value("consumed_samples", next_global_sample);
+    if (j.contains("per_dataset")) c.per_dataset = j["per_dataset"].get<std::vector<int64_t>>();
+    if (c.consumed_samples != next_global_sample)
+      return invalid_argument("checkpoint: the data cursor (" + std::to_string(c.consumed_samples) +
+                              " samples) does not match the step (" + std::to_string(next_global_sample) + ")");
+    LOOM_RETURN_IF_ERROR(ensure_loader());
+    LOOM_RETURN_IF_ERROR(loader_->restore(c));
+    next_first_ = next_global_sample + int64_t(o_.dp_rank) * (o_.global_batch / o_.dp_size);
+    next_first_global_ = next_global_sample;
+    return Status::ok();
+  }
   std::string describe() const override { return describe_; }
 
  private:
@@ -144,6 +171,7 @@ class LoaderSource final : public TokenSource {
   std::string describe_;
   std::unique_ptr<data::Loader> loader_;
   int64_t next_first_ = 0;
+  int64_t next_first_global_ = 0;
 };
 
 }  // namespace

@@ -24,6 +24,11 @@ class TokenSource {
   virtual Status read(int64_t first_sample, int64_t n, int64_t T, int32_t* tokens, int32_t* targets) = 0;
   virtual int64_t vocab_size() const = 0;  // ids are < vocab_size()
   virtual std::string describe() const = 0;
+  // Position in the sample stream for checkpoints (JSON), and its restore.
+  // Sources whose samples are a pure function of the global index are
+  // stateless: "{}".
+  virtual std::string state_json() const { return "{}"; }
+  virtual Status restore_state(const std::string& json, int64_t next_global_sample) { return Status::ok(); }
 };
 
 // Byte-level tokens of a text file. Sample i starts at a pseudo-random offset

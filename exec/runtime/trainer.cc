@@ -1,5 +1,7 @@
 #include "exec/runtime/trainer.h"
 
+#include "exec/runtime/trainer_impl.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,79 +15,14 @@ namespace loom::exec {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Tags of pipeline messages: kind, chunk and micro-batch.
 int p2p_tag(bool grad, int chunk, int micro) { return (grad ? 1 << 26 : 0) + (chunk << 20) + micro; }
 
-// A ZeRO unit: a slice of the flat parameter buffer, padded to a multiple of
-// dp and sharded over the DP group. Each chunk has one; a tied embedding copy
-// (first and last stage) gets a unit of its own so that both copies shard
-// identically and their gradients can be summed shard by shard.
-struct Unit {
-  size_t begin = 0, size = 0;  // padded size
-  size_t shard = 0;            // size / dp
-  size_t shard_offset = 0;     // into the concatenated shard buffers
-  int chunk = 0;
-  bool tied_embedding = false;
-};
 
 }  // namespace
 
-struct Trainer::Impl {
-  TrainerConfig cfg;
-  Communicator* world = nullptr;
-  TokenSource* data = nullptr;
-  std::unique_ptr<ComputeBackend> backend;
-  std::unique_ptr<Communicator> tp, dp, pp, emb;
-  RankCoords coords;
-  ModelDims dims;
-  StageSplit split;
-  Program program;
-  ParamStore params;
-  std::vector<std::unique_ptr<ModelChunk>> chunks;
-  std::vector<Unit> units;                 // sorted by begin
-  std::vector<std::vector<int>> chunk_units;
-  std::vector<int> gathered;               // ZeRO-3: outstanding gathers per chunk
-  std::vector<std::vector<bool>> bucket_sent;  // ZeRO-0: buckets already all-reducing, per chunk
-  bool has_embedding_copy_pair = false;  // tied embedding on first and last stage
-  int64_t micro_batches = 0;
-  // Optimizer state: full (ZeRO 0) or this DP rank's shards (ZeRO >= 1).
-  DeviceBuffer m, v, shard_grad;
-  int64_t adam_step = 0;
-  // Per (chunk, micro) activation buffers.
-  std::map<std::pair<int, int>, DeviceBuffer> act_in, act_out, grad_in, grad_out;
-  std::vector<std::unique_ptr<CommRequest>> pending;  // sends and DP syncs in flight
-  std::vector<DeviceBuffer> send_buffers;            // alive until their sends complete
-  std::vector<bool> grads_discarded;                 // ZeRO-2/3: a chunk's full gradients were given back
-  std::vector<bool> released;                        // ZeRO-3: a chunk's non-owned parameters were given back
-  int64_t current_step = 0;
-  double grad_norm = 0, lr = 0;
-  std::vector<int32_t> tokens, targets;              // this DP rank's samples of the step
-  std::vector<bool> reduced_chunk;                   // TP/embedding reductions done for the current micro
-  PhaseTimes times;
-  std::vector<TraceEvent> events;
-  Clock::time_point step_start;
-
-  int64_t N() const { return int64_t(cfg.layout.micro_batch) * cfg.train.seq_len; }
-  bool first_global(int c) const { return c == 0 && coords.pp == 0; }
-  bool last_global(int c) const { return c == cfg.layout.virtual_stages - 1 && coords.pp == cfg.layout.pp - 1; }
-
-  Status setup();
-  Status run_op(const Op& op, double* loss_sum);
-  Status forward(int c, int micro, double* loss_sum);
-  Status backward(int c, int micro, int buckets);
-  Status send_bucket(int c, int unit_index, int bucket, int buckets);
-  Status reduce_shared_grads(int c);
-  Status grad_sync(const Op& op);
-  Status param_gather(int c);
-  void release(int c);
-  const Unit& unit_of(size_t offset) const;
-  Status optimizer_step(int64_t step, double* grad_norm, double* lr);
-  Status wait_pending();
-  void record(const Op& op, Clock::time_point t0, double dur);
-};
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   coords_ = impl_->coords;
@@ -372,15 +309,24 @@ Status Trainer::Impl::grad_sync(const Op& op) {
 }
 
 // ZeRO: gather the chunk's parameters from the DP shards.
-Status Trainer::Impl::param_gather(int c) {
+void Trainer::Impl::reclaim_released(int c) {
+  if (!released[size_t(c)]) return;
   for (int ui : chunk_units[c]) {
     const Unit& u = units[ui];
     float* p = params.params() + u.begin;
     const size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
-    if (cfg.layout.zero == 3 && released[size_t(c)]) {
-      backend->reclaim(p, own_b * sizeof(float));
-      backend->reclaim(p + own_e, (u.size - own_e) * sizeof(float));
-    }
+    backend->reclaim(p, own_b * sizeof(float));
+    backend->reclaim(p + own_e, (u.size - own_e) * sizeof(float));
+  }
+  released[size_t(c)] = false;
+}
+
+Status Trainer::Impl::param_gather(int c) {
+  reclaim_released(c);
+  for (int ui : chunk_units[c]) {
+    const Unit& u = units[ui];
+    float* p = params.params() + u.begin;
+    const size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
     std::vector<float> own(p + own_b, p + own_e);
     LOOM_RETURN_IF_ERROR(dp->all_gather(own.data(), p, u.shard));
   }
@@ -391,6 +337,7 @@ Status Trainer::Impl::param_gather(int c) {
 // ZeRO-3: a chunk holds only its own shards between uses (everything else is
 // zeroed, so a missing gather can never go unnoticed).
 void Trainer::Impl::release(int c) {
+  if (released[size_t(c)]) return;
   released[size_t(c)] = true;
   for (int ui : chunk_units[c]) {
     const Unit& u = units[ui];

@@ -24,6 +24,11 @@
 #include "exec/model/chunk.h"
 #include "exec/runtime/token_source.h"
 
+namespace loom::ckpt {
+struct SaveRequest;
+class CheckpointReader;
+}  // namespace loom::ckpt
+
 namespace loom::exec {
 
 struct TrainerConfig {
@@ -64,6 +69,16 @@ class Trainer {
   int stage() const { return coords_.pp; }
   // Measured op timings of the last step (program op ids), for the trace.
   const std::vector<TraceEvent>& last_step_events() const { return events_; }
+  // Checkpoints (exec/runtime/trainer_state.cc, target loom_exec_ckpt).
+  // Collective: every rank calls them. snapshot() fills this rank's part of a
+  // checkpoint taken after `next_step` steps: its TP/PP slice of every
+  // parameter and of the Adam moments (ZeRO shards gathered over DP; DP rank 0
+  // of each slice writes it) and its training state. restore() reads the
+  // slices this rank needs from a checkpoint written under ANY layout of the
+  // same model and sets *next_step.
+  Status snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out);
+  Status restore(const ckpt::CheckpointReader& reader, int64_t* next_step);
+
   // Flat parameters of this rank (for tests).
   const ParamStore& params() const { return *params_; }
   double lr_at(int64_t step) const;

@@ -1,0 +1,222 @@
+// safetensors export (see safetensors.h and docs/formats/checkpoint.md).
+#include "exec/checkpoint/safetensors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "core/json_util.h"
+#include "exec/checkpoint/ckpt_io.h"
+
+namespace loom::ckpt {
+
+namespace {
+
+// One tensor of the output file: its HF name, shape and how to produce it.
+struct OutTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::function<Status(std::vector<float>*)> produce;
+};
+
+class Exporter {
+ public:
+  Exporter(const CheckpointReader& r, int64_t vocab) : r_(r), vocab_(vocab) {}
+
+  // Same orientation; `clip_vocab` keeps only the first V rows.
+  Status copy(const std::string& loom, const std::string& hf, bool clip_vocab = false) {
+    LOOM_ASSIGN_OR_RETURN(auto shape, r_.global_shape(loom, false));
+    if (clip_vocab && vocab_ > 0) {
+      if (vocab_ > shape[0])
+        return invalid_argument(loom + ": vocab_size " + std::to_string(vocab_) + " exceeds its " +
+                                std::to_string(shape[0]) + " rows");
+      shape[0] = vocab_;
+    }
+    out_.push_back({hf, shape, [this, loom, shape](std::vector<float>* v) {
+                      v->resize(count(shape));
+                      return r_.read(loom, false, std::vector<int64_t>(shape.size(), 0), shape, v->data());
+                    }});
+    return Status::ok();
+  }
+
+  // Conv1D (GPT-2): Linear weights (out_k, in) side by side, transposed:
+  // result (in, sum out_k), result[i][base_k + j] = w_k[j][i].
+  Status concat_transposed(const std::vector<std::string>& loom, const std::string& hf) {
+    std::vector<std::vector<int64_t>> shapes;
+    int64_t in = -1, total = 0;
+    for (const auto& n : loom) {
+      LOOM_ASSIGN_OR_RETURN(auto s, r_.global_shape(n, false));
+      if (s.size() != 2 || (in >= 0 && s[1] != in)) return invalid_argument(n + ": not a (out, in) weight");
+      in = s[1];
+      total += s[0];
+      shapes.push_back(s);
+    }
+    out_.push_back({hf, {in, total}, [this, loom, shapes, in, total](std::vector<float>* v) {
+                      v->assign(static_cast<size_t>(in * total), 0.f);
+                      std::vector<float> w;
+                      int64_t base = 0;
+                      for (size_t k = 0; k < loom.size(); ++k) {
+                        w.resize(count(shapes[k]));
+                        LOOM_RETURN_IF_ERROR(r_.read(loom[k], false, {0, 0}, shapes[k], w.data()));
+                        for (int64_t j = 0; j < shapes[k][0]; ++j)
+                          for (int64_t i = 0; i < in; ++i) (*v)[i * total + base + j] = w[j * in + i];
+                        base += shapes[k][0];
+                      }
+                      return Status::ok();
+                    }});
+    return Status::ok();
+  }
+
+  // 1-D tensors end to end (the c_attn bias).
+  Status concat(const std::vector<std::string>& loom, const std::string& hf) {
+    std::vector<int64_t> sizes;
+    int64_t total = 0;
+    for (const auto& n : loom) {
+      LOOM_ASSIGN_OR_RETURN(auto s, r_.global_shape(n, false));
+      if (s.size() != 1) return invalid_argument(n + ": not a 1-D tensor");
+      sizes.push_back(s[0]);
+      total += s[0];
+    }
+    out_.push_back({hf, {total}, [this, loom, sizes, total](std::vector<float>* v) {
+                      v->resize(static_cast<size_t>(total));
+                      int64_t base = 0;
+                      for (size_t k = 0; k < loom.size(); ++k) {
+                        LOOM_RETURN_IF_ERROR(r_.read(loom[k], false, {0}, {sizes[k]}, v->data() + base));
+                        base += sizes[k];
+                      }
+                      return Status::ok();
+                    }});
+    return Status::ok();
+  }
+
+  bool has(const std::string& loom) const { return r_.global_shape(loom, false).is_ok(); }
+  std::vector<OutTensor>& tensors() { return out_; }
+
+  static size_t count(const std::vector<int64_t>& s) {
+    int64_t n = 1;
+    for (int64_t x : s) n *= x;
+    return static_cast<size_t>(n);
+  }
+
+ private:
+  const CheckpointReader& r_;
+  int64_t vocab_;
+  std::vector<OutTensor> out_;
+};
+
+Json model_config(const CheckpointReader& r) {
+  Json meta = Json::parse(r.metadata_json(), nullptr, false);
+  if (!meta.is_object()) return nullptr;
+  for (const char* k : {"model_config", "model", "config"})
+    if (meta.contains(k) && meta[k].is_object()) return meta[k];
+  return meta;
+}
+
+int num_layers(const CheckpointReader& r) {
+  int n = 0;
+  for (const auto& name : r.tensor_names(false)) {
+    if (name.rfind("layers.", 0) != 0) continue;
+    n = std::max(n, std::atoi(name.c_str() + 7) + 1);
+  }
+  return n;
+}
+
+Status map_gpt2(Exporter& x, int L) {
+  LOOM_RETURN_IF_ERROR(x.copy("embed.wte", "transformer.wte.weight", true));
+  LOOM_RETURN_IF_ERROR(x.copy("embed.wpe", "transformer.wpe.weight"));
+  for (int l = 0; l < L; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
+    LOOM_RETURN_IF_ERROR(x.copy(p + "ln1.weight", h + "ln_1.weight"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "ln1.bias", h + "ln_1.bias"));
+    LOOM_RETURN_IF_ERROR(x.concat_transposed({p + "attn.q.weight", p + "attn.k.weight", p + "attn.v.weight"},
+                                             h + "attn.c_attn.weight"));
+    LOOM_RETURN_IF_ERROR(x.concat({p + "attn.q.bias", p + "attn.k.bias", p + "attn.v.bias"}, h + "attn.c_attn.bias"));
+    LOOM_RETURN_IF_ERROR(x.concat_transposed({p + "attn.o.weight"}, h + "attn.c_proj.weight"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "attn.o.bias", h + "attn.c_proj.bias"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "ln2.weight", h + "ln_2.weight"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "ln2.bias", h + "ln_2.bias"));
+    LOOM_RETURN_IF_ERROR(x.concat_transposed({p + "mlp.fc1.weight"}, h + "mlp.c_fc.weight"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "mlp.fc1.bias", h + "mlp.c_fc.bias"));
+    LOOM_RETURN_IF_ERROR(x.concat_transposed({p + "mlp.fc2.weight"}, h + "mlp.c_proj.weight"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "mlp.fc2.bias", h + "mlp.c_proj.bias"));
+  }
+  LOOM_RETURN_IF_ERROR(x.copy("final_norm.weight", "transformer.ln_f.weight"));
+  LOOM_RETURN_IF_ERROR(x.copy("final_norm.bias", "transformer.ln_f.bias"));
+  if (x.has("lm_head.weight")) LOOM_RETURN_IF_ERROR(x.copy("lm_head.weight", "lm_head.weight", true));
+  return Status::ok();
+}
+
+Status map_llama(Exporter& x, int L) {
+  LOOM_RETURN_IF_ERROR(x.copy("embed.wte", "model.embed_tokens.weight", true));
+  for (int l = 0; l < L; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    LOOM_RETURN_IF_ERROR(x.copy(p + "ln1.weight", h + "input_layernorm.weight"));
+    for (const char* m : {"q", "k", "v", "o"})
+      LOOM_RETURN_IF_ERROR(x.copy(p + "attn." + m + ".weight", h + "self_attn." + m + "_proj.weight"));
+    LOOM_RETURN_IF_ERROR(x.copy(p + "ln2.weight", h + "post_attention_layernorm.weight"));
+    for (const char* m : {"gate", "up", "down"})
+      LOOM_RETURN_IF_ERROR(x.copy(p + "mlp." + m + ".weight", h + "mlp." + m + "_proj.weight"));
+  }
+  LOOM_RETURN_IF_ERROR(x.copy("final_norm.weight", "model.norm.weight"));
+  if (x.has("lm_head.weight")) LOOM_RETURN_IF_ERROR(x.copy("lm_head.weight", "lm_head.weight", true));
+  return Status::ok();
+}
+
+Status write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
+  if (n && std::fwrite(p, 1, n, f) != n) return io_error("write " + path + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string checkpoint_model_config(const CheckpointReader& reader) { return model_config(reader).dump(); }
+
+Status export_safetensors(const CheckpointReader& reader, const std::string& out_path, const std::string& family) {
+  if (family != "gpt2" && family != "llama")
+    return invalid_argument("export: family '" + family + "' is unknown; use gpt2 or llama");
+  if (!reader.has_model())
+    return invalid_argument(reader.path() + " is a light checkpoint (training state only); export a full one");
+  Json cfg = model_config(reader);
+  int64_t vocab = 0;
+  if (cfg.is_object() && cfg.contains("vocab_size") && cfg["vocab_size"].is_number_integer())
+    vocab = cfg["vocab_size"].get<int64_t>();
+  Exporter x(reader, vocab);
+  const int L = num_layers(reader);
+  LOOM_RETURN_IF_ERROR(family == "gpt2" ? map_gpt2(x, L) : map_llama(x, L));
+  auto& ts = x.tensors();
+  std::sort(ts.begin(), ts.end(), [](const OutTensor& a, const OutTensor& b) { return a.name < b.name; });
+
+  // Header: __metadata__ then the tensors in offset order (all F32: equal alignment, so by name).
+  OrderedJson header;
+  header["__metadata__"] = {{"format", "pt"}, {"loom_step", std::to_string(reader.step())}};
+  uint64_t off = 0;
+  for (const auto& t : ts) {
+    const uint64_t bytes = Exporter::count(t.shape) * sizeof(float);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // 8 + N is a multiple of 8
+  const uint64_t n = text.size();
+  unsigned char len_le[8];
+  for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(n >> (8 * i));
+
+  const std::string tmp = out_path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return io_error("create " + tmp + ": " + std::strerror(errno));
+  Status s = write_all(f, len_le, 8, out_path);
+  if (s.is_ok()) s = write_all(f, text.data(), text.size(), out_path);
+  std::vector<float> buf;
+  for (size_t i = 0; s.is_ok() && i < ts.size(); ++i) {
+    s = ts[i].produce(&buf);
+    if (s.is_ok()) s = write_all(f, buf.data(), buf.size() * sizeof(float), out_path);  // x86/ARM: little-endian
+  }
+  if (std::fclose(f) != 0 && s.is_ok()) s = io_error("close " + out_path + ": " + std::strerror(errno));
+  if (s.is_ok()) s = fsync_path(tmp);
+  if (s.is_ok()) s = rename_path(tmp, out_path);
+  if (!s.is_ok()) std::remove(tmp.c_str());
+  return s;
+}
+
+}  // namespace loom::ckpt
