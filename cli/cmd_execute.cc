@@ -195,6 +195,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   rec.peak_flops_per_rank = peak;
   rec.warmup_steps = cfg.train.steps - start_step > 3 ? 2 : 0;
   exec::PhaseTimes sum;
+  double ckpt_stall_s = 0;
   double time_sum = 0;
   int64_t measured = 0;
   size_t peak_mem = 0;
@@ -246,7 +247,11 @@ int run(exec::Communicator& world, const ExecArgs& a) {
       const bool full = stop > 0 || (a.save_every > 0 && done % a.save_every == 0) || done == cfg.train.steps;
       const bool light = !full && a.light_every > 0 && done % a.light_every == 0;
       if (full || light) {
+        // The training thread's stall: the snapshot copy, plus waiting for the
+        // previous save still in flight.
+        auto t0 = std::chrono::steady_clock::now();
         if (Status s = save(done, light); !s.is_ok()) return say(s);
+        ckpt_stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
     }
     if (stop > 0) {
@@ -261,7 +266,9 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   }
   if (checkpointer) {
     if (Status s = checkpointer->wait(); !s.is_ok()) return say(s);
+    if (lead && !a.quiet) std::printf("checkpoint stall: %.3f s in total over the run\n", ckpt_stall_s);
   }
+  rec.checkpoint_stall_s = ckpt_stall_s;
   // Phases of the slowest rank: each rank's means, the max of their sum wins.
   double n = double(std::max<int64_t>(1, measured));
   std::vector<double> mine{sum.forward_s / n, sum.backward_s / n, sum.pp_comm_s / n,

@@ -20,6 +20,7 @@ std::string run_record_to_json(const RunRecord& r) {
   j["step_time_s"] = r.step_time_s;
   j["phases"] = {{"forward_s", r.forward_s},   {"backward_s", r.backward_s},   {"pp_comm_s", r.pp_comm_s},
                  {"dp_comm_s", r.dp_comm_s},   {"optimizer_s", r.optimizer_s}, {"data_wait_s", r.data_wait_s}};
+  j["checkpoint_stall_s"] = r.checkpoint_stall_s;
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
   j["mfu"] = r.mfu;
@@ -61,6 +62,7 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
     LOOM_ASSIGN_OR_RETURN(r.optimizer_s, json_number_or(p, "optimizer_s", 0, w));
     LOOM_ASSIGN_OR_RETURN(r.data_wait_s, json_number_or(p, "data_wait_s", 0, w));
   }
+  LOOM_ASSIGN_OR_RETURN(r.checkpoint_stall_s, json_number_or(j, "checkpoint_stall_s", 0, what));
   LOOM_ASSIGN_OR_RETURN(r.tokens_per_s, json_number_or(j, "tokens_per_s", 0, what));
   LOOM_ASSIGN_OR_RETURN(r.model_tflops_per_gpu, json_number_or(j, "model_tflops_per_gpu", 0, what));
   LOOM_ASSIGN_OR_RETURN(r.mfu, json_number_or(j, "mfu", 0, what));

@@ -31,6 +31,7 @@ struct RunRecord {
   int64_t warmup_steps = 1;
   double step_time_s = 0;
   double forward_s = 0, backward_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0, data_wait_s = 0;
+  double checkpoint_stall_s = 0;       // training-thread time spent starting checkpoint saves, whole run
   double tokens_per_s = 0;
   double model_tflops_per_gpu = 0;
   double mfu = 0;

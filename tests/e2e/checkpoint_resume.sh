@@ -59,15 +59,20 @@ exact)
   done
   ;;
 reshard)
-  plan src "dp=2,zero=3" 2
-  run src 2 "$tmp/full.jsonl"
-  run src 2 "$tmp/first.jsonl" --ckpt-dir "$tmp/ck" --stop-after 4
-  for spec in "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=1:1" "dp=2,tp=2,zero=1:4"; do
-    layout=${spec%:*} ranks=${spec##*:}
-    echo "dp=2,zero=3 -> $layout ($ranks ranks)"
-    plan dst "$layout" "$ranks"
-    run dst "$ranks" "$tmp/resumed.jsonl" --resume "$tmp/ck/step_000004"
-    compare "$tmp/full.jsonl" "$tmp/resumed.jsonl" 5 1e-5
+  # save layout -> load layouts
+  for src in "dp=2,zero=3:2" "dp=1,tp=2,pp=2,micro=2:4" "dp=1,pp=2,schedule=interleaved,v=2,micro=2:2"; do
+    slayout=${src%:*} sranks=${src##*:}
+    plan src "$slayout" "$sranks"
+    run src "$sranks" "$tmp/full.jsonl"
+    rm -rf "$tmp/ck"
+    run src "$sranks" "$tmp/first.jsonl" --ckpt-dir "$tmp/ck" --stop-after 4
+    for spec in "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=1:1" "dp=2,tp=2,zero=1:4" "dp=4,zero=3:4"; do
+      layout=${spec%:*} ranks=${spec##*:}
+      echo "$slayout -> $layout ($ranks ranks)"
+      plan dst "$layout" "$ranks"
+      run dst "$ranks" "$tmp/resumed.jsonl" --resume "$tmp/ck/step_000004"
+      compare "$tmp/full.jsonl" "$tmp/resumed.jsonl" 5 1e-5
+    done
   done
   ;;
 kill)
