@@ -365,7 +365,7 @@ int cmd_execute(int argc, char** argv) {
     return rc;
   }
   int rc = run(**world, a);
-  if (rc != 0 && (*world)->size() > 1) {
+  if (rc != 0 && rc != 143 && (*world)->size() > 1) {  // 143: every rank stopped together on a signal
     // One rank failing ends the job on every rank instead of leaving peers waiting.
     (*world)->abort(rc, "loom execute: rank " + std::to_string((*world)->rank()) + " failed; ending the job");
   }

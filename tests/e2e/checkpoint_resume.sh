@@ -98,6 +98,31 @@ kill)
   run p 2 "$tmp/resumed.jsonl" --ckpt-dir "$tmp/ck" --resume latest --stop-after $end
   compare "$tmp/full.jsonl" "$tmp/resumed.jsonl" $((resumed_from + 1)) 0
   ;;
+sigterm)
+  # What a scheduler sends before preemption: finish the step, save, stop.
+  STEPS=400
+  plan p "dp=2,zero=1" 2
+  "${mpi[@]}" -np 2 "$loom" execute "$tmp/p.json" --threads 1 --quiet --metrics "$tmp/m.jsonl" \
+    --ckpt-dir "$tmp/ck" >"$tmp/out" 2>&1 &
+  job=$!
+  for _ in $(seq 1 600); do
+    [ -f "$tmp/m.jsonl" ] && [ "$(wc -l <"$tmp/m.jsonl")" -ge 3 ] && break
+    sleep 0.05
+  done
+  kill -TERM "$job"
+  for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$job" 2>/dev/null && { echo "FAIL: still running 30 s after SIGTERM"; kill -9 "$job"; exit 1; }
+  wait "$job"; rc=$?
+  grep -q "stopped by a signal" "$tmp/out" || { cat "$tmp/out"; echo "FAIL: no stop message"; exit 1; }
+  [ -f "$tmp/ck/latest" ] || { cat "$tmp/out"; echo "FAIL: no final checkpoint"; exit 1; }
+  saved=$(sed 's/step_0*//' "$tmp/ck/latest")
+  echo "  SIGTERM after $(wc -l <"$tmp/m.jsonl") steps: exit $rc, final checkpoint at step $saved"
+  "$loom" ckpt verify "$tmp/ck" >/dev/null || { echo "FAIL: the final checkpoint does not verify"; exit 1; }
+  end=$((saved + 2))
+  run p 2 "$tmp/full.jsonl" --stop-after $end
+  run p 2 "$tmp/resumed.jsonl" --ckpt-dir "$tmp/ck" --resume latest --stop-after $end
+  compare "$tmp/full.jsonl" "$tmp/resumed.jsonl" $((saved + 1)) 0
+  ;;
 corrupt)
   plan p "dp=2" 2
   run p 2 "$tmp/m.jsonl" --ckpt-dir "$tmp/ck" --stop-after 2 --sync-save
