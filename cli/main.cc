@@ -34,6 +34,7 @@ void usage(std::FILE* out) {
                "  preprocess  tokenize JSONL (plain, .gz, .zst) into Megatron .bin/.idx shards\n"
                "  tokenizer   train a SentencePiece model / encode text\n"
                "  ckpt      inspect / verify / export (safetensors) a checkpoint\n"
+               "  calibrate measure this machine into a hardware profile (mpirun -np N loom calibrate)\n"
                "\n"
                "`loom <command> --help` describes each command's options.\n",
                loom::loom_version());
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   if (cmd == "preprocess") return loom::cli::cmd_preprocess(argc - 1, argv + 1);
   if (cmd == "tokenizer") return loom::cli::cmd_tokenizer(argc - 1, argv + 1);
   if (cmd == "ckpt") return loom::cli::cmd_ckpt(argc - 1, argv + 1);
+  if (cmd == "calibrate") return loom::cli::cmd_calibrate(argc - 1, argv + 1);
   std::fprintf(stderr, "loom: unknown command '%s'; run `loom --help` for the list\n", cmd.c_str());
   return 2;
 }

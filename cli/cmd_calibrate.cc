@@ -1,0 +1,243 @@
+// loom calibrate: measure this machine into a hardware profile, under the
+// same launcher and backends `loom execute` uses (mpirun -np N loom calibrate).
+// Every rank runs the microbenchmarks at the same time, so the figures are what
+// one rank gets while its peers share the machine.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <unistd.h>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/hw_profile.h"
+#include "core/json_util.h"
+#include "exec/backend/cpu_ops.h"
+#include "exec/comm/self_communicator.h"
+#ifdef LOOM_HAVE_MPI
+#include "exec/comm/mpi_communicator.h"
+#endif
+
+namespace loom::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct CalibArgs {
+  std::string out;
+  std::string name = "cpu-calibrated";
+  int threads = 1;
+  bool quick = false;
+};
+
+// Median seconds of `fn` over repetitions lasting at least `min_s` in total;
+// every rank runs it at the same time (barrier before each repetition).
+template <typename Fn>
+Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spread) {
+  std::vector<double> t;
+  auto start = Clock::now();
+  for (;;) {
+    LOOM_RETURN_IF_ERROR(w.barrier());
+    auto t0 = Clock::now();
+    LOOM_RETURN_IF_ERROR(fn());
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    // Every rank must run the same number of repetitions: decide together.
+    double more = (std::chrono::duration<double>(Clock::now() - start).count() < min_s || t.size() < 3) ? 1 : 0;
+    LOOM_RETURN_IF_ERROR(w.all_reduce(&more, 1, exec::ReduceOp::kMax));
+    if (more == 0) break;
+  }
+  std::sort(t.begin(), t.end());
+  double med = t[t.size() / 2];
+  if (spread) *spread = (t[t.size() * 3 / 4] - t[t.size() / 4]) / med;  // interquartile range / median
+  // The slowest rank sets the pace of a lock-step training step.
+  LOOM_RETURN_IF_ERROR(w.all_reduce(&med, 1, exec::ReduceOp::kMax));
+  return med;
+}
+
+struct Point {
+  double flops, flops_per_s;
+};
+
+}  // namespace
+
+static int calibrate(exec::Communicator& w, const CalibArgs& a) {
+  const bool lead = w.rank() == 0;
+  const int n = w.size();
+  cpu::set_num_threads(a.threads);
+  const double min_s = a.quick ? 0.05 : 0.25;
+  double worst_spread = 0;
+  auto note = [&](double s) { worst_spread = std::max(worst_spread, s); };
+
+  // --- GEMM throughput over transformer shapes (tokens x out x in) --------------
+  std::vector<Point> points;
+  const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
+  for (int64_t m : {64, 256, 1024, 4096}) {
+    for (int64_t nk : dims) {
+      for (int64_t k : {nk, 4 * nk}) {
+        if (m * nk * k > (a.quick ? 1LL << 31 : 1LL << 33)) continue;
+        std::vector<float> A(size_t(m * k), 0.5f), B(size_t(nk * k), 0.25f), C(size_t(m * nk), 0.f);
+        double spread = 0;
+        auto t = time_it(w, [&] {
+          cpu::gemm(false, true, m, nk, k, 1.f, A.data(), B.data(), 0.f, C.data());
+          return Status::ok();
+        }, min_s / 4, &spread);
+        if (!t.is_ok()) return fail("calibrate", t.status());
+        note(spread);
+        points.push_back({2.0 * m * nk * k, 2.0 * m * nk * k / *t});
+      }
+    }
+  }
+  double peak = 0;
+  for (const Point& p : points) peak = std::max(peak, p.flops_per_s);
+  std::sort(points.begin(), points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+  // Efficiency table: the median efficiency in each factor-of-4 band of GEMM size.
+  OrderedJson table = OrderedJson::array();
+  for (size_t i = 0; i < points.size();) {
+    size_t j = i;
+    std::vector<double> eff;
+    while (j < points.size() && points[j].flops < points[i].flops * 4) eff.push_back(points[j++].flops_per_s / peak);
+    std::sort(eff.begin(), eff.end());
+    double gflop = points[(i + j - 1) / 2].flops / 1e9;
+    if (table.empty() || gflop > table.back()["gflop"].get<double>())
+      table.push_back({{"gflop", gflop}, {"efficiency", std::min(1.0, eff[eff.size() / 2])}});
+    i = j;
+  }
+
+  // --- memory bandwidth (triad: 2 reads + 1 write) --------------------------------
+  const size_t elems = size_t(a.quick ? 1 << 22 : 1 << 24);
+  std::vector<float> x(elems, 1.f), y(elems, 2.f), z(elems, 0.f);
+  double spread = 0;
+  auto tri = time_it(w, [&] {
+    for (size_t i = 0; i < elems; ++i) z[i] = x[i] + 0.5f * y[i];
+    return Status::ok();
+  }, min_s, &spread);
+  if (!tri.is_ok()) return fail("calibrate", tri.status());
+  note(spread);
+  const double mem_bw = 3.0 * elems * sizeof(float) / *tri;
+
+  // --- collectives among the local ranks ------------------------------------------
+  OrderedJson colls = OrderedJson::array();
+  double busbw_large = 0, latency_small = 0, p2p_bw = 0;
+  if (n > 1) {
+    for (size_t bytes = 4096; bytes <= (a.quick ? (4u << 20) : (64u << 20)); bytes *= 4) {
+      size_t count = bytes / sizeof(float);
+      std::vector<float> buf(count * size_t(n), 1.f), out(count * size_t(n), 0.f);
+      auto ar = time_it(w, [&] { return w.all_reduce(buf.data(), count); }, min_s / 2, nullptr);
+      auto rs = time_it(w, [&] { return w.reduce_scatter(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr);
+      auto ag = time_it(w, [&] { return w.all_gather(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr);
+      auto a2a = time_it(w, [&] { return w.all_to_all(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr);
+      // send/recv between ranks 0 and 1 (the others idle at the barrier)
+      auto sr = time_it(w, [&]() -> Status {
+        if (w.rank() == 0) return w.send(buf.data(), count, 1, 7);
+        if (w.rank() == 1) return w.recv(out.data(), count, 0, 7);
+        return Status::ok();
+      }, min_s / 2, nullptr);
+      for (auto* r : {&ar, &rs, &ag, &a2a, &sr})
+        if (!r->is_ok()) return fail("calibrate", r->status());
+      const double S = double(bytes), f = double(n - 1) / n;
+      OrderedJson row;
+      row["bytes"] = bytes;
+      row["all_reduce"] = {{"time_us", *ar * 1e6}, {"algbw_gb_per_s", S / *ar / 1e9}, {"busbw_gb_per_s", 2 * f * S / *ar / 1e9}};
+      row["reduce_scatter"] = {{"time_us", *rs * 1e6}, {"busbw_gb_per_s", f * S / *rs / 1e9}};
+      row["all_gather"] = {{"time_us", *ag * 1e6}, {"busbw_gb_per_s", f * S / *ag / 1e9}};
+      row["all_to_all"] = {{"time_us", *a2a * 1e6}, {"busbw_gb_per_s", f * S / *a2a / 1e9}};
+      row["send_recv"] = {{"time_us", *sr * 1e6}, {"busbw_gb_per_s", S / *sr / 1e9}};
+      colls.push_back(row);
+      if (bytes == 4096) latency_small = *ar / (2.0 * (n - 1));  // per ring step
+      busbw_large = 2 * f * S / *ar;
+      p2p_bw = S / *sr;
+    }
+  }
+
+  if (!lead) return 0;
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host);
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const double ram_gib = double(pages) * double(page) / double(1ull << 30);
+  std::string src = std::string("measured by `loom calibrate` on ") + host + " on " + date + " with " +
+                    std::to_string(n) + " ranks x " + std::to_string(a.threads) +
+                    " threads running at once (figures per rank); worst interquartile spread of repeated runs " +
+                    std::to_string(int(std::lround(100 * worst_spread))) + "%";
+  OrderedJson j;
+  j["name"] = a.name;
+  j["description"] = std::string("This machine (") + host + ") as " + std::to_string(n) + " MPI ranks of " +
+                     std::to_string(a.threads) + " compute thread(s) each, measured by loom calibrate.";
+  j["nccl_version"] = "none (MPI over shared memory)";
+  j["accelerator"] = {{"name", "cpu rank"}, {"sm_arch", 0}, {"peak_fp32_tflops", peak / 1e12},
+                      {"memory_gib", ram_gib / n}, {"memory_bw_gb_per_s", mem_bw / 1e9},
+                      {"memory_bw_efficiency", 1.0}, {"gemm_efficiency", table}, {"source", src}};
+  j["node"] = {{"devices_per_node", n},
+               {"fabric", "shm"},
+               {"intra_bw_gb_per_s", n > 1 ? p2p_bw / 1e9 : mem_bw / 1e9},
+               {"intra_ring_busbw_gb_per_s", n > 1 ? busbw_large / 1e9 : mem_bw / 1e9},
+               {"intra_latency_us", n > 1 ? latency_small * 1e6 : 1.0},
+               {"nvls", false},
+               {"nvlink_domain_size", 0},
+               {"source", src}};
+  j["network"] = {{"nics_per_node", 1}, {"nic_bw_gbit_per_s", 10}, {"latency_us", 30}, {"topology", "single host"},
+                  {"cpu_vendor", "intel"}, {"source", "not measured: one host"}};
+  j["calibration"] = {{"ranks", n}, {"threads_per_rank", a.threads}, {"date", date}, {"host", host},
+                      {"gemm_points", points.size()}, {"collectives", colls}};
+  // The profile must load like any other.
+  auto check = parse_hw_profile(j.dump(), a.name);
+  if (!check.is_ok()) return fail("calibrate", check.status().with_context("internal: the measured profile"));
+  std::printf("GEMM peak per rank %.1f GFLOP/s; memory bandwidth per rank %.1f GB/s\n", peak / 1e9, mem_bw / 1e9);
+  if (n > 1) {
+    std::printf("%12s %12s %12s %12s %12s %12s  (busbw GB/s, nccl-tests convention)\n", "bytes", "all_reduce",
+                "reduce_scat", "all_gather", "all_to_all", "send_recv");
+    for (const auto& r : colls)
+      std::printf("%12zu %12.2f %12.2f %12.2f %12.2f %12.2f\n", r["bytes"].get<size_t>(),
+                  r["all_reduce"]["busbw_gb_per_s"].get<double>(), r["reduce_scatter"]["busbw_gb_per_s"].get<double>(),
+                  r["all_gather"]["busbw_gb_per_s"].get<double>(), r["all_to_all"]["busbw_gb_per_s"].get<double>(),
+                  r["send_recv"]["busbw_gb_per_s"].get<double>());
+  }
+  std::printf("noise: worst interquartile spread of repeated measurements %.0f%%\n", 100 * worst_spread);
+  std::string text = j.dump(2) + "\n";
+  if (a.out.empty()) {
+    std::printf("%s", text.c_str());
+  } else {
+    if (Status s = write_text_file(a.out, text); !s.is_ok()) return fail("calibrate", s);
+    std::printf("profile written to %s\n", a.out.c_str());
+  }
+  return 0;
+}
+
+int cmd_calibrate(int argc, char** argv) {
+  CLI::App app{"Measure this machine into a hardware profile (mpirun -np N loom calibrate --out hwprofiles/x.json).",
+               "loom calibrate"};
+  CalibArgs a;
+  app.add_option("--out", a.out, "write the profile here (default: print it)");
+  app.add_option("--name", a.name, "profile name")->capture_default_str();
+  app.add_option("--threads", a.threads, "compute threads per rank, as `loom execute --threads`")->capture_default_str();
+  app.add_flag("--quick", a.quick, "shorter measurements (tests)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom calibrate: %s; run `loom calibrate --help`\n", e.what());
+    return 2;
+  }
+  if (a.threads < 1) return fail("calibrate", invalid_argument("--threads must be >= 1"));
+#ifdef LOOM_HAVE_MPI
+  auto world = exec::mpi_world(&argc, &argv);
+  if (!world.is_ok()) return fail("calibrate", world.status());
+  int rc = calibrate(**world, a);
+  world->reset();
+  exec::mpi_finalize();
+  return rc;
+#else
+  auto world = exec::make_self_communicator("world");
+  return calibrate(*world, a);
+#endif
+}
+
+}  // namespace loom::cli

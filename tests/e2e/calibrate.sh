@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `loom calibrate` under mpirun writes a profile that `loom plan` accepts, with
+# measured figures in it (GEMM peak, memory bandwidth, collectives).
+# usage: calibrate.sh LOOM MPIEXEC [MPIEXEC_ARGS...]
+set -u
+loom=$1
+shift
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$@" -np 2 "$loom" calibrate --quick --threads 1 --name t --out "$tmp/t.json" >"$tmp/out" 2>&1 ||
+  { cat "$tmp/out"; echo "FAIL: calibrate"; exit 1; }
+python3 - "$tmp/t.json" <<'PY' || exit 1
+import json, sys
+j = json.load(open(sys.argv[1]))
+a, n = j["accelerator"], j["node"]
+assert "measured by `loom calibrate`" in a["source"], a["source"]
+assert 1e-3 < a["peak_fp32_tflops"] < 100, a["peak_fp32_tflops"]
+assert a["memory_bw_gb_per_s"] > 0.1 and n["intra_ring_busbw_gb_per_s"] > 0.01 and n["devices_per_node"] == 2
+g = [p["gflop"] for p in a["gemm_efficiency"]]
+assert g == sorted(g) and len(g) >= 3, g
+assert all(0 < p["efficiency"] <= 1 for p in a["gemm_efficiency"])
+assert len(j["calibration"]["collectives"]) >= 3
+print("profile ok:", a["peak_fp32_tflops"] * 1e3, "GFLOP/s per rank,", n["intra_ring_busbw_gb_per_s"], "GB/s busbw")
+PY
+"$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=256 --hw "$tmp/t.json" --gpus 2 \
+  --global-batch 8 --seq 32 --json >/dev/null || { echo "FAIL: plan with the calibrated profile"; exit 1; }
+echo "PASS"
