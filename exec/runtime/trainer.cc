@@ -449,8 +449,13 @@ double Trainer::lr_at(int64_t step) const { return lr_schedule(impl_->cfg.train,
 Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr_out) {
   const Layout& l = cfg.layout;
   const TrainSpec& t = cfg.train;
+  // Waiting for in-flight gradient syncs is DP communication, not optimizer time.
+  auto t_wait = Clock::now();
   LOOM_RETURN_IF_ERROR(wait_pending());
   for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(reduce_shared_grads(c));
+  const double waited = std::chrono::duration<double>(Clock::now() - t_wait).count();
+  times.dp_comm_s += waited;
+  times.optimizer_s -= waited;
   // The two copies of a tied embedding (first and last stage) sum their
   // gradients, after the DP sync: whole (ZeRO-0) or shard by shard (their
   // units shard identically).
