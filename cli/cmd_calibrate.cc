@@ -79,15 +79,25 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
     for (int64_t nk : dims) {
       for (int64_t k : {nk, 4 * nk}) {
         if (m * nk * k > (a.quick ? 1LL << 31 : 1LL << 33)) continue;
-        std::vector<float> A(size_t(m * k), 0.5f), B(size_t(nk * k), 0.25f), C(size_t(m * nk), 0.f);
-        double spread = 0;
-        auto t = time_it(w, [&] {
-          cpu::gemm(false, true, m, nk, k, 1.f, A.data(), B.data(), 0.f, C.data());
-          return Status::ok();
-        }, min_s / 4, &spread);
-        if (!t.is_ok()) return fail("calibrate", t.status());
-        note(spread);
-        points.push_back({2.0 * m * nk * k, 2.0 * m * nk * k / *t});
+        // A training step runs each weight GEMM three ways: forward y = x W^T
+        // (NT), input gradient dx = dy W (NN) and weight gradient dW = dy^T x
+        // (TN). Time the three with the same work and take their mean.
+        std::vector<float> A(size_t(std::max(m, nk) * std::max(m, k)), 0.5f);
+        std::vector<float> B(size_t(std::max(nk, m) * std::max(k, nk)), 0.25f);
+        std::vector<float> C(size_t(std::max(m, nk) * std::max(nk, k)), 0.f);
+        double spread = 0, total = 0;
+        for (int mode = 0; mode < 3; ++mode) {
+          auto t = time_it(w, [&] {
+            if (mode == 0) cpu::gemm(false, true, m, nk, k, 1.f, A.data(), B.data(), 0.f, C.data());   // x W^T
+            if (mode == 1) cpu::gemm(false, false, m, k, nk, 1.f, A.data(), B.data(), 0.f, C.data());  // dy W
+            if (mode == 2) cpu::gemm(true, false, nk, k, m, 1.f, A.data(), B.data(), 1.f, C.data());   // dy^T x
+            return Status::ok();
+          }, min_s / 8, &spread);
+          if (!t.is_ok()) return fail("calibrate", t.status());
+          note(spread);
+          total += *t;
+        }
+        points.push_back({2.0 * m * nk * k, 3 * 2.0 * m * nk * k / total});
       }
     }
   }
