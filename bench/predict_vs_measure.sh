@@ -19,7 +19,7 @@ printf "%-34s %6s %12s %12s %8s\n" case ranks predicted measured error
 for spec in "dp=1,micro=8:1" "dp=2,micro=8:2" "dp=1,tp=2,micro=8:2" "dp=1,pp=2,schedule=1f1b,micro=4:2" \
             "dp=2,zero=1,micro=8:2" "dp=2,tp=2,micro=4:4"; do
   layout=${spec%:*} n=${spec##*:}
-  "$loom" plan --model gpt2-124m --scale layers=4,hidden=128,heads=4,vocab=256 --hw "$tmp/cal$n.json" --gpus "$n" \
+  "$loom" plan --model gpt2-124m --scale layers=4,hidden=128,heads=4,ffn=512,vocab=256 --hw "$tmp/cal$n.json" --gpus "$n" \
     --global-batch 16 --seq 64 --precision fp32 --layout "$layout" --steps "$steps" --out "$tmp/p.json" >/dev/null
   "${mpi[@]}" -np "$n" "$loom" execute "$tmp/p.json" --threads 1 --quiet --record "$tmp/r.json" >/dev/null
   python3 - "$tmp/p.json" "$tmp/r.json" "$layout" "$n" <<'PY'

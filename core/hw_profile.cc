@@ -89,11 +89,12 @@ Result<std::string> source_of(const Json& obj, const std::string& where) {
   return s;
 }
 
-Status parse_gemm_table(const Json& acc, const std::string& where, GemmEfficiencyTable& t) {
-  const std::string w = where + ".gemm_efficiency";
-  if (!acc.contains("gemm_efficiency"))
+Status parse_gemm_table(const Json& acc, const std::string& where, GemmEfficiencyTable& t,
+                        const char* key = "gemm_efficiency") {
+  const std::string w = where + "." + key;
+  if (!acc.contains(key))
     return invalid_argument(w + " is missing; add [{\"gflop\": G, \"efficiency\": E}, ...] sorted by gflop");
-  const Json& arr = acc["gemm_efficiency"];
+  const Json& arr = acc[key];
   if (!arr.is_array() || arr.empty())
     return invalid_argument(w + " must be a non-empty array of {\"gflop\": G, \"efficiency\": E}");
   for (size_t i = 0; i < arr.size(); ++i) {
@@ -134,7 +135,13 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   if (a.contains("memory_bw_efficiency")) {
     LOOM_ASSIGN_OR_RETURN(acc.memory_bw_efficiency, fraction(a, "memory_bw_efficiency", where));
   }
+  if (a.contains("optimizer_bw_efficiency")) {
+    LOOM_ASSIGN_OR_RETURN(acc.optimizer_bw_efficiency, fraction(a, "optimizer_bw_efficiency", where));
+  }
   LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.gemm_efficiency));
+  if (a.contains("attention_efficiency")) {
+    LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.attention_efficiency, "attention_efficiency"));
+  }
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
   if (a.contains("gemm_tile")) {
     const Json& t = a["gemm_tile"];
@@ -285,10 +292,18 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   acc["memory_gib"] = a.memory_bytes / kGib;
   acc["memory_bw_gb_per_s"] = a.memory_bw_bytes_per_s / kGiga;
   acc["memory_bw_efficiency"] = a.memory_bw_efficiency;
+  if (a.optimizer_bw_efficiency > 0) acc["optimizer_bw_efficiency"] = a.optimizer_bw_efficiency;
   OrderedJson table = OrderedJson::array();
   for (size_t i = 0; i < a.gemm_efficiency.flops.size() && i < a.gemm_efficiency.efficiency.size(); ++i)
     table.push_back({{"gflop", a.gemm_efficiency.flops[i] / kGiga}, {"efficiency", a.gemm_efficiency.efficiency[i]}});
   acc["gemm_efficiency"] = table;
+  if (!a.attention_efficiency.flops.empty()) {
+    OrderedJson att = OrderedJson::array();
+    for (size_t i = 0; i < a.attention_efficiency.flops.size(); ++i)
+      att.push_back({{"gflop", a.attention_efficiency.flops[i] / kGiga},
+                     {"efficiency", a.attention_efficiency.efficiency[i]}});
+    acc["attention_efficiency"] = att;
+  }
   if (a.sm_count > 0) {
     acc["sm_count"] = a.sm_count;
     acc["gemm_tile"] = {a.gemm_tile_m, a.gemm_tile_n};

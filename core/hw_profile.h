@@ -42,7 +42,17 @@ struct AcceleratorSpec {
   double memory_bytes = 0;     // HBM capacity
   double memory_bw_bytes_per_s = 0;
   double memory_bw_efficiency = 1;  // achievable fraction for streaming kernels
+  // The optimizer step's streaming kernels (grad norm, AdamW, grad zeroing);
+  // 0 = as memory_bw_efficiency. `loom calibrate` measures it on CPUs, where
+  // AdamW's sqrt and division keep it below the memory rate.
+  double optimizer_bw_efficiency = 0;
   GemmEfficiencyTable gemm_efficiency;
+  // Optional: the attention kernel's efficiency, forward plus backward, keyed
+  // by one head's forward FLOP (causal share included). Empty: the attention
+  // core runs at the GEMM table's rate (fused flash kernels on GPUs). `loom
+  // calibrate` measures it on CPUs, where the softmax's exp is not hidden
+  // behind the matrix products.
+  GemmEfficiencyTable attention_efficiency;
   // Wave quantization: a GEMM runs as ceil(m/tile_m)*ceil(n/tile_n) output
   // tiles over `sm_count` SMs; a partly filled last wave idles SMs (NVIDIA,
   // "Matrix Multiplication Background", tile and wave quantization). The

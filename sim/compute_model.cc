@@ -103,7 +103,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     double batches = b * heads_local;
     double causal = opt.flash_attention ? (s + 1) / (2 * s) : 1.0;  // flash skips masked blocks
     core_flops = per_head_flops * batches * causal;
-    double eff = hw.accel.gemm_efficiency.lookup(per_head_flops * causal);
+    const bool measured = !hw.accel.attention_efficiency.flops.empty();
+    double eff = measured ? hw.accel.attention_efficiency.lookup(per_head_flops * causal)
+                          : hw.accel.gemm_efficiency.lookup(per_head_flops * causal);
     core_fwd_s = core_flops / (hw.accel.peak_flops(p) * eff) + 2 * opt.kernel_overhead_s;
     if (!opt.flash_attention) {
       // Materialized scores: fused scale-mask-softmax (read+write), dropout.
@@ -282,7 +284,9 @@ double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p,
   // gradient, write the 16-bit weights; one more gradient read for the norm.
   double grad_bytes = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4 : 2;
   double bytes_per_param = p == Precision::kFp32 ? 24 + 2 * grad_bytes : 24 + 2 * grad_bytes + 2;
-  return mem_time_s(hw, opt, local_params * bytes_per_param, 4);
+  const double eff = hw.accel.optimizer_bw_efficiency > 0 ? hw.accel.optimizer_bw_efficiency
+                                                          : hw.accel.memory_bw_efficiency;
+  return local_params * bytes_per_param / (hw.accel.memory_bw_bytes_per_s * eff) + 4 * opt.kernel_overhead_s;
 }
 
 }  // namespace loom

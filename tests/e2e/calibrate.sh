@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `loom calibrate` under mpirun writes a profile that `loom plan` accepts, with
-# measured figures in it (GEMM peak, memory bandwidth, collectives).
+# measured figures in it (GEMM peak, memory bandwidth, elementwise kernels,
+# collectives).
 # usage: calibrate.sh LOOM MPIEXEC [MPIEXEC_ARGS...]
 set -u
 loom=$1
@@ -20,6 +21,16 @@ g = [p["gflop"] for p in a["gemm_efficiency"]]
 assert g == sorted(g) and len(g) >= 3, g
 assert all(0 < p["efficiency"] <= 1 for p in a["gemm_efficiency"])
 assert len(j["calibration"]["collectives"]) >= 3
+# bandwidth x efficiency reproduces the measured elementwise-layer and optimizer
+# rates; the bandwidth is the best of the three streaming rates measured
+c = j["calibration"]
+rates = [c["triad_gb_per_s"], c["elementwise_gb_per_s"], c["optimizer_gb_per_s"]]
+assert min(rates) > 0 and abs(a["memory_bw_gb_per_s"] - max(rates)) < 1e-9 * max(rates), (a, c)
+for key, rate in (("memory_bw_efficiency", c["elementwise_gb_per_s"]), ("optimizer_bw_efficiency", c["optimizer_gb_per_s"])):
+    assert 0 < a[key] <= 1 and abs(a[key] * a["memory_bw_gb_per_s"] - rate) < 1e-6 * rate, (key, a, c)
+# the attention kernel's table, keyed by one head's forward GFLOP
+t = [p["gflop"] for p in a["attention_efficiency"]]
+assert t == sorted(t) and len(t) >= 4 and all(0 < p["efficiency"] <= 1 for p in a["attention_efficiency"]), t
 print("profile ok:", a["peak_fp32_tflops"] * 1e3, "GFLOP/s per rank,", n["intra_ring_busbw_gb_per_s"], "GB/s busbw")
 PY
 "$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=256 --hw "$tmp/t.json" --gpus 2 \

@@ -222,6 +222,29 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
   EXPECT_EQ(a.net.source, b.net.source);
 }
 
+TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
+  const std::string extra = R"(, "optimizer_bw_efficiency": 0.25,
+      "attention_efficiency": [{"gflop": 0.001, "efficiency": 0.1}, {"gflop": 0.1, "efficiency": 0.4}])";
+  auto r = parse_hw_profile(minimal_profile(extra), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->accel.optimizer_bw_efficiency, 0.25);
+  ASSERT_EQ(r->accel.attention_efficiency.flops.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->accel.attention_efficiency.flops[1], 1e8);
+  auto back = parse_hw_profile(hw_profile_to_json(*r), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->accel.optimizer_bw_efficiency, 0.25);
+  EXPECT_EQ(back->accel.attention_efficiency.efficiency, r->accel.attention_efficiency.efficiency);
+  // Absent: no table, optimizer at the memory efficiency (0 = unset).
+  auto plain = parse_hw_profile(minimal_profile(), "t");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_TRUE(plain->accel.attention_efficiency.flops.empty());
+  EXPECT_EQ(plain->accel.optimizer_bw_efficiency, 0);
+  expect_error(minimal_profile(R"(, "optimizer_bw_efficiency": 2)"), StatusCode::kInvalidArgument,
+               {"optimizer_bw_efficiency", "(0, 1]"});
+  expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.1}, {"gflop": 0.5, "efficiency": 0.2}])"),
+               StatusCode::kInvalidArgument, {"attention_efficiency[1].gflop", "sort"});
+}
+
 TEST(HwProfile, JsonRoundTrips) {
   for (const auto& f : shipped_profiles()) {
     SCOPED_TRACE(f.string());

@@ -88,6 +88,36 @@ TEST(ComputeModel, GemmTimeFollowsTheEfficiencyTable) {
   EXPECT_GT(small / (2.0 * 64 * 64 * 64), t / flops * 5);
 }
 
+TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  ModelSpec m = testing::load_model_or_die("gpt2-124m");
+  SimOptions opt;
+  Layout l;
+  l.micro_batch = 2;
+  const ComputeShape sh = shape_for(l, 1024, hw);
+  PieceCost base = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+  // The attention core (flash: 3.5 x forward over fwd+bwd) at an efficiency
+  // table of its own; everything else is unchanged.
+  const double s = 1024, d = double(m.head_dim), causal = (s + 1) / (2 * s);
+  const double head_flops = 4 * s * s * d * causal, core_flops = head_flops * 2 * m.num_heads;
+  const double eff_gemm = hw.accel.gemm_efficiency.lookup(head_flops);
+  hw.accel.attention_efficiency.flops = {head_flops / 10, head_flops * 10};
+  hw.accel.attention_efficiency.efficiency = {0.05, 0.05};
+  PieceCost slow = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+  const double t_gemm = core_flops / (hw.accel.peak_bf16_flops * eff_gemm);
+  const double t_att = core_flops / (hw.accel.peak_bf16_flops * 0.05);
+  EXPECT_NEAR(slow.fwd_s - base.fwd_s, t_att - t_gemm, 1e-9);
+  EXPECT_NEAR(slow.bwd_s - base.bwd_s, 2.5 * (t_att - t_gemm), 1e-9);
+  EXPECT_EQ(slow.fwd_flops, base.fwd_flops);
+  // Optimizer: 16 B/param of fp32 state traffic + 2 gradient reads -> 32 B in fp32.
+  const double params = 1e8, bw = hw.accel.memory_bw_bytes_per_s;
+  const double t0 = optimizer_time_s(hw, opt, Precision::kFp32, params);
+  EXPECT_NEAR(t0, params * 32 / (bw * hw.accel.memory_bw_efficiency) + 4 * opt.kernel_overhead_s, 1e-12);
+  hw.accel.optimizer_bw_efficiency = 0.1;
+  EXPECT_NEAR(optimizer_time_s(hw, opt, Precision::kFp32, params),
+              params * 32 / (bw * 0.1) + 4 * opt.kernel_overhead_s, 1e-12);
+}
+
 TEST(ComputeModel, WaveQuantization) {
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");  // 108 SMs, 256x128 tiles
   ASSERT_EQ(hw.accel.sm_count, 108);
