@@ -195,9 +195,10 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
 
   // --- the attention kernel (causal, fused softmax), forward + backward ------------
   // Keyed like the simulator looks it up: one head's forward FLOP with the
-  // causal share, 4 s^2 d (s+1)/(2s); the efficiency is the model's forward +
-  // backward FLOP (3.5 x forward for a flash-style kernel) over the time.
+  // causal share, 4 s^2 d (s+1)/(2s); the efficiency is the forward's, and the
+  // backward's time is kept as a ratio to it (the median over the shapes).
   std::vector<Point> att_points;
+  std::vector<double> att_bwd_ratio;  // backward / forward time
   for (auto [S, D] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {128, 32}, {128, 64}, {256, 64}, {512, 64},
                       {1024, 64}, {2048, 128}}) {
     if (a.quick && S > 512) continue;
@@ -212,16 +213,24 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
       k[i] = float(int(i % 11) - 5) / 8.f;
       v[i] = float(int(i % 7) - 3) / 8.f;
     }
-    auto fb = time_it(w, [&] {
+    auto tf = time_it(w, [&] {
       cpu::attention_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), B, S, H, H, D);
+      return Status::ok();
+    }, min_s / 8, &spread);
+    if (!tf.is_ok()) return fail("calibrate", tf.status());
+    note(spread);
+    auto tb = time_it(w, [&] {
       cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), dq.data(), dk.data(),
                               dv.data(), B, S, H, H, D);
       return Status::ok();
-    }, min_s / 4, &spread);
-    if (!fb.is_ok()) return fail("calibrate", fb.status());
+    }, min_s / 8, &spread);
+    if (!tb.is_ok()) return fail("calibrate", tb.status());
     note(spread);
-    att_points.push_back({head_flops, 3.5 * head_flops * double(B * H) / *fb});
+    att_points.push_back({head_flops, head_flops * double(B * H) / *tf});
+    att_bwd_ratio.push_back(*tb / *tf);
   }
+  std::sort(att_bwd_ratio.begin(), att_bwd_ratio.end());
+  const double att_ratio = att_bwd_ratio[att_bwd_ratio.size() / 2];
   std::sort(att_points.begin(), att_points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
   OrderedJson att_table = OrderedJson::array();
   for (const Point& pt : att_points)
@@ -282,7 +291,8 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
   j["accelerator"] = {{"name", "cpu rank"}, {"sm_arch", 0}, {"peak_fp32_tflops", peak / 1e12},
                       {"memory_gib", ram_gib / n}, {"memory_bw_gb_per_s", stream_bw / 1e9},
                       {"memory_bw_efficiency", mem_bw_eff}, {"optimizer_bw_efficiency", opt_bw_eff},
-                      {"gemm_efficiency", table}, {"attention_efficiency", att_table}, {"source", src}};
+                      {"gemm_efficiency", table}, {"attention_efficiency", att_table},
+                      {"attention_backward_ratio", att_ratio}, {"source", src}};
   j["node"] = {{"devices_per_node", n},
                {"fabric", "shm"},
                {"intra_bw_gb_per_s", n > 1 ? p2p_bw / 1e9 : mem_bw / 1e9},

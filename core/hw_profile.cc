@@ -142,6 +142,8 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   if (a.contains("attention_efficiency")) {
     LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.attention_efficiency, "attention_efficiency"));
   }
+  LOOM_ASSIGN_OR_RETURN(acc.attention_backward_ratio,
+                        positive_or(a, "attention_backward_ratio", 0, where, "backward / forward time of attention"));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
   if (a.contains("gemm_tile")) {
     const Json& t = a["gemm_tile"];
@@ -304,6 +306,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
                      {"efficiency", a.attention_efficiency.efficiency[i]}});
     acc["attention_efficiency"] = att;
   }
+  if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (a.sm_count > 0) {
     acc["sm_count"] = a.sm_count;
     acc["gemm_tile"] = {a.gemm_tile_m, a.gemm_tile_n};

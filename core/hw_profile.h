@@ -47,12 +47,16 @@ struct AcceleratorSpec {
   // AdamW's sqrt and division keep it below the memory rate.
   double optimizer_bw_efficiency = 0;
   GemmEfficiencyTable gemm_efficiency;
-  // Optional: the attention kernel's efficiency, forward plus backward, keyed
+  // Optional: the attention kernel's forward efficiency, keyed
   // by one head's forward FLOP (causal share included). Empty: the attention
   // core runs at the GEMM table's rate (fused flash kernels on GPUs). `loom
   // calibrate` measures it on CPUs, where the softmax's exp is not hidden
   // behind the matrix products.
   GemmEfficiencyTable attention_efficiency;
+  // Backward / forward time of the attention kernel; 0 = 2.5 for flash-style
+  // kernels (scores recomputed), 2 for materialized scores. CPU kernels measure
+  // about 1.2-1.3 (`loom calibrate`).
+  double attention_backward_ratio = 0;
   // Wave quantization: a GEMM runs as ceil(m/tile_m)*ceil(n/tile_n) output
   // tiles over `sm_count` SMs; a partly filled last wave idles SMs (NVIDIA,
   // "Matrix Multiplication Background", tile and wave quantization). The

@@ -115,7 +115,11 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     }
   }
   double core_bwd_factor = opt.flash_attention ? 2.5 : 2.0;  // flash recomputes scores in backward
-  double core_bwd_s = core_fwd_s * core_bwd_factor;
+  // Time of the backward relative to the forward: the FLOP ratio unless the
+  // profile measured the kernel's own (CPU kernels: about 1.2-1.3).
+  const double core_bwd_time = hw.accel.attention_backward_ratio > 0 ? hw.accel.attention_backward_ratio
+                                                                      : core_bwd_factor;
+  double core_bwd_s = core_fwd_s * core_bwd_time;
   if (!opt.flash_attention) {
     double elems = b * heads_local * s * s;
     core_bwd_s += mem_time_s(hw, opt, elems * (3 * e + (dropout ? 2 * e + 1 : 0)), dropout ? 2 : 1);

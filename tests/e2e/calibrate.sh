@@ -30,6 +30,7 @@ for key, rate in (("memory_bw_efficiency", c["elementwise_gb_per_s"]), ("optimiz
     assert 0 < a[key] <= 1 and abs(a[key] * a["memory_bw_gb_per_s"] - rate) < 1e-6 * rate, (key, a, c)
 # the attention kernel's table, keyed by one head's forward GFLOP
 t = [p["gflop"] for p in a["attention_efficiency"]]
+assert 0.2 < a["attention_backward_ratio"] < 10, a["attention_backward_ratio"]
 assert t == sorted(t) and len(t) >= 4 and all(0 < p["efficiency"] <= 1 for p in a["attention_efficiency"]), t
 print("profile ok:", a["peak_fp32_tflops"] * 1e3, "GFLOP/s per rank,", n["intra_ring_busbw_gb_per_s"], "GB/s busbw")
 PY

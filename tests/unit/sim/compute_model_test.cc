@@ -96,8 +96,8 @@ TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   l.micro_batch = 2;
   const ComputeShape sh = shape_for(l, 1024, hw);
   PieceCost base = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
-  // The attention core (flash: 3.5 x forward over fwd+bwd) at an efficiency
-  // table of its own; everything else is unchanged.
+  // The attention core at an efficiency table of its own (backward 2.5 x the
+  // forward for flash); everything else is unchanged.
   const double s = 1024, d = double(m.head_dim), causal = (s + 1) / (2 * s);
   const double head_flops = 4 * s * s * d * causal, core_flops = head_flops * 2 * m.num_heads;
   const double eff_gemm = hw.accel.gemm_efficiency.lookup(head_flops);
@@ -109,6 +109,13 @@ TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   EXPECT_NEAR(slow.fwd_s - base.fwd_s, t_att - t_gemm, 1e-9);
   EXPECT_NEAR(slow.bwd_s - base.bwd_s, 2.5 * (t_att - t_gemm), 1e-9);
   EXPECT_EQ(slow.fwd_flops, base.fwd_flops);
+  // A measured backward/forward time ratio replaces flash's 2.5; FLOPs keep 2.5.
+  hw.accel.attention_backward_ratio = 1.25;
+  PieceCost ratio = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+  const double launch = 2 * opt.kernel_overhead_s;  // the core's two kernels scale with it
+  EXPECT_NEAR(ratio.bwd_s - base.bwd_s, 1.25 * (t_att + launch) - 2.5 * (t_gemm + launch), 1e-9);
+  EXPECT_EQ(ratio.fwd_s, slow.fwd_s);
+  EXPECT_EQ(ratio.bwd_flops, base.bwd_flops);
   // Optimizer: 16 B/param of fp32 state traffic + 2 gradient reads -> 32 B in fp32.
   const double params = 1e8, bw = hw.accel.memory_bw_bytes_per_s;
   const double t0 = optimizer_time_s(hw, opt, Precision::kFp32, params);
