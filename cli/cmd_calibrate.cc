@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "core/hw_profile.h"
 #include "core/json_util.h"
 #include "exec/backend/cpu_ops.h"
@@ -340,15 +341,7 @@ int cmd_calibrate(int argc, char** argv) {
   app.add_option("--name", a.name, "profile name")->capture_default_str();
   app.add_option("--threads", a.threads, "compute threads per rank, as `loom execute --threads`")->capture_default_str();
   app.add_flag("--quick", a.quick, "shorter measurements (tests)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom calibrate: %s; run `loom calibrate --help`\n", e.what());
-    return 2;
-  }
+  if (int rc = parse_args(app, "calibrate", argc, argv); rc >= 0) return rc;
   if (a.threads < 1) return fail("calibrate", invalid_argument("--threads must be >= 1"));
 #ifdef LOOM_HAVE_MPI
   auto world = exec::mpi_world(&argc, &argv);

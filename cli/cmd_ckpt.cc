@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "core/json_util.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/checkpoint/safetensors.h"
@@ -76,15 +77,7 @@ int cmd_ckpt(int argc, char** argv) {
   exp->add_option("path", path, "checkpoint directory or step directory")->required();
   exp->add_option("--out", out, "output file, e.g. model.safetensors")->required();
   exp->add_option("--family", family, "gpt2|llama (default: the metadata's model_type)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom ckpt: %s; run `loom ckpt --help`\n", e.what());
-    return 2;
-  }
+  if (int rc = parse_args(app, "ckpt", argc, argv); rc >= 0) return rc;
 
   if (ins->parsed()) return inspect(path);
   if (ver->parsed()) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "cli/compare.h"
 #include "core/json_util.h"
 #include "core/plan.h"
@@ -337,15 +338,7 @@ int cmd_execute(int argc, char** argv) {
   app.add_option("--threads", a.threads, "compute threads per rank (0: the library default)");
   app.add_option("--timeout", a.timeout_s, "seconds a collective may wait for a peer before the job is aborted");
   app.add_flag("--quiet", a.quiet, "no per-step lines");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom execute: %s; run `loom execute --help`\n", e.what());
-    return 2;
-  }
+  if (int rc = parse_args(app, "execute", argc, argv); rc >= 0) return rc;
 #ifdef LOOM_HAVE_MPI
   exec::MpiOptions mo;
   mo.timeout_s = a.timeout_s;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "core/json_util.h"
 #include "core/plan.h"
 #include "sim/export.h"
@@ -141,15 +142,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--lr", a.lr, "peak learning rate recorded in the plan");
   app.add_option("--warmup", a.warmup, "LR warm-up steps recorded in the plan");
   app.add_option("--seed", a.seed, "seed recorded in the plan");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom plan: %s; run `loom plan --help`\n", e.what());
-    return 2;
-  }
+  if (int rc = parse_args(app, "plan", argc, argv); rc >= 0) return rc;
 
   if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed")
     return fail("plan", invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron or deepspeed"));

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "exec/data/preprocess.h"
 #include "exec/data/tokenizer.h"
 
@@ -14,19 +15,6 @@ namespace loom::cli {
 
 namespace {
 
-// Parses with CLI11; returns -1 to continue, else the exit code.
-int parse(CLI::App& app, const char* cmd, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom %s: %s; run `loom %s --help`\n", cmd, e.what(), cmd);
-    return 2;
-  }
-  return -1;
-}
 
 }  // namespace
 
@@ -49,7 +37,7 @@ int cmd_preprocess(int argc, char** argv) {
   app.add_option("--on-error", on_error, "bad line: fail (stop, name FILE:LINE) or skip (count it)")
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress line");
-  if (int rc = parse(app, "preprocess", argc, argv); rc >= 0) return rc;
+  if (int rc = parse_args(app, "preprocess", argc, argv); rc >= 0) return rc;
 
   auto policy = data::parse_on_error(on_error);
   if (!policy.is_ok()) return fail("preprocess", policy.status());
@@ -110,7 +98,7 @@ int cmd_tokenizer(int argc, char** argv) {
   encode->add_option("--model", model, "byte, or a SentencePiece .model path")->capture_default_str();
   encode->add_option("text", text, "text to encode")->required();
 
-  if (int rc = parse(app, "tokenizer", argc, argv); rc >= 0) return rc;
+  if (int rc = parse_args(app, "tokenizer", argc, argv); rc >= 0) return rc;
 
   if (train->parsed()) {
     Status s = data::train_sentencepiece(inputs, prefix, vocab_size, model_type, topt);

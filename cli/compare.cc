@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_args.h"
 #include "core/json_util.h"
 
 namespace loom::cli {
@@ -90,15 +91,7 @@ int cmd_compare(int argc, char** argv) {
   app.add_option("plan", plan_path, "plan JSON")->required();
   app.add_option("run", record_path, "run record JSON written by `loom execute --record`")->required();
   app.add_flag("--json", json, "print the rows as JSON with *_rel_error keys");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "loom compare: %s; run `loom compare --help`\n", e.what());
-    return 2;
-  }
+  if (int rc = parse_args(app, "compare", argc, argv); rc >= 0) return rc;
   auto plan = load_plan(plan_path);
   if (!plan.is_ok()) return fail("compare", plan.status());
   auto rec = load_run_record(record_path);

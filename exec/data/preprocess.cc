@@ -47,7 +47,7 @@ struct Done {
 struct Pipeline {
   std::mutex mu;
   std::condition_variable cv;  // one cv: every wait re-checks its own predicate
-  std::deque<Batch> todo;
+  std::deque<Batch> untokenized;  // read by the reader, waiting for a worker
   std::map<int64_t, Done> done;
   int64_t produced = 0, consumed = 0;
   size_t window = 8;  // batches in flight (read but not yet written)
@@ -62,7 +62,7 @@ void read_all(Pipeline& p, const std::vector<std::string>& files, int batch_line
     p.cv.wait(lock, [&] { return p.stop || p.produced - p.consumed < static_cast<int64_t>(p.window); });
     if (p.stop) return false;
     b.seq = p.produced++;
-    p.todo.push_back(std::move(b));
+    p.untokenized.push_back(std::move(b));
     p.cv.notify_all();
     return true;
   };
@@ -139,10 +139,10 @@ void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& t
     Batch b;
     {
       std::unique_lock lock(p.mu);
-      p.cv.wait(lock, [&] { return p.stop || !p.todo.empty() || p.reader_finished; });
-      if (p.stop || p.todo.empty()) return;
-      b = std::move(p.todo.front());
-      p.todo.pop_front();
+      p.cv.wait(lock, [&] { return p.stop || !p.untokenized.empty() || p.reader_finished; });
+      if (p.stop || p.untokenized.empty()) return;
+      b = std::move(p.untokenized.front());
+      p.untokenized.pop_front();
     }
     Done d;
     tokenize_batch(b, files[b.file], tok, o, &d);
