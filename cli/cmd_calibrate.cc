@@ -36,18 +36,35 @@ struct CalibArgs {
   bool quick = false;
 };
 
-// Median seconds of `fn` over repetitions lasting at least `min_s` in total;
-// every rank runs it at the same time (barrier before each repetition).
+// Median seconds per call of `fn` over samples lasting at least `min_s` in
+// total. Every rank runs it at the same time (a barrier starts each sample)
+// and the same number of calls. A sample repeats `fn` for about `sample_s`, far
+// longer than a scheduler time slice: when ranks outnumber cores, a single
+// short call often runs unpreempted at full speed, while a training step runs
+// at the shared rate that whole samples see.
 template <typename Fn>
-Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spread) {
+Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spread, double sample_s) {
+  // The first sample sizes itself by a probe call (at most 16 calls: an
+  // unpreempted probe can be far faster than the shared rate); later ones by
+  // the previous sample's time per call. The slowest rank decides.
+  LOOM_RETURN_IF_ERROR(w.barrier());
+  auto t0 = Clock::now();
+  LOOM_RETURN_IF_ERROR(fn());  // probe (also warms up)
+  double per_call = std::chrono::duration<double>(Clock::now() - t0).count();
+  double cap = 16;
   std::vector<double> t;
   auto start = Clock::now();
   for (;;) {
+    double calls_d = std::clamp(std::ceil(sample_s / std::max(per_call, 1e-7)), 1.0, cap);
+    LOOM_RETURN_IF_ERROR(w.all_reduce(&calls_d, 1, exec::ReduceOp::kMin));
+    const int64_t calls = int64_t(calls_d);
+    cap = 20000;
     LOOM_RETURN_IF_ERROR(w.barrier());
-    auto t0 = Clock::now();
-    LOOM_RETURN_IF_ERROR(fn());
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    // Every rank must run the same number of repetitions: decide together.
+    auto s0 = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) LOOM_RETURN_IF_ERROR(fn());
+    per_call = std::chrono::duration<double>(Clock::now() - s0).count() / double(calls);
+    t.push_back(per_call);
+    // Every rank must run the same number of samples: decide together.
     double more = (std::chrono::duration<double>(Clock::now() - start).count() < min_s || t.size() < 3) ? 1 : 0;
     LOOM_RETURN_IF_ERROR(w.all_reduce(&more, 1, exec::ReduceOp::kMax));
     if (more == 0) break;
@@ -71,10 +88,13 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
   const int n = w.size();
   cpu::set_num_threads(a.threads);
   const double min_s = a.quick ? 0.05 : 0.25;
+  const double sample_s = a.quick ? 0.004 : 0.02;
   double worst_spread = 0;
   auto note = [&](double s) { worst_spread = std::max(worst_spread, s); };
 
   // --- GEMM throughput over transformer shapes (tokens x out x in) --------------
+  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const size_t cold_set_bytes = std::max<size_t>({4 * size_t(std::max(0L, l2)), size_t(std::max(0L, l3)), 8u << 20});
   std::vector<Point> points;
   const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
   for (int64_t m : {64, 256, 1024, 4096}) {
@@ -84,17 +104,28 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
         // A training step runs each weight GEMM three ways: forward y = x W^T
         // (NT), input gradient dx = dy W (NN) and weight gradient dW = dy^T x
         // (TN). Time the three with the same work and take their mean.
-        std::vector<float> A(size_t(std::max(m, nk) * std::max(m, k)), 0.5f);
-        std::vector<float> B(size_t(std::max(nk, m) * std::max(k, nk)), 0.25f);
-        std::vector<float> C(size_t(std::max(m, nk) * std::max(nk, k)), 0.f);
+        // In a layer the operands are not in the core's cache (the weights were
+        // last touched a layer ago, the activations by other kernels), so the
+        // repetitions rotate through copies spanning the last-level cache
+        // (at least 4x L2): timing one hot set of matrices overstates small GEMMs by 10-25%.
+        const size_t a_n = size_t(std::max(m, nk) * std::max(m, k)), b_n = size_t(std::max(nk, m) * std::max(k, nk)),
+                     c_n = size_t(std::max(m, nk) * std::max(nk, k));
+        const size_t copies = std::clamp<size_t>(cold_set_bytes / (sizeof(float) * (a_n + b_n + c_n)) + 1, 1, 64);
+        std::vector<std::vector<float>> A(copies, std::vector<float>(a_n, 0.5f));
+        std::vector<std::vector<float>> B(copies, std::vector<float>(b_n, 0.25f));
+        std::vector<std::vector<float>> C(copies, std::vector<float>(c_n, 0.f));
+        size_t rep = 0;
         double spread = 0, total = 0;
         for (int mode = 0; mode < 3; ++mode) {
           auto t = time_it(w, [&] {
-            if (mode == 0) cpu::gemm(false, true, m, nk, k, 1.f, A.data(), B.data(), 0.f, C.data());   // x W^T
-            if (mode == 1) cpu::gemm(false, false, m, k, nk, 1.f, A.data(), B.data(), 0.f, C.data());  // dy W
-            if (mode == 2) cpu::gemm(true, false, nk, k, m, 1.f, A.data(), B.data(), 1.f, C.data());   // dy^T x
+            const size_t i = rep++ % copies;
+            const float *pa = A[i].data(), *pb = B[i].data();
+            float* pc = C[i].data();
+            if (mode == 0) cpu::gemm(false, true, m, nk, k, 1.f, pa, pb, 0.f, pc);   // x W^T
+            if (mode == 1) cpu::gemm(false, false, m, k, nk, 1.f, pa, pb, 0.f, pc);  // dy W
+            if (mode == 2) cpu::gemm(true, false, nk, k, m, 1.f, pa, pb, 1.f, pc);   // dy^T x
             return Status::ok();
-          }, min_s / 8, &spread);
+          }, min_s / 8, &spread, sample_s);
           if (!t.is_ok()) return fail("calibrate", t.status());
           note(spread);
           total += *t;
@@ -126,7 +157,7 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
   auto tri = time_it(w, [&] {
     for (size_t i = 0; i < elems; ++i) z[i] = x[i] + 0.5f * y[i];
     return Status::ok();
-  }, min_s, &spread);
+  }, min_s, &spread, sample_s);
   if (!tri.is_ok()) return fail("calibrate", tri.status());
   note(spread);
   const double mem_bw = 3.0 * elems * sizeof(float) / *tri;
@@ -159,10 +190,10 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
       cpu::gelu_backward(xb.data(), xa.data(), xc.data(), N * F);
       return Status::ok();
     };
-    auto tf = time_it(w, layer_fwd, min_s / 2, &spread);
+    auto tf = time_it(w, layer_fwd, min_s / 2, &spread, sample_s);
     if (!tf.is_ok()) return fail("calibrate", tf.status());
     note(spread);
-    auto tb = time_it(w, layer_bwd, min_s / 2, &spread);
+    auto tb = time_it(w, layer_bwd, min_s / 2, &spread, sample_s);
     if (!tb.is_ok()) return fail("calibrate", tb.status());
     note(spread);
     const double fwd_bytes = double(sizeof(float)) * (2 * 2 * N * C + 2 * 3 * N * C + 2 * N * F);
@@ -182,7 +213,7 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
       cpu::adamw_update(prm.data(), grd.data(), m1.data(), m2.data(), np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
       std::fill(grd.begin(), grd.end(), 0.01f);  // the executor zeroes the gradients for the next step
       return Status::ok();
-    }, min_s / 2, &spread);
+    }, min_s / 2, &spread, sample_s);
     if (!t_opt.is_ok()) return fail("calibrate", t_opt.status());
     note(spread);
     opt_bw = 32.0 * double(np) / *t_opt;
@@ -217,14 +248,14 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
     auto tf = time_it(w, [&] {
       cpu::attention_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), B, S, H, H, D);
       return Status::ok();
-    }, min_s / 8, &spread);
+    }, min_s / 8, &spread, sample_s);
     if (!tf.is_ok()) return fail("calibrate", tf.status());
     note(spread);
     auto tb = time_it(w, [&] {
       cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), dq.data(), dk.data(),
                               dv.data(), B, S, H, H, D);
       return Status::ok();
-    }, min_s / 8, &spread);
+    }, min_s / 8, &spread, sample_s);
     if (!tb.is_ok()) return fail("calibrate", tb.status());
     note(spread);
     att_points.push_back({head_flops, head_flops * double(B * H) / *tf});
@@ -240,21 +271,22 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
 
   // --- collectives among the local ranks ------------------------------------------
   OrderedJson colls = OrderedJson::array();
+  OrderedJson measured = {{"ranks", n}};  // per collective: [{bytes, time_us}]
   double busbw_large = 0, latency_small = 0, p2p_bw = 0;
   if (n > 1) {
     for (size_t bytes = 4096; bytes <= (a.quick ? (4u << 20) : (64u << 20)); bytes *= 4) {
       size_t count = bytes / sizeof(float);
       std::vector<float> buf(count * size_t(n), 1.f), out(count * size_t(n), 0.f);
-      auto ar = time_it(w, [&] { return w.all_reduce(buf.data(), count); }, min_s / 2, nullptr);
-      auto rs = time_it(w, [&] { return w.reduce_scatter(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr);
-      auto ag = time_it(w, [&] { return w.all_gather(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr);
-      auto a2a = time_it(w, [&] { return w.all_to_all(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr);
+      auto ar = time_it(w, [&] { return w.all_reduce(buf.data(), count); }, min_s / 2, nullptr, sample_s);
+      auto rs = time_it(w, [&] { return w.reduce_scatter(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr, sample_s);
+      auto ag = time_it(w, [&] { return w.all_gather(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr, sample_s);
+      auto a2a = time_it(w, [&] { return w.all_to_all(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr, sample_s);
       // send/recv between ranks 0 and 1 (the others idle at the barrier)
       auto sr = time_it(w, [&]() -> Status {
         if (w.rank() == 0) return w.send(buf.data(), count, 1, 7);
         if (w.rank() == 1) return w.recv(out.data(), count, 0, 7);
         return Status::ok();
-      }, min_s / 2, nullptr);
+      }, min_s / 2, nullptr, sample_s);
       for (auto* r : {&ar, &rs, &ag, &a2a, &sr})
         if (!r->is_ok()) return fail("calibrate", r->status());
       const double S = double(bytes), f = double(n - 1) / n;
@@ -266,6 +298,9 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
       row["all_to_all"] = {{"time_us", *a2a * 1e6}, {"busbw_gb_per_s", f * S / *a2a / 1e9}};
       row["send_recv"] = {{"time_us", *sr * 1e6}, {"busbw_gb_per_s", S / *sr / 1e9}};
       colls.push_back(row);
+      for (auto [name, t] : {std::pair<const char*, double>{"all_reduce", *ar}, {"reduce_scatter", *rs},
+                             {"all_gather", *ag}, {"all_to_all", *a2a}, {"send_recv", *sr}})
+        measured[name].push_back({{"bytes", bytes}, {"time_us", t * 1e6}});
       if (bytes == 4096) latency_small = *ar / (2.0 * (n - 1));  // per ring step
       busbw_large = 2 * f * S / *ar;
       p2p_bw = S / *sr;
@@ -302,6 +337,9 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
                {"nvls", false},
                {"nvlink_domain_size", 0},
                {"source", src}};
+  // The sweep itself: the simulator interpolates it by message size (latency
+  // and bandwidth per size range) instead of one latency and one bandwidth.
+  if (n > 1) j["node"]["measured_collectives"] = measured;
   j["network"] = {{"nics_per_node", 1}, {"nic_bw_gbit_per_s", 10}, {"latency_us", 30}, {"topology", "single host"},
                   {"cpu_vendor", "intel"}, {"source", "not measured: one host"}};
   j["calibration"] = {{"ranks", n}, {"threads_per_rank", a.threads}, {"date", date}, {"host", host},

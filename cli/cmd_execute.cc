@@ -1,6 +1,8 @@
 // loom execute: train with a plan's layout on this launch's ranks, measure
 // what the simulator predicted, and compare.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <thread>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -56,6 +58,7 @@ struct ExecArgs {
   int threads = 0;
   double timeout_s = 300;
   bool quiet = false;
+  double test_slowdown = 1.0;  // test only: every step takes this many times as long
 };
 
 std::string default_data() { return std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt"; }
@@ -203,6 +206,15 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     auto r = (*trainer)->step(step);
     if (!r.is_ok()) return say(r.status());
+    if (a.test_slowdown > 1.0) {
+      // Test-only injected slowdown (tests/e2e/regress.sh proves `loom regress
+      // check` catches it): every rank idles the same extra time, counted as
+      // forward compute.
+      const double extra = (a.test_slowdown - 1.0) * r->step_time_s;
+      std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+      r->step_time_s += extra;
+      r->phases.forward_s += extra;
+    }
     rec.losses.push_back(r->loss);
     rec.step_times_s.push_back(r->step_time_s);
     peak_mem = std::max(peak_mem, r->peak_memory_bytes);
@@ -285,6 +297,13 @@ int run(exec::Communicator& world, const ExecArgs& a) {
     if (busy(r) > busy(crit)) crit = r;
   const double* c = all.data() + size_t(crit) * 6;
   rec.step_time_s = measured ? time_sum / n : (rec.step_times_s.empty() ? 0 : rec.step_times_s.back());
+  {
+    std::vector<double> t(rec.step_times_s.begin() + std::min<ptrdiff_t>(rec.warmup_steps, ptrdiff_t(rec.step_times_s.size())),
+                          rec.step_times_s.end());
+    std::sort(t.begin(), t.end());
+    rec.step_time_median_s = t.empty() ? rec.step_time_s
+                                       : (t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]));
+  }
   rec.forward_s = c[0];
   rec.backward_s = c[1];
   rec.pp_comm_s = c[2];
@@ -338,6 +357,9 @@ int cmd_execute(int argc, char** argv) {
   app.add_option("--threads", a.threads, "compute threads per rank (0: the library default)");
   app.add_option("--timeout", a.timeout_s, "seconds a collective may wait for a peer before the job is aborted");
   app.add_flag("--quiet", a.quiet, "no per-step lines");
+  app.add_option("--test-slowdown", a.test_slowdown, "test only: make every step this many times slower")
+      ->check(CLI::Range(1.0, 100.0))
+      ->group("");
   if (int rc = parse_args(app, "execute", argc, argv); rc >= 0) return rc;
 #ifdef LOOM_HAVE_MPI
   exec::MpiOptions mo;

@@ -24,6 +24,7 @@ Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecor
   auto get = [&](const Json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; };
   std::vector<ComparisonRow> rows;
   rows.push_back({"step_time", "s", get(p, "step_time_s"), rec.step_time_s});
+  rows.push_back({"step_time_median", "s", get(p, "step_time_s"), rec.step_time_median_s});
   double pred_compute = get(b, "forward_s") + get(b, "backward_s") + get(b, "recompute_s") + get(b, "tp_comm_exposed_s") +
                         get(b, "ep_comm_exposed_s");
   rows.push_back({"compute (fwd+bwd+recompute+tp)", "s", pred_compute, rec.forward_s + rec.backward_s});

@@ -158,6 +158,35 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   return Status::ok();
 }
 
+Status parse_measured_collectives(const Json& n, const std::string& where, MeasuredCollectives& m) {
+  const std::string w = where + ".measured_collectives";
+  const Json& mc = n["measured_collectives"];
+  const char* shape = "{\"ranks\": N, \"all_reduce\": [{\"bytes\": B, \"time_us\": T}, ...], ...}";
+  if (!mc.is_object()) return invalid_argument(w + " must be an object " + shape);
+  LOOM_ASSIGN_OR_RETURN(m.ranks, count(mc, "ranks", w, -1, 2));
+  for (const char* name : {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"}) {
+    if (!mc.contains(name)) continue;
+    const Json& arr = mc[name];
+    const std::string wn = w + "." + name;
+    if (!arr.is_array() || arr.empty())
+      return invalid_argument(wn + " must be a non-empty array of {\"bytes\": B, \"time_us\": T}");
+    CommTimeTable t;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const std::string wi = wn + "[" + std::to_string(i) + "]";
+      if (!arr[i].is_object()) return invalid_argument(wi + " must be an object {\"bytes\": B, \"time_us\": T}");
+      LOOM_ASSIGN_OR_RETURN(double b, positive(arr[i], "bytes", wi, "bytes, nccl-tests convention"));
+      LOOM_ASSIGN_OR_RETURN(double us, positive(arr[i], "time_us", wi, "microseconds per call"));
+      if (!t.bytes.empty() && b <= t.bytes.back())
+        return invalid_argument(wi + ".bytes must be larger than the previous point's; sort the table by bytes");
+      t.bytes.push_back(b);
+      t.time_s.push_back(us * kMicro);
+    }
+    m.tables[name] = std::move(t);
+  }
+  if (m.tables.empty()) return invalid_argument(w + " has no collective; give at least one table, " + shape);
+  return Status::ok();
+}
+
 Status parse_node(const Json& n, const std::string& where, NodeSpec& node) {
   LOOM_ASSIGN_OR_RETURN(node.devices_per_node, count(n, "devices_per_node", where, -1, 1));
   LOOM_ASSIGN_OR_RETURN(node.fabric, json_string(n, "fabric", where));
@@ -183,6 +212,7 @@ Status parse_node(const Json& n, const std::string& where, NodeSpec& node) {
                             "; use 0 (the node) or a whole number of nodes");
   LOOM_ASSIGN_OR_RETURN(double pcie, positive_or(n, "pcie_bw_gb_per_s", 0, where, gbs));
   node.pcie_bw_bytes_per_s = pcie * kGiga;
+  if (n.contains("measured_collectives")) LOOM_RETURN_IF_ERROR(parse_measured_collectives(n, where, node.measured));
   LOOM_ASSIGN_OR_RETURN(node.source, source_of(n, where));
   return Status::ok();
 }
@@ -228,6 +258,17 @@ double GemmEfficiencyTable::lookup(double gemm_flops) const {
   size_t lo = hi - 1;
   double t = std::log(gemm_flops / flops[lo]) / std::log(flops[hi] / flops[lo]);
   return efficiency[lo] + t * (efficiency[hi] - efficiency[lo]);
+}
+
+double CommTimeTable::lookup(double b) const {
+  const size_t n = bytes.size();
+  if (n == 0 || time_s.size() != n) return 0;
+  if (!(b > bytes.front())) return time_s.front();
+  if (b >= bytes.back()) return time_s.back() * b / bytes.back();
+  size_t hi = std::upper_bound(bytes.begin(), bytes.end(), b) - bytes.begin();
+  size_t lo = hi - 1;
+  double t = std::log(b / bytes[lo]) / std::log(bytes[hi] / bytes[lo]);
+  return std::exp(std::log(time_s[lo]) + t * (std::log(time_s[hi]) - std::log(time_s[lo])));
 }
 
 bool AcceleratorSpec::supports(Precision p) const {
@@ -323,6 +364,16 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   node["nvls"] = n.nvls;
   node["nvlink_domain_size"] = n.nvlink_domain_size;
   if (n.pcie_bw_bytes_per_s > 0) node["pcie_bw_gb_per_s"] = n.pcie_bw_bytes_per_s / kGiga;
+  if (n.measured.ranks > 0) {
+    OrderedJson mc;
+    mc["ranks"] = n.measured.ranks;
+    for (const auto& [name, t] : n.measured.tables) {
+      OrderedJson arr = OrderedJson::array();
+      for (size_t i = 0; i < t.bytes.size(); ++i) arr.push_back({{"bytes", t.bytes[i]}, {"time_us", t.time_s[i] / kMicro}});
+      mc[name] = arr;
+    }
+    node["measured_collectives"] = mc;
+  }
   node["source"] = n.source;
 
   const NetworkSpec& w = hw.net;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,28 @@ struct AcceleratorSpec {
   std::string source;
 };
 
+// Measured time of one collective by message size on one group of `ranks`
+// ranks (loom calibrate's nccl-tests-style sweep). Lookups interpolate in
+// log(bytes)/log(time) between points, keep the smallest message's time below
+// it (latency-bound) and scale the largest's linearly above it
+// (bandwidth-bound).
+struct CommTimeTable {
+  std::vector<double> bytes;   // nccl-tests convention (sim/comm_model.h)
+  std::vector<double> time_s;
+  double lookup(double b) const;
+};
+
+// Every collective loom calibrate measured, keyed by name ("all_reduce",
+// "reduce_scatter", "all_gather", "all_to_all", "send_recv").
+struct MeasuredCollectives {
+  int ranks = 0;  // 0: none measured
+  std::map<std::string, CommTimeTable> tables;
+  const CommTimeTable* find(const std::string& name) const {
+    auto it = tables.find(name);
+    return it == tables.end() ? nullptr : &it->second;
+  }
+};
+
 struct NodeSpec {
   int devices_per_node = 8;
   // Intra-node fabric, per device per direction (NVLink aggregate, or PCIe).
@@ -86,6 +109,10 @@ struct NodeSpec {
   bool nvls = false;                        // NVLink SHARP (NVSwitch 3+)
   int nvlink_domain_size = 0;               // devices that share NVLink (72 on NVL72); 0 = node
   double pcie_bw_bytes_per_s = 0;           // host <-> device, per device
+  // Optional (calibrated CPU profiles): measured collective times, which the
+  // comm model uses instead of its latency + bandwidth formula for groups on
+  // one node.
+  MeasuredCollectives measured;
   std::string source;
 };
 

@@ -18,6 +18,7 @@ std::string run_record_to_json(const RunRecord& r) {
   j["tokens_per_step"] = r.tokens_per_step;
   j["warmup_steps"] = r.warmup_steps;
   j["step_time_s"] = r.step_time_s;
+  j["step_time_median_s"] = r.step_time_median_s;
   j["phases"] = {{"forward_s", r.forward_s},   {"backward_s", r.backward_s},   {"pp_comm_s", r.pp_comm_s},
                  {"dp_comm_s", r.dp_comm_s},   {"optimizer_s", r.optimizer_s}, {"data_wait_s", r.data_wait_s}};
   j["checkpoint_stall_s"] = r.checkpoint_stall_s;
@@ -52,6 +53,7 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
   LOOM_ASSIGN_OR_RETURN(r.tokens_per_step, json_int_or(j, "tokens_per_step", 0, what));
   LOOM_ASSIGN_OR_RETURN(r.warmup_steps, json_int_or(j, "warmup_steps", 1, what));
   LOOM_ASSIGN_OR_RETURN(r.step_time_s, json_number(j, "step_time_s", what));
+  LOOM_ASSIGN_OR_RETURN(r.step_time_median_s, json_number_or(j, "step_time_median_s", r.step_time_s, what));
   if (j.contains("phases")) {
     const Json& p = j["phases"];
     const std::string w = what + ": phases";

@@ -30,6 +30,9 @@ struct RunRecord {
   // critical rank (the one with the largest compute time).
   int64_t warmup_steps = 1;
   double step_time_s = 0;
+  // Median of the same steps: robust to the odd step a shared machine stalls
+  // (what `loom regress` checks).
+  double step_time_median_s = 0;
   double forward_s = 0, backward_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0, data_wait_s = 0;
   double checkpoint_stall_s = 0;       // training-thread time spent starting checkpoint saves, whole run
   double tokens_per_s = 0;

@@ -365,6 +365,21 @@ CollectiveCost finish(const Ctx& c, Collective coll, CommAlgo algo, int p, doubl
 
 bool trivial(const GroupShape& shape, double bytes) { return shape.ranks <= 1 || !(bytes > 0); }
 
+// A calibrated CPU profile's measured time for a group on one node, scaled
+// from the measured group size by the collective's bus factor; < 0 when the
+// profile has no measurement for it.
+double measured_time(const Ctx& c, Collective coll, const GroupShape& shape, double bytes) {
+  const MeasuredCollectives& m = c.hw->node.measured;
+  if (c.arch >= 0 || m.ranks < 2 || shape.nodes != 1) return -1;
+  const CommTimeTable* t = m.find(collective_name(coll));
+  if (!t) return -1;
+  return t->lookup(bytes) * busbw_factor(coll, shape.ranks) / busbw_factor(coll, m.ranks);
+}
+
+CommAlgo measured_algo(Collective coll) {
+  return coll == Collective::kSendRecv || coll == Collective::kAllToAll ? CommAlgo::kDirect : CommAlgo::kRing;
+}
+
 }  // namespace
 
 const char* comm_model_nccl_version() { return kNcclVersion; }
@@ -419,6 +434,8 @@ CollectiveCost collective_cost_for(const HwProfile& hw, Collective coll, const G
     return zero;
   }
   Ctx c = make_ctx(hw, shape);
+  if (double t = measured_time(c, coll, shape, bytes); t >= 0)
+    return finish(c, coll, algo, p, bytes, algo == measured_algo(coll) && p == kSimple ? t : kInf);
   return finish(c, coll, algo, p, bytes, candidate_time(c, coll, algo, p, bytes));
 }
 
@@ -429,6 +446,7 @@ CollectiveCost collective_cost(const HwProfile& hw, Collective coll, const Group
     return zero;
   }
   Ctx c = make_ctx(hw, shape);
+  if (double t = measured_time(c, coll, shape, bytes); t >= 0) return finish(c, coll, measured_algo(coll), kSimple, bytes, t);
   static constexpr CommAlgo kAlgos[] = {CommAlgo::kRing, CommAlgo::kTree, CommAlgo::kNvls, CommAlgo::kDirect};
   double best = kInf;
   CommAlgo best_algo = CommAlgo::kRing;

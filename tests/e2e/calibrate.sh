@@ -32,6 +32,14 @@ for key, rate in (("memory_bw_efficiency", c["elementwise_gb_per_s"]), ("optimiz
 t = [p["gflop"] for p in a["attention_efficiency"]]
 assert 0.2 < a["attention_backward_ratio"] < 10, a["attention_backward_ratio"]
 assert t == sorted(t) and len(t) >= 4 and all(0 < p["efficiency"] <= 1 for p in a["attention_efficiency"]), t
+# the collective sweep itself, which the simulator interpolates by size
+m = n["measured_collectives"]
+assert m["ranks"] == 2, m
+for name in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"):
+    rows = m[name]
+    assert [r["bytes"] for r in rows] == [r["bytes"] for r in c["collectives"]], name
+    for r, cr in zip(rows, c["collectives"]):
+        assert abs(r["time_us"] - cr[name]["time_us"]) < 1e-6 * r["time_us"], (name, r, cr)
 print("profile ok:", a["peak_fp32_tflops"] * 1e3, "GFLOP/s per rank,", n["intra_ring_busbw_gb_per_s"], "GB/s busbw")
 PY
 "$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=256 --hw "$tmp/t.json" --gpus 2 \

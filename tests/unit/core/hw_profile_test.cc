@@ -249,6 +249,34 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
                StatusCode::kInvalidArgument, {"attention_efficiency[1].gflop", "sort"});
 }
 
+TEST(HwProfile, MeasuredCollectivesParseCheckAndRoundTrip) {
+  const std::string node = R"("intra_latency_us": 3, "source": "test"})";
+  auto with = [&](const std::string& mc) {
+    return replace(minimal_profile(), node, R"("intra_latency_us": 3, "measured_collectives": )" + mc +
+                                                R"(, "source": "test"})");
+  };
+  auto r = parse_hw_profile(with(R"({"ranks": 2, "all_reduce": [{"bytes": 4096, "time_us": 10},
+      {"bytes": 65536, "time_us": 40}], "send_recv": [{"bytes": 4096, "time_us": 3}]})"), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->node.measured.ranks, 2);
+  const CommTimeTable* ar = r->node.measured.find("all_reduce");
+  ASSERT_NE(ar, nullptr);
+  EXPECT_DOUBLE_EQ(ar->time_s[1], 40e-6);
+  EXPECT_DOUBLE_EQ(ar->lookup(65536), 40e-6);
+  EXPECT_EQ(r->node.measured.find("all_gather"), nullptr);
+  auto back = parse_hw_profile(hw_profile_to_json(*r), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->node.measured.find("send_recv")->bytes, r->node.measured.find("send_recv")->bytes);
+  EXPECT_EQ(back->node.measured.find("all_reduce")->time_s, ar->time_s);
+  expect_error(with(R"({"ranks": 2, "all_reduce": [{"bytes": 4096, "time_us": 10}, {"bytes": 1024, "time_us": 40}]})"),
+               StatusCode::kInvalidArgument, {"measured_collectives.all_reduce[1].bytes", "sort"});
+  expect_error(with(R"({"ranks": 2, "all_reduce": [{"bytes": 4096, "time_us": -1}]})"), StatusCode::kInvalidArgument,
+               {"all_reduce[0].time_us"});
+  expect_error(with(R"({"ranks": 1, "all_reduce": [{"bytes": 4096, "time_us": 1}]})"), StatusCode::kInvalidArgument,
+               {"measured_collectives.ranks"});
+  expect_error(with(R"({"ranks": 2})"), StatusCode::kInvalidArgument, {"measured_collectives", "no collective"});
+}
+
 TEST(HwProfile, JsonRoundTrips) {
   for (const auto& f : shipped_profiles()) {
     SCOPED_TRACE(f.string());

@@ -308,6 +308,45 @@ TEST(CommModel, NodesInsideOneNvlinkDomainUseNvlink) {
   }
 }
 
+// A calibrated CPU profile's measured sweep replaces the formula: exact at the
+// measured sizes, log-log interpolation between them, the smallest message's
+// time below it and bandwidth-bound scaling above; other group sizes scale by
+// the collective's bus factor; multi-node groups keep the formula.
+TEST(CommModel, MeasuredCollectivesReplaceTheFormulaOnOneNode) {
+  HwProfile cpu = load("cpu-local");
+  CommTimeTable ar;
+  ar.bytes = {4096, 65536, 1048576};
+  ar.time_s = {20e-6, 80e-6, 900e-6};
+  cpu.node.measured.ranks = 4;
+  cpu.node.measured.tables["all_reduce"] = ar;
+  auto t = [&](int n, double b, int nodes = 1) {
+    return collective_cost(cpu, Collective::kAllReduce, shape(n, nodes), b).time_s;
+  };
+  EXPECT_DOUBLE_EQ(t(4, 65536), 80e-6);
+  EXPECT_DOUBLE_EQ(t(4, 1024), 20e-6);                  // latency floor
+  EXPECT_NEAR(t(4, 2 * 1048576), 1800e-6, 1e-12);       // bandwidth-bound beyond the sweep
+  EXPECT_NEAR(t(4, 16384), std::sqrt(20e-6 * 80e-6), 1e-12);  // halfway in log(bytes): geometric mean
+  // A 2-rank group moves 2(n-1)/n = 1 vs 1.5 buffer per rank: 2/3 of the time.
+  EXPECT_NEAR(t(2, 65536), 80e-6 * (1.0 / 1.5), 1e-15);
+  // Collectives it did not measure, and groups spanning nodes, use the formula.
+  HwProfile plain = load("cpu-local");
+  EXPECT_DOUBLE_EQ(collective_cost(cpu, Collective::kAllGather, shape(4, 1), 65536).time_s,
+                   collective_cost(plain, Collective::kAllGather, shape(4, 1), 65536).time_s);
+  EXPECT_DOUBLE_EQ(t(4, 65536, 2), collective_cost(plain, Collective::kAllReduce, shape(4, 2), 65536).time_s);
+  // The measured path reports itself as ring / Simple, and only that pair applies.
+  EXPECT_DOUBLE_EQ(collective_cost_for(cpu, Collective::kAllReduce, shape(4, 1), 65536, CommAlgo::kRing,
+                                       CommProto::kSimple).time_s, 80e-6);
+  EXPECT_TRUE(std::isinf(collective_cost_for(cpu, Collective::kAllReduce, shape(4, 1), 65536, CommAlgo::kTree,
+                                             CommProto::kSimple).time_s));
+  // Monotone in bytes across the whole range.
+  double prev = 0;
+  for (double b = 512; b < 1e8; b *= 1.7) {
+    double now = t(4, b);
+    EXPECT_GE(now, prev) << b;
+    prev = now;
+  }
+}
+
 TEST(CommModel, NamesAndVersion) {
   EXPECT_STREQ(collective_name(Collective::kAllReduce), "all_reduce");
   EXPECT_STREQ(collective_name(Collective::kAllToAll), "all_to_all");

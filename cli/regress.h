@@ -1,0 +1,67 @@
+// loom regress: a predicted-vs-measured regression suite.
+//
+//   loom regress run SUITE   calibrate this machine (once per world size),
+//                            plan and execute every (model, layout) case of
+//                            the suite, record predicted and measured figures
+//                            in a results file (machine, commit, date).
+//   loom regress check FILE  fail when a prediction error exceeds its
+//                            tolerance, or measured throughput fell more than
+//                            the margin below this machine's stored baseline;
+//                            print the table and write an SVG plot.
+//
+// Formats: docs/formats/regress.md. Suites: bench/suites/*.json.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom::cli {
+
+// What one figure was predicted and measured to be.
+struct Figure {
+  double predicted = 0, measured = 0;
+  double rel_error() const { return predicted != 0 ? measured / predicted - 1 : 0; }
+};
+
+struct CaseResult {
+  std::string name, layout, model;
+  int ranks = 1;
+  std::string error;                    // non-empty: the case did not run
+  std::map<std::string, double> tolerances;  // figure -> max |rel_error| (checked)
+  // "step_time" (median step), "step_time_mean", "forward", "backward",
+  // "optimizer", "dp_comm", "pipeline_wait", "tokens_per_s", "peak_memory".
+  std::map<std::string, Figure> figures;
+};
+
+struct MachineInfo {
+  std::string key;       // baselines are stored per key: "amd-epyc-2c-24g"
+  std::string hostname, cpu_model;
+  int cores = 0;
+  double memory_gib = 0;
+};
+
+struct RegressResults {
+  int schema_version = 1;
+  std::string suite, suite_description, tolerance_note;
+  double throughput_margin = 0.25;  // allowed fall below the baseline's tokens/s
+  MachineInfo machine;
+  std::string commit, date, loom_version, launcher;
+  std::vector<CaseResult> cases;
+};
+
+MachineInfo this_machine();
+std::string results_to_json(const RegressResults& r);
+Result<RegressResults> parse_results(const std::string& json_text, const std::string& what);
+
+// The SVG scatter of predicted vs measured step time (log-log, y = x and the
+// tolerance band), one labelled point per case.
+std::string results_svg(const RegressResults& r);
+
+int cmd_regress(int argc, char** argv);
+int regress_run(int argc, char** argv);
+int regress_check(int argc, char** argv);
+
+}  // namespace loom::cli

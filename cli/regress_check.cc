@@ -1,0 +1,198 @@
+// loom regress check: prediction errors against tolerances, measured
+// throughput against this machine's baseline; table and SVG plot.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/parse_args.h"
+#include "cli/regress.h"
+#include "core/json_util.h"
+
+namespace loom::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.0f%%", 100 * x);
+  return b;
+}
+
+struct Baseline {
+  std::string commit, date;
+  std::map<std::string, double> tokens_per_s;  // case -> measured
+};
+
+Result<Baseline> load_baseline(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  const std::string w = "baseline " + path;
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, w));
+  if (!j.is_object() || !j.contains("cases") || !j["cases"].is_object())
+    return invalid_argument(w + ": no cases object; delete it to start a new baseline, or restore it from git");
+  Baseline b;
+  LOOM_ASSIGN_OR_RETURN(b.commit, json_string_or(j, "commit", "unknown", w));
+  LOOM_ASSIGN_OR_RETURN(b.date, json_string_or(j, "date", "", w));
+  for (const auto& [name, c] : j["cases"].items()) {
+    LOOM_ASSIGN_OR_RETURN(double t, json_positive(c, "tokens_per_s", w + ": cases." + name));
+    b.tokens_per_s[name] = t;
+  }
+  return b;
+}
+
+Status save_baseline(const std::string& path, const RegressResults& r, Baseline b) {
+  OrderedJson j;
+  j["suite"] = r.suite;
+  j["machine"] = {{"key", r.machine.key}, {"cpu_model", r.machine.cpu_model}, {"cores", r.machine.cores},
+                  {"memory_gib", r.machine.memory_gib}, {"hostname", r.machine.hostname}};
+  j["commit"] = r.commit;
+  j["date"] = r.date;
+  for (const CaseResult& c : r.cases)
+    if (c.error.empty() && c.figures.count("tokens_per_s")) b.tokens_per_s[c.name] = c.figures.at("tokens_per_s").measured;
+  j["cases"] = OrderedJson::object();
+  for (const auto& [name, t] : b.tokens_per_s) j["cases"][name] = {{"tokens_per_s", t}};
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  return write_text_file(path, j.dump(2) + "\n");
+}
+
+}  // namespace
+
+void print_results_table(const RegressResults& r) {
+  std::printf("\n%s suite on %s (%s), commit %s, %s\n", r.suite.c_str(), r.machine.key.c_str(), r.machine.hostname.c_str(),
+              r.commit.c_str(), r.date.c_str());
+  std::printf("%-12s %5s  %-34s %11s %11s %7s %7s %7s %7s %8s\n", "case", "ranks", "layout", "predicted", "measured",
+              "error", "fwd", "bwd", "optim", "tok/s");
+  for (const CaseResult& c : r.cases) {
+    if (!c.error.empty()) {
+      std::printf("%-12s %5d  %-34s  did not run: %.80s\n", c.name.c_str(), c.ranks, c.layout.c_str(), c.error.c_str());
+      continue;
+    }
+    auto fig = [&](const char* k) { return c.figures.count(k) ? c.figures.at(k) : Figure{}; };
+    auto err = [&](const char* k) { return c.figures.count(k) ? pct(c.figures.at(k).rel_error()) : std::string("-"); };
+    Figure st = fig("step_time");
+    std::printf("%-12s %5d  %-34s %9.1fms %9.1fms %7s %7s %7s %7s %8.0f\n", c.name.c_str(), c.ranks, c.layout.c_str(),
+                st.predicted * 1e3, st.measured * 1e3, pct(st.rel_error()).c_str(), err("forward").c_str(),
+                err("backward").c_str(), err("optimizer").c_str(), fig("tokens_per_s").measured);
+  }
+  std::printf("(step time: median of the measured steps; error = measured / predicted - 1)\n");
+}
+
+int regress_check(int argc, char** argv) {
+  CLI::App app{"Check a `loom regress run` results file: prediction errors against their tolerances, measured "
+               "throughput against this machine's stored baseline. Exit 0 pass, 1 fail, 2 bad input.",
+               "loom regress check"};
+  std::string path, baselines = std::string(LOOM_SOURCE_DIR) + "/bench/baselines", plot;
+  bool update = false;
+  double margin = -1, tol_scale = 1;
+  std::vector<std::string> tol_overrides;
+  app.add_option("results", path, "results file written by `loom regress run`")->required();
+  app.add_option("--baselines", baselines, "baseline directory (one subdirectory per machine)")->capture_default_str();
+  app.add_flag("--update-baseline", update, "store these measurements as this machine's baseline");
+  app.add_option("--margin", margin, "allowed throughput fall below the baseline (default: the suite's)");
+  app.add_option("--tolerance", tol_overrides, "FIGURE=FRACTION for every case, e.g. step_time=0.2");
+  app.add_option("--tolerance-scale", tol_scale, "multiply every tolerance (CI on shared machines: see the suite's note)")
+      ->capture_default_str();
+  app.add_option("--plot", plot, "SVG plot of predicted vs measured (default: the results path with .svg)");
+  if (int rc = parse_args(app, "regress check", argc, argv); rc >= 0) return rc;
+  auto text = read_text_file(path);
+  if (!text.is_ok()) return fail("regress check", text.status());
+  auto res = parse_results(*text, "results " + path);
+  if (!res.is_ok()) return fail("regress check", res.status());
+  std::map<std::string, double> overrides;
+  for (const std::string& o : tol_overrides) {
+    auto eq = o.find('=');
+    double v = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stod(o.substr(eq + 1));
+    } catch (...) {
+    }
+    if (eq == std::string::npos || eq == 0 || !(v > 0))
+      return fail("regress check", invalid_argument("--tolerance '" + o + "' must be FIGURE=FRACTION, e.g. step_time=0.2"));
+    overrides[o.substr(0, eq)] = v;
+  }
+  if (!(tol_scale > 0)) return fail("regress check", invalid_argument("--tolerance-scale must be positive, e.g. 1.75"));
+  for (CaseResult& c : res->cases) {
+    for (const auto& [k, v] : overrides) c.tolerances[k] = v;
+    for (auto& [k, v] : c.tolerances) v *= tol_scale;
+  }
+  if (margin < 0) margin = res->throughput_margin;
+  if (!(margin > 0 && margin < 1)) return fail("regress check", invalid_argument("--margin must be in (0, 1), e.g. 0.25"));
+
+  print_results_table(*res);
+  if (!res->tolerance_note.empty()) std::printf("tolerances: %s\n", res->tolerance_note.c_str());
+
+  const std::string base_path = baselines + "/" + res->machine.key + "/" + res->suite + ".json";
+  Baseline base;
+  bool have_base = fs::exists(base_path);
+  if (have_base) {
+    auto b = load_baseline(base_path);
+    if (!b.is_ok()) return fail("regress check", b.status());
+    base = *b;
+  }
+
+  std::vector<std::string> failures;
+  std::printf("\n%-12s %-14s %9s %9s  %s\n", "case", "figure", "error", "allowed", "verdict");
+  for (const CaseResult& c : res->cases) {
+    if (!c.error.empty()) {
+      failures.push_back(c.name + ": did not run (" + c.error.substr(0, 200) + ")");
+      continue;
+    }
+    for (const auto& [k, tol] : c.tolerances) {
+      if (!c.figures.count(k)) {
+        failures.push_back(c.name + ": the tolerance names figure '" + k + "', which the results do not have");
+        continue;
+      }
+      double e = c.figures.at(k).rel_error();
+      bool ok = std::fabs(e) <= tol;
+      std::printf("%-12s %-14s %9s %8s%%  %s\n", c.name.c_str(), k.c_str(), pct(e).c_str(),
+                  ("±" + std::to_string(int(std::lround(100 * tol)))).c_str(), ok ? "ok" : "FAIL");
+      if (!ok)
+        failures.push_back(c.name + ": " + k + " predicted " + pct(e) + " off (measured / predicted - 1), allowed ±" +
+                           std::to_string(int(std::lround(100 * tol))) + "%");
+    }
+    if (have_base && base.tokens_per_s.count(c.name) && c.figures.count("tokens_per_s")) {
+      double was = base.tokens_per_s.at(c.name), now = c.figures.at("tokens_per_s").measured;
+      double change = now / was - 1;
+      bool ok = change >= -margin;
+      std::printf("%-12s %-14s %9s %8s%%  %s (baseline %.0f tok/s, commit %s)\n", c.name.c_str(), "throughput",
+                  pct(change).c_str(), ("-" + std::to_string(int(std::lround(100 * margin)))).c_str(), ok ? "ok" : "FAIL",
+                  was, base.commit.c_str());
+      if (!ok)
+        failures.push_back(c.name + ": measured throughput " + std::to_string(int(now)) + " tokens/s is " +
+                           pct(change) + " against this machine's baseline " + std::to_string(int(was)) +
+                           " (commit " + base.commit + ", " + base.date + "); allowed -" +
+                           std::to_string(int(std::lround(100 * margin))) + "%");
+    }
+  }
+
+  if (plot.empty()) plot = (path.size() > 5 && path.substr(path.size() - 5) == ".json" ? path.substr(0, path.size() - 5) : path) + ".svg";
+  if (Status s = write_text_file(plot, results_svg(*res)); !s.is_ok()) return fail("regress check", s);
+  std::printf("\nplot: %s\n", plot.c_str());
+
+  const bool all_ran = std::all_of(res->cases.begin(), res->cases.end(), [](const CaseResult& c) { return c.error.empty(); });
+  if (!have_base && all_ran) {
+    update = true;
+    std::printf("no throughput baseline for machine %s and suite %s yet: this run starts it (%s)\n",
+                res->machine.key.c_str(), res->suite.c_str(), base_path.c_str());
+  } else if (!have_base) {
+    std::printf("no throughput baseline for machine %s yet; not starting one from a run with failed cases\n",
+                res->machine.key.c_str());
+  }
+  if (update) {
+    if (Status s = save_baseline(base_path, *res, base); !s.is_ok()) return fail("regress check", s);
+    if (have_base) std::printf("baseline updated: %s\n", base_path.c_str());
+  }
+  if (!failures.empty()) {
+    std::fprintf(stderr, "loom regress check: %zu failure(s):\n", failures.size());
+    for (const std::string& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());
+    return 1;
+  }
+  std::printf("regress check: all %zu case(s) pass\n", res->cases.size());
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,387 @@
+// loom regress run SUITE: calibrate, plan, execute and record every case.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/compare.h"
+#include "cli/parse_args.h"
+#include "cli/regress.h"
+#include "core/json_util.h"
+#include "core/plan.h"
+#include "core/run_record.h"
+
+namespace loom::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SuiteCase {
+  std::string name, layout, model, scale, precision;
+  int ranks = 1;
+  int64_t global_batch = 0, seq = 0;
+  std::map<std::string, double> tolerances;
+};
+
+struct Suite {
+  std::string name, description, tolerance_note;
+  double throughput_margin = 0.25;
+  int64_t steps = 16;
+  int threads = 1;
+  std::vector<SuiteCase> cases;
+};
+
+Result<std::map<std::string, double>> parse_tolerances(const Json& j, const std::string& w) {
+  std::map<std::string, double> t;
+  if (!j.contains("tolerances")) return t;
+  if (!j["tolerances"].is_object())
+    return invalid_argument(w + ".tolerances must be an object {\"step_time\": 0.2, ...} (fractions)");
+  for (const auto& [k, v] : j["tolerances"].items()) {
+    if (!v.is_number() || v.get<double>() <= 0)
+      return invalid_argument(w + ".tolerances." + k + " must be a positive fraction (0.2 = 20%)");
+    t[k] = v.get<double>();
+  }
+  return t;
+}
+
+Result<Suite> load_suite(const std::string& path_or_name) {
+  LOOM_ASSIGN_OR_RETURN(std::string path, find_description_file(path_or_name, "bench/suites"));
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  const std::string w = "suite " + path;
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, w));
+  if (!j.is_object()) return parse_error(w + ": not a JSON object (docs/formats/regress.md)");
+  Suite s;
+  LOOM_ASSIGN_OR_RETURN(s.name, json_string(j, "name", w));
+  LOOM_ASSIGN_OR_RETURN(s.description, json_string_or(j, "description", "", w));
+  LOOM_ASSIGN_OR_RETURN(s.tolerance_note, json_string_or(j, "tolerance_note", "", w));
+  LOOM_ASSIGN_OR_RETURN(s.throughput_margin, json_number_or(j, "throughput_margin", 0.25, w));
+  if (!(s.throughput_margin > 0 && s.throughput_margin < 1))
+    return invalid_argument(w + ".throughput_margin must be a fraction in (0, 1), e.g. 0.25");
+  LOOM_ASSIGN_OR_RETURN(s.steps, json_int_or(j, "steps", 16, w));
+  if (s.steps < 4) return invalid_argument(w + ".steps must be >= 4 (2 warm-up steps are not measured)");
+  LOOM_ASSIGN_OR_RETURN(int64_t threads, json_int_or(j, "threads", 1, w));
+  s.threads = int(std::max<int64_t>(1, threads));
+  LOOM_ASSIGN_OR_RETURN(auto suite_tol, parse_tolerances(j, w));
+  SuiteCase defaults;
+  LOOM_ASSIGN_OR_RETURN(defaults.model, json_string(j, "model", w));
+  LOOM_ASSIGN_OR_RETURN(defaults.scale, json_string_or(j, "scale", "", w));
+  LOOM_ASSIGN_OR_RETURN(defaults.precision, json_string_or(j, "precision", "fp32", w));
+  LOOM_ASSIGN_OR_RETURN(defaults.global_batch, json_int(j, "global_batch", w));
+  LOOM_ASSIGN_OR_RETURN(defaults.seq, json_int(j, "seq", w));
+  if (!j.contains("cases") || !j["cases"].is_array() || j["cases"].empty())
+    return invalid_argument(w + ".cases must be a non-empty array of {\"name\", \"ranks\", \"layout\"}");
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["cases"].size(); ++i) {
+    const Json& cj = j["cases"][i];
+    const std::string wc = w + ".cases[" + std::to_string(i) + "]";
+    if (!cj.is_object()) return invalid_argument(wc + " must be an object {\"name\", \"ranks\", \"layout\"}");
+    SuiteCase c = defaults;
+    LOOM_ASSIGN_OR_RETURN(c.name, json_string(cj, "name", wc));
+    if (!names.insert(c.name).second) return invalid_argument(wc + ": the name '" + c.name + "' is used twice");
+    if (c.name.find_first_of("/ \t") != std::string::npos)
+      return invalid_argument(wc + ".name '" + c.name + "' must not contain '/' or spaces (it names files)");
+    LOOM_ASSIGN_OR_RETURN(int64_t ranks, json_positive_int(cj, "ranks", wc));
+    c.ranks = int(ranks);
+    LOOM_ASSIGN_OR_RETURN(c.layout, json_string(cj, "layout", wc));
+    LOOM_ASSIGN_OR_RETURN(c.model, json_string_or(cj, "model", c.model, wc));
+    LOOM_ASSIGN_OR_RETURN(c.scale, json_string_or(cj, "scale", c.scale, wc));
+    LOOM_ASSIGN_OR_RETURN(c.precision, json_string_or(cj, "precision", c.precision, wc));
+    LOOM_ASSIGN_OR_RETURN(c.global_batch, json_int_or(cj, "global_batch", c.global_batch, wc));
+    LOOM_ASSIGN_OR_RETURN(c.seq, json_int_or(cj, "seq", c.seq, wc));
+    LOOM_ASSIGN_OR_RETURN(auto case_tol, parse_tolerances(cj, wc));
+    c.tolerances = suite_tol;
+    for (const auto& [k, v] : case_tol) c.tolerances[k] = v;
+    if (c.tolerances.empty())
+      return invalid_argument(wc + ": no tolerance; give \"tolerances\": {\"step_time\": F} on the suite or the case");
+    s.cases.push_back(std::move(c));
+  }
+  return s;
+}
+
+// Runs argv with stdout and stderr appended to `log`; kills its process group
+// after `timeout_s`. Returns the exit status (128 + signal when killed).
+int run_logged(const std::vector<std::string>& argv, const std::string& log, double timeout_s) {
+  pid_t pid = ::fork();
+  if (pid < 0) return 127;
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::perror(args[0]);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  auto start = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0) return 127;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return 124;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+std::string tail_of(const std::string& path, size_t max_chars = 600) {
+  auto text = read_text_file(path);
+  if (!text.is_ok()) return "";
+  std::string t = *text;
+  if (t.size() > max_chars) t = "..." + t.substr(t.size() - max_chars);
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+std::vector<std::string> launcher_argv(const std::string& launcher, int n) {
+  std::vector<std::string> out;
+  std::istringstream in(launcher);
+  bool placed = false;
+  for (std::string w; in >> w;) {
+    if (auto p = w.find("{n}"); p != std::string::npos) {
+      w.replace(p, 3, std::to_string(n));
+      placed = true;
+    }
+    out.push_back(w);
+  }
+  if (!placed) {
+    out.push_back("-np");
+    out.push_back(std::to_string(n));
+  }
+  return out;
+}
+
+std::string default_launcher() {
+  std::string l = "mpirun --oversubscribe";
+  if (::geteuid() == 0) l += " --allow-run-as-root";
+  return l + " -np {n}";
+}
+
+std::string git_commit() {
+  if (const char* c = std::getenv("LOOM_COMMIT"); c && *c) return c;
+  std::string cmd = std::string("git -C '") + LOOM_SOURCE_DIR + "' rev-parse --short=12 HEAD 2>/dev/null";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[128];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  if (out.empty()) return "unknown";
+  std::string dirty = std::string("git -C '") + LOOM_SOURCE_DIR + "' status --porcelain --untracked-files=no 2>/dev/null";
+  if (FILE* p = ::popen(dirty.c_str(), "r")) {
+    char buf[8];
+    if (std::fgets(buf, sizeof buf, p)) out += "+dirty";
+    ::pclose(p);
+  }
+  return out;
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+// The figures both sides have (cli/compare.h rows, with the median step).
+std::map<std::string, Figure> figures_of(const Plan& plan, const RunRecord& rec) {
+  std::map<std::string, Figure> f;
+  auto rows = compare_rows(plan, rec);
+  if (!rows.is_ok()) return f;
+  for (const ComparisonRow& r : *rows) {
+    std::string key = r.name == "step_time" ? "step_time_mean" : r.name == "step_time_median" ? "step_time" : r.name;
+    if (key.rfind("compute", 0) == 0) key = "compute";
+    else if (key.rfind("backward", 0) == 0) key = "backward";
+    else if (key.rfind("pipeline", 0) == 0) key = "pipeline_wait";
+    else if (key.rfind("peak_memory", 0) == 0) key = "peak_memory";
+    else if (key == "dp comm") key = "dp_comm";
+    f[key] = {r.predicted, r.measured};
+  }
+  // Throughput at the median step, like the step time that is checked.
+  if (f.count("tokens_per_s") && rec.step_time_median_s > 0 && rec.tokens_per_step > 0)
+    f["tokens_per_s"].measured = double(rec.tokens_per_step) / rec.step_time_median_s;
+  return f;
+}
+
+}  // namespace
+
+void print_results_table(const RegressResults& r);  // regress_check.cc
+
+int regress_run(int argc, char** argv) {
+  CLI::App app{"Run a predicted-vs-measured suite: calibrate, plan and execute every case, record the figures.",
+               "loom regress run"};
+  std::string suite_arg, out = "regress-results.json", profiles, launcher = default_launcher(), only;
+  double slowdown = 1.0, timeout_s = 900;
+  int64_t steps = 0;
+  app.add_option("suite", suite_arg, "suite file, or a name in bench/suites/ (ci, bench)")->required();
+  app.add_option("--out", out, "results file")->capture_default_str();
+  app.add_option("--profiles", profiles,
+                 "directory of calibrated profiles cal<N>.json to reuse (missing ones are measured into it); "
+                 "default: <out>.d/");
+  app.add_option("--launcher", launcher, "MPI launcher; {n} is the rank count (else -np N is appended)")
+      ->capture_default_str();
+  app.add_option("--cases", only, "comma-separated case names to run (default: all)");
+  app.add_option("--steps", steps, "override the suite's steps per case");
+  app.add_option("--timeout", timeout_s, "seconds per command before it is killed")->capture_default_str();
+  app.add_option("--test-slowdown", slowdown, "test only: passed to loom execute to slow every step by this factor")
+      ->group("");
+  if (int rc = parse_args(app, "regress run", argc, argv); rc >= 0) return rc;
+  auto suite = load_suite(suite_arg);
+  if (!suite.is_ok()) return fail("regress run", suite.status());
+  if (steps > 0) suite->steps = std::max<int64_t>(4, steps);
+  std::set<std::string> wanted;
+  for (std::istringstream in(only); in.good();) {
+    std::string n;
+    std::getline(in, n, ',');
+    if (!n.empty()) wanted.insert(n);
+  }
+  for (const std::string& n : wanted) {
+    bool known = std::any_of(suite->cases.begin(), suite->cases.end(), [&](const SuiteCase& c) { return c.name == n; });
+    if (!known) return fail("regress run", invalid_argument("--cases: no case '" + n + "' in suite " + suite->name));
+  }
+  const std::string work = out + ".d";
+  if (profiles.empty()) profiles = work;
+  std::error_code ec;
+  fs::create_directories(work, ec);
+  fs::create_directories(profiles, ec);
+  if (ec) return fail("regress run", io_error("cannot create " + profiles + ": " + ec.message()));
+  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) self = argv[0];
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  ::setenv("OMP_NUM_THREADS", std::to_string(suite->threads).c_str(), 1);
+
+  RegressResults res;
+  res.suite = suite->name;
+  res.suite_description = suite->description;
+  res.tolerance_note = suite->tolerance_note;
+  res.throughput_margin = suite->throughput_margin;
+  res.machine = this_machine();
+  res.commit = git_commit();
+  res.date = utc_now();
+  res.loom_version = loom_version();
+  res.launcher = launcher;
+  const std::string threads = std::to_string(suite->threads);
+
+  // Each world size is calibrated as itself: ranks x threads running at once.
+  std::set<int> sizes;
+  for (const SuiteCase& c : suite->cases)
+    if (wanted.empty() || wanted.count(c.name)) sizes.insert(c.ranks);
+  std::map<int, std::string> profile_of;
+  for (int n : sizes) {
+    std::string prof = profiles + "/cal" + std::to_string(n) + ".json";
+    profile_of[n] = prof;
+    if (fs::exists(prof)) {
+      std::printf("regress: reusing %s\n", prof.c_str());
+      continue;
+    }
+    std::printf("regress: calibrating %d rank(s) -> %s\n", n, prof.c_str());
+    std::fflush(stdout);
+    auto cmd = launcher_argv(launcher, n);
+    for (std::string a : {self, std::string("calibrate"), std::string("--threads"), threads, std::string("--out"), prof})
+      cmd.push_back(a);
+    std::string log = work + "/calibrate" + std::to_string(n) + ".log";
+    fs::remove(log, ec);
+    if (int rc = run_logged(cmd, log, timeout_s); rc != 0)
+      return fail("regress run", internal_error("`" + join(cmd) + "` exited " + std::to_string(rc) + ":\n" + tail_of(log)));
+  }
+
+  bool all_ran = true;
+  for (const SuiteCase& c : suite->cases) {
+    if (!wanted.empty() && !wanted.count(c.name)) continue;
+    CaseResult cr;
+    cr.name = c.name;
+    cr.ranks = c.ranks;
+    cr.layout = c.layout;
+    cr.model = c.model + (c.scale.empty() ? "" : " (" + c.scale + ")");
+    cr.tolerances = c.tolerances;
+    std::printf("regress: %-12s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
+    std::fflush(stdout);
+    const std::string plan_path = work + "/" + c.name + ".plan.json", rec_path = work + "/" + c.name + ".run.json",
+                      log = work + "/" + c.name + ".log";
+    fs::remove(log, ec);
+    fs::remove(rec_path, ec);
+    std::vector<std::string> plan_cmd = {self, "plan", "--model", c.model, "--hw", profile_of[c.ranks], "--gpus",
+                                         std::to_string(c.ranks), "--global-batch", std::to_string(c.global_batch),
+                                         "--seq", std::to_string(c.seq), "--precision", c.precision, "--layout",
+                                         c.layout, "--steps", std::to_string(suite->steps), "--out", plan_path};
+    if (!c.scale.empty()) {
+      plan_cmd.push_back("--scale");
+      plan_cmd.push_back(c.scale);
+    }
+    if (int rc = run_logged(plan_cmd, log, timeout_s); rc != 0) {
+      cr.error = "loom plan exited " + std::to_string(rc) + ": " + tail_of(log);
+    } else {
+      auto cmd = launcher_argv(launcher, c.ranks);
+      for (std::string a : {self, std::string("execute"), plan_path, std::string("--threads"), threads,
+                            std::string("--quiet"), std::string("--record"), rec_path})
+        cmd.push_back(a);
+      if (slowdown != 1.0) {
+        cmd.push_back("--test-slowdown");
+        cmd.push_back(std::to_string(slowdown));
+      }
+      if (int rc = run_logged(cmd, log, timeout_s); rc != 0) {
+        cr.error = "loom execute exited " + std::to_string(rc) + (rc == 124 ? " (timed out)" : "") + ": " + tail_of(log);
+      } else {
+        auto plan = load_plan(plan_path);
+        auto rec = load_run_record(rec_path);
+        if (!plan.is_ok()) cr.error = plan.status().message();
+        else if (!rec.is_ok()) cr.error = rec.status().message();
+        else cr.figures = figures_of(*plan, *rec);
+        if (cr.error.empty() && !cr.figures.count("step_time")) cr.error = "the plan has no prediction to compare";
+      }
+    }
+    if (!cr.error.empty()) {
+      all_ran = false;
+      std::fprintf(stderr, "regress: case %s failed: %s\n", c.name.c_str(), cr.error.c_str());
+    }
+    res.cases.push_back(std::move(cr));
+  }
+  if (Status s = write_text_file(out, results_to_json(res)); !s.is_ok()) return fail("regress run", s);
+  print_results_table(res);
+  std::printf("results written to %s (plans, run records and logs in %s/); check them with `loom regress check %s`\n",
+              out.c_str(), work.c_str(), out.c_str());
+  return all_ran ? 0 : 1;
+}
+
+int cmd_regress(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "run") return regress_run(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "check") return regress_check(argc - 1, argv + 1);
+  bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
+  std::fprintf(help ? stdout : stderr,
+               "usage: loom regress run SUITE [--out results.json] [--profiles DIR] [--launcher CMD] [--cases a,b]\n"
+               "       loom regress check results.json [--baselines DIR] [--update-baseline] [--plot out.svg]\n"
+               "SUITE is a file or a name in bench/suites/ (ci, bench); `loom regress run --help` has the details.\n");
+  return help ? 0 : 2;
+}
+
+}  // namespace loom::cli
