@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <iostream>
+#include <memory>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -17,7 +18,7 @@
 #include "cli/parse_args.h"
 #include "core/hw_profile.h"
 #include "core/json_util.h"
-#include "exec/backend/cpu_ops.h"
+#include "exec/backend/kernel_bench.h"
 #include "exec/comm/self_communicator.h"
 #ifdef LOOM_HAVE_MPI
 #include "exec/comm/mpi_communicator.h"
@@ -34,6 +35,7 @@ struct CalibArgs {
   std::string name = "cpu-calibrated";
   int threads = 1;
   bool quick = false;
+  std::string backend = "cpu";
 };
 
 // Median seconds per call of `fn` over samples lasting at least `min_s` in
@@ -43,13 +45,15 @@ struct CalibArgs {
 // short call often runs unpreempted at full speed, while a training step runs
 // at the shared rate that whole samples see.
 template <typename Fn>
-Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spread, double sample_s) {
+Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spread, double sample_s,
+                       exec::KernelBench* device = nullptr) {
   // The first sample sizes itself by a probe call (at most 16 calls: an
   // unpreempted probe can be far faster than the shared rate); later ones by
   // the previous sample's time per call. The slowest rank decides.
   LOOM_RETURN_IF_ERROR(w.barrier());
   auto t0 = Clock::now();
   LOOM_RETURN_IF_ERROR(fn());  // probe (also warms up)
+  if (device) device->synchronize();
   double per_call = std::chrono::duration<double>(Clock::now() - t0).count();
   double cap = 16;
   std::vector<double> t;
@@ -62,6 +66,7 @@ Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spr
     LOOM_RETURN_IF_ERROR(w.barrier());
     auto s0 = Clock::now();
     for (int64_t i = 0; i < calls; ++i) LOOM_RETURN_IF_ERROR(fn());
+    if (device) device->synchronize();
     per_call = std::chrono::duration<double>(Clock::now() - s0).count() / double(calls);
     t.push_back(per_call);
     // Every rank must run the same number of samples: decide together.
@@ -83,51 +88,38 @@ struct Point {
 
 }  // namespace
 
-static int calibrate(exec::Communicator& w, const CalibArgs& a) {
+static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
   const bool lead = w.rank() == 0;
   const int n = w.size();
-  cpu::set_num_threads(a.threads);
+  double spread_ = 0;
   const double min_s = a.quick ? 0.05 : 0.25;
   const double sample_s = a.quick ? 0.004 : 0.02;
   double worst_spread = 0;
   auto note = [&](double s) { worst_spread = std::max(worst_spread, s); };
 
   // --- GEMM throughput over transformer shapes (tokens x out x in) --------------
-  const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const size_t cold_set_bytes = std::max<size_t>({4 * size_t(std::max(0L, l2)), size_t(std::max(0L, l3)), 8u << 20});
+  // A training step runs each weight GEMM three ways (forward, input and
+  // weight gradient): time the three with the same work and take their mean.
+  // In a layer one operand of each GEMM was just produced by the kernel before
+  // it and is in cache (x forward, dy backward) while the other and the output
+  // were last touched a layer ago: the bench keeps the first hot and rotates
+  // the others through bench.cold_set_bytes(). Timing one hot set of matrices
+  // overstated small GEMMs by 10-25% here; all-cold understated them.
+  auto timed = [&](const exec::KernelBench::Run& run, double budget) {
+    return time_it(w, [&] { run(); return Status::ok(); }, budget, &spread_, sample_s, &bench);
+  };
   std::vector<Point> points;
   const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
   for (int64_t m : {64, 256, 1024, 4096}) {
     for (int64_t nk : dims) {
       for (int64_t k : {nk, 4 * nk}) {
         if (m * nk * k > (a.quick ? 1LL << 31 : 1LL << 33)) continue;
-        // A training step runs each weight GEMM three ways: forward y = x W^T
-        // (NT), input gradient dx = dy W (NN) and weight gradient dW = dy^T x
-        // (TN). Time the three with the same work and take their mean.
-        // In a layer the operands are not in the core's cache (the weights were
-        // last touched a layer ago, the activations by other kernels), so the
-        // repetitions rotate through copies spanning the last-level cache
-        // (at least 4x L2): timing one hot set of matrices overstates small GEMMs by 10-25%.
-        const size_t a_n = size_t(std::max(m, nk) * std::max(m, k)), b_n = size_t(std::max(nk, m) * std::max(k, nk)),
-                     c_n = size_t(std::max(m, nk) * std::max(nk, k));
-        const size_t copies = std::clamp<size_t>(cold_set_bytes / (sizeof(float) * (a_n + b_n + c_n)) + 1, 1, 64);
-        std::vector<std::vector<float>> A(copies, std::vector<float>(a_n, 0.5f));
-        std::vector<std::vector<float>> B(copies, std::vector<float>(b_n, 0.25f));
-        std::vector<std::vector<float>> C(copies, std::vector<float>(c_n, 0.f));
-        size_t rep = 0;
-        double spread = 0, total = 0;
-        for (int mode = 0; mode < 3; ++mode) {
-          auto t = time_it(w, [&] {
-            const size_t i = rep++ % copies;
-            const float *pa = A[i].data(), *pb = B[i].data();
-            float* pc = C[i].data();
-            if (mode == 0) cpu::gemm(false, true, m, nk, k, 1.f, pa, pb, 0.f, pc);   // x W^T
-            if (mode == 1) cpu::gemm(false, false, m, k, nk, 1.f, pa, pb, 0.f, pc);  // dy W
-            if (mode == 2) cpu::gemm(true, false, nk, k, m, 1.f, pa, pb, 1.f, pc);   // dy^T x
-            return Status::ok();
-          }, min_s / 8, &spread, sample_s);
+        exec::KernelBench::GemmRuns g = bench.gemm(m, nk, k, bench.cold_set_bytes());
+        double total = 0;
+        for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
+          auto t = timed(*run, min_s / 8);
           if (!t.is_ok()) return fail("calibrate", t.status());
-          note(spread);
+          note(spread_);
           total += *t;
         }
         points.push_back({2.0 * m * nk * k, 3 * 2.0 * m * nk * k / total});
@@ -152,14 +144,9 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
 
   // --- memory bandwidth (triad: 2 reads + 1 write) --------------------------------
   const size_t elems = size_t(a.quick ? 1 << 22 : 1 << 24);
-  std::vector<float> x(elems, 1.f), y(elems, 2.f), z(elems, 0.f);
-  double spread = 0;
-  auto tri = time_it(w, [&] {
-    for (size_t i = 0; i < elems; ++i) z[i] = x[i] + 0.5f * y[i];
-    return Status::ok();
-  }, min_s, &spread, sample_s);
+  auto tri = timed(bench.triad(elems), min_s);
   if (!tri.is_ok()) return fail("calibrate", tri.status());
-  note(spread);
+  note(spread_);
   const double mem_bw = 3.0 * elems * sizeof(float) / *tri;
 
   // --- elementwise kernels as a layer runs them ------------------------------------
@@ -172,30 +159,13 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
   double elem_bw = 0;
   {
     const int64_t N = 2048, C = 256, F = 4 * C;
-    std::vector<float> xa(size_t(N * F), 0.3f), xb(size_t(N * F), 0.7f), xc(size_t(N * F), 0.f);
-    std::vector<float> wv(size_t(C), 1.f), bv(size_t(C), 0.f), dwv(size_t(C), 0.f), dbv(size_t(C), 0.f);
-    std::vector<float> mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
-    for (size_t i = 0; i < xa.size(); ++i) xa[i] = float(int(i % 97) - 48) / 32.f;
-    auto layer_fwd = [&] {
-      for (int r = 0; r < 2; ++r) cpu::layernorm_forward(xa.data(), wv.data(), bv.data(), xc.data(), mean.data(),
-                                                        rstd.data(), N, C, 1e-5f);
-      for (int r = 0; r < 2; ++r) cpu::add_inplace(xc.data(), xb.data(), N * C);
-      cpu::gelu_forward(xa.data(), xc.data(), N * F);
-      return Status::ok();
-    };
-    auto layer_bwd = [&] {
-      for (int r = 0; r < 2; ++r) cpu::layernorm_backward(xb.data(), xa.data(), wv.data(), mean.data(), rstd.data(),
-                                                         xc.data(), dwv.data(), dbv.data(), N, C);
-      for (int r = 0; r < 2; ++r) cpu::add_inplace(xc.data(), xb.data(), N * C);
-      cpu::gelu_backward(xb.data(), xa.data(), xc.data(), N * F);
-      return Status::ok();
-    };
-    auto tf = time_it(w, layer_fwd, min_s / 2, &spread, sample_s);
+    exec::KernelBench::FwdBwd layer = bench.layer_elementwise(N, C, F);
+    auto tf = timed(layer.forward, min_s / 2);
     if (!tf.is_ok()) return fail("calibrate", tf.status());
-    note(spread);
-    auto tb = time_it(w, layer_bwd, min_s / 2, &spread, sample_s);
+    note(spread_);
+    auto tb = timed(layer.backward, min_s / 2);
     if (!tb.is_ok()) return fail("calibrate", tb.status());
-    note(spread);
+    note(spread_);
     const double fwd_bytes = double(sizeof(float)) * (2 * 2 * N * C + 2 * 3 * N * C + 2 * N * F);
     elem_bw = 3 * fwd_bytes / (*tf + *tb);  // forward bytes + backward (twice as many)
   }
@@ -205,17 +175,9 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
   double opt_bw = 0;
   {
     const int64_t np = a.quick ? (1 << 20) : (1 << 22);
-    std::vector<float> prm(size_t(np), 0.1f), grd(size_t(np), 0.01f), m1(size_t(np), 0.f), m2(size_t(np), 0.f);
-    int64_t step = 0;
-    auto t_opt = time_it(w, [&] {
-      volatile double sq = cpu::sum_squares(grd.data(), np);
-      (void)sq;
-      cpu::adamw_update(prm.data(), grd.data(), m1.data(), m2.data(), np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
-      std::fill(grd.begin(), grd.end(), 0.01f);  // the executor zeroes the gradients for the next step
-      return Status::ok();
-    }, min_s / 2, &spread, sample_s);
+    auto t_opt = timed(bench.optimizer_step(np), min_s / 2);
     if (!t_opt.is_ok()) return fail("calibrate", t_opt.status());
-    note(spread);
+    note(spread_);
     opt_bw = 32.0 * double(np) / *t_opt;
   }
   // The profile's bandwidth is the best streaming rate seen (kernels running in
@@ -237,27 +199,13 @@ static int calibrate(exec::Communicator& w, const CalibArgs& a) {
     const int64_t H = 4;
     const double head_flops = 4.0 * S * S * D * double(S + 1) / double(2 * S);
     const int64_t B = std::max<int64_t>(1, int64_t(std::ceil(6e7 / head_flops / H)));
-    const size_t n_act = size_t(B * S * H * D);
-    std::vector<float> q(n_act), k(n_act), v(n_act), o(n_act), dout(n_act, 0.01f), dq(n_act), dk(n_act), dv(n_act);
-    std::vector<float> lse(size_t(B * H * S));
-    for (size_t i = 0; i < n_act; ++i) {
-      q[i] = float(int(i % 13) - 6) / 8.f;
-      k[i] = float(int(i % 11) - 5) / 8.f;
-      v[i] = float(int(i % 7) - 3) / 8.f;
-    }
-    auto tf = time_it(w, [&] {
-      cpu::attention_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), B, S, H, H, D);
-      return Status::ok();
-    }, min_s / 8, &spread, sample_s);
+    exec::KernelBench::FwdBwd att = bench.attention(B, S, H, D);
+    auto tf = timed(att.forward, min_s / 8);
     if (!tf.is_ok()) return fail("calibrate", tf.status());
-    note(spread);
-    auto tb = time_it(w, [&] {
-      cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), dq.data(), dk.data(),
-                              dv.data(), B, S, H, H, D);
-      return Status::ok();
-    }, min_s / 8, &spread, sample_s);
+    note(spread_);
+    auto tb = timed(att.backward, min_s / 8);
     if (!tb.is_ok()) return fail("calibrate", tb.status());
-    note(spread);
+    note(spread_);
     att_points.push_back({head_flops, head_flops * double(B * H) / *tf});
     att_bwd_ratio.push_back(*tb / *tf);
   }
@@ -379,18 +327,28 @@ int cmd_calibrate(int argc, char** argv) {
   app.add_option("--name", a.name, "profile name")->capture_default_str();
   app.add_option("--threads", a.threads, "compute threads per rank, as `loom execute --threads`")->capture_default_str();
   app.add_flag("--quick", a.quick, "shorter measurements (tests)");
+  app.add_option("--backend", a.backend, "compute backend whose kernels are measured: cpu (cuda: with the CUDA backend)")
+      ->capture_default_str();
   if (int rc = parse_args(app, "calibrate", argc, argv); rc >= 0) return rc;
   if (a.threads < 1) return fail("calibrate", invalid_argument("--threads must be >= 1"));
+  // The kernels come from the compute backend, the collectives from the
+  // communicator: a CUDA build adds cuBLAS/NCCL behind the same interfaces.
+  std::unique_ptr<exec::KernelBench> bench;
+  if (a.backend == "cpu") bench = exec::make_cpu_kernel_bench(a.threads);
+  else if (a.backend == "cuda")
+    return fail("calibrate", unsupported("--backend cuda: the CUDA backend is not built yet; until it is, calibrate "
+                                         "measures CPU ranks (--backend cpu)"));
+  else return fail("calibrate", invalid_argument("--backend '" + a.backend + "' is not one of: cpu, cuda"));
 #ifdef LOOM_HAVE_MPI
   auto world = exec::mpi_world(&argc, &argv);
   if (!world.is_ok()) return fail("calibrate", world.status());
-  int rc = calibrate(**world, a);
+  int rc = calibrate(**world, *bench, a);
   world->reset();
   exec::mpi_finalize();
   return rc;
 #else
   auto world = exec::make_self_communicator("world");
-  return calibrate(*world, a);
+  return calibrate(*world, *bench, a);
 #endif
 }
 

@@ -64,17 +64,17 @@ Status save_baseline(const std::string& path, const RegressResults& r, Baseline 
 void print_results_table(const RegressResults& r) {
   std::printf("\n%s suite on %s (%s), commit %s, %s\n", r.suite.c_str(), r.machine.key.c_str(), r.machine.hostname.c_str(),
               r.commit.c_str(), r.date.c_str());
-  std::printf("%-12s %5s  %-34s %11s %11s %7s %7s %7s %7s %8s\n", "case", "ranks", "layout", "predicted", "measured",
+  std::printf("%-16s %5s  %-34s %11s %11s %7s %7s %7s %7s %8s\n", "case", "ranks", "layout", "predicted", "measured",
               "error", "fwd", "bwd", "optim", "tok/s");
   for (const CaseResult& c : r.cases) {
     if (!c.error.empty()) {
-      std::printf("%-12s %5d  %-34s  did not run: %.80s\n", c.name.c_str(), c.ranks, c.layout.c_str(), c.error.c_str());
+      std::printf("%-16s %5d  %-34s  did not run: %.80s\n", c.name.c_str(), c.ranks, c.layout.c_str(), c.error.c_str());
       continue;
     }
     auto fig = [&](const char* k) { return c.figures.count(k) ? c.figures.at(k) : Figure{}; };
     auto err = [&](const char* k) { return c.figures.count(k) ? pct(c.figures.at(k).rel_error()) : std::string("-"); };
     Figure st = fig("step_time");
-    std::printf("%-12s %5d  %-34s %9.1fms %9.1fms %7s %7s %7s %7s %8.0f\n", c.name.c_str(), c.ranks, c.layout.c_str(),
+    std::printf("%-16s %5d  %-34s %9.1fms %9.1fms %7s %7s %7s %7s %8.0f\n", c.name.c_str(), c.ranks, c.layout.c_str(),
                 st.predicted * 1e3, st.measured * 1e3, pct(st.rel_error()).c_str(), err("forward").c_str(),
                 err("backward").c_str(), err("optimizer").c_str(), fig("tokens_per_s").measured);
   }
@@ -135,7 +135,7 @@ int regress_check(int argc, char** argv) {
   }
 
   std::vector<std::string> failures;
-  std::printf("\n%-12s %-14s %9s %9s  %s\n", "case", "figure", "error", "allowed", "verdict");
+  std::printf("\n%-16s %-14s %9s %9s  %s\n", "case", "figure", "error", "allowed", "verdict");
   for (const CaseResult& c : res->cases) {
     if (!c.error.empty()) {
       failures.push_back(c.name + ": did not run (" + c.error.substr(0, 200) + ")");
@@ -148,7 +148,7 @@ int regress_check(int argc, char** argv) {
       }
       double e = c.figures.at(k).rel_error();
       bool ok = std::fabs(e) <= tol;
-      std::printf("%-12s %-14s %9s %8s%%  %s\n", c.name.c_str(), k.c_str(), pct(e).c_str(),
+      std::printf("%-16s %-14s %9s %8s%%  %s\n", c.name.c_str(), k.c_str(), pct(e).c_str(),
                   ("±" + std::to_string(int(std::lround(100 * tol)))).c_str(), ok ? "ok" : "FAIL");
       if (!ok)
         failures.push_back(c.name + ": " + k + " predicted " + pct(e) + " off (measured / predicted - 1), allowed ±" +
@@ -158,7 +158,7 @@ int regress_check(int argc, char** argv) {
       double was = base.tokens_per_s.at(c.name), now = c.figures.at("tokens_per_s").measured;
       double change = now / was - 1;
       bool ok = change >= -margin;
-      std::printf("%-12s %-14s %9s %8s%%  %s (baseline %.0f tok/s, commit %s)\n", c.name.c_str(), "throughput",
+      std::printf("%-16s %-14s %9s %8s%%  %s (baseline %.0f tok/s, commit %s)\n", c.name.c_str(), "throughput",
                   pct(change).c_str(), ("-" + std::to_string(int(std::lround(100 * margin)))).c_str(), ok ? "ok" : "FAIL",
                   was, base.commit.c_str());
       if (!ok)

@@ -324,7 +324,7 @@ int regress_run(int argc, char** argv) {
     cr.layout = c.layout;
     cr.model = c.model + (c.scale.empty() ? "" : " (" + c.scale + ")");
     cr.tolerances = c.tolerances;
-    std::printf("regress: %-12s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
+    std::printf("regress: %-16s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
     std::fflush(stdout);
     const std::string plan_path = work + "/" + c.name + ".plan.json", rec_path = work + "/" + c.name + ".run.json",
                       log = work + "/" + c.name + ".log";

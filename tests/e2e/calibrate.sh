@@ -44,4 +44,9 @@ print("profile ok:", a["peak_fp32_tflops"] * 1e3, "GFLOP/s per rank,", n["intra_
 PY
 "$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=256 --hw "$tmp/t.json" --gpus 2 \
   --global-batch 8 --seq 32 --json >/dev/null || { echo "FAIL: plan with the calibrated profile"; exit 1; }
+# A backend this build lacks is refused before anything runs, naming the fix.
+"$loom" calibrate --backend cuda >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc = 2 ] && grep -q "backend cpu" "$tmp/e" || { cat "$tmp/e"; echo "FAIL: --backend cuda (rc $rc)"; exit 1; }
+"$loom" calibrate --backend tpu >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc = 2 ] && grep -q "'tpu' is not one of" "$tmp/e" || { cat "$tmp/e"; echo "FAIL: --backend tpu (rc $rc)"; exit 1; }
 echo "PASS"

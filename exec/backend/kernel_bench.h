@@ -1,0 +1,58 @@
+// KernelBench: the microbenchmarks `loom calibrate` times, one implementation
+// per compute backend (CPU now; the CUDA backend adds cuBLAS GEMMs and its own
+// kernels behind the same calls). Collectives are timed through the
+// Communicator interface (MPI now, NCCL with the CUDA backend).
+//
+// Each factory call allocates what its kernel needs and returns callables
+// that run ONE call of it; they own their buffers. On an asynchronous device
+// the calls only enqueue work: the caller runs synchronize() before reading
+// the clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace loom::exec {
+
+class KernelBench {
+ public:
+  using Run = std::function<void()>;
+  // A weight GEMM the three ways a training step runs it: forward y = x W^T,
+  // input gradient dx = dy W, weight gradient dW += dy^T x (same FLOPs).
+  struct GemmRuns {
+    Run forward, dgrad, wgrad;
+  };
+  struct FwdBwd {
+    Run forward, backward;
+  };
+
+  virtual ~KernelBench() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  // Bytes the cold operands rotate through so that they miss the caches, as
+  // they do in a layer (CPU: the last-level cache, at least 4x L2).
+  virtual size_t cold_set_bytes() const = 0;
+  // m tokens x n outputs x k inputs. The operand a layer has just produced
+  // (x forward, dy backward) stays hot; the other and the output rotate
+  // through copies spanning `cold_bytes`.
+  virtual GemmRuns gemm(int64_t m, int64_t n, int64_t k, size_t cold_bytes) = 0;
+  // z = x + 0.5 y over `elems` floats (STREAM triad: 12 bytes per element).
+  virtual Run triad(size_t elems) = 0;
+  // A layer's elementwise kernels on `rows` tokens: two layernorms and two
+  // residual adds of width `hidden`, the activation over `ffn` (forward), and
+  // their backward.
+  virtual FwdBwd layer_elementwise(int64_t rows, int64_t hidden, int64_t ffn) = 0;
+  // The optimizer step over `params` fp32 parameters: gradient norm, AdamW,
+  // gradient zeroing.
+  virtual Run optimizer_step(int64_t params) = 0;
+  // Causal attention (fused softmax) over batch x seq x heads x head_dim.
+  virtual FwdBwd attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) = 0;
+  virtual void synchronize() = 0;
+};
+
+// The CPU backend's kernels (exec/backend/cpu_ops.h) on `threads` threads.
+std::unique_ptr<KernelBench> make_cpu_kernel_bench(int threads);
+
+}  // namespace loom::exec
