@@ -175,6 +175,15 @@ int cmd_plan(int argc, char** argv) {
   train.precision = *prec;
   if (Status s = validate_train_spec(train); !s.is_ok()) return fail("plan", s);
   if (a.gpus < 1) return fail("plan", invalid_argument("--gpus=" + std::to_string(a.gpus) + " must be >= 1"));
+  // A calibrated CPU profile holds per-rank figures for the number of ranks
+  // that shared the machine while it was measured; another count shares the
+  // cores differently.
+  if (hw->is_cpu() && hw->node.fabric == "shm" && hw->node.source.find("loom calibrate") != std::string::npos &&
+      a.gpus != hw->node.devices_per_node)
+    std::fprintf(stderr,
+                 "loom plan: warning: %s was calibrated as %d rank(s) sharing one machine, not %d; per-rank speed "
+                 "differs with the number of ranks: calibrate with `mpirun -np %d loom calibrate`\n",
+                 hw->name.c_str(), hw->node.devices_per_node, a.gpus, a.gpus);
   if (a.top < 0 || a.pick < 0) return fail("plan", invalid_argument("--top and --pick must be >= 0"));
   if (train.precision == Precision::kFp8 && hw->accel.peak_fp8_flops <= 0)
     return fail("plan", invalid_argument("--precision fp8: " + hw->name + " (" + hw->accel.name +
