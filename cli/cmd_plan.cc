@@ -9,6 +9,7 @@
 #include "core/json_util.h"
 #include "core/plan.h"
 #include "sim/export.h"
+#include "sim/plan_request.h"
 #include "sim/report.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
@@ -148,9 +149,6 @@ int cmd_plan(int argc, char** argv) {
     return fail("plan", invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron or deepspeed"));
   if (!a.export_kind.empty() && a.json)
     return fail("plan", invalid_argument("--export and --json both print to stdout; use one of them"));
-  if (a.dropout < -1 || a.dropout > 1)
-    return fail("plan", invalid_argument("--dropout " + std::to_string(a.dropout) +
-                                         " must be -1 (from the model family), 0 (off) or 1 (on)"));
   auto model = load_model_spec(a.model);
   if (!model.is_ok()) return fail("plan", model.status());
   if (!a.scale.empty()) {
@@ -162,41 +160,32 @@ int cmd_plan(int argc, char** argv) {
   }
   auto hw = load_hw_profile(a.hw);
   if (!hw.is_ok()) return fail("plan", hw.status());
-  TrainSpec train;
-  train.global_batch = a.global_batch;
-  train.seq_len = a.seq;
-  train.steps = a.steps;
-  train.lr = a.lr;
-  train.min_lr = a.lr / 10;
-  train.warmup_steps = a.warmup;
-  train.seed = a.seed;
-  auto prec = parse_precision(a.precision);
-  if (!prec.is_ok()) return fail("plan", prec.status());
-  train.precision = *prec;
-  if (Status s = validate_train_spec(train); !s.is_ok()) return fail("plan", s);
-  if (a.gpus < 1) return fail("plan", invalid_argument("--gpus=" + std::to_string(a.gpus) + " must be >= 1"));
+  PlanRequest req;
+  req.gpus = a.gpus;
+  req.global_batch = a.global_batch;
+  req.seq = a.seq;
+  req.precision = a.precision;
+  req.steps = a.steps;
+  req.lr = a.lr;
+  req.warmup = a.warmup;
+  req.seed = a.seed;
+  req.flash_attention = !a.no_flash;
+  req.fp32_main_grads = a.fp32_main_grads;
+  req.dropout = a.dropout;
+  auto train_r = make_train_spec(req, *hw);
+  if (!train_r.is_ok()) return fail("plan", train_r.status());
+  const TrainSpec train = *train_r;
   // A calibrated CPU profile holds per-rank figures for the number of ranks
   // that shared the machine while it was measured; another count shares the
   // cores differently.
-  if (hw->is_cpu() && hw->node.fabric == "shm" && hw->node.source.find("loom calibrate") != std::string::npos &&
+  if (hw->is_cpu() && hw->node.fabric == "shm" && hw->node.source.rfind("measured by `loom calibrate`", 0) == 0 &&
       a.gpus != hw->node.devices_per_node)
     std::fprintf(stderr,
                  "loom plan: warning: %s was calibrated as %d rank(s) sharing one machine, not %d; per-rank speed "
                  "differs with the number of ranks: calibrate with `mpirun -np %d loom calibrate`\n",
                  hw->name.c_str(), hw->node.devices_per_node, a.gpus, a.gpus);
   if (a.top < 0 || a.pick < 0) return fail("plan", invalid_argument("--top and --pick must be >= 0"));
-  if (train.precision == Precision::kFp8 && hw->accel.peak_fp8_flops <= 0)
-    return fail("plan", invalid_argument("--precision fp8: " + hw->name + " (" + hw->accel.name +
-                                          ") has no fp8 tensor cores; use bf16"));
-  SimOptions opt;
-  opt.flash_attention = !a.no_flash;
-  opt.fp32_main_grads = a.fp32_main_grads;
-  opt.dropout = a.dropout;
-  if (hw->is_cpu()) {
-    // CPU ranks: no device context or allocator pool to reserve for.
-    opt.runtime_reserve_bytes = 0;
-    opt.flash_attention = true;  // the CPU attention kernel keeps no s*s scores
-  }
+  const SimOptions opt = make_sim_options(req, *hw);
   Evaluator eval(*model, *hw, train, opt);
 
   if (!a.layout.empty()) {

@@ -5,21 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "core/plan.h"
-#include "core/run_record.h"
+#include "core/compare.h"
 
 namespace loom::cli {
 
-struct ComparisonRow {
-  std::string name;     // "step_time", "compute", ...
-  std::string unit;     // "s", "tokens/s", "bytes"
-  double predicted = 0;
-  double measured = 0;
-  double rel_error() const { return predicted != 0 ? measured / predicted - 1 : 0; }
-};
+using loom::ComparisonRow;
+using loom::compare_rows;
 
-// Errors: the prediction is missing or is for another plan (hash mismatch).
-Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& record);
 std::string format_comparison(const Plan& plan, const RunRecord& record);
 // {"step_time_s": {...}, "step_time_rel_error": ..., ...}
 std::string comparison_json(const std::vector<ComparisonRow>& rows);

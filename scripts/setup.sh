@@ -8,7 +8,8 @@ BUILD_DIR=${1:-build}
 PKGS=(cmake ninja-build g++ pkg-config
       nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
       libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev
-      libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev libhdf5-dev)
+      libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev libhdf5-dev
+      qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libxkbcommon-dev libgl-dev fonts-dejavu-core)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,5 +30,7 @@ if command -v python3 >/dev/null && ! python3 -c "import moto.server, flask, bot
 fi
 
 JOBS=$(nproc 2>/dev/null || echo 2)
+# The GUI builds when Qt6 is present (it is, after the packages above);
+# -DLOOM_BUILD_GUI=OFF skips it.
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -1,0 +1,96 @@
+// loom-gui's window: inputs on the left, the views in tabs, actions in the
+// menus. Every input change re-evaluates the layout at once.
+#pragma once
+
+#include <QMainWindow>
+#include <functional>
+
+#include "gui/planner_session.h"
+#include "gui/search_panel.h"
+#include "gui/views.h"
+
+QT_BEGIN_NAMESPACE
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QPlainTextEdit;
+class QProcess;
+class QSpinBox;
+class QTabWidget;
+QT_END_NAMESPACE
+
+namespace loom::gui {
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  // `remember`: read and write QSettings (off in tests).
+  explicit MainWindow(bool remember = true, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  PlannerSession& session() { return session_; }
+  // Error reporting: a dialog by default; tests install a sink.
+  std::function<void(const QString& title, const QString& message)> error_sink;
+
+  // Actions, also used by tests and --screenshot.
+  bool open_model(const QString& path_or_name);
+  bool open_hw(const QString& path_or_name);
+  void set_layout_text(const QString& layout);  // "dp=2,tp=4,..." into the controls
+  void set_gpus(int gpus);
+  void set_batch(int global_batch, int seq, const QString& precision);
+  bool save_plan(const QString& path);
+  bool export_trace(const QString& path);
+  bool export_text(const QString& path, const QString& kind);  // "megatron" | "deepspeed"
+  bool export_view(const QString& path);                       // current tab, .png or .svg
+  bool load_run_record(const QString& path);
+  void pin_current();
+  void start_search();
+  bool save_screenshots(const QString& dir);
+  bool run_locally(int ranks);
+
+  QString status_text() const;
+  QTabWidget* tabs() const { return tabs_; }
+  MemoryView* memory_view() const { return memory_; }
+  BreakdownView* breakdown_view() const { return breakdown_; }
+  TrafficView* traffic_view() const { return traffic_; }
+  TimelineView* timeline_view() const { return timeline_; }
+  SearchPanel* search_panel() const { return search_; }
+  ScatterView* scatter_view() const { return scatter_; }
+  HeatmapView* heatmap_view() const { return heatmap_; }
+  CompareView* compare_view() const { return compare_; }
+  MeasuredView* measured_view() const { return measured_; }
+
+ signals:
+  void evaluated();
+  void run_finished(int exit_code);
+
+ private:
+  void build_inputs();
+  void build_menus();
+  void read_controls();
+  void write_controls();
+  void reevaluate();
+  void error(const QString& title, const QString& message);
+
+  PlannerSession session_;
+  bool remember_;
+  bool updating_ = false;
+  QComboBox *model_box_, *hw_box_, *precision_, *zero_, *schedule_, *recompute_;
+  QSpinBox *gpus_, *batch_, *seq_, *dp_, *tp_, *pp_, *ep_, *micro_, *v_;
+  QCheckBox *sp_, *overlap_grad_, *overlap_param_;
+  QLabel* status_;
+  QTabWidget* tabs_;
+  MemoryView* memory_;
+  BreakdownView* breakdown_;
+  TrafficView* traffic_;
+  TimelineView* timeline_;
+  SearchPanel* search_;
+  ScatterView* scatter_;
+  HeatmapView* heatmap_;
+  CompareView* compare_;
+  MeasuredView* measured_;
+  QPlainTextEdit* log_;
+  QProcess* proc_ = nullptr;
+};
+
+}  // namespace loom::gui

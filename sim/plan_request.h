@@ -1,0 +1,36 @@
+// What `loom plan` and the GUI turn their inputs into before simulating: the
+// training spec and the modelling options, built one way for both so the GUI
+// shows the numbers `loom plan --layout ... --json` prints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/hw_profile.h"
+#include "core/status.h"
+#include "core/train_spec.h"
+#include "sim/sim_options.h"
+
+namespace loom {
+
+struct PlanRequest {
+  int gpus = 64;
+  int64_t global_batch = 512;
+  int64_t seq = 4096;
+  std::string precision = "bf16";
+  int64_t steps = 0;
+  double lr = 3e-4;
+  int64_t warmup = 0;
+  uint64_t seed = 1234;
+  bool flash_attention = true;
+  bool fp32_main_grads = false;
+  int dropout = -1;  // -1: from the model family, 0 off, 1 on
+};
+
+// Errors name the field: sizes, precision, fp8 on hardware without it, gpus.
+Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw);
+// CPU profiles reserve no device runtime and always use the flash-style
+// attention kernel (the CPU kernel keeps no s x s scores).
+SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw);
+
+}  // namespace loom
