@@ -1,5 +1,13 @@
 // Table views: traffic per link class, pinned layouts, measured vs predicted.
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
 #include <QHeaderView>
+#include <QVBoxLayout>
+#include <QValueAxis>
+#include <algorithm>
 #include <cmath>
 
 #include "gui/views.h"
@@ -88,31 +96,76 @@ void CompareView::pin(const SimResult& r) {
 
 void CompareView::clear_pins() { setColumnCount(0); }
 
-MeasuredView::MeasuredView(QWidget* parent) : QTableWidget(parent) {
-  setColumnCount(4);
-  setHorizontalHeaderLabels({"phase", "predicted", "measured", "error"});
-  horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  verticalHeader()->hide();
+MeasuredView::MeasuredView(QWidget* parent)
+    : QWidget(parent), view_(new QChartView(new QChart(), this)), table_(new QTableWidget(this)) {
+  auto* lay = new QVBoxLayout(this);
+  lay->addWidget(view_, 3);
+  lay->addWidget(table_, 2);
+  view_->setRenderHint(QPainter::Antialiasing);
+  view_->chart()->setAnimationOptions(QChart::NoAnimation);
+  view_->chart()->setTitle("Load a run record (Run menu) to compare it with the prediction");
+  table_->setColumnCount(4);
+  table_->setHorizontalHeaderLabels({"phase", "predicted", "measured", "error"});
+  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  table_->verticalHeader()->hide();
 }
 
 void MeasuredView::show_rows(const std::vector<std::tuple<std::string, double, double>>& rows, const QString& t) {
   title = t;
-  setRowCount(0);
-  for (const auto& [name, pred, meas] : rows) {
-    const int row = rowCount();
-    insertRow(row);
-    setItem(row, 0, cell(QString::fromStdString(name), false));
-    const bool secs = name.find("tokens") == std::string::npos && name.find("memory") == std::string::npos;
-    auto fmt = [&](double v) {
-      return secs ? hs(v) : name.find("memory") != std::string::npos ? hb(v) : QString::number(v, 'f', 0);
-    };
-    setItem(row, 1, cell(fmt(pred)));
-    setItem(row, 2, cell(fmt(meas)));
-    const double err = pred != 0 ? meas / pred - 1 : 0;
-    auto* e = cell(pred != 0 ? QString("%1%2%").arg(err >= 0 ? "+" : "").arg(100 * err, 0, 'f', 0) : "-");
-    if (std::fabs(err) > 0.2) e->setForeground(QColor(0xb0, 0x00, 0x20));
-    setItem(row, 3, e);
+  table_->setRowCount(0);
+  QChart* c = view_->chart();
+  c->removeAllSeries();
+  for (QAbstractAxis* a : c->axes()) {
+    c->removeAxis(a);
+    delete a;
   }
+  c->setTitle("Predicted vs measured per phase (ms): " + t);
+  auto* pred = new QBarSet("predicted");
+  auto* meas = new QBarSet("measured");
+  pred->setColor(QColor(0x4c, 0x72, 0xb0));
+  meas->setColor(QColor(0xdd, 0x84, 0x52));
+  QStringList cats;
+  double top = 0;
+  bars_ = 0;
+  for (const auto& [name, p, m] : rows) {
+    const int row = table_->rowCount();
+    table_->insertRow(row);
+    table_->setItem(row, 0, cell(QString::fromStdString(name), false));
+    const bool memory = name.find("memory") != std::string::npos, tokens = name.find("tokens") != std::string::npos;
+    auto fmt = [&](double v) { return memory ? hb(v) : tokens ? QString::number(v, 'f', 0) : hs(v); };
+    table_->setItem(row, 1, cell(fmt(p)));
+    table_->setItem(row, 2, cell(fmt(m)));
+    const double err = p != 0 ? m / p - 1 : 0;
+    auto* e = cell(p != 0 ? QString("%1%2%").arg(err >= 0 ? "+" : "").arg(100 * err, 0, 'f', 0) : "-");
+    if (std::fabs(err) > 0.2) e->setForeground(QColor(0xb0, 0x00, 0x20));
+    table_->setItem(row, 3, e);
+    if (!memory && !tokens) {
+      *pred << p * 1e3;
+      *meas << m * 1e3;
+      cats << QString("%1\n%2%3%").arg(QString::fromStdString(name)).arg(err >= 0 ? "+" : "").arg(100 * err, 0, 'f', 0);
+      top = std::max({top, p * 1e3, m * 1e3});
+      ++bars_;
+    }
+  }
+  if (bars_ == 0) {
+    delete pred;
+    delete meas;
+    return;
+  }
+  auto* series = new QBarSeries();
+  series->append(pred);
+  series->append(meas);
+  c->addSeries(series);
+  auto* x = new QBarCategoryAxis();
+  x->append(cats);
+  c->addAxis(x, Qt::AlignBottom);
+  series->attachAxis(x);
+  auto* y = new QValueAxis();
+  y->setRange(0, top * 1.1);
+  y->applyNiceNumbers();
+  y->setTitleText("ms");
+  c->addAxis(y, Qt::AlignLeft);
+  series->attachAxis(y);
 }
 
 }  // namespace loom::gui

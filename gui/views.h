@@ -117,13 +117,21 @@ class CompareView : public QTableWidget {
 };
 
 // 8. A run record from `loom execute` over the prediction: per phase,
-// predicted, measured and the error.
-class MeasuredView : public QTableWidget {
+// predicted and measured side by side as bars (times), and a table with the
+// error of every row.
+class MeasuredView : public QWidget {
  public:
   explicit MeasuredView(QWidget* parent = nullptr);
-  // `rows`: (name, predicted s, measured s); empty clears.
+  // `rows`: (name, predicted, measured) in the row's unit; empty clears.
   void show_rows(const std::vector<std::tuple<std::string, double, double>>& rows, const QString& title);
+  QTableWidget* table() const { return table_; }
+  int bars() const { return bars_; }
   QString title;
+
+ private:
+  QChartView* view_;
+  QTableWidget* table_;
+  int bars_ = 0;
 };
 
 }  // namespace loom::gui
