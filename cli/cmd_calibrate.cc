@@ -91,6 +91,9 @@ struct Point {
 static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
   const bool lead = w.rank() == 0;
   const int n = w.size();
+  if (bench.sm_arch() > 0 && n > 1)
+    return fail("calibrate", unsupported("--backend cuda measures one GPU; collectives between GPUs need the NCCL "
+                                         "communicator, which is not built yet: run it without mpirun"));
   double spread_ = 0;
   const double min_s = a.quick ? 0.05 : 0.25;
   const double sample_s = a.quick ? 0.004 : 0.02;
@@ -128,6 +131,13 @@ static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const Cali
   }
   double peak = 0;
   for (const Point& p : points) peak = std::max(peak, p.flops_per_s);
+  // GPU backends: the fp32 (CUDA-core) rate of one large GEMM.
+  double fp32_peak = 0;
+  if (exec::KernelBench::Run f32 = bench.gemm_fp32(4096, 4096, 4096)) {
+    auto t = timed(f32, min_s);
+    if (!t.is_ok()) return fail("calibrate", t.status());
+    fp32_peak = 2.0 * 4096 * 4096 * 4096 / *t;
+  }
   std::sort(points.begin(), points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
   // Efficiency table: the median efficiency in each factor-of-4 band of GEMM size.
   OrderedJson table = OrderedJson::array();
@@ -195,7 +205,7 @@ static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const Cali
   std::vector<double> att_bwd_ratio;  // backward / forward time
   for (auto [S, D] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {128, 32}, {128, 64}, {256, 64}, {512, 64},
                       {1024, 64}, {2048, 128}}) {
-    if (a.quick && S > 512) continue;
+    if ((a.quick && S > 512) || !bench.has_attention()) continue;
     const int64_t H = 4;
     const double head_flops = 4.0 * S * S * D * double(S + 1) / double(2 * S);
     const int64_t B = std::max<int64_t>(1, int64_t(std::ceil(6e7 / head_flops / H)));
@@ -210,7 +220,7 @@ static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const Cali
     att_bwd_ratio.push_back(*tb / *tf);
   }
   std::sort(att_bwd_ratio.begin(), att_bwd_ratio.end());
-  const double att_ratio = att_bwd_ratio[att_bwd_ratio.size() / 2];
+  const double att_ratio = att_bwd_ratio.empty() ? 0 : att_bwd_ratio[att_bwd_ratio.size() / 2];
   std::sort(att_points.begin(), att_points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
   OrderedJson att_table = OrderedJson::array();
   for (const Point& pt : att_points)
@@ -272,13 +282,21 @@ static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const Cali
   j["description"] = std::string("This machine (") + host + ") as " + std::to_string(n) + " MPI ranks of " +
                      std::to_string(a.threads) + " compute thread(s) each, measured by loom calibrate.";
   j["nccl_version"] = "none (MPI over shared memory)";
-  j["accelerator"] = {{"name", "cpu rank"}, {"sm_arch", 0}, {"peak_fp32_tflops", peak / 1e12},
-                      {"memory_gib", ram_gib / n}, {"memory_bw_gb_per_s", stream_bw / 1e9},
-                      {"memory_bw_efficiency", mem_bw_eff}, {"optimizer_bw_efficiency", opt_bw_eff},
-                      {"gemm_efficiency", table}, {"attention_efficiency", att_table},
-                      {"attention_backward_ratio", att_ratio}, {"source", src}};
+  const bool gpu = bench.sm_arch() > 0;
+  j["accelerator"] = {{"name", gpu ? bench.name() : std::string("cpu rank")}, {"sm_arch", bench.sm_arch()},
+                      {"peak_fp32_tflops", (gpu ? fp32_peak : peak) / 1e12},
+                      {"memory_gib", gpu ? bench.memory_bytes() / double(1ull << 30) : ram_gib / n},
+                      {"memory_bw_gb_per_s", stream_bw / 1e9}, {"memory_bw_efficiency", mem_bw_eff},
+                      {"optimizer_bw_efficiency", opt_bw_eff}, {"gemm_efficiency", table}};
+  // GPU GEMMs run in bf16 (the training precision): that is the table's peak.
+  if (gpu) j["accelerator"]["peak_bf16_tflops"] = peak / 1e12;
+  if (!att_table.empty()) {
+    j["accelerator"]["attention_efficiency"] = att_table;
+    j["accelerator"]["attention_backward_ratio"] = att_ratio;
+  }
+  j["accelerator"]["source"] = src;
   j["node"] = {{"devices_per_node", n},
-               {"fabric", "shm"},
+               {"fabric", gpu ? "pcie" : "shm"},
                {"intra_bw_gb_per_s", n > 1 ? p2p_bw / 1e9 : mem_bw / 1e9},
                {"intra_ring_busbw_gb_per_s", n > 1 ? busbw_large / 1e9 : mem_bw / 1e9},
                {"intra_latency_us", n > 1 ? latency_small * 1e6 : 1.0},
@@ -335,9 +353,16 @@ int cmd_calibrate(int argc, char** argv) {
   // communicator: a CUDA build adds cuBLAS/NCCL behind the same interfaces.
   std::unique_ptr<exec::KernelBench> bench;
   if (a.backend == "cpu") bench = exec::make_cpu_kernel_bench(a.threads);
-  else if (a.backend == "cuda")
-    return fail("calibrate", unsupported("--backend cuda: the CUDA backend is not built yet; until it is, calibrate "
-                                         "measures CPU ranks (--backend cpu)"));
+  else if (a.backend == "cuda") {
+#ifdef LOOM_HAVE_CUDA
+    auto b = exec::make_cuda_kernel_bench(0);
+    if (!b.is_ok()) return fail("calibrate", b.status());
+    bench = std::move(b).value();
+#else
+    return fail("calibrate", unsupported("--backend cuda: this build has no CUDA toolkit; rebuild where nvcc is "
+                                         "found, or calibrate CPU ranks with --backend cpu"));
+#endif
+  }
   else return fail("calibrate", invalid_argument("--backend '" + a.backend + "' is not one of: cpu, cuda"));
 #ifdef LOOM_HAVE_MPI
   auto world = exec::mpi_world(&argc, &argv);

@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include "core/status.h"
+
 namespace loom::exec {
 
 class KernelBench {
@@ -30,7 +32,14 @@ class KernelBench {
   };
 
   virtual ~KernelBench() = default;
-  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  virtual std::string name() const = 0;  // "cpu", "cuda:0 NVIDIA H200 (...)"
+  // GPU backends: the device's compute capability (90 = sm_90) and memory;
+  // 0 on the CPU backend, whose profiles are "cpu rank" accelerators.
+  virtual int sm_arch() const { return 0; }
+  virtual double memory_bytes() const { return 0; }
+  // GPU backends: one fp32 GEMM (the profile's fp32 peak; the table's GEMMs
+  // are the training precision, bf16). Empty on the CPU backend.
+  virtual Run gemm_fp32(int64_t /*m*/, int64_t /*n*/, int64_t /*k*/) { return {}; }
   // Bytes the cold operands rotate through so that they miss the caches, as
   // they do in a layer (CPU: the last-level cache, at least 4x L2).
   virtual size_t cold_set_bytes() const = 0;
@@ -47,12 +56,19 @@ class KernelBench {
   // The optimizer step over `params` fp32 parameters: gradient norm, AdamW,
   // gradient zeroing.
   virtual Run optimizer_step(int64_t params) = 0;
-  // Causal attention (fused softmax) over batch x seq x heads x head_dim.
+  // Causal attention (fused softmax) over batch x seq x heads x head_dim;
+  // backends without an attention kernel yet say so (the profile then keeps
+  // the GEMM table for attention).
+  virtual bool has_attention() const { return true; }
   virtual FwdBwd attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) = 0;
   virtual void synchronize() = 0;
 };
 
 // The CPU backend's kernels (exec/backend/cpu_ops.h) on `threads` threads.
 std::unique_ptr<KernelBench> make_cpu_kernel_bench(int threads);
+// The CUDA backend's (cuBLAS bf16 GEMMs, exec/backend/cuda/cuda_ops.h) on
+// `device`; kUnsupported without a visible GPU. Only in CUDA builds
+// (LOOM_HAVE_CUDA).
+Result<std::unique_ptr<KernelBench>> make_cuda_kernel_bench(int device);
 
 }  // namespace loom::exec

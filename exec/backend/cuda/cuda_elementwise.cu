@@ -1,0 +1,70 @@
+// Elementwise helpers: y += x, the triad, and the sum of squares (gradient
+// norm; block partial sums in double, then one block adds them).
+#include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_launch.h"
+#include "exec/backend/cuda/cuda_ops.h"
+
+namespace loom::cuda {
+
+namespace {
+
+constexpr unsigned kSumBlocks = 512;
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void triad_kernel(float* z, const float* x, const float* y, float a, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    z[i] = x[i] + a * y[i];
+}
+
+__global__ void sum_squares_partial(const float* x, int64_t n, double* partial) {
+  __shared__ double scratch[kThreads / 32];
+  double s = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    s += double(x[i]) * double(x[i]);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_partials(const double* partial, unsigned count, double* out) {
+  __shared__ double scratch[kThreads / 32];
+  double s = 0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) *out = s;
+}
+
+}  // namespace
+
+Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status triad(float* z, const float* x, const float* y, float a, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  triad_kernel<<<grid_for(n), kThreads, 0, stream>>>(z, x, y, a, n);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream) {
+  // Scratch for the partial sums lives with the stream's work: allocated
+  // asynchronously, freed after the second kernel.
+  double* partial = nullptr;
+  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), stream));
+  const unsigned blocks = n > 0 ? unsigned(std::min<int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads)) : 1;
+  sum_squares_partial<<<blocks, kThreads, 0, stream>>>(x, n, partial);
+  LOOM_CUDA_CHECK_LAUNCH();
+  sum_partials<<<1, kThreads, 0, stream>>>(partial, blocks, out);
+  LOOM_CUDA_CHECK_LAUNCH();
+  LOOM_CUDA_CHECK(cudaFreeAsync(partial, stream));
+  return Status::ok();
+}
+
+}  // namespace loom::cuda

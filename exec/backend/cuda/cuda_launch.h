@@ -1,0 +1,32 @@
+// Launch helpers shared by the kernel files.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::cuda {
+
+constexpr int kThreads = 256;
+// Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
+inline unsigned grid_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return unsigned(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+// Sum over a block of kThreads threads (shared scratch of kThreads doubles).
+__device__ inline double block_sum(double v, double* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double total = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) total += scratch[w];
+    scratch[0] = total;
+  }
+  __syncthreads();
+  total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,54 @@
+// CUDA kernels of the transformer, the GPU counterparts of
+// exec/backend/cpu_ops.h (same shapes, same accumulate / overwrite rules),
+// one op per file. Pointers are device memory; every call is enqueued on
+// `stream` and returns the launch status (synchronize to see completion).
+// Tested against the CPU reference on random inputs (tests/cuda/).
+//
+// Precision: fp32 kernels here, bf16 GEMMs (bf16 in, fp32 accumulate) in
+// cuda_gemm.cc.
+#pragma once
+
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <string>
+
+#include "core/status.h"
+
+struct cublasContext;
+
+namespace loom::cuda {
+
+// Devices the runtime sees; 0 without a driver or GPU (never fails).
+int device_count();
+// "NVIDIA H200 (sm_90, 141 GB)"; empty when `device` does not exist.
+std::string device_description(int device);
+
+// y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N).
+Status layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                         int64_t N, int64_t C, float eps, cudaStream_t stream);
+// dx = ..., dw += ..., db += ... (as cpu::layernorm_backward).
+Status layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                          float* dx, float* dw, float* db, int64_t N, int64_t C, cudaStream_t stream);
+// GELU, tanh approximation.
+Status gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+Status gelu_backward(const float* dy, const float* x, float* dx, int64_t n, cudaStream_t stream);
+// AdamW with decoupled weight decay, bias-corrected; `step` counts from 1.
+Status adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, int64_t step, cudaStream_t stream);
+// *out (device, one double) = sum of x^2.
+Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream);
+// y += x.
+Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
+// z = x + a * y (the calibration triad).
+Status triad(float* z, const float* x, const float* y, float a, int64_t n, cudaStream_t stream);
+
+// C(M,N) = alpha op(A) op(B) + beta C, row-major like cpu::gemm, fp32
+// (TF32 tensor cores off: the fp32 reference path).
+Status gemm_f32(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float* A, const float* B, float beta, float* C, cudaStream_t stream);
+// The same with bf16 A, B (uint16 storage of __nv_bfloat16) and fp32 C,
+// fp32 accumulation: the mixed-precision training GEMM.
+Status gemm_bf16(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const uint16_t* A, const uint16_t* B, float beta, float* C, cudaStream_t stream);
+
+}  // namespace loom::cuda

@@ -1,0 +1,191 @@
+// Every CUDA kernel against the CPU reference (exec/backend/cpu_ops.h) on
+// random inputs, forward and backward. Skips, saying why, without a GPU.
+// Tolerances: fp32 kernels 1e-5 relative (different summation order);
+// bf16 GEMM against the CPU GEMM of the same bf16-rounded inputs, 2e-3
+// relative to the row's magnitude (fp32 accumulation in another order).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "exec/backend/cpu_ops.h"
+#include "exec/backend/cuda/cuda_ops.h"
+
+namespace loom {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                                                  \
+  if (cuda::device_count() == 0)                                                                            \
+  GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount = 0): the CUDA kernels compiled and linked; " \
+                  "their comparison with the CPU reference runs on a machine with an NVIDIA GPU"
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Device copy of a host vector, freed at scope end.
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& h) : n(h.size()) {
+    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit Dev(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0, n * sizeof(T)), cudaSuccess);
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, double(std::fabs(w)));
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel * std::max(1.0, scale)) << what << " at " << i;
+}
+
+TEST(CudaOps, DeviceQueryNeverFails) {
+  const int n = cuda::device_count();
+  EXPECT_GE(n, 0);
+  EXPECT_EQ(cuda::device_description(n), "");  // one past the last device
+  if (n > 0) {
+    EXPECT_NE(cuda::device_description(0), "");
+  }
+}
+
+TEST(CudaOps, LayerNormForwardBackwardMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 33}, {64, 768}, {5, 4096}}) {
+    auto x = random_vec(size_t(N * C), 1, -2, 3), w = random_vec(static_cast<size_t>(C), 2), b = random_vec(static_cast<size_t>(C), 3);
+    auto dy = random_vec(size_t(N * C), 4);
+    std::vector<float> y(x.size()), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dx(x.size()), dw(static_cast<size_t>(C), 0.5f),
+        db(static_cast<size_t>(C), -0.25f);
+    cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C, 1e-5f);
+    std::vector<float> dw0 = dw, db0 = db;
+    cpu::layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(),
+                            N, C);
+    Dev<float> dx_(x), dw_(w), db_(b), dy_(y.size()), dmean(static_cast<size_t>(N)), drstd(static_cast<size_t>(N)), ddy(dy), ddx(x.size()),
+        ddw(dw0), ddb(db0);
+    ASSERT_TRUE(cuda::layernorm_forward(dx_.p, dw_.p, db_.p, dy_.p, dmean.p, drstd.p, N, C, 1e-5f, nullptr).is_ok());
+    expect_close(dy_.host(), y, 1e-5, "y");
+    expect_close(dmean.host(), mean, 1e-6, "mean");
+    expect_close(drstd.host(), rstd, 1e-5, "rstd");
+    ASSERT_TRUE(cuda::layernorm_backward(ddy.p, dx_.p, dw_.p, dmean.p, drstd.p, ddx.p, ddw.p, ddb.p, N, C, nullptr)
+                    .is_ok());
+    expect_close(ddx.host(), dx, 1e-5, "dx");
+    expect_close(ddw.host(), dw, 1e-5, "dw (accumulated)");
+    expect_close(ddb.host(), db, 1e-5, "db (accumulated)");
+  }
+}
+
+TEST(CudaOps, GeluForwardBackwardMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 100003;
+  auto x = random_vec(static_cast<size_t>(n), 5, -6, 6), dy = random_vec(static_cast<size_t>(n), 6);
+  std::vector<float> y(x.size()), dx(x.size());
+  cpu::gelu_forward(x.data(), y.data(), n);
+  cpu::gelu_backward(dy.data(), x.data(), dx.data(), n);
+  Dev<float> dx_(x), dy_(y.size()), ddy(dy), ddx(x.size());
+  ASSERT_TRUE(cuda::gelu_forward(dx_.p, dy_.p, n, nullptr).is_ok());
+  ASSERT_TRUE(cuda::gelu_backward(ddy.p, dx_.p, ddx.p, n, nullptr).is_ok());
+  expect_close(dy_.host(), y, 1e-5, "gelu");
+  expect_close(ddx.host(), dx, 1e-5, "gelu'");
+}
+
+TEST(CudaOps, AdamWMatchesCpuOverSteps) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 50001;
+  auto p = random_vec(static_cast<size_t>(n), 7), m = std::vector<float>(static_cast<size_t>(n), 0.f), v = m;
+  Dev<float> dp(p), dm(m), dv(v);
+  for (int64_t step = 1; step <= 5; ++step) {
+    auto g = random_vec(static_cast<size_t>(n), uint32_t(10 + step));
+    Dev<float> dg(g);
+    cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    ASSERT_TRUE(cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, nullptr).is_ok());
+  }
+  expect_close(dp.host(), p, 1e-6, "param");
+  expect_close(dm.host(), m, 1e-6, "m");
+  expect_close(dv.host(), v, 1e-6, "v");
+  EXPECT_FALSE(cuda::adamw_update(dp.p, dp.p, dm.p, dv.p, n, 1, 0.9f, 0.95f, 1e-8f, 0, 0, nullptr).is_ok());
+}
+
+TEST(CudaOps, SumSquaresAddAndTriadMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1 << 20;
+  auto x = random_vec(static_cast<size_t>(n), 20), y = random_vec(static_cast<size_t>(n), 21);
+  Dev<float> dx(x), dy(y), dz(static_cast<size_t>(n));
+  Dev<double> dsum(size_t(1));
+  ASSERT_TRUE(cuda::sum_squares(dx.p, n, dsum.p, nullptr).is_ok());
+  const double want = cpu::sum_squares(x.data(), n);
+  EXPECT_NEAR(dsum.host()[0], want, 1e-9 * want);
+  ASSERT_TRUE(cuda::triad(dz.p, dx.p, dy.p, 0.5f, n, nullptr).is_ok());
+  std::vector<float> z(x.size());
+  for (size_t i = 0; i < z.size(); ++i) z[i] = x[i] + 0.5f * y[i];
+  expect_close(dz.host(), z, 1e-7, "triad");
+  ASSERT_TRUE(cuda::add_inplace(dy.p, dx.p, n, nullptr).is_ok());
+  cpu::add_inplace(y.data(), x.data(), n);
+  expect_close(dy.host(), y, 1e-7, "add");
+}
+
+// bf16 of a float, round to nearest even (what __float2bfloat16 does).
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(CudaOps, GemmsMatchCpuInEveryTransposeMode) {
+  SKIP_WITHOUT_GPU();
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t M = 67, N = 129, K = 96;
+      auto a = random_vec(size_t(M * K), 30), b = random_vec(size_t(K * N), 31), c0 = random_vec(size_t(M * N), 32);
+      // fp32
+      std::vector<float> c = c0;
+      cpu::gemm(ta, tb, M, N, K, 0.75f, a.data(), b.data(), 0.5f, c.data());
+      Dev<float> da(a), db(b), dc(c0);
+      ASSERT_TRUE(cuda::gemm_f32(h, ta, tb, M, N, K, 0.75f, da.p, db.p, 0.5f, dc.p, nullptr).is_ok());
+      expect_close(dc.host(), c, 1e-5, ta ? (tb ? "f32 TT" : "f32 TN") : (tb ? "f32 NT" : "f32 NN"));
+      // bf16 inputs, fp32 accumulate: against the CPU on the rounded inputs.
+      std::vector<uint16_t> ah(a.size()), bh(b.size());
+      std::vector<float> ar(a.size()), br(b.size());
+      for (size_t i = 0; i < a.size(); ++i) ah[i] = to_bf16(a[i]), ar[i] = from_bf16(ah[i]);
+      for (size_t i = 0; i < b.size(); ++i) bh[i] = to_bf16(b[i]), br[i] = from_bf16(bh[i]);
+      std::vector<float> cr = c0;
+      cpu::gemm(ta, tb, M, N, K, 1.f, ar.data(), br.data(), 0.f, cr.data());
+      Dev<uint16_t> dah(ah), dbh(bh);
+      Dev<float> dcr(c0);
+      ASSERT_TRUE(cuda::gemm_bf16(h, ta, tb, M, N, K, 1.f, dah.p, dbh.p, 0.f, dcr.p, nullptr).is_ok());
+      expect_close(dcr.host(), cr, 2e-3, "bf16");
+    }
+  cublasDestroy(h);
+}
+
+}  // namespace
+}  // namespace loom
