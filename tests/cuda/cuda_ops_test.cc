@@ -144,6 +144,117 @@ TEST(CudaOps, SumSquaresAddAndTriadMatchCpu) {
   expect_close(dy.host(), y, 1e-7, "add");
 }
 
+TEST(CudaOps, RmsNormForwardBackwardMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t N = 37, C = 1000;
+  auto x = random_vec(static_cast<size_t>(N * C), 40, -2, 2), w = random_vec(static_cast<size_t>(C), 41),
+       dy = random_vec(static_cast<size_t>(N * C), 42);
+  std::vector<float> y(x.size()), rstd(static_cast<size_t>(N)), dx(x.size()), dw(static_cast<size_t>(C), 0.5f);
+  const std::vector<float> dw0 = dw;
+  cpu::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), N, C, 1e-6f);
+  cpu::rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, C);
+  Dev<float> dx_(x), dw_(w), dy_(y.size()), drstd(static_cast<size_t>(N)), ddy(dy), ddx(x.size()), ddw(dw0);
+  ASSERT_TRUE(cuda::rmsnorm_forward(dx_.p, dw_.p, dy_.p, drstd.p, N, C, 1e-6f, nullptr).is_ok());
+  ASSERT_TRUE(cuda::rmsnorm_backward(ddy.p, dx_.p, dw_.p, drstd.p, ddx.p, ddw.p, N, C, nullptr).is_ok());
+  expect_close(dy_.host(), y, 1e-5, "y");
+  expect_close(ddx.host(), dx, 1e-5, "dx");
+  expect_close(ddw.host(), dw, 1e-5, "dw");
+}
+
+TEST(CudaOps, SwigluAndBiasMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t N = 33, C = 517, n = N * C;
+  auto g = random_vec(static_cast<size_t>(n), 50, -5, 5), u = random_vec(static_cast<size_t>(n), 51),
+       dy = random_vec(static_cast<size_t>(n), 52), bias = random_vec(static_cast<size_t>(C), 53);
+  std::vector<float> y(g.size()), dg(g.size()), du(g.size()), yb = g, db(static_cast<size_t>(C), 1.f);
+  cpu::swiglu_forward(g.data(), u.data(), y.data(), n);
+  cpu::swiglu_backward(dy.data(), g.data(), u.data(), dg.data(), du.data(), n);
+  Dev<float> dg_(g), du_(u), dy_(y.size()), ddy(dy), ddg(g.size()), ddu(g.size());
+  ASSERT_TRUE(cuda::swiglu_forward(dg_.p, du_.p, dy_.p, n, nullptr).is_ok());
+  ASSERT_TRUE(cuda::swiglu_backward(ddy.p, dg_.p, du_.p, ddg.p, ddu.p, n, nullptr).is_ok());
+  expect_close(dy_.host(), y, 1e-5, "swiglu");
+  expect_close(ddg.host(), dg, 1e-5, "dgate");
+  expect_close(ddu.host(), du, 1e-5, "dup");
+  Dev<float> dyb(yb), dbias(bias), ddb(db);
+  cpu::add_bias(yb.data(), bias.data(), N, C);
+  cpu::bias_backward(dy.data(), db.data(), N, C);
+  ASSERT_TRUE(cuda::add_bias(dyb.p, dbias.p, N, C, nullptr).is_ok());
+  ASSERT_TRUE(cuda::bias_backward(ddy.p, ddb.p, N, C, nullptr).is_ok());
+  expect_close(dyb.host(), yb, 1e-6, "add_bias");
+  expect_close(ddb.host(), db, 1e-5, "bias_backward");
+}
+
+TEST(CudaOps, RopeRoundTripsAndMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t B = 2, T = 300, H = 3, D = 64;
+  auto x = random_vec(static_cast<size_t>(B * T * H * D), 60);
+  std::vector<float> ref = x;
+  cpu::rope_forward(ref.data(), B, T, H, D, 500000.f, 7);
+  Dev<float> dx(x);
+  ASSERT_TRUE(cuda::rope_forward(dx.p, B, T, H, D, 500000.f, 7, nullptr).is_ok());
+  expect_close(dx.host(), ref, 1e-5, "rope");
+  ASSERT_TRUE(cuda::rope_backward(dx.p, B, T, H, D, 500000.f, 7, nullptr).is_ok());
+  expect_close(dx.host(), x, 1e-5, "rope then its inverse");
+  EXPECT_FALSE(cuda::rope_forward(dx.p, B, T, H, 63, 1e4f, 0, nullptr).is_ok());
+}
+
+TEST(CudaOps, AttentionForwardBackwardMatchCpuWithGqa) {
+  SKIP_WITHOUT_GPU();
+  const int64_t B = 2, T = 77, Hq = 4, Hk = 2, D = 32;
+  const size_t nq = static_cast<size_t>(B * T * Hq * D), nk = static_cast<size_t>(B * T * Hk * D);
+  auto q = random_vec(nq, 70), k = random_vec(nk, 71), v = random_vec(nk, 72), dout = random_vec(nq, 73);
+  std::vector<float> out(nq), lse(static_cast<size_t>(B * Hq * T)), dq(nq), dk(nk), dv(nk);
+  cpu::attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D);
+  cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(), dk.data(),
+                          dv.data(), B, T, Hq, Hk, D);
+  Dev<float> dq_(q), dk_(k), dv_(v), dout_(dout), dout2(nq), dlse(lse.size()), ddq(nq), ddk(nk), ddv(nk);
+  ASSERT_TRUE(cuda::attention_forward(dq_.p, dk_.p, dv_.p, dout2.p, dlse.p, B, T, Hq, Hk, D, nullptr).is_ok());
+  expect_close(dout2.host(), out, 1e-5, "out");
+  expect_close(dlse.host(), lse, 1e-5, "lse");
+  ASSERT_TRUE(cuda::attention_backward(dout_.p, dq_.p, dk_.p, dv_.p, dout2.p, dlse.p, ddq.p, ddk.p, ddv.p, B, T, Hq, Hk,
+                                       D, nullptr)
+                  .is_ok());
+  expect_close(ddq.host(), dq, 1e-4, "dq");
+  expect_close(ddk.host(), dk, 1e-4, "dk");
+  expect_close(ddv.host(), dv, 1e-4, "dv");
+}
+
+TEST(CudaOps, EmbeddingAndVocabParallelCrossEntropyMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t N = 64, C = 48, V = 500, v_begin = 250;  // the slice [250, 750) of a 750-token vocabulary
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  std::mt19937 rng(80);
+  for (auto& t : tok) t = int32_t(rng() % 750);
+  auto wte = random_vec(static_cast<size_t>(V * C), 81), dout = random_vec(static_cast<size_t>(N * C), 82);
+  std::vector<float> emb(static_cast<size_t>(N * C)), dwte(wte.size(), 0.25f);
+  const std::vector<float> dwte0 = dwte;
+  cpu::embedding_forward(tok.data(), wte.data(), emb.data(), N, C, v_begin, V);
+  cpu::embedding_backward(tok.data(), dout.data(), dwte.data(), N, C, v_begin, V);
+  Dev<int32_t> dtok(tok);
+  Dev<float> dwte_(wte), demb(emb.size()), ddout(dout), ddwte(dwte0);
+  ASSERT_TRUE(cuda::embedding_forward(dtok.p, dwte_.p, demb.p, N, C, v_begin, V, nullptr).is_ok());
+  ASSERT_TRUE(cuda::embedding_backward(dtok.p, ddout.p, ddwte.p, N, C, v_begin, V, nullptr).is_ok());
+  expect_close(demb.host(), emb, 0, "embedding");
+  expect_close(ddwte.host(), dwte, 1e-6, "embedding backward");
+  // Cross-entropy over this slice of the vocabulary.
+  auto logits = random_vec(static_cast<size_t>(N * V), 83, -8, 8);
+  std::vector<float> mx(static_cast<size_t>(N)), se(mx.size()), tl(mx.size()), loss(mx.size()), dl(logits.size());
+  cpu::xent_row_max(logits.data(), mx.data(), N, V);
+  cpu::xent_sumexp_and_target(logits.data(), tok.data(), mx.data(), se.data(), tl.data(), N, V, v_begin);
+  cpu::xent_loss(mx.data(), se.data(), tl.data(), loss.data(), N);
+  cpu::xent_backward(logits.data(), tok.data(), mx.data(), se.data(), dl.data(), N, V, v_begin, 1.f / 64);
+  Dev<float> dlog(logits), dmx(mx.size()), dse(mx.size()), dtl(mx.size()), dloss(mx.size()), ddl(dl.size());
+  ASSERT_TRUE(cuda::xent_row_max(dlog.p, dmx.p, N, V, nullptr).is_ok());
+  ASSERT_TRUE(cuda::xent_sumexp_and_target(dlog.p, dtok.p, dmx.p, dse.p, dtl.p, N, V, v_begin, nullptr).is_ok());
+  ASSERT_TRUE(cuda::xent_loss(dmx.p, dse.p, dtl.p, dloss.p, N, nullptr).is_ok());
+  ASSERT_TRUE(cuda::xent_backward(dlog.p, dtok.p, dmx.p, dse.p, ddl.p, N, V, v_begin, 1.f / 64, nullptr).is_ok());
+  expect_close(dmx.host(), mx, 0, "row max");
+  expect_close(dse.host(), se, 1e-6, "sum exp");
+  expect_close(dtl.host(), tl, 0, "target logit");
+  expect_close(dloss.host(), loss, 1e-6, "loss");
+  expect_close(ddl.host(), dl, 1e-6, "dlogits");
+}
+
 // bf16 of a float, round to nearest even (what __float2bfloat16 does).
 uint16_t to_bf16(float f) {
   uint32_t u;

@@ -157,8 +157,21 @@ class CudaKernelBench final : public KernelBench {
     };
   }
 
-  bool has_attention() const override { return false; }
-  FwdBwd attention(int64_t, int64_t, int64_t, int64_t) override { return {}; }
+  FwdBwd attention(int64_t B, int64_t S, int64_t H, int64_t D) override {
+    const size_t n = size_t(B * S * H * D);
+    auto q = std::make_shared<DevBuf>(4 * n), k = std::make_shared<DevBuf>(4 * n), v = std::make_shared<DevBuf>(4 * n),
+         o = std::make_shared<DevBuf>(4 * n), dout = std::make_shared<DevBuf>(4 * n), dq = std::make_shared<DevBuf>(4 * n),
+         dk = std::make_shared<DevBuf>(4 * n), dv = std::make_shared<DevBuf>(4 * n),
+         lse = std::make_shared<DevBuf>(4 * size_t(B * H * S));
+    auto st = stream_;
+    FwdBwd r;
+    r.forward = [=] { must(cuda::attention_forward(q->f(), k->f(), v->f(), o->f(), lse->f(), B, S, H, H, D, st)); };
+    r.backward = [=] {
+      must(cuda::attention_backward(dout->f(), q->f(), k->f(), v->f(), o->f(), lse->f(), dq->f(), dk->f(), dv->f(), B, S,
+                                    H, H, D, st));
+    };
+    return r;
+  }
 
   void synchronize() override { must(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 

@@ -29,6 +29,44 @@ Status layernorm_forward(const float* x, const float* w, const float* b, float* 
 // dx = ..., dw += ..., db += ... (as cpu::layernorm_backward).
 Status layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
                           float* dx, float* dw, float* db, int64_t N, int64_t C, cudaStream_t stream);
+// y = x * rsqrt(mean(x^2) + eps) * w; saves rstd(N). Backward: dx = ..., dw += ...
+Status rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps,
+                       cudaStream_t stream);
+Status rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                        int64_t N, int64_t C, cudaStream_t stream);
+// SwiGLU: y = silu(gate) * up; backward writes dgate, dup.
+Status swiglu_forward(const float* gate, const float* up, float* y, int64_t n, cudaStream_t stream);
+Status swiglu_backward(const float* dy, const float* gate, const float* up, float* dgate, float* dup, int64_t n,
+                       cudaStream_t stream);
+// Rotary embedding in place on x(B,T,H,D); the backward rotates back.
+Status rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset,
+                    cudaStream_t stream);
+Status rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset,
+                     cudaStream_t stream);
+// Causal attention with grouped KV heads, lse(B,Hq,T) saved; dq, dk, dv
+// overwritten. T <= 12288 for now (kUnsupported beyond).
+Status attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B, int64_t T,
+                         int64_t Hq, int64_t Hk, int64_t D, cudaStream_t stream);
+Status attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
+                          const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
+                          int64_t Hk, int64_t D, cudaStream_t stream);
+// Vocab-parallel token embedding (rows outside [v_begin, v_begin+V) are 0);
+// backward accumulates into dwte.
+Status embedding_forward(const int32_t* tokens, const float* wte, float* out, int64_t N, int64_t C, int64_t v_begin,
+                         int64_t V, cudaStream_t stream);
+Status embedding_backward(const int32_t* tokens, const float* dout, float* dwte, int64_t N, int64_t C, int64_t v_begin,
+                          int64_t V, cudaStream_t stream);
+// Vocab-parallel cross-entropy passes (see cpu_ops.h).
+Status xent_row_max(const float* logits, float* row_max, int64_t N, int64_t V, cudaStream_t stream);
+Status xent_sumexp_and_target(const float* logits, const int32_t* targets, const float* row_max, float* row_sumexp,
+                              float* target_logit, int64_t N, int64_t V, int64_t v_begin, cudaStream_t stream);
+Status xent_loss(const float* row_max, const float* row_sumexp, const float* target_logit, float* loss, int64_t N,
+                 cudaStream_t stream);
+Status xent_backward(const float* logits, const int32_t* targets, const float* row_max, const float* row_sumexp,
+                     float* dlogits, int64_t N, int64_t V, int64_t v_begin, float scale, cudaStream_t stream);
+// y(N,C) += bias(C); dbias(C) += column sums of dy(N,C).
+Status add_bias(float* y, const float* bias, int64_t N, int64_t C, cudaStream_t stream);
+Status bias_backward(const float* dy, float* dbias, int64_t N, int64_t C, cudaStream_t stream);
 // GELU, tanh approximation.
 Status gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 Status gelu_backward(const float* dy, const float* x, float* dx, int64_t n, cudaStream_t stream);

@@ -1,0 +1,65 @@
+// RMSNorm forward and backward (as cpu::rmsnorm_*): row statistics in double
+// by one block per row, dw by a column pass (deterministic).
+#include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_launch.h"
+#include "exec/backend/cuda/cuda_ops.h"
+
+namespace loom::cuda {
+
+namespace {
+
+__global__ void rmsnorm_forward_kernel(const float* x, const float* w, float* y, float* rstd, int64_t C, float eps) {
+  __shared__ double scratch[kThreads / 32];
+  const int64_t n = blockIdx.x;
+  const float* xn = x + n * C;
+  double sq = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sq += double(xn[c]) * xn[c];
+  const float s = float(1.0 / sqrt(block_sum(sq, scratch) / double(C) + double(eps)));
+  float* yn = y + n * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yn[c] = xn[c] * s * w[c];
+  if (threadIdx.x == 0) rstd[n] = s;
+}
+
+__global__ void rmsnorm_dx_kernel(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                                  int64_t C) {
+  __shared__ double scratch[kThreads / 32];
+  const int64_t n = blockIdx.x;
+  const float* dyn = dy + n * C;
+  const float* xn = x + n * C;
+  const float s = rstd[n];
+  double gx = 0;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) gx += double(dyn[c] * w[c]) * (xn[c] * s);
+  const float gx_mean = float(block_sum(gx, scratch) / double(C));
+  float* dxn = dx + n * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dxn[c] = s * (dyn[c] * w[c] - (xn[c] * s) * gx_mean);
+}
+
+__global__ void rmsnorm_dw_kernel(const float* dy, const float* x, const float* rstd, float* dw, int64_t N, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0;  // float, rows in order: the CPU reference's summation
+  for (int64_t n = 0; n < N; ++n) acc += dy[n * C + c] * (x[n * C + c] * rstd[n]);
+  dw[c] += acc;
+}
+
+}  // namespace
+
+Status rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps,
+                       cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return Status::ok();
+  rmsnorm_forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(x, w, y, rstd, C, eps);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                        int64_t N, int64_t C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return Status::ok();
+  rmsnorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, rstd, dx, C);
+  LOOM_CUDA_CHECK_LAUNCH();
+  rmsnorm_dw_kernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dy, x, rstd, dw, N, C);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+}  // namespace loom::cuda
