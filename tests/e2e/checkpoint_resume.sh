@@ -100,7 +100,7 @@ kill)
   ;;
 sigterm)
   # What a scheduler sends before preemption: finish the step, save, stop.
-  STEPS=400
+  STEPS=5000  # long enough that SIGTERM always lands mid-run, even on a loaded machine
   plan p "dp=2,zero=1" 2
   "${mpi[@]}" -np 2 "$loom" execute "$tmp/p.json" --threads 1 --quiet --metrics "$tmp/m.jsonl" \
     --ckpt-dir "$tmp/ck" >"$tmp/out" 2>&1 &
