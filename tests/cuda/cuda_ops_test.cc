@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec/backend/cpu_ops.h"
+#include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
 namespace loom {
@@ -300,3 +301,39 @@ TEST(CudaOps, GemmsMatchCpuInEveryTransposeMode) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom::exec {
+namespace {
+
+TEST(CudaBackend, AllocatesZeroedMemoryCachesAndCopies) {
+  auto be = make_cuda_backend(0);
+  if (cuda::device_count() == 0) {
+    ASSERT_FALSE(be.is_ok());
+    EXPECT_EQ(be.status().code(), StatusCode::kUnsupported);
+    GTEST_SKIP() << "no CUDA device visible: checked the refusal only";
+  }
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  ComputeBackend& b = **be;
+  EXPECT_FALSE(b.host_visible());
+  std::vector<float> h(1000, 7.f), back(1000, -1.f);
+  void* first = nullptr;
+  {
+    DeviceBuffer d(&b, 4000);
+    first = d.f32();
+    b.copy_to_host(back.data(), d.f32(), 4000);
+    EXPECT_EQ(back, std::vector<float>(1000, 0.f)) << "allocate() is zero-filled";
+    b.copy_to_device(d.f32(), h.data(), 4000);
+    b.copy_to_host(back.data(), d.f32(), 4000);
+    EXPECT_EQ(back, h);
+    EXPECT_EQ(b.allocated_bytes(), 4000u);
+  }
+  EXPECT_EQ(b.allocated_bytes(), 0u);
+  EXPECT_EQ(b.peak_allocated_bytes(), 4000u);
+  DeviceBuffer again(&b, 4000);
+  EXPECT_EQ(again.f32(), first) << "a freed block of the same size is reused";
+  b.copy_to_host(back.data(), again.f32(), 4000);
+  EXPECT_EQ(back, std::vector<float>(1000, 0.f)) << "reused blocks are zeroed again";
+}
+
+}  // namespace
+}  // namespace loom::exec

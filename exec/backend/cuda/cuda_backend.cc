@@ -1,0 +1,144 @@
+// The CUDA ComputeBackend: device memory from a caching allocator (freed
+// blocks are kept per size and reused, as PyTorch's allocator does, so the
+// per-micro-batch activations never hit cudaMalloc in steady state), copies,
+// synchronization, and the peak of live tensor bytes.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "exec/backend/cuda/cuda_backend.h"
+#include "exec/backend/cuda/cuda_ops.h"
+
+namespace loom::exec {
+
+namespace {
+
+void fatal(cudaError_t e, const char* what) {
+  // ComputeBackend's allocation and copy calls have no Status: an out-of-
+  // memory allocation throws bad_alloc (the runtime reports it), anything
+  // else is a broken device and ends the process with the CUDA message.
+  std::fprintf(stderr, "loom: CUDA backend: %s: %s (%s)\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  std::exit(1);
+}
+
+class CudaBackend final : public ComputeBackend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) fatal(e, "cudaSetDevice");
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess)
+      fatal(e, "cudaStreamCreate");
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (auto& [bytes, p] : free_) cudaFree(p);
+    cudaStreamDestroy(stream_);
+  }
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  bool host_visible() const override { return false; }
+
+  void* allocate(size_t bytes) override {
+    const size_t rounded = round_up(bytes);
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(rounded);
+      if (it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+      }
+    }
+    if (!p) {
+      cudaError_t e = cudaMalloc(&p, rounded);
+      if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        release_cache();  // give the cached blocks back and try once more
+        e = cudaMalloc(&p, rounded);
+        if (e == cudaErrorMemoryAllocation) {
+          (void)cudaGetLastError();
+          throw std::bad_alloc();
+        }
+      }
+      if (e != cudaSuccess) fatal(e, "cudaMalloc");
+    }
+    // The interface promises zero-filled memory.
+    if (cudaError_t e = cudaMemsetAsync(p, 0, rounded, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    add(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = rounded;
+    return p;
+  }
+  void release(void* ptr, size_t bytes) override {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(ptr);
+    const size_t rounded = it != sizes_.end() ? it->second : round_up(bytes);
+    if (it != sizes_.end()) sizes_.erase(it);
+    free_.emplace(rounded, ptr);
+    allocated_.fetch_sub(bytes);
+  }
+  size_t peak_allocated_bytes() const override { return peak_.load(); }
+  size_t allocated_bytes() const override { return allocated_.load(); }
+  // Device memory cannot be returned in place: the range is zeroed (it reads
+  // as zeros until rewritten) and no longer counted as resident.
+  void discard(void* ptr, size_t bytes) override {
+    if (cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    allocated_.fetch_sub(bytes);
+  }
+  void reclaim(void*, size_t bytes) override { add(bytes); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess)
+      fatal(e, "cudaMemcpyAsync to device");
+    synchronize();  // the host buffer may be reused as soon as this returns
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_); e != cudaSuccess)
+      fatal(e, "cudaMemcpyAsync to host");
+    synchronize();
+  }
+  void synchronize() override {
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) fatal(e, "cudaStreamSynchronize");
+  }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  // 512-byte granularity below 1 MB, 2 MB above (fewer distinct cached sizes).
+  static size_t round_up(size_t b) {
+    const size_t g = b < (1u << 20) ? 512 : (2u << 20);
+    return (std::max<size_t>(b, 1) + g - 1) / g * g;
+  }
+  void release_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cudaStreamSynchronize(stream_);
+    for (auto& [bytes, p] : free_) cudaFree(p);
+    free_.clear();
+  }
+  void add(size_t bytes) {
+    size_t now = allocated_.fetch_add(bytes) + bytes, peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  std::map<void*, size_t> sizes_;
+  std::atomic<size_t> allocated_{0}, peak_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device) {
+  const int n = cuda::device_count();
+  if (n == 0) return unsupported("the CUDA backend needs an NVIDIA GPU; none is visible (use the CPU backend)");
+  if (device < 0 || device >= n)
+    return invalid_argument("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
+                            " visible)");
+  return std::unique_ptr<ComputeBackend>(std::make_unique<CudaBackend>(device));
+}
+
+}  // namespace loom::exec
