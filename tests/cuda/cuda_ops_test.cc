@@ -270,6 +270,24 @@ float from_bf16(uint16_t h) {
   return f;
 }
 
+TEST(CudaOps, Bf16CastsRoundToNearestEven) {
+  SKIP_WITHOUT_GPU();
+  auto x = random_vec(100000, 90, -1e3f, 1e3f);
+  x[0] = 1.00390625f;  // halfway between two bf16 values: ties to even (1.0)
+  x[1] = 1.01171875f;  // halfway: ties to even (1.015625)
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = to_bf16(x[i]);
+  Dev<float> dx(x), dback(x.size());
+  Dev<uint16_t> dh(x.size());
+  ASSERT_TRUE(cuda::cast_to_bf16(dx.p, dh.p, int64_t(x.size()), nullptr).is_ok());
+  EXPECT_EQ(dh.host(), want);
+  EXPECT_EQ(from_bf16(want[0]), 1.0f);
+  EXPECT_EQ(from_bf16(want[1]), 1.015625f);
+  ASSERT_TRUE(cuda::cast_from_bf16(dh.p, dback.p, int64_t(x.size()), nullptr).is_ok());
+  std::vector<float> back = dback.host();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(back[i], from_bf16(want[i])) << i;
+}
+
 TEST(CudaOps, GemmsMatchCpuInEveryTransposeMode) {
   SKIP_WITHOUT_GPU();
   cublasHandle_t h = nullptr;

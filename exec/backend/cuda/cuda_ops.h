@@ -80,6 +80,10 @@ Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
 // z = x + a * y (the calibration triad).
 Status triad(float* z, const float* x, const float* y, float a, int64_t n, cudaStream_t stream);
 
+// fp32 -> bf16 (round to nearest even) and back; bf16 stored as uint16.
+Status cast_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+Status cast_from_bf16(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
+
 // C(M,N) = alpha op(A) op(B) + beta C, row-major like cpu::gemm, fp32
 // (TF32 tensor cores off: the fp32 reference path).
 Status gemm_f32(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
