@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/regress.h"
+#include "cli/regress_json.h"
 #include "core/json_util.h"
 
 namespace loom::cli {
@@ -24,6 +25,19 @@ std::string slug(const std::string& s) {
 }
 
 }  // namespace
+
+Result<std::map<std::string, double>> parse_tolerances(const Json& obj, const std::string& where) {
+  std::map<std::string, double> t;
+  if (!obj.contains("tolerances")) return t;
+  if (!obj["tolerances"].is_object())
+    return invalid_argument(where + ".tolerances must be an object {\"step_time\": 0.2, ...} (fractions)");
+  for (const auto& [k, v] : obj["tolerances"].items()) {
+    if (!v.is_number() || v.get<double>() <= 0)
+      return invalid_argument(where + ".tolerances." + k + " must be a positive fraction (0.2 = 20%)");
+    t[k] = v.get<double>();
+  }
+  return t;
+}
 
 MachineInfo this_machine() {
   MachineInfo m;
@@ -117,14 +131,7 @@ Result<RegressResults> parse_results(const std::string& text, const std::string&
     LOOM_ASSIGN_OR_RETURN(c.model, json_string_or(cj, "model", "", w));
     LOOM_ASSIGN_OR_RETURN(c.layout, json_string_or(cj, "layout", "", w));
     LOOM_ASSIGN_OR_RETURN(c.error, json_string_or(cj, "error", "", w));
-    if (cj.contains("tolerances")) {
-      if (!cj["tolerances"].is_object()) return invalid_argument(w + ".tolerances must be an object {figure: fraction}");
-      for (const auto& [k, v] : cj["tolerances"].items()) {
-        if (!v.is_number() || v.get<double>() <= 0)
-          return invalid_argument(w + ".tolerances." + k + " must be a positive fraction (0.2 = 20%)");
-        c.tolerances[k] = v.get<double>();
-      }
-    }
+    LOOM_ASSIGN_OR_RETURN(c.tolerances, parse_tolerances(cj, w));
     if (cj.contains("figures")) {
       if (!cj["figures"].is_object()) return invalid_argument(w + ".figures must be an object");
       for (const auto& [k, v] : cj["figures"].items()) {

@@ -17,6 +17,7 @@
 #include "cli/compare.h"
 #include "cli/parse_args.h"
 #include "cli/regress.h"
+#include "cli/regress_json.h"
 #include "core/json_util.h"
 #include "core/plan.h"
 #include "core/run_record.h"
@@ -41,19 +42,6 @@ struct Suite {
   int threads = 1;
   std::vector<SuiteCase> cases;
 };
-
-Result<std::map<std::string, double>> parse_tolerances(const Json& j, const std::string& w) {
-  std::map<std::string, double> t;
-  if (!j.contains("tolerances")) return t;
-  if (!j["tolerances"].is_object())
-    return invalid_argument(w + ".tolerances must be an object {\"step_time\": 0.2, ...} (fractions)");
-  for (const auto& [k, v] : j["tolerances"].items()) {
-    if (!v.is_number() || v.get<double>() <= 0)
-      return invalid_argument(w + ".tolerances." + k + " must be a positive fraction (0.2 = 20%)");
-    t[k] = v.get<double>();
-  }
-  return t;
-}
 
 Result<Suite> load_suite(const std::string& path_or_name) {
   LOOM_ASSIGN_OR_RETURN(std::string path, find_description_file(path_or_name, "bench/suites"));

@@ -39,6 +39,7 @@ TrafficView::TrafficView(QWidget* parent) : QTableWidget(parent) {
 
 void TrafficView::show_result(const SimResult* r) {
   setRowCount(0);
+  drawn.clear();
   if (!r) return;
   const Traffic& t = r->traffic;
   const char* names[] = {"TP (layer collectives)", "PP (activations, gradients)", "DP / ZeRO (gradients, params)",
@@ -47,6 +48,7 @@ void TrafficView::show_result(const SimResult* r) {
     const int row = rowCount();
     insertRow(row);
     setItem(row, 0, cell(names[k], false));
+    drawn[comm_kind_name(CommKind(k))] = {t.bytes[k][0], t.bytes[k][1], t.bytes[k][2], t.time_s[k], t.calls[k]};
     setItem(row, 1, cell(QString::number(t.calls[k], 'f', 0)));
     for (int l = 0; l < kNumLinkClasses; ++l) setItem(row, 2 + l, cell(hb(t.bytes[k][l])));
     setItem(row, 5, cell(hs(t.time_s[k])));

@@ -5,6 +5,7 @@
 
 #include <QTableWidget>
 #include <QWidget>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ class TrafficView : public QTableWidget {
  public:
   explicit TrafficView(QWidget* parent = nullptr);
   void show_result(const SimResult* r);
+  // Drawn values per category ("tp", "pp", "dp", "ep"): bytes on NVLink,
+  // PCIe and the network, time per step (s), calls per step.
+  std::map<std::string, std::vector<double>> drawn;
 };
 
 // 4. Pipeline timeline (Gantt): a row per stage and stream, forward/backward
@@ -67,6 +71,9 @@ class TimelineView : public QWidget {
   void show_result(const SimResult* r);
   QSize sizeHint() const override { return {900, 360}; }
   double zoom() const { return zoom_; }
+  // The step the timeline spans and the ops it draws (0 when empty).
+  double drawn_step_s() const { return r_ ? r_->timeline.step_time_s : 0; }
+  size_t drawn_ops() const { return r_ ? std::min(r_->program.ops.size(), r_->timeline.ops.size()) : 0; }
 
  protected:
   void paintEvent(QPaintEvent*) override;

@@ -31,13 +31,12 @@ class CpuKernelBench final : public KernelBench {
       std::vector<Vec> b, c;
       size_t next = 0;
     };
-    const size_t a_n = size_t(std::max(m, n) * std::max(m, k)), b_n = size_t(std::max(n, m) * std::max(k, n)),
-                 c_n = size_t(std::max(m, n) * std::max(n, k));
-    const size_t copies = std::clamp<size_t>(cold_bytes / (sizeof(float) * (b_n + c_n)) + 1, 1, 64);
+    const GemmOperands ops = gemm_operands(m, n, k);
+    const size_t copies = ops.copies(cold_bytes, sizeof(float), sizeof(float));
     auto s = std::make_shared<State>();
-    s->a.assign(a_n, 0.5f);
-    s->b.assign(copies, Vec(b_n, 0.25f));
-    s->c.assign(copies, Vec(c_n, 0.f));
+    s->a.assign(ops.a, 0.5f);
+    s->b.assign(copies, Vec(ops.b, 0.25f));
+    s->c.assign(copies, Vec(ops.c, 0.f));
     auto step = [s] {
       size_t i = s->next++ % s->b.size();
       return std::pair<const float*, float*>{s->b[i].data(), s->c[i].data()};

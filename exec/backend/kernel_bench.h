@@ -19,6 +19,22 @@
 
 namespace loom::exec {
 
+// Elements of the GEMM bench's operands, large enough for every mode of an
+// m x n x k weight GEMM (A: x or dy, hot; B: W or x; C: y, dx or dW), and how
+// many copies of B and C span `cold_bytes` (at least 1, at most 64).
+struct GemmOperands {
+  size_t a = 0, b = 0, c = 0;
+  size_t copies(size_t cold_bytes, size_t b_elem_bytes, size_t c_elem_bytes) const {
+    const size_t per_copy = b_elem_bytes * b + c_elem_bytes * c;
+    const size_t n = cold_bytes / (per_copy ? per_copy : 1) + 1;
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+  }
+};
+inline GemmOperands gemm_operands(int64_t m, int64_t n, int64_t k) {
+  auto mx = [](int64_t x, int64_t y) { return x > y ? x : y; };
+  return {size_t(mx(m, n) * mx(m, k)), size_t(mx(n, m) * mx(k, n)), size_t(mx(m, n) * mx(n, k))};
+}
+
 class KernelBench {
  public:
   using Run = std::function<void()>;

@@ -82,10 +82,21 @@ class GuiTest : public QObject {
                                                          {"TP comm (exposed)", "tp_comm_exposed_s"}};
     for (auto [view_key, json_key] : parts)
       QVERIFY2(close(w.breakdown_view()->drawn_ms.at(view_key) / 1e3, b[json_key].toDouble()), view_key);
-    // Traffic view: one row per collective category plus the total.
+    // Traffic view: one row per collective category plus the total, each
+    // category's bytes per link class, time and calls as loom plan prints them.
     QCOMPARE(w.traffic_view()->rowCount(), 5);
-    // Timeline: the simulated step.
-    QVERIFY(close(w.session().result()->timeline.step_time_s, cli["step_time_s"].toDouble()));
+    const QJsonObject tr = cli["traffic_per_rank_per_step"].toObject();
+    for (const char* kind : {"tp", "pp", "dp", "ep"}) {
+      const QJsonObject k = tr[kind].toObject();
+      const std::vector<double>& v = w.traffic_view()->drawn.at(kind);
+      const char* keys[] = {"nvlink_bytes", "pcie_bytes", "network_bytes", "time_s", "calls"};
+      for (int i = 0; i < 5; ++i)
+        QVERIFY2(close(v[size_t(i)], k[keys[i]].toDouble()), qPrintable(QString("%1 %2").arg(kind).arg(keys[i])));
+    }
+    // Timeline: the view spans the simulated step and draws every op.
+    QVERIFY(close(w.timeline_view()->drawn_step_s(), cli["step_time_s"].toDouble()));
+    QCOMPARE(w.timeline_view()->drawn_ops(), w.session().result()->program.ops.size());
+    QVERIFY(w.timeline_view()->drawn_ops() > 0);
   }
 
  private slots:

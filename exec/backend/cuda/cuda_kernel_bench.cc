@@ -85,19 +85,18 @@ class CudaKernelBench final : public KernelBench {
   }
 
   GemmRuns gemm(int64_t m, int64_t n, int64_t k, size_t cold_bytes) override {
-    const size_t a_n = size_t(std::max(m, n) * std::max(m, k)), b_n = size_t(std::max(n, m) * std::max(k, n)),
-                 c_n = size_t(std::max(m, n) * std::max(n, k));
-    const size_t copies = std::clamp<size_t>(cold_bytes / (2 * b_n + 4 * c_n) + 1, 1, 64);
+    const GemmOperands ops = gemm_operands(m, n, k);
+    const size_t copies = ops.copies(cold_bytes, 2, 4);  // bf16 B, fp32 C
     struct State {
       std::unique_ptr<DevBuf> a;
       std::vector<std::unique_ptr<DevBuf>> b, c;
       size_t next = 0;
     };
     auto s = std::make_shared<State>();
-    s->a = std::make_unique<DevBuf>(2 * a_n);
+    s->a = std::make_unique<DevBuf>(2 * ops.a);
     for (size_t i = 0; i < copies; ++i) {
-      s->b.push_back(std::make_unique<DevBuf>(2 * b_n));
-      s->c.push_back(std::make_unique<DevBuf>(4 * c_n));
+      s->b.push_back(std::make_unique<DevBuf>(2 * ops.b));
+      s->c.push_back(std::make_unique<DevBuf>(4 * ops.c));
     }
     auto h = handle_;
     auto st = stream_;
