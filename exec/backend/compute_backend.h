@@ -14,6 +14,8 @@
 #include <memory>
 #include <string>
 
+#include "exec/backend/kernels.h"
+
 namespace loom::exec {
 
 class ComputeBackend;
@@ -59,10 +61,20 @@ class ComputeBackend {
   // Copies between host and device (plain memcpy on the CPU backend).
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Within the backend's memory (ordered with the kernels), and zero-filling.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* ptr, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // The ops (exec/backend/kernels.h), on this backend's memory.
+  virtual Kernels& kernels() = 0;
+  // The device stream the kernels run on (cudaStream_t), for communicators
+  // that must order their work after it; null on the CPU.
+  virtual void* native_stream() { return nullptr; }
 };
 
-// The CPU backend: host memory, kernels from exec/backend/cpu_ops.h.
+// The CPU backend: host memory, kernels from exec/backend/cpu_ops.h (fp32).
 std::unique_ptr<ComputeBackend> make_cpu_backend();
+// The CPU kernel table (forwards to cpu::), for backends and tests.
+std::unique_ptr<Kernels> make_cpu_kernels();
 
 }  // namespace loom::exec

@@ -77,7 +77,12 @@ class CpuBackend final : public ComputeBackend {
   }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst != src) std::memcpy(dst, src, bytes);
+  }
+  void fill_zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
   void synchronize() override {}
+  Kernels& kernels() override { return *kernels_; }
 
  private:
   void add(size_t bytes) {
@@ -93,6 +98,7 @@ class CpuBackend final : public ComputeBackend {
   }
   std::atomic<size_t> allocated_{0};
   std::atomic<size_t> peak_{0};
+  std::unique_ptr<Kernels> kernels_ = make_cpu_kernels();
 };
 
 }  // namespace

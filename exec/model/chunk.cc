@@ -1,9 +1,8 @@
 #include "exec/model/chunk.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
-#include "exec/backend/cpu_ops.h"
 
 namespace loom::exec {
 
@@ -46,16 +45,16 @@ DeviceBuffer make(ComputeBackend* be, int64_t floats) { return DeviceBuffer(be, 
 std::string L(int layer) { return "layers." + std::to_string(layer) + "."; }
 
 // y(N,out) = x(N,in) W(out,in)^T (+ b)
-void linear(const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in, int64_t out) {
-  cpu::gemm(false, true, N, out, in, 1.f, x, W, 0.f, y);
-  if (b) cpu::add_bias(y, b, N, out);
+void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in, int64_t out) {
+  k.gemm(false, true, N, out, in, 1.f, x, W, 0.f, y);
+  if (b) k.add_bias(y, b, N, out);
 }
 // dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W
-void linear_backward(const float* dy, const float* x, const float* W, float* dW, float* db, float* dx, int64_t N,
+void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db, float* dx, int64_t N,
                      int64_t in, int64_t out, bool accumulate_dx) {
-  cpu::gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dW);
-  if (db) cpu::bias_backward(dy, db, N, out);
-  if (dx) cpu::gemm(false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx);
+  k.gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dW);
+  if (db) k.bias_backward(dy, db, N, out);
+  if (dx) k.gemm(false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx);
 }
 }  // namespace
 
@@ -77,7 +76,7 @@ Status ModelChunk::tp_reduce_scatter_rows(const float* full, float* local, int64
 Status ModelChunk::enter_tp(const float* x_local, float* x_full) {
   const int64_t Nl = activation_rows(), C = cfg_.dims.C;
   if (cfg_.sequence_parallel && cfg_.tp_size > 1) return tp_all_gather_rows(x_local, x_full, Nl);
-  if (x_full != x_local) std::memcpy(x_full, x_local, size_t(Nl * C) * sizeof(float));
+  if (x_full != x_local) backend_->copy(x_full, x_local, size_t(Nl * C) * sizeof(float));
   return Status::ok();
 }
 
@@ -87,82 +86,83 @@ Status ModelChunk::leave_tp(float* partial_full, float* out_local) {
   const int64_t Nl = activation_rows(), C = cfg_.dims.C;
   if (cfg_.sequence_parallel && cfg_.tp_size > 1) return tp_reduce_scatter_rows(partial_full, out_local, Nl);
   LOOM_RETURN_IF_ERROR(tp_all_reduce(partial_full, Nl * C));
-  if (out_local != partial_full) std::memcpy(out_local, partial_full, size_t(Nl * C) * sizeof(float));
+  if (out_local != partial_full) backend_->copy(out_local, partial_full, size_t(Nl * C) * sizeof(float));
   return Status::ok();
 }
 
 Status ModelChunk::leave_tp_backward(float* dpartial_full, float* dlocal) { return leave_tp(dpartial_full, dlocal); }
 
 Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep) {
+  Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
   const int64_t tp = cfg_.tp_size, Hq = d.Hq / tp, Hk = d.Hk / tp, D = d.D, F = d.F / tp;
   const std::string p = L(layer);
   ParamStore& P = *params_;
   a.x_in = make(backend_, Nl * C);
-  std::memcpy(a.x_in.f32(), x_in, size_t(Nl * C) * sizeof(float));
+  backend_->copy(a.x_in.f32(), x_in, size_t(Nl * C) * sizeof(float));
   // attention block
   DeviceBuffer h_loc = make(backend_, Nl * C);
   a.mean1 = make(backend_, Nl);
   a.rstd1 = make(backend_, Nl);
   if (d.gpt2)
-    cpu::layernorm_forward(x_in, P.param(p + "ln1.weight"), P.param(p + "ln1.bias"), h_loc.f32(), a.mean1.f32(),
+    k.layernorm_forward(x_in, P.param(p + "ln1.weight"), P.param(p + "ln1.bias"), h_loc.f32(), a.mean1.f32(),
                            a.rstd1.f32(), Nl, C, d.norm_eps);
   else
-    cpu::rmsnorm_forward(x_in, P.param(p + "ln1.weight"), h_loc.f32(), a.rstd1.f32(), Nl, C, d.norm_eps);
+    k.rmsnorm_forward(x_in, P.param(p + "ln1.weight"), h_loc.f32(), a.rstd1.f32(), Nl, C, d.norm_eps);
   a.h1 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h1.f32()));
   a.q = make(backend_, N * Hq * D);
   a.k = make(backend_, N * Hk * D);
   a.v = make(backend_, N * Hk * D);
-  linear(a.h1.f32(), P.param(p + "attn.q.weight"), d.gpt2 ? P.param(p + "attn.q.bias") : nullptr, a.q.f32(), N, C,
+  linear(k, a.h1.f32(), P.param(p + "attn.q.weight"), d.gpt2 ? P.param(p + "attn.q.bias") : nullptr, a.q.f32(), N, C,
          Hq * D);
-  linear(a.h1.f32(), P.param(p + "attn.k.weight"), d.gpt2 ? P.param(p + "attn.k.bias") : nullptr, a.k.f32(), N, C,
+  linear(k, a.h1.f32(), P.param(p + "attn.k.weight"), d.gpt2 ? P.param(p + "attn.k.bias") : nullptr, a.k.f32(), N, C,
          Hk * D);
-  linear(a.h1.f32(), P.param(p + "attn.v.weight"), d.gpt2 ? P.param(p + "attn.v.bias") : nullptr, a.v.f32(), N, C,
+  linear(k, a.h1.f32(), P.param(p + "attn.v.weight"), d.gpt2 ? P.param(p + "attn.v.bias") : nullptr, a.v.f32(), N, C,
          Hk * D);
   if (!d.gpt2) {
-    cpu::rope_forward(a.q.f32(), B, T, Hq, D, d.rope_theta, 0);
-    cpu::rope_forward(a.k.f32(), B, T, Hk, D, d.rope_theta, 0);
+    k.rope_forward(a.q.f32(), B, T, Hq, D, d.rope_theta, 0);
+    k.rope_forward(a.k.f32(), B, T, Hk, D, d.rope_theta, 0);
   }
   a.ctx = make(backend_, N * Hq * D);
   a.lse = make(backend_, B * Hq * T);
-  cpu::attention_forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D);
+  k.attention_forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D);
   DeviceBuffer part = make(backend_, N * C);
-  linear(a.ctx.f32(), P.param(p + "attn.o.weight"), nullptr, part.f32(), N, Hq * D, C);
+  linear(k, a.ctx.f32(), P.param(p + "attn.o.weight"), nullptr, part.f32(), N, Hq * D, C);
   DeviceBuffer o = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
-  if (d.gpt2) cpu::add_bias(o.f32(), P.param(p + "attn.o.bias"), Nl, C);
+  if (d.gpt2) k.add_bias(o.f32(), P.param(p + "attn.o.bias"), Nl, C);
   a.x_mid = make(backend_, Nl * C);
-  std::memcpy(a.x_mid.f32(), x_in, size_t(Nl * C) * sizeof(float));
-  cpu::add_inplace(a.x_mid.f32(), o.f32(), Nl * C);
+  backend_->copy(a.x_mid.f32(), x_in, size_t(Nl * C) * sizeof(float));
+  k.add_inplace(a.x_mid.f32(), o.f32(), Nl * C);
   // MLP block
   a.mean2 = make(backend_, Nl);
   a.rstd2 = make(backend_, Nl);
   if (d.gpt2)
-    cpu::layernorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(),
+    k.layernorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(),
                            a.mean2.f32(), a.rstd2.f32(), Nl, C, d.norm_eps);
   else
-    cpu::rmsnorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps);
+    k.rmsnorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps);
   a.h2 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h2.f32()));
   a.a = make(backend_, N * F);
   a.g = make(backend_, N * F);
   if (d.gpt2) {
-    linear(a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F);
-    cpu::gelu_forward(a.a.f32(), a.g.f32(), N * F);
-    linear(a.g.f32(), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C);
+    linear(k, a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F);
+    k.gelu_forward(a.a.f32(), a.g.f32(), N * F);
+    linear(k, a.g.f32(), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C);
   } else {
-    linear(a.h2.f32(), P.param(p + "mlp.gate.weight"), nullptr, a.a.f32(), N, C, F);
-    linear(a.h2.f32(), P.param(p + "mlp.up.weight"), nullptr, a.g.f32(), N, C, F);
+    linear(k, a.h2.f32(), P.param(p + "mlp.gate.weight"), nullptr, a.a.f32(), N, C, F);
+    linear(k, a.h2.f32(), P.param(p + "mlp.up.weight"), nullptr, a.g.f32(), N, C, F);
     a.s = make(backend_, N * F);
-    cpu::swiglu_forward(a.a.f32(), a.g.f32(), a.s.f32(), N * F);
-    linear(a.s.f32(), P.param(p + "mlp.down.weight"), nullptr, part.f32(), N, F, C);
+    k.swiglu_forward(a.a.f32(), a.g.f32(), a.s.f32(), N * F);
+    linear(k, a.s.f32(), P.param(p + "mlp.down.weight"), nullptr, part.f32(), N, F, C);
   }
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
-  if (d.gpt2) cpu::add_bias(o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C);
-  std::memcpy(x_out, a.x_mid.f32(), size_t(Nl * C) * sizeof(float));
-  cpu::add_inplace(x_out, o.f32(), Nl * C);
+  if (d.gpt2) k.add_bias(o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C);
+  backend_->copy(x_out, a.x_mid.f32(), size_t(Nl * C) * sizeof(float));
+  k.add_inplace(x_out, o.f32(), Nl * C);
   if (!keep) {
     // Full recompute keeps only the layer input; selective drops the
     // attention core (recomputed from q, k, v).
@@ -179,6 +179,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
 }
 
 Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a) {
+  Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
   const int64_t tp = cfg_.tp_size, Hq = d.Hq / tp, Hk = d.Hk / tp, D = d.D, F = d.F / tp;
@@ -191,75 +192,76 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   } else if (a.ctx.empty()) {
     a.ctx = make(backend_, N * Hq * D);
     a.lse = make(backend_, B * Hq * T);
-    cpu::attention_forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D);
+    k.attention_forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D);
   }
   // MLP block
   DeviceBuffer dfull = make(backend_, N * C);
-  if (d.gpt2) cpu::bias_backward(dx_out, P.grad(p + "mlp.fc2.bias"), Nl, C);
+  if (d.gpt2) k.bias_backward(dx_out, P.grad(p + "mlp.fc2.bias"), Nl, C);
   LOOM_RETURN_IF_ERROR(enter_tp(dx_out, dfull.f32()));
   DeviceBuffer dh_part = make(backend_, N * C);
   if (d.gpt2) {
     DeviceBuffer dg = make(backend_, N * F);
-    linear_backward(dfull.f32(), a.g.f32(), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
+    linear_backward(k, dfull.f32(), a.g.f32(), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
                     dg.f32(), N, F, C, false);
     DeviceBuffer da = make(backend_, N * F);
-    cpu::gelu_backward(dg.f32(), a.a.f32(), da.f32(), N * F);
-    linear_backward(da.f32(), a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
+    k.gelu_backward(dg.f32(), a.a.f32(), da.f32(), N * F);
+    linear_backward(k, da.f32(), a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
                     P.grad(p + "mlp.fc1.bias"), dh_part.f32(), N, C, F, false);
   } else {
     DeviceBuffer ds = make(backend_, N * F);
-    linear_backward(dfull.f32(), a.s.f32(), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"), nullptr,
+    linear_backward(k, dfull.f32(), a.s.f32(), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"), nullptr,
                     ds.f32(), N, F, C, false);
     DeviceBuffer dgate = make(backend_, N * F), dup = make(backend_, N * F);
-    cpu::swiglu_backward(ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F);
-    linear_backward(dgate.f32(), a.h2.f32(), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"), nullptr,
+    k.swiglu_backward(ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F);
+    linear_backward(k, dgate.f32(), a.h2.f32(), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"), nullptr,
                     dh_part.f32(), N, C, F, false);
-    linear_backward(dup.f32(), a.h2.f32(), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"), nullptr,
+    linear_backward(k, dup.f32(), a.h2.f32(), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"), nullptr,
                     dh_part.f32(), N, C, F, true);
   }
   DeviceBuffer dh = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   DeviceBuffer dx_mid = make(backend_, Nl * C);
   if (d.gpt2)
-    cpu::layernorm_backward(dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.mean2.f32(), a.rstd2.f32(),
+    k.layernorm_backward(dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.mean2.f32(), a.rstd2.f32(),
                             dx_mid.f32(), P.grad(p + "ln2.weight"), P.grad(p + "ln2.bias"), Nl, C);
   else
-    cpu::rmsnorm_backward(dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.rstd2.f32(), dx_mid.f32(),
+    k.rmsnorm_backward(dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.rstd2.f32(), dx_mid.f32(),
                           P.grad(p + "ln2.weight"), Nl, C);
-  cpu::add_inplace(dx_mid.f32(), dx_out, Nl * C);
+  k.add_inplace(dx_mid.f32(), dx_out, Nl * C);
   // attention block
-  if (d.gpt2) cpu::bias_backward(dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C);
+  if (d.gpt2) k.bias_backward(dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C);
   LOOM_RETURN_IF_ERROR(enter_tp(dx_mid.f32(), dfull.f32()));
   DeviceBuffer dctx = make(backend_, N * Hq * D);
-  linear_backward(dfull.f32(), a.ctx.f32(), P.param(p + "attn.o.weight"), P.grad(p + "attn.o.weight"), nullptr,
+  linear_backward(k, dfull.f32(), a.ctx.f32(), P.param(p + "attn.o.weight"), P.grad(p + "attn.o.weight"), nullptr,
                   dctx.f32(), N, Hq * D, C, false);
   DeviceBuffer dq = make(backend_, N * Hq * D), dk = make(backend_, N * Hk * D), dv = make(backend_, N * Hk * D);
-  cpu::attention_backward(dctx.f32(), a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq.f32(), dk.f32(),
+  k.attention_backward(dctx.f32(), a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq.f32(), dk.f32(),
                           dv.f32(), B, T, Hq, Hk, D);
   if (!d.gpt2) {
-    cpu::rope_backward(dq.f32(), B, T, Hq, D, d.rope_theta, 0);
-    cpu::rope_backward(dk.f32(), B, T, Hk, D, d.rope_theta, 0);
+    k.rope_backward(dq.f32(), B, T, Hq, D, d.rope_theta, 0);
+    k.rope_backward(dk.f32(), B, T, Hk, D, d.rope_theta, 0);
   }
-  linear_backward(dq.f32(), a.h1.f32(), P.param(p + "attn.q.weight"), P.grad(p + "attn.q.weight"),
+  linear_backward(k, dq.f32(), a.h1.f32(), P.param(p + "attn.q.weight"), P.grad(p + "attn.q.weight"),
                   d.gpt2 ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false);
-  linear_backward(dk.f32(), a.h1.f32(), P.param(p + "attn.k.weight"), P.grad(p + "attn.k.weight"),
+  linear_backward(k, dk.f32(), a.h1.f32(), P.param(p + "attn.k.weight"), P.grad(p + "attn.k.weight"),
                   d.gpt2 ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
-  linear_backward(dv.f32(), a.h1.f32(), P.param(p + "attn.v.weight"), P.grad(p + "attn.v.weight"),
+  linear_backward(k, dv.f32(), a.h1.f32(), P.param(p + "attn.v.weight"), P.grad(p + "attn.v.weight"),
                   d.gpt2 ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
-    cpu::layernorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
+    k.layernorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
                             P.grad(p + "ln1.weight"), P.grad(p + "ln1.bias"), Nl, C);
   else
-    cpu::rmsnorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.rstd1.f32(), dx_in,
+    k.rmsnorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.rstd1.f32(), dx_in,
                           P.grad(p + "ln1.weight"), Nl, C);
-  cpu::add_inplace(dx_in, dx_mid.f32(), Nl * C);
+  k.add_inplace(dx_in, dx_mid.f32(), Nl * C);
   a = LayerActs{};
   return Status::ok();
 }
 
 Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input, const int32_t* targets,
                            float loss_scale, float* output, double* loss_sum) {
+  Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
   const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
@@ -269,26 +271,25 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   DeviceBuffer x = make(backend_, Nl * C), y = make(backend_, Nl * C);
   if (cfg_.has_embedding) {
     acts->tokens = DeviceBuffer(backend_, size_t(N) * sizeof(int32_t));
-    std::memcpy(acts->tokens.i32(), tokens, size_t(N) * sizeof(int32_t));
+    backend_->copy(acts->tokens.i32(), tokens, size_t(N) * sizeof(int32_t));
     DeviceBuffer part = make(backend_, N * C);
-    cpu::embedding_forward(tokens, P.param("embed.wte"), part.f32(), N, C, v_begin, Vl);
+    k.embedding_forward(tokens, P.param("embed.wte"), part.f32(), N, C, v_begin, Vl);
     LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), x.f32()));
     if (d.gpt2) {
-      const float* wpe = P.param("embed.wpe");
       const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      for (int64_t i = 0; i < Nl; ++i) cpu::add_inplace(x.f32() + i * C, wpe + ((row0 + i) % T) * C, C);
+      k.add_positions(x.f32(), P.param("embed.wpe"), Nl, C, T, row0);
     }
   } else {
-    std::memcpy(x.f32(), input, size_t(Nl * C) * sizeof(float));
+    backend_->copy(x.f32(), input, size_t(Nl * C) * sizeof(float));
   }
   for (int i = 0; i < cfg_.num_layers; ++i) {
     LOOM_RETURN_IF_ERROR(layer_forward(cfg_.first_layer + i, x.f32(), y.f32(), acts->layers[i], false));
     std::swap(x, y);
   }
   if (!cfg_.has_head) {
-    std::memcpy(output, x.f32(), size_t(Nl * C) * sizeof(float));
+    backend_->copy(output, x.f32(), size_t(Nl * C) * sizeof(float));
     saved_[micro] = std::move(acts);
-    return Status::ok();
+    return k.status();
   }
   // Final norm, logits over the local vocabulary slice, vocab-parallel loss.
   acts->head_in = std::move(x);
@@ -296,44 +297,39 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   acts->meanf = make(backend_, Nl);
   acts->rstdf = make(backend_, Nl);
   if (d.gpt2)
-    cpu::layernorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), P.param("final_norm.bias"),
+    k.layernorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), P.param("final_norm.bias"),
                            hf_loc.f32(), acts->meanf.f32(), acts->rstdf.f32(), Nl, C, d.norm_eps);
   else
-    cpu::rmsnorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), hf_loc.f32(), acts->rstdf.f32(), Nl, C,
+    k.rmsnorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), hf_loc.f32(), acts->rstdf.f32(), Nl, C,
                          d.norm_eps);
   acts->hf = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(hf_loc.f32(), acts->hf.f32()));
   const float* W = P.param(d.tied ? "embed.wte" : "lm_head.weight");
   acts->dlogits = make(backend_, N * Vl);
   float* logits = acts->dlogits.f32();
-  linear(acts->hf.f32(), W, nullptr, logits, N, C, Vl);
+  linear(k, acts->hf.f32(), W, nullptr, logits, N, C, Vl);
   // Padded vocabulary columns take no part in the softmax.
-  for (int64_t c = 0; c < Vl; ++c) {
-    if (v_begin + c < d.V) continue;
-    for (int64_t n = 0; n < N; ++n) logits[n * Vl + c] = -1e30f;
-  }
-  std::vector<float> row_max(N), sumexp(N), target_logit(N), loss(N);
-  cpu::xent_row_max(logits, row_max.data(), N, Vl);
-  if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max.data(), size_t(N), ReduceOp::kMax));
-  cpu::xent_sumexp_and_target(logits, targets, row_max.data(), sumexp.data(), target_logit.data(), N, Vl, v_begin);
+  if (v_begin + Vl > d.V) k.fill_columns(logits, N, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f);
+  DeviceBuffer row_max = make(backend_, N), sumexp = make(backend_, N), target_logit = make(backend_, N),
+               loss = make(backend_, N);
+  k.xent_row_max(logits, row_max.f32(), N, Vl);
+  if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max.f32(), size_t(N), ReduceOp::kMax));
+  k.xent_sumexp_and_target(logits, targets, row_max.f32(), sumexp.f32(), target_logit.f32(), N, Vl, v_begin);
   if (tp > 1) {
-    LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp.data(), size_t(N), ReduceOp::kSum));
-    LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.data(), size_t(N), ReduceOp::kSum));
+    LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp.f32(), size_t(N), ReduceOp::kSum));
+    LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(N), ReduceOp::kSum));
   }
-  cpu::xent_loss(row_max.data(), sumexp.data(), target_logit.data(), loss.data(), N);
-  double sum = 0;
-  for (int64_t n = 0; n < N; ++n) sum += loss[n];
-  *loss_sum += sum * loss_scale;
+  k.xent_loss(row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), N);
+  *loss_sum += k.sum(loss.f32(), N) * loss_scale;
   // The gradient of the logits now, in place: the logits are not needed again.
-  std::vector<float> tmp(size_t(N * Vl));
-  cpu::xent_backward(logits, targets, row_max.data(), sumexp.data(), tmp.data(), N, Vl, v_begin, loss_scale);
-  std::memcpy(logits, tmp.data(), tmp.size() * sizeof(float));
+  k.xent_backward(logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale);
   saved_[micro] = std::move(acts);
-  return Status::ok();
+  return k.status();
 }
 
 Status ModelChunk::backward(int micro, const float* dout, float* dinput,
                             const std::function<Status(int layer)>& on_layer_done) {
+  Kernels& k = backend_->kernels();
   auto it = saved_.find(micro);
   if (it == saved_.end())
     return internal_error("backward of micro-batch " + std::to_string(micro) + " before its forward");
@@ -347,19 +343,19 @@ Status ModelChunk::backward(int micro, const float* dout, float* dinput,
   if (cfg_.has_head) {
     const char* wname = d.tied ? "embed.wte" : "lm_head.weight";
     DeviceBuffer dh_part = make(backend_, N * C);
-    linear_backward(acts->dlogits.f32(), acts->hf.f32(), P.param(wname), P.grad(wname), nullptr, dh_part.f32(), N, C,
+    linear_backward(k, acts->dlogits.f32(), acts->hf.f32(), P.param(wname), P.grad(wname), nullptr, dh_part.f32(), N, C,
                     Vl, false);
     DeviceBuffer dh = make(backend_, Nl * C);
     LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
     if (d.gpt2)
-      cpu::layernorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->meanf.f32(),
+      k.layernorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->meanf.f32(),
                               acts->rstdf.f32(), dx.f32(), P.grad("final_norm.weight"), P.grad("final_norm.bias"), Nl,
                               C);
     else
-      cpu::rmsnorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(), dx.f32(),
+      k.rmsnorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(), dx.f32(),
                             P.grad("final_norm.weight"), Nl, C);
   } else {
-    std::memcpy(dx.f32(), dout, size_t(Nl * C) * sizeof(float));
+    backend_->copy(dx.f32(), dout, size_t(Nl * C) * sizeof(float));
   }
   for (int i = cfg_.num_layers - 1; i >= 0; --i) {
     LOOM_RETURN_IF_ERROR(layer_backward(cfg_.first_layer + i, dx.f32(), dy.f32(), acts->layers[i]));
@@ -368,17 +364,16 @@ Status ModelChunk::backward(int micro, const float* dout, float* dinput,
   }
   if (cfg_.has_embedding) {
     if (d.gpt2) {
-      float* dwpe = P.grad("embed.wpe");
       const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      for (int64_t i = 0; i < Nl; ++i) cpu::add_inplace(dwpe + ((row0 + i) % T) * C, dx.f32() + i * C, C);
+      k.positions_backward(dx.f32(), P.grad("embed.wpe"), Nl, C, T, row0);
     }
     DeviceBuffer dfull = make(backend_, N * C);
     LOOM_RETURN_IF_ERROR(enter_tp(dx.f32(), dfull.f32()));
-    cpu::embedding_backward(acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl);
+    k.embedding_backward(acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl);
   } else {
-    std::memcpy(dinput, dx.f32(), size_t(Nl * C) * sizeof(float));
+    backend_->copy(dinput, dx.f32(), size_t(Nl * C) * sizeof(float));
   }
-  return Status::ok();
+  return k.status();
 }
 
 ModelChunk::~ModelChunk() = default;

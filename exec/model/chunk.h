@@ -1,7 +1,7 @@
 // ModelChunk: one pipeline chunk of the transformer on one rank — the token
 // embedding (first chunk), a run of layers, and the final norm + LM head with
 // the vocab-parallel cross-entropy (last chunk) — with forward and backward
-// written op by op over exec/backend/cpu_ops.h, Megatron tensor parallelism
+// written op by op over the backend's kernel table (exec/backend/kernels.h), Megatron tensor parallelism
 // (column/row-parallel linears, vocab-parallel embedding and loss) and
 // optional sequence parallelism, and full / selective recompute.
 //
@@ -45,6 +45,7 @@ class ModelChunk {
   int64_t activation_rows() const;
   int64_t activation_floats() const { return activation_rows() * cfg_.dims.C; }
 
+  // Every pointer is the backend's memory (device memory on the CUDA backend).
   // Forward of one micro-batch. First chunk: `tokens` (B*T); otherwise `input`
   // (activation_floats()). Last chunk: `targets` (B*T) and `loss_scale`
   // (1 / tokens of the whole step); it adds the micro-batch's summed token

@@ -109,7 +109,7 @@ float* ParamStore::param(const std::string& name) const { return params_.f32() +
 float* ParamStore::grad(const std::string& name) const { return grads_.f32() + info(name).offset; }
 
 void ParamStore::zero_grads() {
-  if (!grads_.empty()) std::memset(grads_.f32(), 0, grads_.bytes());
+  if (!grads_.empty()) backend_->fill_zero(grads_.f32(), grads_.bytes());
 }
 
 namespace {

@@ -9,7 +9,6 @@
 #include <map>
 
 #include "core/stage_split.h"
-#include "exec/backend/cpu_ops.h"
 
 namespace loom::exec {
 
@@ -50,7 +49,17 @@ Status Trainer::Impl::setup() {
                             ") is larger than the model's (" + std::to_string(dims.V) + "); scale vocab up");
   if (l.sequence_parallel && (N() % l.tp))
     return invalid_argument("execute: sequence parallel needs micro*seq divisible by tp");
-  backend = make_cpu_backend();
+  if (cfg.backend) {
+    backend = cfg.backend;
+  } else {
+    own_backend = make_cpu_backend();
+    backend = own_backend.get();
+  }
+  Communicator* devw = cfg.device_world ? cfg.device_world : world;
+  if (devw->size() != world->size() || devw->rank() != world->rank())
+    return invalid_argument("execute: the device communicator does not match the world (rank " +
+                            std::to_string(devw->rank()) + "/" + std::to_string(devw->size()) + " vs " +
+                            std::to_string(world->rank()) + "/" + std::to_string(world->size()) + ")");
   RankGrid grid(l);
   coords = grid.coords(world->rank());
   auto color_of = [&](Dim d) {
@@ -60,15 +69,16 @@ Status Trainer::Impl::setup() {
     if (d == Dim::kPp) c.pp = 0;
     return grid.rank_of(c);
   };
-  LOOM_ASSIGN_OR_RETURN(tp, world->split(color_of(Dim::kTp), coords.tp, "tp"));
-  LOOM_ASSIGN_OR_RETURN(dp, world->split(color_of(Dim::kDp), coords.dp, "dp"));
-  LOOM_ASSIGN_OR_RETURN(pp, world->split(color_of(Dim::kPp), coords.pp, "pp"));
+  LOOM_ASSIGN_OR_RETURN(tp, devw->split(color_of(Dim::kTp), coords.tp, "tp"));
+  LOOM_ASSIGN_OR_RETURN(dp, devw->split(color_of(Dim::kDp), coords.dp, "dp"));
+  LOOM_ASSIGN_OR_RETURN(pp, devw->split(color_of(Dim::kPp), coords.pp, "pp"));
+  LOOM_ASSIGN_OR_RETURN(pp_grad, devw->split(color_of(Dim::kPp), coords.pp, "pp-grad"));
   // Tied embeddings on two stages: the first and last stage keep a copy each
   // and sum their gradients (Megatron's embedding group).
   has_embedding_copy_pair = dims.tied && l.pp > 1;
   bool in_emb = has_embedding_copy_pair && (coords.pp == 0 || coords.pp == l.pp - 1);
   int emb_color = in_emb ? color_of(Dim::kPp) : world->size() + world->rank();
-  LOOM_ASSIGN_OR_RETURN(emb, world->split(emb_color, coords.pp, "embedding"));
+  LOOM_ASSIGN_OR_RETURN(emb, devw->split(emb_color, coords.pp, "embedding"));
 
   split = split_layers(cfg.model, l.pp, l.virtual_stages);
   micro_batches = l.num_micro_batches(cfg.train.global_batch);
@@ -105,7 +115,8 @@ Status Trainer::Impl::setup() {
       }
     });
   }
-  params.materialize(backend.get(), cfg.train.seed);
+  params.materialize(backend, cfg.train.seed);
+  backend->kernels().set_weights(params.params(), params.numel());
   // ZeRO-3 ranks keep only their shards until a chunk is gathered for use.
   released.assign(v, false);
   if (l.zero == 3 && l.dp > 1)
@@ -124,12 +135,12 @@ Status Trainer::Impl::setup() {
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;
     cc.recompute = l.recompute;
-    chunks.push_back(std::make_unique<ModelChunk>(cc, &params, backend.get(), tp.get()));
+    chunks.push_back(std::make_unique<ModelChunk>(cc, &params, backend, tp.get()));
   }
   size_t state = l.zero >= 1 ? shard_total : size_t(params.numel());
-  m = DeviceBuffer(backend.get(), state * sizeof(float));
-  this->v = DeviceBuffer(backend.get(), state * sizeof(float));
-  if (l.zero >= 1) shard_grad = DeviceBuffer(backend.get(), shard_total * sizeof(float));
+  m = DeviceBuffer(backend, state * sizeof(float));
+  this->v = DeviceBuffer(backend, state * sizeof(float));
+  if (l.zero >= 1) shard_grad = DeviceBuffer(backend, shard_total * sizeof(float));
   reduced_chunk.assign(v, false);
   return Status::ok();
 }
@@ -156,8 +167,8 @@ Status Trainer::Impl::forward(int c, int micro, double* loss_sum) {
   const int32_t* tgt = nullptr;
   const float* in = nullptr;
   int64_t row0 = int64_t(micro) * N();
-  if (first_global(c)) tok = tokens.data() + row0;
-  if (last_global(c)) tgt = targets.data() + row0;
+  if (first_global(c)) tok = tokens_dev.i32() + row0;
+  if (last_global(c)) tgt = targets_dev.i32() + row0;
   if (!first_global(c)) {
     auto key = std::make_pair(c, micro);
     if (coords.pp == 0 && c > 0 && cfg.layout.pp == 1) {
@@ -170,7 +181,7 @@ Status Trainer::Impl::forward(int c, int micro, double* loss_sum) {
     in = it->second.f32();
   }
   DeviceBuffer out;
-  if (!last_global(c)) out = DeviceBuffer(backend.get(), size_t(n_act) * sizeof(float));
+  if (!last_global(c)) out = DeviceBuffer(backend, size_t(n_act) * sizeof(float));
   float scale = float(1.0 / double(cfg.train.tokens_per_step()));
   LOOM_RETURN_IF_ERROR(chunks[c]->forward(micro, tok, in, tgt, scale, out.f32(), loss_sum));
   act_in.erase({c, micro});
@@ -210,7 +221,7 @@ Status Trainer::Impl::backward(int c, int micro, int buckets) {
     dout = it->second.f32();
   }
   DeviceBuffer din;
-  if (!first_global(c)) din = DeviceBuffer(backend.get(), size_t(n_act) * sizeof(float));
+  if (!first_global(c)) din = DeviceBuffer(backend, size_t(n_act) * sizeof(float));
   // The chunk's last backward of the step with ZeRO-0 and overlap: start each
   // gradient bucket as soon as backward has passed all of it, and let MPI
   // progress the ones in flight between layers.
@@ -251,18 +262,24 @@ Status Trainer::Impl::reduce_shared_grads(int c) {
   reduced_chunk[c] = true;
   const Layout& l = cfg.layout;
   if (!l.sequence_parallel || l.tp == 1) return Status::ok();
-  std::vector<float> packed;
   std::vector<const ParamInfo*> reps;
+  size_t total = 0;
   for (const ParamInfo& p : params.infos()) {
     if (p.shard != ShardKind::kReplicated || unit_of(p.offset).chunk != c) continue;
     reps.push_back(&p);
-    packed.insert(packed.end(), params.grads() + p.offset, params.grads() + p.offset + p.numel);
+    total += size_t(p.numel);
   }
-  if (packed.empty()) return Status::ok();
-  LOOM_RETURN_IF_ERROR(tp->all_reduce(packed.data(), packed.size(), ReduceOp::kSum));
+  if (total == 0) return Status::ok();
+  DeviceBuffer packed(backend, total * sizeof(float));
   size_t at = 0;
   for (const ParamInfo* p : reps) {
-    std::memcpy(params.grads() + p->offset, packed.data() + at, size_t(p->numel) * sizeof(float));
+    backend->copy(packed.f32() + at, params.grads() + p->offset, size_t(p->numel) * sizeof(float));
+    at += size_t(p->numel);
+  }
+  LOOM_RETURN_IF_ERROR(tp->all_reduce(packed.f32(), total, ReduceOp::kSum));
+  at = 0;
+  for (const ParamInfo* p : reps) {
+    backend->copy(params.grads() + p->offset, packed.f32() + at, size_t(p->numel) * sizeof(float));
     at += size_t(p->numel);
   }
   return Status::ok();
@@ -293,16 +310,16 @@ Status Trainer::Impl::grad_sync(const Op& op) {
     // ZeRO 1-3: reduce-scatter to the shards. ZeRO-1 once per step (at the
     // chunk's first bucket op); ZeRO-2/3 after every micro-batch, accumulating
     // into the shard and clearing the full gradient.
-    std::vector<float> tmp(u.shard);
-    LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.data(), u.shard));
-    cpu::add_inplace(shard_grad.f32() + u.shard_offset, tmp.data(), int64_t(u.shard));
+    DeviceBuffer tmp(backend, u.shard * sizeof(float));
+    LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.f32(), u.shard));
+    backend->kernels().add_inplace(shard_grad.f32() + u.shard_offset, tmp.f32(), int64_t(u.shard));
     // ZeRO-2/3 keep only the shard: the full gradient's memory is given back
     // until the next micro-batch's backward writes it again.
     if (l.zero >= 2) {
       backend->discard(g, u.size * sizeof(float));
       grads_discarded[size_t(c)] = true;
     } else {
-      std::memset(g, 0, u.size * sizeof(float));
+      backend->fill_zero(g, u.size * sizeof(float));
     }
   }
   return Status::ok();
@@ -327,10 +344,12 @@ Status Trainer::Impl::param_gather(int c) {
     const Unit& u = units[ui];
     float* p = params.params() + u.begin;
     const size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
-    std::vector<float> own(p + own_b, p + own_e);
-    LOOM_RETURN_IF_ERROR(dp->all_gather(own.data(), p, u.shard));
+    DeviceBuffer own(backend, u.shard * sizeof(float));
+    backend->copy(own.f32(), p + own_b, u.shard * sizeof(float));
+    LOOM_RETURN_IF_ERROR(dp->all_gather(own.f32(), p, u.shard));
   }
   released[size_t(c)] = false;
+  backend->kernels().weights_changed();
   return Status::ok();
 }
 
@@ -358,6 +377,12 @@ Status Trainer::Impl::wait_pending() {
 Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
   const Layout& l = cfg.layout;
   auto t0 = Clock::now();
+  // A device backend runs the op asynchronously: its time ends when the
+  // backend's stream has drained (blocking collectives already waited).
+  auto op_seconds = [&] {
+    if (!backend->host_visible()) backend->synchronize();
+    return seconds_since(t0);
+  };
   const int c = op.chunk, mi = op.micro;
   const int next = (coords.pp + 1) % l.pp, prev = (coords.pp + l.pp - 1) % l.pp;
   const bool dp_sharded = l.dp > 1;
@@ -373,14 +398,14 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
     case OpKind::kForward:
       LOOM_RETURN_IF_ERROR(forward(c, mi, loss_sum));
       used(c);
-      times.forward_s += seconds_since(t0);
+      times.forward_s += op_seconds();
       break;
     case OpKind::kBackward:
       if (op.part == 0) {
         LOOM_RETURN_IF_ERROR(backward(c, mi, op.num_parts));
         used(c);
       }
-      times.backward_s += seconds_since(t0);
+      times.backward_s += op_seconds();
       break;
     case OpKind::kSendActivation: {
       DeviceBuffer buf = std::move(act_out[{c, mi}]);
@@ -390,45 +415,45 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       LOOM_ASSIGN_OR_RETURN(auto req, pp->isend(buf.f32(), buf.floats(), next, p2p_tag(false, peer_chunk, mi)));
       pending.push_back(std::move(req));
       send_buffers.push_back(std::move(buf));
-      times.pp_comm_s += seconds_since(t0);
+      times.pp_comm_s += op_seconds();
       break;
     }
     case OpKind::kRecvActivation: {
-      DeviceBuffer buf(backend.get(), size_t(chunks[c]->activation_floats()) * sizeof(float));
+      DeviceBuffer buf(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
       LOOM_RETURN_IF_ERROR(pp->recv(buf.f32(), buf.floats(), prev, p2p_tag(false, c, mi)));
       act_in[{c, mi}] = std::move(buf);
-      times.pp_comm_s += seconds_since(t0);
+      times.pp_comm_s += op_seconds();
       break;
     }
     case OpKind::kSendGrad: {
       DeviceBuffer buf = std::move(grad_out[{c, mi}]);
       grad_out.erase({c, mi});
       int peer_chunk = coords.pp == 0 ? c - 1 : c;
-      LOOM_ASSIGN_OR_RETURN(auto req, pp->isend(buf.f32(), buf.floats(), prev, p2p_tag(true, peer_chunk, mi)));
+      LOOM_ASSIGN_OR_RETURN(auto req, pp_grad->isend(buf.f32(), buf.floats(), prev, p2p_tag(true, peer_chunk, mi)));
       pending.push_back(std::move(req));
       send_buffers.push_back(std::move(buf));
-      times.pp_comm_s += seconds_since(t0);
+      times.pp_comm_s += op_seconds();
       break;
     }
     case OpKind::kRecvGrad: {
-      DeviceBuffer buf(backend.get(), size_t(chunks[c]->activation_floats()) * sizeof(float));
-      LOOM_RETURN_IF_ERROR(pp->recv(buf.f32(), buf.floats(), next, p2p_tag(true, c, mi)));
+      DeviceBuffer buf(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
+      LOOM_RETURN_IF_ERROR(pp_grad->recv(buf.f32(), buf.floats(), next, p2p_tag(true, c, mi)));
       grad_in[{c, mi}] = std::move(buf);
-      times.pp_comm_s += seconds_since(t0);
+      times.pp_comm_s += op_seconds();
       break;
     }
     case OpKind::kGradSync:
       LOOM_RETURN_IF_ERROR(grad_sync(op));
-      times.dp_comm_s += seconds_since(t0);
+      times.dp_comm_s += op_seconds();
       break;
     case OpKind::kParamGather:
       LOOM_RETURN_IF_ERROR(param_gather(c));
       if (l.zero == 3 && mi >= 0) ++gathered[c];
-      times.dp_comm_s += seconds_since(t0);
+      times.dp_comm_s += op_seconds();
       break;
     case OpKind::kOptimizer:
       LOOM_RETURN_IF_ERROR(optimizer_step(current_step, &grad_norm, &lr));
-      times.optimizer_s += seconds_since(t0);
+      times.optimizer_s += op_seconds();
       break;
   }
   record(op, t0, seconds_since(t0));
@@ -470,18 +495,19 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   // Replicated-in-TP params count on tp rank 0; the tied embedding's second
   // copy does not count; with ZeRO the DP shards partition the elements,
   // without it DP rank 0 counts.
+  Kernels& k = backend->kernels();
   double sq = 0;
   for (const ParamInfo& p : params.infos()) {
     if (p.shard == ShardKind::kReplicated && coords.tp != 0) continue;
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) continue;
     const Unit& r = unit_of(p.offset);
     if (l.zero == 0) {
-      if (coords.dp == 0) sq += cpu::sum_squares(params.grads() + p.offset, p.numel);
+      if (coords.dp == 0) sq += k.sum_squares(params.grads() + p.offset, p.numel);
       continue;
     }
     size_t own_b = r.begin + coords.dp * r.shard, own_e = own_b + r.shard;
     size_t b = std::max<size_t>(own_b, p.offset), e = std::min<size_t>(own_e, p.offset + size_t(p.numel));
-    if (b < e) sq += cpu::sum_squares(shard_grad.f32() + r.shard_offset + (b - own_b), int64_t(e - b));
+    if (b < e) sq += k.sum_squares(shard_grad.f32() + r.shard_offset + (b - own_b), int64_t(e - b));
   }
   LOOM_RETURN_IF_ERROR(world->all_reduce(&sq, 1, ReduceOp::kSum));
   double norm = std::sqrt(sq);
@@ -496,8 +522,8 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
     const Unit& r = unit_of(p.offset);
     if (l.zero == 0) {
       float* g = params.grads() + p.offset;
-      if (clip != 1.0) cpu::scale_inplace(g, float(clip), p.numel);
-      cpu::adamw_update(params.params() + p.offset, g, m.f32() + p.offset, v.f32() + p.offset, p.numel, float(lr),
+      if (clip != 1.0) k.scale_inplace(g, float(clip), p.numel);
+      k.adamw_update(params.params() + p.offset, g, m.f32() + p.offset, v.f32() + p.offset, p.numel, float(lr),
                         float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step);
       continue;
     }
@@ -506,14 +532,15 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
     if (b >= e) continue;
     size_t so = r.shard_offset + (b - own_b);
     float* g = shard_grad.f32() + so;
-    if (clip != 1.0) cpu::scale_inplace(g, float(clip), int64_t(e - b));
-    cpu::adamw_update(params.params() + b, g, m.f32() + so, v.f32() + so, int64_t(e - b), float(lr), float(t.beta1),
+    if (clip != 1.0) k.scale_inplace(g, float(clip), int64_t(e - b));
+    k.adamw_update(params.params() + b, g, m.f32() + so, v.f32() + so, int64_t(e - b), float(lr), float(t.beta1),
                       float(t.beta2), float(t.adam_eps), wd, adam_step);
   }
   for (auto& sent : bucket_sent) sent.clear();
   params.zero_grads();
-  if (!shard_grad.empty()) std::memset(shard_grad.f32(), 0, shard_grad.bytes());
-  return Status::ok();
+  if (!shard_grad.empty()) backend->fill_zero(shard_grad.f32(), shard_grad.bytes());
+  k.weights_changed();
+  return k.status();
 }
 
 Result<StepResult> Trainer::step(int64_t step) {
@@ -535,6 +562,13 @@ Result<StepResult> Trainer::step(int64_t step) {
     s.targets.resize(size_t(per_dp * T));
     int64_t first = step * s.cfg.train.global_batch + int64_t(s.coords.dp) * per_dp;
     LOOM_RETURN_IF_ERROR(s.data->read(first, per_dp, T, s.tokens.data(), s.targets.data()));
+    const size_t bytes = s.tokens.size() * sizeof(int32_t);
+    if (s.tokens_dev.bytes() != bytes) {
+      s.tokens_dev = DeviceBuffer(s.backend, bytes);
+      s.targets_dev = DeviceBuffer(s.backend, bytes);
+    }
+    s.backend->copy_to_device(s.tokens_dev.i32(), s.tokens.data(), bytes);
+    s.backend->copy_to_device(s.targets_dev.i32(), s.targets.data(), bytes);
   }
   s.times.data_s = seconds_since(t0);
   double loss_sum = 0;

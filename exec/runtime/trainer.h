@@ -37,6 +37,13 @@ struct TrainerConfig {
   Layout layout;
   int grad_buckets = 4;
   bool record_trace = false;
+  // Where the math runs: null = a CPU backend of the trainer's own. A device
+  // backend (CUDA) must outlive the trainer.
+  ComputeBackend* backend = nullptr;
+  // The communicator over the same ranks as `world` that moves the backend's
+  // buffers (NCCL for CUDA); null = `world` itself. The layout's groups are
+  // split from it; host scalars (loss, norm, step time) still go over `world`.
+  Communicator* device_world = nullptr;
 };
 
 // Seconds spent per phase during one step on this rank.

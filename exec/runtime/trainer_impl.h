@@ -30,8 +30,12 @@ struct Trainer::Impl {
   TrainerConfig cfg;
   Communicator* world = nullptr;
   TokenSource* data = nullptr;
-  std::unique_ptr<ComputeBackend> backend;
-  std::unique_ptr<Communicator> tp, dp, pp, emb;
+  std::unique_ptr<ComputeBackend> own_backend;  // when cfg.backend is null
+  ComputeBackend* backend = nullptr;
+  // Layout groups, split from the device world. Pipeline activations and
+  // gradients travel on separate communicators (pp, pp_grad): each direction
+  // keeps one order of sends and receives, which NCCL's in-stream p2p needs.
+  std::unique_ptr<Communicator> tp, dp, pp, pp_grad, emb;
   RankCoords coords;
   ModelDims dims;
   StageSplit split;
@@ -55,7 +59,8 @@ struct Trainer::Impl {
   std::vector<bool> released;                        // ZeRO-3: a chunk's non-owned parameters were given back
   int64_t current_step = 0;
   double grad_norm = 0, lr = 0;
-  std::vector<int32_t> tokens, targets;              // this DP rank's samples of the step
+  std::vector<int32_t> tokens, targets;              // this DP rank's samples of the step (host)
+  DeviceBuffer tokens_dev, targets_dev;              // ... in the backend's memory
   std::vector<bool> reduced_chunk;                   // TP/embedding reductions done for the current micro
   PhaseTimes times;
   std::vector<TraceEvent> events;

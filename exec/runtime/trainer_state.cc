@@ -19,6 +19,15 @@ void slice_of(const ParamInfo& p, std::vector<int64_t>* offset, std::vector<int6
   if (p.shard == ShardKind::kSplitDim1) (*offset)[1] = p.shard_offset;
 }
 
+// A host-readable view of n floats of the backend's memory: the memory itself
+// on a host-visible backend, else a copy staged into *staging.
+const float* host_view(ComputeBackend* be, const float* src, size_t n, std::vector<float>* staging) {
+  if (be->host_visible()) return src;
+  staging->resize(n);
+  be->copy_to_host(staging->data(), src, n * sizeof(float));
+  return staging->data();
+}
+
 }  // namespace
 
 Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) {
@@ -32,7 +41,8 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   st["consumed_samples"] = next_step * s.cfg.train.global_batch;
   st["consumed_tokens"] = next_step * s.cfg.train.tokens_per_step();
   st["lr_schedule_step"] = next_step;
-  st["loss_scale"] = 1.0;  // fp32: no loss scaling
+  st["loss_scale"] = 1.0;  // fp32 and bf16: no loss scaling
+  st["precision"] = precision_name(s.backend->kernels().precision());
   st["rng"] = {{"seed", s.cfg.train.seed}, {"note", "parameters and data derive from (seed, global index)"}};
   st["data"] = Json::parse(s.data ? s.data->state_json() : "{}");
   st["rank"] = s.world->rank();
@@ -46,19 +56,28 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   if (l.zero >= 1 && l.dp > 1)
     for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(s.param_gather(c));
   // Adam moments: whole local arrays, gathered from the ZeRO shards.
-  std::vector<float> m_full, v_full;
-  const float* m = s.m.f32();
-  const float* v = s.v.f32();
+  // Device state is staged to host memory here, before the async writer runs.
+  const size_t numel = size_t(s.params.numel());
+  std::vector<float> m_host, v_host, p_host;
+  const float* m = nullptr;
+  const float* v = nullptr;
   if (l.zero >= 1) {
-    m_full.assign(size_t(s.params.numel()), 0.f);
-    v_full.assign(size_t(s.params.numel()), 0.f);
+    DeviceBuffer m_full(s.backend, numel * sizeof(float)), v_full(s.backend, numel * sizeof(float));
     for (const Unit& u : s.units) {
-      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.m.f32() + u.shard_offset, m_full.data() + u.begin, u.shard));
-      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.v.f32() + u.shard_offset, v_full.data() + u.begin, u.shard));
+      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.m.f32() + u.shard_offset, m_full.f32() + u.begin, u.shard));
+      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.v.f32() + u.shard_offset, v_full.f32() + u.begin, u.shard));
     }
-    m = m_full.data();
-    v = v_full.data();
+    m_host.resize(numel);
+    v_host.resize(numel);
+    s.backend->copy_to_host(m_host.data(), m_full.f32(), numel * sizeof(float));
+    s.backend->copy_to_host(v_host.data(), v_full.f32(), numel * sizeof(float));
+    m = m_host.data();
+    v = v_host.data();
+  } else {
+    m = host_view(s.backend, s.m.f32(), numel, &m_host);
+    v = host_view(s.backend, s.v.f32(), numel, &v_host);
   }
+  const float* params = host_view(s.backend, s.params.params(), numel, &p_host);
   // DP replicas hold the same slices: DP rank 0 writes them. The tied
   // embedding's copy on the last stage equals the first stage's.
   if (s.coords.dp == 0) {
@@ -68,7 +87,7 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
       t.name = p.name;
       t.global_shape = p.global_shape;
       slice_of(p, &t.offset, &t.extent);
-      const float* src = s.params.params() + p.offset;
+      const float* src = params + p.offset;
       t.data.assign(src, src + p.numel);
       out->model.push_back(t);
       for (const char* which : {"exp_avg", "exp_avg_sq"}) {
@@ -97,29 +116,40 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
   if (step < 0) return invalid_argument(r.path() + ": training state has no step");
   // Parameters and moments: this rank's slices, from whichever files hold them.
   std::vector<int64_t> offset, extent;
-  std::vector<float> m_full, v_full;
-  if (l.zero >= 1) {
-    m_full.assign(size_t(s.params.numel()), 0.f);
-    v_full.assign(size_t(s.params.numel()), 0.f);
+  // Read into host memory (the backend's own on the CPU, staging otherwise),
+  // then move to the device.
+  const size_t numel = size_t(s.params.numel());
+  const bool direct = s.backend->host_visible();
+  std::vector<float> m_full, v_full, p_host;
+  if (l.zero >= 1 || !direct) {
+    m_full.assign(numel, 0.f);
+    v_full.assign(numel, 0.f);
   }
+  if (!direct) p_host.assign(numel, 0.f);
   for (int c = 0; c < l.virtual_stages; ++c) s.reclaim_released(c);
+  float* params = direct ? s.params.params() : p_host.data();
   for (const ParamInfo& p : s.params.infos()) {
     slice_of(p, &offset, &extent);
-    LOOM_RETURN_IF_ERROR(r.read(p.name, false, offset, extent, s.params.params() + p.offset)
-                             .with_context("checkpoint " + r.path()));
-    float* m = l.zero >= 1 ? m_full.data() + p.offset : s.m.f32() + p.offset;
-    float* v = l.zero >= 1 ? v_full.data() + p.offset : s.v.f32() + p.offset;
+    LOOM_RETURN_IF_ERROR(
+        r.read(p.name, false, offset, extent, params + p.offset).with_context("checkpoint " + r.path()));
+    float* m = !m_full.empty() ? m_full.data() + p.offset : s.m.f32() + p.offset;
+    float* v = !v_full.empty() ? v_full.data() + p.offset : s.v.f32() + p.offset;
     LOOM_RETURN_IF_ERROR(r.read("exp_avg/" + p.name, true, offset, extent, m).with_context("checkpoint " + r.path()));
     LOOM_RETURN_IF_ERROR(r.read("exp_avg_sq/" + p.name, true, offset, extent, v).with_context("checkpoint " + r.path()));
   }
+  if (!direct) s.backend->copy_to_device(s.params.params(), p_host.data(), numel * sizeof(float));
   if (l.zero >= 1) {
     // Keep this rank's ZeRO shards of the moments.
     for (const Unit& u : s.units) {
       size_t own = u.begin + size_t(s.coords.dp) * u.shard;
-      std::memcpy(s.m.f32() + u.shard_offset, m_full.data() + own, u.shard * sizeof(float));
-      std::memcpy(s.v.f32() + u.shard_offset, v_full.data() + own, u.shard * sizeof(float));
+      s.backend->copy_to_device(s.m.f32() + u.shard_offset, m_full.data() + own, u.shard * sizeof(float));
+      s.backend->copy_to_device(s.v.f32() + u.shard_offset, v_full.data() + own, u.shard * sizeof(float));
     }
+  } else if (!direct) {
+    s.backend->copy_to_device(s.m.f32(), m_full.data(), numel * sizeof(float));
+    s.backend->copy_to_device(s.v.f32(), v_full.data(), numel * sizeof(float));
   }
+  s.backend->kernels().weights_changed();
   if (l.zero == 3 && l.dp > 1)
     for (int c = 0; c < l.virtual_stages; ++c) s.release(c);
   s.adam_step = st.value("adam_step", step);

@@ -12,6 +12,7 @@
 #include <new>
 
 #include "exec/backend/cuda/cuda_backend.h"
+#include "exec/backend/cuda/cuda_kernels.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
 namespace loom::exec {
@@ -33,7 +34,12 @@ class CudaBackend final : public ComputeBackend {
     if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess)
       fatal(e, "cudaStreamCreate");
   }
+  Status start_kernels(Precision precision) {
+    LOOM_ASSIGN_OR_RETURN(kernels_, make_cuda_kernels(this, stream_, precision));
+    return Status::ok();
+  }
   ~CudaBackend() override {
+    kernels_.reset();  // its buffers go back to this allocator first
     cudaStreamSynchronize(stream_);
     for (auto& [bytes, p] : free_) cudaFree(p);
     cudaStreamDestroy(stream_);
@@ -100,10 +106,19 @@ class CudaBackend final : public ComputeBackend {
       fatal(e, "cudaMemcpyAsync to host");
     synchronize();
   }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst == src || bytes == 0) return;
+    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_); e != cudaSuccess)
+      fatal(e, "cudaMemcpyAsync on device");
+  }
+  void fill_zero(void* ptr, size_t bytes) override {
+    if (cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+  }
   void synchronize() override {
     if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) fatal(e, "cudaStreamSynchronize");
   }
-  cudaStream_t stream() const { return stream_; }
+  Kernels& kernels() override { return *kernels_; }
+  void* native_stream() override { return stream_; }
 
  private:
   // 512-byte granularity below 1 MB, 2 MB above (fewer distinct cached sizes).
@@ -128,17 +143,20 @@ class CudaBackend final : public ComputeBackend {
   std::multimap<size_t, void*> free_;
   std::map<void*, size_t> sizes_;
   std::atomic<size_t> allocated_{0}, peak_{0};
+  std::unique_ptr<Kernels> kernels_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device) {
+Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device, Precision precision) {
   const int n = cuda::device_count();
   if (n == 0) return unsupported("the CUDA backend needs an NVIDIA GPU; none is visible (use the CPU backend)");
   if (device < 0 || device >= n)
     return invalid_argument("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
                             " visible)");
-  return std::unique_ptr<ComputeBackend>(std::make_unique<CudaBackend>(device));
+  auto backend = std::make_unique<CudaBackend>(device);
+  LOOM_RETURN_IF_ERROR(backend->start_kernels(precision));
+  return std::unique_ptr<ComputeBackend>(std::move(backend));
 }
 
 }  // namespace loom::exec

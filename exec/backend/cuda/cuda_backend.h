@@ -1,5 +1,8 @@
-// The CUDA ComputeBackend (device memory, caching allocator, copies on the
-// backend's stream). kUnsupported without a visible GPU.
+// The CUDA ComputeBackend (device memory, caching allocator, copies and the
+// kernel table on the backend's stream). kUnsupported without a visible GPU.
+// `precision` kBf16: GEMMs take bf16 operands (fp32 master weights, fp32
+// accumulation, fp32 gradients and optimizer states); kFp32: fp32 GEMMs with
+// TF32 off (the reference path).
 #pragma once
 
 #include <memory>
@@ -9,6 +12,6 @@
 
 namespace loom::exec {
 
-Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device);
+Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device, Precision precision = Precision::kFp32);
 
 }  // namespace loom::exec

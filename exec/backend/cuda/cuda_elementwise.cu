@@ -1,5 +1,6 @@
-// Elementwise helpers: y += x, the triad, and the sum of squares (gradient
-// norm; block partial sums in double, then one block adds them).
+// Elementwise helpers: y += x, y *= s, the triad, column fills, and the sums
+// (of squares: the gradient norm; plain: the loss), block partial sums in
+// double, then one block adds them.
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -20,11 +21,23 @@ __global__ void triad_kernel(float* z, const float* x, const float* y, float a, 
     z[i] = x[i] + a * y[i];
 }
 
-__global__ void sum_squares_partial(const float* x, int64_t n, double* partial) {
+__global__ void scale_kernel(float* y, float s, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] *= s;
+}
+
+__global__ void fill_columns_kernel(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t width, float value) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < R * width;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[(i / width) * ld + c_begin + i % width] = value;
+}
+
+template <bool kSquare>
+__global__ void sum_partial(const float* x, int64_t n, double* partial) {
   __shared__ double scratch[kThreads / 32];
   double s = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    s += double(x[i]) * double(x[i]);
+    s += kSquare ? double(x[i]) * double(x[i]) : double(x[i]);
   s = block_sum(s, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -53,13 +66,41 @@ Status triad(float* z, const float* x, const float* y, float a, int64_t n, cudaS
   return Status::ok();
 }
 
+Status scale_inplace(float* y, float s, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, s, n);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status fill_columns(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t c_end, float value,
+                    cudaStream_t stream) {
+  const int64_t width = c_end - c_begin;
+  if (R <= 0 || width <= 0) return Status::ok();
+  fill_columns_kernel<<<grid_for(R * width), kThreads, 0, stream>>>(x, R, ld, c_begin, width, value);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status sum(const float* x, int64_t n, double* out, cudaStream_t stream) {
+  double* partial = nullptr;
+  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), stream));
+  const unsigned blocks = n > 0 ? unsigned(std::min<int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads)) : 1;
+  sum_partial<false><<<blocks, kThreads, 0, stream>>>(x, n, partial);
+  LOOM_CUDA_CHECK_LAUNCH();
+  sum_partials<<<1, kThreads, 0, stream>>>(partial, blocks, out);
+  LOOM_CUDA_CHECK_LAUNCH();
+  LOOM_CUDA_CHECK(cudaFreeAsync(partial, stream));
+  return Status::ok();
+}
+
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream) {
   // Scratch for the partial sums lives with the stream's work: allocated
   // asynchronously, freed after the second kernel.
   double* partial = nullptr;
   LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), stream));
   const unsigned blocks = n > 0 ? unsigned(std::min<int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads)) : 1;
-  sum_squares_partial<<<blocks, kThreads, 0, stream>>>(x, n, partial);
+  sum_partial<true><<<blocks, kThreads, 0, stream>>>(x, n, partial);
   LOOM_CUDA_CHECK_LAUNCH();
   sum_partials<<<1, kThreads, 0, stream>>>(partial, blocks, out);
   LOOM_CUDA_CHECK_LAUNCH();

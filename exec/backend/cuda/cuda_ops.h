@@ -75,8 +75,19 @@ Status adamw_update(float* param, const float* grad, float* m, float* v, int64_t
                     float beta2, float eps, float weight_decay, int64_t step, cudaStream_t stream);
 // *out (device, one double) = sum of x^2.
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream);
-// y += x.
+// *out (device, one double) = sum of x.
+Status sum(const float* x, int64_t n, double* out, cudaStream_t stream);
+// y += x; y *= s.
 Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
+Status scale_inplace(float* y, float s, int64_t n, cudaStream_t stream);
+// x(R, ld) columns [c_begin, c_end) = value.
+Status fill_columns(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t c_end, float value,
+                    cudaStream_t stream);
+// Learned positions: x row r += wpe((row0 + r) % T); dwpe(t) += sum of the dx
+// rows at position t (rows in order, no atomics).
+Status add_positions(float* x, const float* wpe, int64_t R, int64_t C, int64_t T, int64_t row0, cudaStream_t stream);
+Status positions_backward(const float* dx, float* dwpe, int64_t R, int64_t C, int64_t T, int64_t row0,
+                          cudaStream_t stream);
 // z = x + a * y (the calibration triad).
 Status triad(float* z, const float* x, const float* y, float a, int64_t n, cudaStream_t stream);
 

@@ -1,0 +1,201 @@
+#include "exec/backend/cuda/cuda_kernels.h"
+
+#include <cublas_v2.h>
+
+#include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_ops.h"
+
+namespace loom::exec {
+
+namespace {
+
+class CudaKernels final : public Kernels {
+ public:
+  CudaKernels(ComputeBackend* be, cudaStream_t stream, cublasHandle_t handle, Precision p)
+      : be_(be), s_(stream), blas_(handle), precision_(p) {}
+  ~CudaKernels() override {
+    cudaStreamSynchronize(s_);
+    if (host_sum_) cudaFreeHost(host_sum_);
+    cublasDestroy(blas_);
+  }
+
+  Precision precision() const override { return precision_; }
+  Status status() override {
+    if (status_.is_ok()) note(cuda::cuda_status(cudaPeekAtLastError(), "a CUDA kernel", __FILE__, __LINE__));
+    return status_;
+  }
+  void set_weights(const float* params, int64_t n) override {
+    weights_ = params;
+    weights_n_ = n;
+    weights_bf16_ = DeviceBuffer();
+    stale_ = true;
+  }
+  void weights_changed() override { stale_ = true; }
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+            float beta, float* C) override {
+    if (precision_ == Precision::kFp32) {
+      note(cuda::gemm_f32(blas_, ta, tb, M, N, K, alpha, A, B, beta, C, s_));
+      return;
+    }
+    const uint16_t* a16 = bf16_of(A, M * K, 0);
+    const uint16_t* b16 = bf16_of(B, K * N, 1);
+    if (a16 && b16) note(cuda::gemm_bf16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
+  }
+  void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                         int64_t N, int64_t C, float eps) override {
+    note(cuda::layernorm_forward(x, w, b, y, mean, rstd, N, C, eps, s_));
+  }
+  void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                          float* dx, float* dw, float* db, int64_t N, int64_t C) override {
+    note(cuda::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, N, C, s_));
+  }
+  void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
+                       float eps) override {
+    note(cuda::rmsnorm_forward(x, w, y, rstd, N, C, eps, s_));
+  }
+  void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                        int64_t N, int64_t C) override {
+    note(cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw, N, C, s_));
+  }
+  void gelu_forward(const float* x, float* y, int64_t n) override { note(cuda::gelu_forward(x, y, n, s_)); }
+  void gelu_backward(const float* dy, const float* x, float* dx, int64_t n) override {
+    note(cuda::gelu_backward(dy, x, dx, n, s_));
+  }
+  void swiglu_forward(const float* gate, const float* up, float* y, int64_t n) override {
+    note(cuda::swiglu_forward(gate, up, y, n, s_));
+  }
+  void swiglu_backward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                       int64_t n) override {
+    note(cuda::swiglu_backward(dy, gate, up, dgate, dup, n, s_));
+  }
+  void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos) override {
+    note(cuda::rope_forward(x, B, T, H, D, theta, pos, s_));
+  }
+  void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos) override {
+    note(cuda::rope_backward(dx, B, T, H, D, theta, pos, s_));
+  }
+  void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
+                         int64_t T, int64_t Hq, int64_t Hk, int64_t D) override {
+    note(cuda::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D, s_));
+  }
+  void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
+                          const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
+                          int64_t Hk, int64_t D) override {
+    note(cuda::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D, s_));
+  }
+  void embedding_forward(const int32_t* tokens, const float* wte, float* out, int64_t N, int64_t C,
+                         int64_t v_begin, int64_t V) override {
+    note(cuda::embedding_forward(tokens, wte, out, N, C, v_begin, V, s_));
+  }
+  void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, int64_t N, int64_t C,
+                          int64_t v_begin, int64_t V) override {
+    note(cuda::embedding_backward(tokens, dout, dwte, N, C, v_begin, V, s_));
+  }
+  void add_positions(float* x, const float* wpe, int64_t R, int64_t C, int64_t T, int64_t row0) override {
+    note(cuda::add_positions(x, wpe, R, C, T, row0, s_));
+  }
+  void positions_backward(const float* dx, float* dwpe, int64_t R, int64_t C, int64_t T, int64_t row0) override {
+    note(cuda::positions_backward(dx, dwpe, R, C, T, row0, s_));
+  }
+  void fill_columns(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t c_end, float value) override {
+    note(cuda::fill_columns(x, R, ld, c_begin, c_end, value, s_));
+  }
+  void xent_row_max(const float* logits, float* row_max, int64_t N, int64_t V) override {
+    note(cuda::xent_row_max(logits, row_max, N, V, s_));
+  }
+  void xent_sumexp_and_target(const float* logits, const int32_t* targets, const float* row_max, float* row_sumexp,
+                              float* target_logit, int64_t N, int64_t V, int64_t v_begin) override {
+    note(cuda::xent_sumexp_and_target(logits, targets, row_max, row_sumexp, target_logit, N, V, v_begin, s_));
+  }
+  void xent_loss(const float* row_max, const float* row_sumexp, const float* target_logit, float* loss,
+                 int64_t N) override {
+    note(cuda::xent_loss(row_max, row_sumexp, target_logit, loss, N, s_));
+  }
+  void xent_backward(const float* logits, const int32_t* targets, const float* row_max, const float* row_sumexp,
+                     float* dlogits, int64_t N, int64_t V, int64_t v_begin, float scale) override {
+    note(cuda::xent_backward(logits, targets, row_max, row_sumexp, dlogits, N, V, v_begin, scale, s_));
+  }
+  void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float weight_decay, int64_t step) override {
+    note(cuda::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, s_));
+  }
+  void add_inplace(float* y, const float* x, int64_t n) override { note(cuda::add_inplace(y, x, n, s_)); }
+  void add_bias(float* y, const float* bias, int64_t N, int64_t C) override {
+    note(cuda::add_bias(y, bias, N, C, s_));
+  }
+  void bias_backward(const float* dy, float* dbias, int64_t N, int64_t C) override {
+    note(cuda::bias_backward(dy, dbias, N, C, s_));
+  }
+  void scale_inplace(float* y, float s, int64_t n) override { note(cuda::scale_inplace(y, s, n, s_)); }
+  double sum_squares(const float* x, int64_t n) override {
+    return host_result([&](double* out) { return cuda::sum_squares(x, n, out, s_); });
+  }
+  double sum(const float* x, int64_t n) override {
+    return host_result([&](double* out) { return cuda::sum(x, n, out, s_); });
+  }
+
+ private:
+  void note(const Status& st) {
+    if (status_.is_ok() && !st.is_ok()) status_ = st;
+  }
+  // A double computed on the stream, read back through pinned memory.
+  template <typename F>
+  double host_result(F&& compute) {
+    if (result_.empty()) result_ = DeviceBuffer(be_, sizeof(double));
+    if (!host_sum_) note(cuda::cuda_status(cudaMallocHost(reinterpret_cast<void**>(&host_sum_), sizeof(double)),
+                                           "cudaMallocHost", __FILE__, __LINE__));
+    if (!status_.is_ok()) return 0;
+    auto* out = static_cast<double*>(static_cast<void*>(result_.f32()));
+    note(compute(out));
+    note(cuda::cuda_status(cudaMemcpyAsync(host_sum_, out, sizeof(double), cudaMemcpyDeviceToHost, s_),
+                           "cudaMemcpyAsync", __FILE__, __LINE__));
+    note(cuda::cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize", __FILE__, __LINE__));
+    return status_.is_ok() ? *host_sum_ : 0;
+  }
+  // The bf16 image of an fp32 operand of n elements: the weight copy when it
+  // lies in the parameter buffer, else a cast into scratch slot `slot`.
+  const uint16_t* bf16_of(const float* x, int64_t n, int slot) {
+    if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {
+      if (weights_bf16_.empty()) weights_bf16_ = DeviceBuffer(be_, size_t(weights_n_) * sizeof(uint16_t));
+      auto* w16 = reinterpret_cast<uint16_t*>(weights_bf16_.f32());
+      if (stale_) {
+        note(cuda::cast_to_bf16(weights_, w16, weights_n_, s_));
+        stale_ = false;
+      }
+      return status_.is_ok() ? w16 + (x - weights_) : nullptr;
+    }
+    DeviceBuffer& buf = scratch_[slot];
+    if (buf.bytes() < size_t(n) * sizeof(uint16_t)) buf = DeviceBuffer(be_, size_t(n) * sizeof(uint16_t));
+    auto* out = reinterpret_cast<uint16_t*>(buf.f32());
+    note(cuda::cast_to_bf16(x, out, n, s_));
+    return status_.is_ok() ? out : nullptr;
+  }
+
+  ComputeBackend* be_;
+  cudaStream_t s_;
+  cublasHandle_t blas_;
+  Precision precision_;
+  Status status_ = Status::ok();
+  const float* weights_ = nullptr;
+  int64_t weights_n_ = 0;
+  DeviceBuffer weights_bf16_;
+  bool stale_ = true;
+  DeviceBuffer scratch_[2];
+  DeviceBuffer result_;
+  double* host_sum_ = nullptr;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Kernels>> make_cuda_kernels(ComputeBackend* backend, cudaStream_t stream, Precision precision) {
+  cublasHandle_t handle = nullptr;
+  LOOM_CUBLAS_CHECK(cublasCreate(&handle));
+  if (cublasStatus_t e = cublasSetStream(handle, stream); e != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(handle);
+    return cuda::cublas_status(e, "cublasSetStream", __FILE__, __LINE__);
+  }
+  return std::unique_ptr<Kernels>(std::make_unique<CudaKernels>(backend, stream, handle, precision));
+}
+
+}  // namespace loom::exec

@@ -1,0 +1,20 @@
+// The CUDA kernel table (exec/backend/kernels.h) over exec/backend/cuda/
+// cuda_ops.h, on one stream with one cuBLAS handle. Under bf16 precision the
+// GEMM operands are rounded to bf16 (fp32 accumulate, fp32 output): weights
+// from one bf16 copy of the flat parameter buffer, cast again lazily after
+// weights_changed(); activations cast into scratch per GEMM.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "exec/backend/compute_backend.h"
+
+namespace loom::exec {
+
+// `backend` allocates the scratch and the bf16 weight copy (so they count in
+// its peak) and must outlive the result. Fails if cuBLAS cannot start.
+Result<std::unique_ptr<Kernels>> make_cuda_kernels(ComputeBackend* backend, cudaStream_t stream, Precision precision);
+
+}  // namespace loom::exec
