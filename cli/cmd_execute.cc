@@ -24,6 +24,13 @@
 #ifdef LOOM_HAVE_MPI
 #include "exec/comm/mpi_communicator.h"
 #endif
+#ifdef LOOM_HAVE_CUDA
+#include "exec/backend/cuda/cuda_backend.h"
+#include "exec/backend/cuda/cuda_ops.h"
+#endif
+#ifdef LOOM_HAVE_NCCL
+#include "exec/comm/nccl_communicator.h"
+#endif
 
 namespace loom::cli {
 
@@ -57,6 +64,9 @@ struct ExecArgs {
   int64_t stop_after = 0;
   int threads = 0;
   double timeout_s = 300;
+  std::string backend = "cpu";
+  std::string precision;  // "" = fp32 on the CPU, the plan's on CUDA
+  int device = -1;
   bool quiet = false;
   double test_slowdown = 1.0;  // test only: every step takes this many times as long
 };
@@ -90,6 +100,57 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   }
   for (int i = 0; i < kNumStreams; ++i) all.thread_names.push_back(stream_name(static_cast<Stream>(i)));
   return write_trace(all, path);
+}
+
+// The compute backend and the communicator that moves its buffers: the CPU
+// backend over `world` itself, or a CUDA device (the local rank's, unless
+// --device) with an NCCL communicator over the same ranks, bootstrapped
+// through `world`.
+struct Devices {
+  std::unique_ptr<exec::ComputeBackend> backend;
+  std::unique_ptr<exec::Communicator> world;
+  std::string description;
+};
+
+Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Precision plan_precision) {
+  Devices d;
+  if (a.backend == "cpu") {
+    if (!a.precision.empty() && a.precision != "fp32")
+      return invalid_argument("--precision " + a.precision + ": the CPU backend computes in fp32; use --backend cuda");
+    d.description = "cpu (fp32)";
+    return d;
+  }
+  if (a.backend != "cuda") return invalid_argument("--backend " + a.backend + ": expected cpu or cuda");
+#ifdef LOOM_HAVE_CUDA
+  Precision precision = plan_precision;
+  if (!a.precision.empty()) {
+    LOOM_ASSIGN_OR_RETURN(precision, parse_precision(a.precision));
+  }
+  if (precision != Precision::kBf16 && precision != Precision::kFp32)
+    return unsupported(std::string("the CUDA backend trains in bf16 or fp32, the plan asks for ") +
+                       precision_name(precision) + "; pass --precision bf16");
+  const int devices = cuda::device_count();
+  if (devices == 0) return unsupported("--backend cuda: no NVIDIA GPU is visible on this rank; use --backend cpu");
+  const exec::LaunchEnv env = exec::detect_launch_env();
+  const int device = a.device >= 0 ? a.device : env.local_rank % devices;
+  LOOM_ASSIGN_OR_RETURN(d.backend, exec::make_cuda_backend(device, precision));
+#ifdef LOOM_HAVE_NCCL
+  exec::NcclOptions no;
+  no.timeout_s = a.timeout_s;
+  no.device = device;
+  no.compute_stream = d.backend->native_stream();
+  LOOM_ASSIGN_OR_RETURN(d.world, exec::nccl_world(&world, env.local_rank, no));
+#else
+  return unsupported("--backend cuda needs the NCCL communicator, which this build lacks (NCCL and MPI are found "
+                     "next to the CUDA toolkit at configure time)");
+#endif
+  d.description = cuda::device_description(device) + " (" + precision_name(precision) + ")";
+  return d;
+#else
+  (void)world;
+  (void)plan_precision;
+  return unsupported("--backend cuda: this loom was built without CUDA; rebuild with -DLOOM_WITH_CUDA=ON");
+#endif
 }
 
 int run(exec::Communicator& world, const ExecArgs& a) {
@@ -136,6 +197,11 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   auto data = exec::open_training_data(a.data.empty() ? default_data() : a.data, dopt);
   if (!data.is_ok()) return say(data.status());
   if (a.threads > 0) cpu::set_num_threads(a.threads);
+  auto devices = open_devices(world, a, cfg.train.precision);
+  if (!devices.is_ok()) return say(devices.status());
+  cfg.backend = devices->backend.get();
+  cfg.device_world = devices->world.get();
+  if (lead && !a.quiet) std::printf("backend: %s\n", devices->description.c_str());
   auto trainer = exec::Trainer::create(&world, cfg, data->get());
   if (!trainer.is_ok()) return say(trainer.status());
 
@@ -190,7 +256,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   rec.plan_hash = plan->plan_hash();
   rec.model_name = cfg.model.name;
   rec.hardware_name = plan->hw.name;
-  rec.backend = "cpu";
+  rec.backend = devices->description;
   rec.layout = cfg.layout.to_string();
   rec.world_size = world.size();
   rec.steps = cfg.train.steps - start_step;
@@ -355,6 +421,12 @@ int cmd_execute(int argc, char** argv) {
   app.add_option("--record", a.record, "write the run record (measured figures) here");
   app.add_option("--trace", a.trace, "write the measured Chrome trace of the last step here");
   app.add_option("--threads", a.threads, "compute threads per rank (0: the library default)");
+  app.add_option("--backend", a.backend, "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them)")
+      ->capture_default_str();
+  app.add_option("--precision", a.precision,
+                 "fp32 or bf16 (bf16 GEMM operands with fp32 master weights, gradients and Adam states; CUDA only); "
+                 "default: fp32 on the CPU, the plan's precision on CUDA");
+  app.add_option("--device", a.device, "CUDA device of this rank (default: the local rank modulo the visible GPUs)");
   app.add_option("--timeout", a.timeout_s, "seconds a collective may wait for a peer before the job is aborted");
   app.add_flag("--quiet", a.quiet, "no per-step lines");
   app.add_option("--test-slowdown", a.test_slowdown, "test only: make every step this many times slower")

@@ -369,4 +369,36 @@ Result<Program> build_program(const ProgramConfig& config) {
   return Builder(config).build();
 }
 
+Status check_p2p_in_order(const Program& p) {
+  const int P = int(p.stage_ops.size());
+  for (bool grad : {false, true}) {
+    const OpKind send_kind = grad ? OpKind::kSendGrad : OpKind::kSendActivation;
+    const OpKind recv_kind = grad ? OpKind::kRecvGrad : OpKind::kRecvActivation;
+    for (int r = 0; r < P; ++r) {
+      const int from = grad ? (r + 1) % P : (r + P - 1) % P;
+      std::vector<int32_t> sent, matched;
+      for (int32_t id : p.stage_ops[size_t(from)])
+        if (p.ops[size_t(id)].kind == send_kind) sent.push_back(id);
+      for (int32_t id : p.stage_ops[size_t(r)]) {
+        const Op& op = p.ops[size_t(id)];
+        if (op.kind != recv_kind) continue;
+        for (int32_t d : p.deps_of(op))
+          if (p.ops[size_t(d)].kind == send_kind) matched.push_back(d);
+      }
+      if (sent == matched) continue;
+      size_t k = 0;
+      while (k < sent.size() && k < matched.size() && sent[k] == matched[k]) ++k;
+      std::string detail = k < sent.size() && k < matched.size()
+                               ? ": the sender's transfer " + std::to_string(k) + " is " +
+                                     p.op_name(p.ops[size_t(sent[k])]) + " but the receiver expects " +
+                                     p.op_name(p.ops[size_t(matched[k])])
+                               : "";
+      return unsupported(std::string("stage ") + std::to_string(r) + " receives its " +
+                         (grad ? "gradients" : "activations") + " from stage " + std::to_string(from) +
+                         " in another order than they are sent" + detail);
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace loom

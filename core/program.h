@@ -100,4 +100,11 @@ struct Program {
 // Complexity O(pp * v * m) time and memory.
 Result<Program> build_program(const ProgramConfig& config);
 
+// Whether every stage issues its receives of each kind (activations,
+// gradients) in the order its neighbour issues the matching sends: what a
+// communicator without message tags (NCCL's send/recv) needs, since it pairs
+// transfers in call order and would otherwise swap same-sized tensors
+// silently. kUnsupported naming the first mismatch.
+Status check_p2p_in_order(const Program& program);
+
 }  // namespace loom

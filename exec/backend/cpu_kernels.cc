@@ -5,8 +5,6 @@
 
 namespace loom::exec {
 
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
 namespace {
 
 class CpuKernels final : public Kernels {

@@ -21,12 +21,10 @@
 
 #include <cstdint>
 
+#include "core/hw_profile.h"  // loom::Precision
 #include "core/status.h"
 
 namespace loom::exec {
-
-enum class Precision { kFp32, kBf16 };
-const char* precision_name(Precision p);  // "fp32", "bf16"
 
 class Kernels {
  public:

@@ -36,6 +36,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "world", "dp", "tp", ... for messages
+  // Whether send/recv match by tag (MPI); false: they match in call order per
+  // peer (NCCL), so a receiver must post its receives in the sender's order.
+  virtual bool matches_by_tag() const { return true; }
 
   virtual Status all_reduce(float* buf, size_t count, ReduceOp op = ReduceOp::kSum) = 0;
   virtual Status all_reduce(double* buf, size_t count, ReduceOp op = ReduceOp::kSum) = 0;

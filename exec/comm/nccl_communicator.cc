@@ -31,6 +31,8 @@ Status cuda_status(cudaError_t e, const std::string& what) {
 struct Shared {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  cudaStream_t producer = nullptr;  // the compute stream calls wait for
+  cudaEvent_t produced = nullptr;
   double timeout_s = 300;
   std::string name;
   bool broken = false;
@@ -38,6 +40,15 @@ struct Shared {
   ~Shared() {
     if (comm) broken ? ncclCommAbort(comm) : ncclCommDestroy(comm);
     if (stream) cudaStreamDestroy(stream);
+    if (produced) cudaEventDestroy(produced);
+  }
+  // Orders the next enqueued call after the producer stream's queued work.
+  Status after_producer() {
+    if (!producer) return Status::ok();
+    if (!produced) LOOM_NCCL_CUDA(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), name + " event");
+    LOOM_NCCL_CUDA(cudaEventRecord(produced, producer), name + " compute-stream event");
+    LOOM_NCCL_CUDA(cudaStreamWaitEvent(stream, produced, 0), name + " wait for the compute stream");
+    return Status::ok();
   }
 };
 
@@ -89,6 +100,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return s_->name; }
+  bool matches_by_tag() const override { return false; }
 
   Status all_reduce(float* buf, size_t count, ReduceOp op) override {
     return run("all_reduce", [&] { return ncclAllReduce(buf, buf, count, ncclFloat, nccl_op(op), s_->comm, s_->stream); });
@@ -153,6 +165,7 @@ class NcclCommunicator final : public Communicator {
     s->timeout_s = s_->timeout_s;
     s->name = name;
     s->bootstrap = s_->bootstrap;
+    s->producer = s_->producer;
     LOOM_NCCL_CHECK(ncclCommSplit(s_->comm, color, key, &s->comm, nullptr), s_->name + " split into " + name);
     LOOM_NCCL_CUDA(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), name + " stream");
     int r = 0, n = 0;
@@ -182,6 +195,7 @@ class NcclCommunicator final : public Communicator {
   template <typename F>
   Result<std::unique_ptr<CommRequest>> start(const char* what, F&& enqueue) {
     LOOM_RETURN_IF_ERROR(usable(what));
+    LOOM_RETURN_IF_ERROR(s_->after_producer());
     LOOM_NCCL_CHECK(enqueue(), s_->name + " " + what);
     cudaEvent_t e = nullptr;
     LOOM_NCCL_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), s_->name + " event");
@@ -222,6 +236,7 @@ Result<std::unique_ptr<Communicator>> nccl_world(Communicator* bootstrap, int lo
   s->timeout_s = options.timeout_s;
   s->name = "world(nccl)";
   s->bootstrap = bootstrap;
+  s->producer = static_cast<cudaStream_t>(options.compute_stream);
   LOOM_NCCL_CHECK(ncclCommInitRank(&s->comm, bootstrap->size(), id, bootstrap->rank()), "ncclCommInitRank");
   LOOM_NCCL_CUDA(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), "NCCL stream");
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(s), bootstrap->rank(), bootstrap->size()));

@@ -1,5 +1,6 @@
 // The NCCL backend of Communicator, for the CUDA backend: buffers are DEVICE
-// pointers. Every call is enqueued on the communicator's own stream; blocking
+// pointers. Every call is enqueued on the communicator's own stream (after
+// the work already queued on the compute stream, see NcclOptions); blocking
 // calls wait for it, the i* forms return a request whose wait() does. A call
 // that has not completed after `timeout_s` aborts the NCCL communicator
 // (ncclCommAbort) and returns kTimeout, so a dead peer ends the job instead
@@ -19,6 +20,11 @@ namespace loom::exec {
 struct NcclOptions {
   double timeout_s = 300;  // 0 disables the watchdog
   int device = -1;         // CUDA device of this rank; -1: local rank % devices
+  // The stream the buffers are produced on (the CUDA backend's, a
+  // cudaStream_t): every call first waits for the work queued there, so a
+  // collective never reads a buffer a kernel is still writing. Null: the
+  // caller synchronizes.
+  void* compute_stream = nullptr;
 };
 
 // A communicator over every rank of `bootstrap` (e.g. the MPI world): rank 0

@@ -83,6 +83,10 @@ Status Trainer::Impl::setup() {
   split = split_layers(cfg.model, l.pp, l.virtual_stages);
   micro_batches = l.num_micro_batches(cfg.train.global_batch);
   LOOM_ASSIGN_OR_RETURN(program, build_program(program_config_for(l, cfg.train.global_batch, cfg.grad_buckets)));
+  // Communicators without tags (NCCL) pair sends and receives in call order.
+  if (l.pp > 1 && !pp->matches_by_tag())
+    LOOM_RETURN_IF_ERROR(check_p2p_in_order(program).with_context(
+        "execute: " + pp->name() + " matches pipeline transfers in call order; use the MPI communicator"));
 
   // Parameters of every chunk of this stage, in ZeRO units.
   const int v = l.virtual_stages;

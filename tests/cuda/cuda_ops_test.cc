@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "exec/backend/compute_backend.h"
 #include "exec/backend/cpu_ops.h"
 #include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -315,6 +316,42 @@ TEST(CudaOps, GemmsMatchCpuInEveryTransposeMode) {
       expect_close(dcr.host(), cr, 2e-3, "bf16");
     }
   cublasDestroy(h);
+}
+
+// The helpers the kernel table adds (learned positions forward and backward
+// with rows wrapping over T and an SP row offset, padded-vocabulary masks,
+// scaling, plain sums) against the CPU kernel table.
+TEST(CudaOps, PositionsMaskScaleAndSumMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  auto cpu = exec::make_cpu_kernels();
+  const int64_t R = 3 * 16 + 5, C = 24, T = 16, row0 = 7;
+  auto x = random_vec(size_t(R * C), 1), wpe = random_vec(size_t(T * C), 2), dwpe0 = random_vec(size_t(T * C), 3);
+  Dev<float> dx(x), dw(wpe), ddw(dwpe0);
+  ASSERT_TRUE(cuda::add_positions(dx.p, dw.p, R, C, T, row0, nullptr).is_ok());
+  ASSERT_TRUE(cuda::positions_backward(dx.p, ddw.p, R, C, T, row0, nullptr).is_ok());
+  auto want_x = x, want_dw = dwpe0;
+  cpu->add_positions(want_x.data(), wpe.data(), R, C, T, row0);
+  cpu->positions_backward(want_x.data(), want_dw.data(), R, C, T, row0);
+  expect_close(dx.host(), want_x, 1e-6, "add_positions");
+  expect_close(ddw.host(), want_dw, 1e-5, "positions_backward");
+
+  const int64_t N = 9, V = 70;
+  auto logits = random_vec(size_t(N * V), 4);
+  Dev<float> dl(logits);
+  ASSERT_TRUE(cuda::fill_columns(dl.p, N, V, 50, V, -1e30f, nullptr).is_ok());
+  ASSERT_TRUE(cuda::scale_inplace(dl.p, 0.5f, N * 50, nullptr).is_ok());
+  cpu->fill_columns(logits.data(), N, V, 50, V, -1e30f);
+  cpu->scale_inplace(logits.data(), 0.5f, N * 50);
+  EXPECT_EQ(dl.host(), logits);
+
+  auto v = random_vec(100003, 5);
+  Dev<float> dv(v);
+  Dev<double> out(size_t(2));
+  ASSERT_TRUE(cuda::sum(dv.p, int64_t(v.size()), out.p, nullptr).is_ok());
+  ASSERT_TRUE(cuda::sum_squares(dv.p, int64_t(v.size()), out.p + 1, nullptr).is_ok());
+  auto got = out.host();
+  EXPECT_NEAR(got[0], cpu->sum(v.data(), int64_t(v.size())), 1e-9 * v.size());
+  EXPECT_NEAR(got[1], cpu->sum_squares(v.data(), int64_t(v.size())), 1e-9 * v.size());
 }
 
 }  // namespace

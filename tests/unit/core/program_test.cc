@@ -498,3 +498,37 @@ TEST(Program, ConfigFromLayout) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// NCCL pairs sends and receives in call order: every schedule must post its
+// receives in the sender's order, and a swapped pair of receives must be
+// caught, naming the stages.
+TEST(Program, P2pOrderHoldsForEveryScheduleAndSwapsAreCaught) {
+  for (Schedule sch : {Schedule::kGpipe, Schedule::k1F1B})
+    for (int pp : {2, 3, 4})
+      for (int64_t m : {1, 2, 5, 8}) {
+        Program p = build(cfg(sch, pp, m));
+        EXPECT_TRUE(check_p2p_in_order(p).is_ok()) << check_p2p_in_order(p).to_string();
+      }
+  for (int pp : {2, 4})
+    for (int64_t m : {4, 8})
+      for (int v : {2, 3}) {
+        Program p = build(cfg(Schedule::kInterleaved, pp, m, v));
+        EXPECT_TRUE(check_p2p_in_order(p).is_ok()) << check_p2p_in_order(p).to_string();
+      }
+  Program p = build(cfg(Schedule::k1F1B, 2, 4));
+  std::vector<int32_t>& ops = p.stage_ops[1];
+  std::vector<size_t> recvs;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (p.ops[size_t(ops[i])].kind == OpKind::kRecvActivation) recvs.push_back(i);
+  ASSERT_GE(recvs.size(), 2u);
+  std::swap(ops[recvs[0]], ops[recvs[1]]);
+  Status s = check_p2p_in_order(p);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("stage 1 receives its activations from stage 0"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace loom
