@@ -110,6 +110,7 @@ struct Devices {
   std::unique_ptr<exec::ComputeBackend> backend;
   std::unique_ptr<exec::Communicator> world;
   std::string description;
+  Precision precision = Precision::kFp32;  // what the math really runs in (MFU's peak)
 };
 
 Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Precision plan_precision) {
@@ -145,6 +146,7 @@ Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Preci
                      "next to the CUDA toolkit at configure time)");
 #endif
   d.description = cuda::device_description(device) + " (" + precision_name(precision) + ")";
+  d.precision = precision;
   return d;
 #else
   (void)world;
@@ -250,7 +252,8 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   }
   const double tokens = double(cfg.train.tokens_per_step());
   const double palm = cfg.model.model_flops_per_token_palm(cfg.train.seq_len);
-  const double peak = plan->hw.accel.peak_flops(cfg.train.precision);
+  // MFU against the plan's hardware peak in the precision the run computes in.
+  const double peak = plan->hw.accel.peak_flops(devices->precision);
   RunRecord rec;
   rec.loom_version = loom_version();
   rec.plan_hash = plan->plan_hash();
