@@ -2,6 +2,9 @@
 
 #include <cublas_v2.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
@@ -77,12 +80,18 @@ class CudaKernels final : public Kernels {
   }
   void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
                          int64_t T, int64_t Hq, int64_t Hk, int64_t D) override {
-    note(cuda::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D, s_));
+    if (fused_attention_) return note(cuda::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D, s_));
+    const bool bf16 = precision_ == Precision::kBf16;
+    note(cuda::attention_forward_gemm(blas_, bf16, q, k, v, out, lse, B, T, Hq, Hk, D,
+                                      attention_scratch(B, T, Hq, Hk, D), s_));
   }
   void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                           const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
                           int64_t Hk, int64_t D) override {
-    note(cuda::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D, s_));
+    if (fused_attention_) return note(cuda::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D, s_));
+    const bool bf16 = precision_ == Precision::kBf16;
+    note(cuda::attention_backward_gemm(blas_, bf16, dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D,
+                                       attention_scratch(B, T, Hq, Hk, D), s_));
   }
   void embedding_forward(const int32_t* tokens, const float* wte, float* out, int64_t N, int64_t C,
                          int64_t v_begin, int64_t V) override {
@@ -153,6 +162,25 @@ class CudaKernels final : public Kernels {
     note(cuda::cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize", __FILE__, __LINE__));
     return status_.is_ok() ? *host_sum_ : 0;
   }
+  // The attention workspace for a shape, grown on demand and kept.
+  cuda::AttentionGemmScratch attention_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D) {
+    auto grow = [&](DeviceBuffer& b, size_t bytes) -> void* {
+      if (b.bytes() < bytes) b = DeviceBuffer(be_, bytes);
+      return b.f32();
+    };
+    const size_t scores = size_t(cuda::attention_gemm_workspace_floats(T, Hk));
+    cuda::AttentionGemmScratch w;
+    w.scores = static_cast<float*>(grow(att_[0], scores * sizeof(float)));
+    w.dscores = static_cast<float*>(grow(att_[1], scores * sizeof(float)));
+    if (precision_ == Precision::kBf16) {
+      w.scores16 = static_cast<uint16_t*>(grow(att_[2], scores * sizeof(uint16_t)));
+      w.q16 = static_cast<uint16_t*>(grow(att_[3], size_t(B * T * Hq * D) * sizeof(uint16_t)));
+      w.do16 = static_cast<uint16_t*>(grow(att_[4], size_t(B * T * Hq * D) * sizeof(uint16_t)));
+      w.k16 = static_cast<uint16_t*>(grow(att_[5], size_t(B * T * Hk * D) * sizeof(uint16_t)));
+      w.v16 = static_cast<uint16_t*>(grow(att_[6], size_t(B * T * Hk * D) * sizeof(uint16_t)));
+    }
+    return w;
+  }
   // The bf16 image of an fp32 operand of n elements: the weight copy when it
   // lies in the parameter buffer, else a cast into scratch slot `slot`.
   const uint16_t* bf16_of(const float* x, int64_t n, int slot) {
@@ -182,6 +210,13 @@ class CudaKernels final : public Kernels {
   DeviceBuffer weights_bf16_;
   bool stale_ = true;
   DeviceBuffer scratch_[2];
+  DeviceBuffer att_[7];
+  // LOOM_CUDA_ATTENTION=fused selects the one-block-per-row reference kernel
+  // instead of the cuBLAS path (for comparisons; it is much slower).
+  const bool fused_attention_ = [] {
+    const char* e = std::getenv("LOOM_CUDA_ATTENTION");
+    return e && std::string(e) == "fused";
+  }();
   DeviceBuffer result_;
   double* host_sum_ = nullptr;
 };

@@ -50,6 +50,30 @@ Status attention_forward(const float* q, const float* k, const float* v, float* 
 Status attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                           const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
                           int64_t Hk, int64_t D, cudaStream_t stream);
+// The same attention on tensor cores through cuBLAS strided-batched GEMMs,
+// with the scores of a slice of heads materialized in a workspace (the fast
+// path the CUDA backend trains with; the kernels above are its reference).
+// `bf16`: GEMM operands rounded to bf16, fp32 accumulation and outputs.
+// Workspace: scores and dscores of attention_gemm_workspace_floats(T, Hk)
+// floats, scores16 as many uint16; with bf16 also q16, do16 (B*T*Hq*D) and
+// k16, v16 (B*T*Hk*D) uint16 (null otherwise).
+struct AttentionGemmScratch {
+  float* scores = nullptr;
+  float* dscores = nullptr;
+  uint16_t* scores16 = nullptr;
+  uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *do16 = nullptr;
+  int64_t heads_per_slice = 0;  // 0: attention_gemm_heads_per_slice(T, Hk); tests set fewer
+};
+int64_t attention_gemm_heads_per_slice(int64_t T, int64_t Hk);
+int64_t attention_gemm_workspace_floats(int64_t T, int64_t Hk);
+Status attention_forward_gemm(cublasContext* handle, bool bf16, const float* q, const float* k, const float* v,
+                              float* out, float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D,
+                              const AttentionGemmScratch& w, cudaStream_t stream);
+Status attention_backward_gemm(cublasContext* handle, bool bf16, const float* dout, const float* q, const float* k,
+                               const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv,
+                               int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D, const AttentionGemmScratch& w,
+                               cudaStream_t stream);
+
 // Vocab-parallel token embedding (rows outside [v_begin, v_begin+V) are 0);
 // backward accumulates into dwte.
 Status embedding_forward(const int32_t* tokens, const float* wte, float* out, int64_t N, int64_t C, int64_t v_begin,
