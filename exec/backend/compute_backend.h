@@ -61,6 +61,10 @@ class ComputeBackend {
   // Copies between host and device (plain memcpy on the CPU backend).
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Host to device without waiting: the source is staged (in pinned memory on
+  // CUDA) and may be reused when this returns; the copy runs on a copy
+  // stream and the backend's later kernels wait for it. Plain memcpy on the CPU.
+  virtual void copy_to_device_async(void* dst, const void* src, size_t bytes) { copy_to_device(dst, src, bytes); }
   // Within the backend's memory (ordered with the kernels), and zero-filling.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes) = 0;

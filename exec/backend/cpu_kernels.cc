@@ -109,6 +109,15 @@ class CpuKernels final : public Kernels {
     for (int64_t i = 0; i < n; ++i) s += x[i];
     return s;
   }
+  void add_sum_squares(const float* x, int64_t n) override { pending_sq_ += cpu::sum_squares(x, n); }
+  double take_sum_squares() override {
+    double s = pending_sq_;
+    pending_sq_ = 0;
+    return s;
+  }
+
+ private:
+  double pending_sq_ = 0;
 };
 
 }  // namespace

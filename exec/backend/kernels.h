@@ -90,6 +90,10 @@ class Kernels {
   // Host results (wait for the work queued before them).
   virtual double sum_squares(const float* x, int64_t n) = 0;
   virtual double sum(const float* x, int64_t n) = 0;  // in double, rows in order on the CPU
+  // The gradient norm's many pieces without a wait per piece: queue each
+  // sum of squares, then take their total (added in call order) at once.
+  virtual void add_sum_squares(const float* x, int64_t n) = 0;
+  virtual double take_sum_squares() = 0;
 };
 
 }  // namespace loom::exec

@@ -506,13 +506,14 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) continue;
     const Unit& r = unit_of(p.offset);
     if (l.zero == 0) {
-      if (coords.dp == 0) sq += k.sum_squares(params.grads() + p.offset, p.numel);
+      if (coords.dp == 0) k.add_sum_squares(params.grads() + p.offset, p.numel);
       continue;
     }
     size_t own_b = r.begin + coords.dp * r.shard, own_e = own_b + r.shard;
     size_t b = std::max<size_t>(own_b, p.offset), e = std::min<size_t>(own_e, p.offset + size_t(p.numel));
-    if (b < e) sq += k.sum_squares(shard_grad.f32() + r.shard_offset + (b - own_b), int64_t(e - b));
+    if (b < e) k.add_sum_squares(shard_grad.f32() + r.shard_offset + (b - own_b), int64_t(e - b));
   }
+  sq = k.take_sum_squares();
   LOOM_RETURN_IF_ERROR(world->all_reduce(&sq, 1, ReduceOp::kSum));
   double norm = std::sqrt(sq);
   *grad_norm = norm;
@@ -571,8 +572,8 @@ Result<StepResult> Trainer::step(int64_t step) {
       s.tokens_dev = DeviceBuffer(s.backend, bytes);
       s.targets_dev = DeviceBuffer(s.backend, bytes);
     }
-    s.backend->copy_to_device(s.tokens_dev.i32(), s.tokens.data(), bytes);
-    s.backend->copy_to_device(s.targets_dev.i32(), s.targets.data(), bytes);
+    s.backend->copy_to_device_async(s.tokens_dev.i32(), s.tokens.data(), bytes);
+    s.backend->copy_to_device_async(s.targets_dev.i32(), s.targets.data(), bytes);
   }
   s.times.data_s = seconds_since(t0);
   double loss_sum = 0;

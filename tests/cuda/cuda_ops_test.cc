@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -429,6 +430,26 @@ TEST(CudaBackend, AllocatesZeroedMemoryCachesAndCopies) {
   EXPECT_EQ(again.f32(), first) << "a freed block of the same size is reused";
   b.copy_to_host(back.data(), again.f32(), 4000);
   EXPECT_EQ(back, std::vector<float>(1000, 0.f)) << "reused blocks are zeroed again";
+}
+
+// Pinned, copy-stream transfers: the source may be overwritten as soon as the
+// call returns, and kernels queued after it see the data.
+TEST(CudaBackend, AsyncCopiesAreStagedAndOrderedBeforeKernels) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto be = make_cuda_backend(0);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  ComputeBackend& b = **be;
+  DeviceBuffer x(&b, 4 * 100000), y(&b, 4 * 100000);
+  std::vector<float> h(100000), back(100000);
+  for (int round = 0; round < 5; ++round) {
+    for (size_t i = 0; i < h.size(); ++i) h[i] = float(i % 97) + round;
+    b.copy_to_device_async(x.f32(), h.data(), 4 * h.size());
+    std::fill(h.begin(), h.end(), -1.f);  // the staging copy was taken already
+    b.fill_zero(y.f32(), y.bytes());
+    b.kernels().add_inplace(y.f32(), x.f32(), 100000);
+    b.copy_to_host(back.data(), y.f32(), 4 * back.size());
+    for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], float(i % 97) + round) << "round " << round;
+  }
 }
 
 }  // namespace

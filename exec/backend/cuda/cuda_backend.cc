@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
@@ -41,6 +42,11 @@ class CudaBackend final : public ComputeBackend {
   ~CudaBackend() override {
     kernels_.reset();  // its buffers go back to this allocator first
     cudaStreamSynchronize(stream_);
+    for (Staging& st : staging_) {
+      if (st.done) cudaEventSynchronize(st.done), cudaEventDestroy(st.done);
+      if (st.host) cudaFreeHost(st.host);
+    }
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
     for (auto& [bytes, p] : free_) cudaFree(p);
     cudaStreamDestroy(stream_);
   }
@@ -101,6 +107,34 @@ class CudaBackend final : public ComputeBackend {
       fatal(e, "cudaMemcpyAsync to device");
     synchronize();  // the host buffer may be reused as soon as this returns
   }
+  // Two pinned staging slots used in turn: the host fills one while the
+  // other's copy may still be in flight on the copy stream.
+  void copy_to_device_async(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    if (!copy_stream_ && cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking) != cudaSuccess)
+      fatal(cudaGetLastError(), "cudaStreamCreate (copy stream)");
+    Staging& st = staging_[next_slot_];
+    next_slot_ ^= 1;
+    if (st.done) {
+      if (cudaError_t e = cudaEventSynchronize(st.done); e != cudaSuccess) fatal(e, "cudaEventSynchronize");
+    } else if (cudaError_t e = cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming); e != cudaSuccess) {
+      fatal(e, "cudaEventCreate");
+    }
+    if (st.bytes < bytes) {
+      if (st.host) cudaFreeHost(st.host);
+      st.host = nullptr;
+      if (cudaError_t e = cudaMallocHost(&st.host, bytes); e != cudaSuccess) fatal(e, "cudaMallocHost");
+      st.bytes = bytes;
+    }
+    std::memcpy(st.host, src, bytes);
+    // The copy must not overtake kernels still using `dst` (it may be reused).
+    if (cudaError_t e = cudaEventRecord(st.done, stream_); e != cudaSuccess) fatal(e, "cudaEventRecord");
+    if (cudaError_t e = cudaStreamWaitEvent(copy_stream_, st.done, 0); e != cudaSuccess) fatal(e, "cudaStreamWaitEvent");
+    if (cudaError_t e = cudaMemcpyAsync(dst, st.host, bytes, cudaMemcpyHostToDevice, copy_stream_); e != cudaSuccess)
+      fatal(e, "cudaMemcpyAsync (copy stream)");
+    if (cudaError_t e = cudaEventRecord(st.done, copy_stream_); e != cudaSuccess) fatal(e, "cudaEventRecord");
+    if (cudaError_t e = cudaStreamWaitEvent(stream_, st.done, 0); e != cudaSuccess) fatal(e, "cudaStreamWaitEvent");
+  }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_); e != cudaSuccess)
       fatal(e, "cudaMemcpyAsync to host");
@@ -144,6 +178,14 @@ class CudaBackend final : public ComputeBackend {
   std::map<void*, size_t> sizes_;
   std::atomic<size_t> allocated_{0}, peak_{0};
   std::unique_ptr<Kernels> kernels_;
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  cudaStream_t copy_stream_ = nullptr;
+  Staging staging_[2];
+  int next_slot_ = 0;
 };
 
 }  // namespace

@@ -2,8 +2,10 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -143,6 +145,24 @@ class CudaKernels final : public Kernels {
   double sum(const float* x, int64_t n) override {
     return host_result([&](double* out) { return cuda::sum(x, n, out, s_); });
   }
+  void add_sum_squares(const float* x, int64_t n) override {
+    // One device double per piece; take_sum_squares() reads them all back.
+    if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {
+      DeviceBuffer bigger(be_, std::max<size_t>(256, 2 * (pieces_n_ + 1)) * sizeof(double));
+      if (pieces_n_) be_->copy(bigger.f32(), pieces_.f32(), pieces_n_ * sizeof(double));
+      pieces_ = std::move(bigger);
+    }
+    auto* out = reinterpret_cast<double*>(pieces_.f32()) + pieces_n_++;
+    note(cuda::sum_squares(x, n, out, s_));
+  }
+  double take_sum_squares() override {
+    std::vector<double> host(pieces_n_);
+    if (pieces_n_) be_->copy_to_host(host.data(), pieces_.f32(), pieces_n_ * sizeof(double));
+    pieces_n_ = 0;
+    double total = 0;
+    for (double v : host) total += v;
+    return status_.is_ok() ? total : 0;
+  }
 
  private:
   void note(const Status& st) {
@@ -218,6 +238,8 @@ class CudaKernels final : public Kernels {
     return e && std::string(e) == "fused";
   }();
   DeviceBuffer result_;
+  DeviceBuffer pieces_;
+  size_t pieces_n_ = 0;
   double* host_sum_ = nullptr;
 };
 
