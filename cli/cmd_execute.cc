@@ -127,9 +127,9 @@ Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Preci
   if (!a.precision.empty()) {
     LOOM_ASSIGN_OR_RETURN(precision, parse_precision(a.precision));
   }
-  if (precision != Precision::kBf16 && precision != Precision::kFp32)
-    return unsupported(std::string("the CUDA backend trains in bf16 or fp32, the plan asks for ") +
-                       precision_name(precision) + "; pass --precision bf16");
+  if (precision == Precision::kFp8)
+    return unsupported("the CUDA backend trains in bf16, fp16 (with dynamic loss scaling) or fp32, the plan asks for "
+                       "fp8; pass --precision bf16");
   const int devices = cuda::device_count();
   if (devices == 0) return unsupported("--backend cuda: no NVIDIA GPU is visible on this rank; use --backend cpu");
   const exec::LaunchEnv env = exec::detect_launch_env();
@@ -301,9 +301,14 @@ int run(exec::Communicator& world, const ExecArgs& a) {
     }
     if (lead) {
       if (!a.quiet)
-        std::printf("step %4lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%\n",
+        std::printf("step %4lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%%s\n",
                     (long long)step + 1, (long long)cfg.train.steps, r->loss, r->lr, r->grad_norm,
-                    r->step_time_s * 1e3, tps, 100 * mfu);
+                    r->step_time_s * 1e3, tps, 100 * mfu,
+                    devices->precision == Precision::kFp16
+                        ? (std::string(" | loss scale ") + std::to_string(int64_t(r->loss_scale)) +
+                           (r->skipped ? " | skipped: fp16 overflow" : ""))
+                              .c_str()
+                        : "");
       if (metrics) {
         OrderedJson j;
         j["step"] = step + 1;
@@ -315,6 +320,10 @@ int run(exec::Communicator& world, const ExecArgs& a) {
         j["mfu"] = mfu;
         j["data_wait_s"] = r->phases.data_s;
         j["peak_memory_bytes"] = r->peak_memory_bytes;
+        if (devices->precision == Precision::kFp16) {
+          j["loss_scale"] = r->loss_scale;
+          j["skipped"] = r->skipped;
+        }
         *metrics << j.dump() << "\n";
         metrics->flush();
       }
@@ -427,7 +436,8 @@ int cmd_execute(int argc, char** argv) {
   app.add_option("--backend", a.backend, "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them)")
       ->capture_default_str();
   app.add_option("--precision", a.precision,
-                 "fp32 or bf16 (bf16 GEMM operands with fp32 master weights, gradients and Adam states; CUDA only); "
+                 "fp32, bf16 or fp16 (16-bit GEMM operands with fp32 master weights, gradients and Adam states; fp16 "
+                 "with dynamic loss scaling; CUDA only); "
                  "default: fp32 on the CPU, the plan's precision on CUDA");
   app.add_option("--device", a.device, "CUDA device of this rank (default: the local rank modulo the visible GPUs)");
   app.add_option("--timeout", a.timeout_s, "seconds a collective may wait for a peer before the job is aborted");

@@ -322,7 +322,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   k.xent_loss(row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), N);
   *loss_sum += k.sum(loss.f32(), N) * loss_scale;
   // The gradient of the logits now, in place: the logits are not needed again.
-  k.xent_backward(logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale);
+  k.xent_backward(logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale * grad_scale_);
   saved_[micro] = std::move(acts);
   return k.status();
 }

@@ -61,6 +61,9 @@ class ModelChunk {
   Status backward(int micro, const float* dout, float* dinput,
                   const std::function<Status(int layer)>& on_layer_done = {});
 
+  // fp16 loss scaling: the gradient of the loss is multiplied by `s` (the
+  // reported loss is not).
+  void set_grad_scale(float s) { grad_scale_ = s; }
   const ChunkConfig& config() const { return cfg_; }
   size_t in_flight() const { return saved_.size(); }
 
@@ -83,6 +86,7 @@ class ModelChunk {
   ComputeBackend* backend_;
   Communicator* tp_;
   std::map<int, std::unique_ptr<MicroActs>> saved_;
+  float grad_scale_ = 1.f;
 };
 
 }  // namespace loom::exec

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "core/stage_split.h"
@@ -119,6 +120,8 @@ Status Trainer::Impl::setup() {
       }
     });
   }
+  scaling = backend->kernels().precision() == Precision::kFp16;
+  scaler = LossScaler(cfg.loss_scaling);
   params.materialize(backend, cfg.train.seed);
   backend->kernels().set_weights(params.params(), params.numel());
   // ZeRO-3 ranks keep only their shards until a chunk is gathered for use.
@@ -515,11 +518,31 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   }
   sq = k.take_sum_squares();
   LOOM_RETURN_IF_ERROR(world->all_reduce(&sq, 1, ReduceOp::kSum));
-  double norm = std::sqrt(sq);
-  *grad_norm = norm;
-  double clip = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
   double lr = lr_schedule(t, step);
   *lr_out = lr;
+  // Every rank holds the same total, so every rank takes the same branch.
+  const bool finite = std::isfinite(sq);
+  const double S = scaling ? scaler.scale() : 1.0;
+  skipped = false;
+  if (scaling && !scaler.update(finite)) {
+    // fp16 overflow: drop this step's gradients, keep the weights, and go on
+    // with a smaller scale.
+    skipped = true;
+    *grad_norm = std::numeric_limits<double>::infinity();
+    for (auto& sent : bucket_sent) sent.clear();
+    params.zero_grads();
+    if (!shard_grad.empty()) backend->fill_zero(shard_grad.f32(), shard_grad.bytes());
+    return k.status();
+  }
+  if (!finite)
+    return invalid_argument("the gradient norm is " + std::to_string(sq) + " at step " + std::to_string(step + 1) +
+                            ": training diverged; lower the learning rate (or warm up longer) and resume from the "
+                            "last checkpoint");
+  double norm = std::sqrt(sq) / S;
+  *grad_norm = norm;
+  double clip = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
+  // One multiplier takes the loss scale out and clips.
+  clip /= S;
   ++adam_step;
   // AdamW over each parameter's owned elements.
   for (const ParamInfo& p : params.infos()) {
@@ -578,11 +601,15 @@ Result<StepResult> Trainer::step(int64_t step) {
   s.times.data_s = seconds_since(t0);
   double loss_sum = 0;
   s.current_step = step;
+  const double loss_scale = s.scaling ? s.scaler.scale() : 1.0;
+  for (auto& chunk : s.chunks) chunk->set_grad_scale(float(loss_scale));
   for (int32_t id : s.program.stage_ops[s.coords.pp]) LOOM_RETURN_IF_ERROR(s.run_op(s.program.ops[id], &loss_sum));
   StepResult r;
   r.step = step;
   r.grad_norm = s.grad_norm;
   r.lr = s.lr;
+  r.skipped = s.skipped;
+  r.loss_scale = loss_scale;
   // The loss: the last stage's TP rank 0 of every DP rank holds a part.
   double contribution = (s.coords.pp == l.pp - 1 && s.coords.tp == 0) ? loss_sum : 0.0;
   LOOM_RETURN_IF_ERROR(s.world->all_reduce(&contribution, 1, ReduceOp::kSum));

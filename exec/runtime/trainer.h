@@ -22,6 +22,7 @@
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
 #include "exec/model/chunk.h"
+#include "exec/runtime/loss_scaler.h"
 #include "exec/runtime/token_source.h"
 
 namespace loom::ckpt {
@@ -44,6 +45,8 @@ struct TrainerConfig {
   // buffers (NCCL for CUDA); null = `world` itself. The layout's groups are
   // split from it; host scalars (loss, norm, step time) still go over `world`.
   Communicator* device_world = nullptr;
+  // Dynamic loss scaling, used when the backend computes in fp16.
+  LossScalerOptions loss_scaling;
 };
 
 // Seconds spent per phase during one step on this rank.
@@ -55,7 +58,9 @@ struct StepResult {
   int64_t step = 0;
   double loss = 0;        // mean token loss of the global batch
   double lr = 0;
-  double grad_norm = 0;   // before clipping
+  double grad_norm = 0;   // before clipping (infinite on a step skipped for fp16 overflow)
+  bool skipped = false;   // fp16: the gradients overflowed, no update was made
+  double loss_scale = 1;  // the loss scale this step ran with (fp16), else 1
   double step_time_s = 0; // max over ranks
   PhaseTimes phases;      // this rank
   size_t peak_memory_bytes = 0;

@@ -51,6 +51,10 @@ struct Trainer::Impl {
   // Optimizer state: full (ZeRO 0) or this DP rank's shards (ZeRO >= 1).
   DeviceBuffer m, v, shard_grad;
   int64_t adam_step = 0;
+  // fp16: dynamic loss scaling (the gradients carry the scale until the update).
+  bool scaling = false;
+  LossScaler scaler;
+  bool skipped = false;
   // Per (chunk, micro) activation buffers.
   std::map<std::pair<int, int>, DeviceBuffer> act_in, act_out, grad_in, grad_out;
   std::vector<std::unique_ptr<CommRequest>> pending;  // sends and DP syncs in flight

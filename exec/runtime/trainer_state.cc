@@ -41,7 +41,8 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   st["consumed_samples"] = next_step * s.cfg.train.global_batch;
   st["consumed_tokens"] = next_step * s.cfg.train.tokens_per_step();
   st["lr_schedule_step"] = next_step;
-  st["loss_scale"] = 1.0;  // fp32 and bf16: no loss scaling
+  st["loss_scale"] = s.scaling ? s.scaler.scale() : 1.0;  // fp32 and bf16: no loss scaling
+  st["loss_scale_good_steps"] = s.scaling ? s.scaler.good_steps() : 0;
   st["precision"] = precision_name(s.backend->kernels().precision());
   st["rng"] = {{"seed", s.cfg.train.seed}, {"note", "parameters and data derive from (seed, global index)"}};
   st["data"] = Json::parse(s.data ? s.data->state_json() : "{}");
@@ -153,6 +154,8 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
   if (l.zero == 3 && l.dp > 1)
     for (int c = 0; c < l.virtual_stages; ++c) s.release(c);
   s.adam_step = st.value("adam_step", step);
+  if (s.scaling && st.value("precision", std::string()) == "fp16" && st.contains("loss_scale"))
+    s.scaler.restore(st.value("loss_scale", 1.0), st.value("loss_scale_good_steps", int64_t(0)));
   if (s.data && st.contains("data"))
     LOOM_RETURN_IF_ERROR(s.data->restore_state(st["data"].dump(), step * s.cfg.train.global_batch));
   s.params.zero_grads();

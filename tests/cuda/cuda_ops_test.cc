@@ -246,9 +246,10 @@ TEST(CudaOps, AttentionGemmPathMatchesCpuInFp32AndBf16) {
       w.scores = scores.p, w.dscores = dscores.p, w.scores16 = s16.p, w.heads_per_slice = slice;
       if (bf16) w.q16 = q16.p, w.do16 = do16.p, w.k16 = k16.p, w.v16 = v16.p;
       Dev<float> dq_(q), dk_(k), dv_(v), dout_(dout), o(nq), dlse(lse.size()), gq(nq), gk(nk), gv(nk);
-      ASSERT_TRUE(cuda::attention_forward_gemm(h, bf16, dq_.p, dk_.p, dv_.p, o.p, dlse.p, B, T, Hq, Hk, D, w, nullptr)
+      const cuda::GemmInput in = bf16 ? cuda::GemmInput::kBf16 : cuda::GemmInput::kF32;
+      ASSERT_TRUE(cuda::attention_forward_gemm(h, in, dq_.p, dk_.p, dv_.p, o.p, dlse.p, B, T, Hq, Hk, D, w, nullptr)
                       .is_ok());
-      ASSERT_TRUE(cuda::attention_backward_gemm(h, bf16, dout_.p, dq_.p, dk_.p, dv_.p, o.p, dlse.p, gq.p, gk.p, gv.p, B,
+      ASSERT_TRUE(cuda::attention_backward_gemm(h, in, dout_.p, dq_.p, dk_.p, dv_.p, o.p, dlse.p, gq.p, gk.p, gv.p, B,
                                                 T, Hq, Hk, D, w, nullptr)
                       .is_ok());
       const double tol = bf16 ? 3e-2 : 1e-4;

@@ -5,8 +5,9 @@
 // a causal softmax that saves the row's log-sum-exp, O = P V. Backward
 // recomputes P from lse, then dP = dO V^T, dV = P^T dO, dS = P (dP - rowsum(dO O)),
 // dQ = scale dS K, dK = scale dS^T Q; a GQA group's heads add into their KV
-// head's dK, dV (beta = 1 after the first). With `bf16` the GEMM operands are
-// rounded to bf16 (scores, outputs and accumulation stay fp32).
+// head's dK, dV (beta = 1 after the first). With 16-bit `input` the GEMM
+// operands are rounded to bf16 / fp16 (scores, outputs and accumulation stay
+// fp32).
 //
 // The workspace holds `heads_per_slice` heads of T x T scores at a time, so
 // memory stays bounded for long sequences: see attention_gemm_workspace().
@@ -75,10 +76,10 @@ __global__ void softmax_backward_kernel(float* dp, const float* p, const float* 
 
 // Row-major C = alpha op(A) op(B) + beta C over `batch` matrices at fixed
 // strides (elements), as cuBLAS column-major C^T = op(B)^T op(A)^T.
-Status gemm_batched(cublasHandle_t h, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+Status gemm_batched(cublasHandle_t h, GemmInput input, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                     const void* A, int64_t lda, int64_t sa, const void* B, int64_t ldb, int64_t sb, float beta,
                     float* C, int64_t ldc, int64_t sc, int64_t batch) {
-  const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType t = input == GemmInput::kBf16 ? CUDA_R_16BF : input == GemmInput::kF16 ? CUDA_R_16F : CUDA_R_32F;
   LOOM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                                int(N), int(M), int(K), &alpha, B, t, int(ldb), sb, A, t, int(lda), sa,
                                                &beta, C, CUDA_R_32F, int(ldc), sc, int(batch), CUBLAS_COMPUTE_32F,
@@ -108,7 +109,7 @@ int64_t attention_gemm_workspace_floats(int64_t T, int64_t Hk) {
   return attention_gemm_heads_per_slice(T, Hk) * T * T;
 }
 
-Status attention_forward_gemm(cublasContext* handle, bool bf16, const float* q, const float* k, const float* v,
+Status attention_forward_gemm(cublasContext* handle, GemmInput input, const float* q, const float* k, const float* v,
                               float* out, float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D,
                               const AttentionGemmScratch& w, cudaStream_t stream) {
   if (B * T * Hq * D == 0) return Status::ok();
@@ -116,11 +117,12 @@ Status attention_forward_gemm(cublasContext* handle, bool bf16, const float* q, 
   LOOM_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const Shape s{B, T, Hq, Hk, D, Hq / Hk};
   const float scale = 1.f / std::sqrt(float(D));
+  const bool half = input != GemmInput::kF32;
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
-  if (bf16) {
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(q, w.q16, B * T * Hq * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(k, w.k16, B * T * Hk * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(v, w.v16, B * T * Hk * D, stream));
+  if (half) {
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, q, w.q16, B * T * Hq * D, stream));
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, k, w.k16, B * T * Hk * D, stream));
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, v, w.v16, B * T * Hk * D, stream));
     q16 = w.q16, k16 = w.k16, v16 = w.v16;
   }
   const int64_t slice = w.heads_per_slice > 0 ? std::min(w.heads_per_slice, attention_gemm_heads_per_slice(T, Hk))
@@ -131,24 +133,24 @@ Status attention_forward_gemm(cublasContext* handle, bool bf16, const float* q, 
         const int64_t n = std::min(slice, Hk - hk0), h0 = hk0 * s.G + g;
         const int64_t qo = b * T * Hq * D + h0 * D, ko = b * T * Hk * D + hk0 * D;
         // S(head i of the slice) = scale Q_h K_hk^T, h = (hk0 + i) G + g.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, false, true, T, T, D, scale, at(q, q16, qo), Hq * D, s.G * D,
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, true, T, T, D, scale, at(q, q16, qo), Hq * D, s.G * D,
                                           at(k, k16, ko), Hk * D, D, 0.f, w.scores, T, T * T, n));
         causal_softmax_kernel<<<dim3(unsigned(T), unsigned(n)), kThreads, 0, stream>>>(
             w.scores, lse + (b * Hq + h0) * T, T, s.G * T);
         LOOM_CUDA_CHECK_LAUNCH();
         const void* p = w.scores;
-        if (bf16) {
-          LOOM_RETURN_IF_ERROR(cast_to_bf16(w.scores, w.scores16, n * T * T, stream));
+        if (half) {
+          LOOM_RETURN_IF_ERROR(cast_to_16(input, w.scores, w.scores16, n * T * T, stream));
           p = w.scores16;
         }
         // O_h = P V_hk.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, false, false, T, D, T, 1.f, p, T, T * T, at(v, v16, ko),
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, false, T, D, T, 1.f, p, T, T * T, at(v, v16, ko),
                                           Hk * D, D, 0.f, out + qo, Hq * D, s.G * D, n));
       }
   return Status::ok();
 }
 
-Status attention_backward_gemm(cublasContext* handle, bool bf16, const float* dout, const float* q, const float* k,
+Status attention_backward_gemm(cublasContext* handle, GemmInput input, const float* dout, const float* q, const float* k,
                                const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv,
                                int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D, const AttentionGemmScratch& w,
                                cudaStream_t stream) {
@@ -157,12 +159,13 @@ Status attention_backward_gemm(cublasContext* handle, bool bf16, const float* do
   LOOM_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const Shape s{B, T, Hq, Hk, D, Hq / Hk};
   const float scale = 1.f / std::sqrt(float(D));
+  const bool half = input != GemmInput::kF32;
   const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *do16 = nullptr;
-  if (bf16) {
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(q, w.q16, B * T * Hq * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(k, w.k16, B * T * Hk * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(v, w.v16, B * T * Hk * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_bf16(dout, w.do16, B * T * Hq * D, stream));
+  if (half) {
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, q, w.q16, B * T * Hq * D, stream));
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, k, w.k16, B * T * Hk * D, stream));
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, v, w.v16, B * T * Hk * D, stream));
+    LOOM_RETURN_IF_ERROR(cast_to_16(input, dout, w.do16, B * T * Hq * D, stream));
     q16 = w.q16, k16 = w.k16, v16 = w.v16, do16 = w.do16;
   }
   const int64_t slice = w.heads_per_slice > 0 ? std::min(w.heads_per_slice, attention_gemm_heads_per_slice(T, Hk))
@@ -174,34 +177,34 @@ Status attention_backward_gemm(cublasContext* handle, bool bf16, const float* do
         const int64_t qo = b * T * Hq * D + h0 * D, ko = b * T * Hk * D + hk0 * D;
         const float beta_kv = g == 0 ? 0.f : 1.f;  // the group's first head writes, the others add
         // P again, from the saved lse.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, false, true, T, T, D, scale, at(q, q16, qo), Hq * D, s.G * D,
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, true, T, T, D, scale, at(q, q16, qo), Hq * D, s.G * D,
                                           at(k, k16, ko), Hk * D, D, 0.f, w.scores, T, T * T, n));
         probs_from_lse_kernel<<<dim3(unsigned(T), unsigned(n)), kThreads, 0, stream>>>(
             w.scores, lse + (b * Hq + h0) * T, T, s.G * T);
         LOOM_CUDA_CHECK_LAUNCH();
         const void* p = w.scores;
-        if (bf16) {
-          LOOM_RETURN_IF_ERROR(cast_to_bf16(w.scores, w.scores16, n * T * T, stream));
+        if (half) {
+          LOOM_RETURN_IF_ERROR(cast_to_16(input, w.scores, w.scores16, n * T * T, stream));
           p = w.scores16;
         }
         // dV_hk (+)= P^T dO_h.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, true, false, T, D, T, 1.f, p, T, T * T, at(dout, do16, qo),
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, true, false, T, D, T, 1.f, p, T, T * T, at(dout, do16, qo),
                                           Hq * D, s.G * D, beta_kv, dv + ko, Hk * D, D, n));
         // dP = dO_h V_hk^T, then dS = P (dP - delta) in place.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, false, true, T, T, D, 1.f, at(dout, do16, qo), Hq * D,
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, true, T, T, D, 1.f, at(dout, do16, qo), Hq * D,
                                           s.G * D, at(v, v16, ko), Hk * D, D, 0.f, w.dscores, T, T * T, n));
         softmax_backward_kernel<<<dim3(unsigned(T), unsigned(n)), kThreads, 0, stream>>>(
             w.dscores, w.scores, dout + b * T * Hq * D, out + b * T * Hq * D, T, Hq, D, h0, s.G);
         LOOM_CUDA_CHECK_LAUNCH();
         const void* ds = w.dscores;
-        if (bf16) {
-          LOOM_RETURN_IF_ERROR(cast_to_bf16(w.dscores, w.scores16, n * T * T, stream));
+        if (half) {
+          LOOM_RETURN_IF_ERROR(cast_to_16(input, w.dscores, w.scores16, n * T * T, stream));
           ds = w.scores16;
         }
         // dQ_h = scale dS K_hk; dK_hk (+)= scale dS^T Q_h.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, false, false, T, D, T, scale, ds, T, T * T, at(k, k16, ko),
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, false, T, D, T, scale, ds, T, T * T, at(k, k16, ko),
                                           Hk * D, D, 0.f, dq + qo, Hq * D, s.G * D, n));
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, bf16, true, false, T, D, T, scale, ds, T, T * T, at(q, q16, qo),
+        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, true, false, T, D, T, scale, ds, T, T * T, at(q, q16, qo),
                                           Hq * D, s.G * D, beta_kv, dk + ko, Hk * D, D, n));
       }
   return Status::ok();

@@ -196,8 +196,8 @@ Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device, Precision 
   if (device < 0 || device >= n)
     return invalid_argument("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
                             " visible)");
-  if (precision != Precision::kFp32 && precision != Precision::kBf16)
-    return unsupported(std::string("the CUDA backend trains in fp32 or bf16, not ") + precision_name(precision));
+  if (precision == Precision::kFp8)
+    return unsupported("the CUDA backend trains in fp32, bf16 or fp16 (with loss scaling), not fp8");
   auto backend = std::make_unique<CudaBackend>(device);
   LOOM_RETURN_IF_ERROR(backend->start_kernels(precision));
   return std::unique_ptr<ComputeBackend>(std::move(backend));

@@ -34,4 +34,9 @@ Status gemm_bf16(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, i
   return gemm_ex(handle, trans_a, trans_b, M, N, K, alpha, A, B, CUDA_R_16BF, beta, C, stream);
 }
 
+Status gemm_fp16(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const uint16_t* A, const uint16_t* B, float beta, float* C, cudaStream_t stream) {
+  return gemm_ex(handle, trans_a, trans_b, M, N, K, alpha, A, B, CUDA_R_16F, beta, C, stream);
+}
+
 }  // namespace loom::cuda

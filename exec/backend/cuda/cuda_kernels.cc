@@ -39,13 +39,17 @@ class CudaKernels final : public Kernels {
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
             float beta, float* C) override {
-    if (precision_ == Precision::kFp32) {
+    if (input_ == cuda::GemmInput::kF32) {
       note(cuda::gemm_f32(blas_, ta, tb, M, N, K, alpha, A, B, beta, C, s_));
       return;
     }
-    const uint16_t* a16 = bf16_of(A, M * K, 0);
-    const uint16_t* b16 = bf16_of(B, K * N, 1);
-    if (a16 && b16) note(cuda::gemm_bf16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
+    const uint16_t* a16 = half_of(A, M * K, 0);
+    const uint16_t* b16 = half_of(B, K * N, 1);
+    if (!a16 || !b16) return;
+    if (input_ == cuda::GemmInput::kBf16)
+      note(cuda::gemm_bf16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
+    else
+      note(cuda::gemm_fp16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
   }
   void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                          int64_t N, int64_t C, float eps) override {
@@ -83,16 +87,14 @@ class CudaKernels final : public Kernels {
   void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
                          int64_t T, int64_t Hq, int64_t Hk, int64_t D) override {
     if (fused_attention_) return note(cuda::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D, s_));
-    const bool bf16 = precision_ == Precision::kBf16;
-    note(cuda::attention_forward_gemm(blas_, bf16, q, k, v, out, lse, B, T, Hq, Hk, D,
+    note(cuda::attention_forward_gemm(blas_, input_, q, k, v, out, lse, B, T, Hq, Hk, D,
                                       attention_scratch(B, T, Hq, Hk, D), s_));
   }
   void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                           const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
                           int64_t Hk, int64_t D) override {
     if (fused_attention_) return note(cuda::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D, s_));
-    const bool bf16 = precision_ == Precision::kBf16;
-    note(cuda::attention_backward_gemm(blas_, bf16, dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D,
+    note(cuda::attention_backward_gemm(blas_, input_, dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D,
                                        attention_scratch(B, T, Hq, Hk, D), s_));
   }
   void embedding_forward(const int32_t* tokens, const float* wte, float* out, int64_t N, int64_t C,
@@ -192,7 +194,7 @@ class CudaKernels final : public Kernels {
     cuda::AttentionGemmScratch w;
     w.scores = static_cast<float*>(grow(att_[0], scores * sizeof(float)));
     w.dscores = static_cast<float*>(grow(att_[1], scores * sizeof(float)));
-    if (precision_ == Precision::kBf16) {
+    if (input_ != cuda::GemmInput::kF32) {
       w.scores16 = static_cast<uint16_t*>(grow(att_[2], scores * sizeof(uint16_t)));
       w.q16 = static_cast<uint16_t*>(grow(att_[3], size_t(B * T * Hq * D) * sizeof(uint16_t)));
       w.do16 = static_cast<uint16_t*>(grow(att_[4], size_t(B * T * Hq * D) * sizeof(uint16_t)));
@@ -201,14 +203,14 @@ class CudaKernels final : public Kernels {
     }
     return w;
   }
-  // The bf16 image of an fp32 operand of n elements: the weight copy when it
-  // lies in the parameter buffer, else a cast into scratch slot `slot`.
-  const uint16_t* bf16_of(const float* x, int64_t n, int slot) {
+  // The 16-bit image of an fp32 operand of n elements: the weight copy when
+  // it lies in the parameter buffer, else a cast into scratch slot `slot`.
+  const uint16_t* half_of(const float* x, int64_t n, int slot) {
     if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {
       if (weights_bf16_.empty()) weights_bf16_ = DeviceBuffer(be_, size_t(weights_n_) * sizeof(uint16_t));
       auto* w16 = reinterpret_cast<uint16_t*>(weights_bf16_.f32());
       if (stale_) {
-        note(cuda::cast_to_bf16(weights_, w16, weights_n_, s_));
+        note(cuda::cast_to_16(input_, weights_, w16, weights_n_, s_));
         stale_ = false;
       }
       return status_.is_ok() ? w16 + (x - weights_) : nullptr;
@@ -216,7 +218,7 @@ class CudaKernels final : public Kernels {
     DeviceBuffer& buf = scratch_[slot];
     if (buf.bytes() < size_t(n) * sizeof(uint16_t)) buf = DeviceBuffer(be_, size_t(n) * sizeof(uint16_t));
     auto* out = reinterpret_cast<uint16_t*>(buf.f32());
-    note(cuda::cast_to_bf16(x, out, n, s_));
+    note(cuda::cast_to_16(input_, x, out, n, s_));
     return status_.is_ok() ? out : nullptr;
   }
 
@@ -224,6 +226,9 @@ class CudaKernels final : public Kernels {
   cudaStream_t s_;
   cublasHandle_t blas_;
   Precision precision_;
+  cuda::GemmInput input_ = precision_ == Precision::kBf16   ? cuda::GemmInput::kBf16
+                           : precision_ == Precision::kFp16 ? cuda::GemmInput::kF16
+                                                            : cuda::GemmInput::kF32;
   Status status_ = Status::ok();
   const float* weights_ = nullptr;
   int64_t weights_n_ = 0;

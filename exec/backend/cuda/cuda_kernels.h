@@ -1,8 +1,9 @@
 // The CUDA kernel table (exec/backend/kernels.h) over exec/backend/cuda/
-// cuda_ops.h, on one stream with one cuBLAS handle. Under bf16 precision the
-// GEMM operands are rounded to bf16 (fp32 accumulate, fp32 output): weights
-// from one bf16 copy of the flat parameter buffer, cast again lazily after
-// weights_changed(); activations cast into scratch per GEMM.
+// cuda_ops.h, on one stream with one cuBLAS handle. Under bf16 or fp16
+// precision the GEMM operands (attention's too) are rounded to 16 bits (fp32
+// accumulate, fp32 output): weights from one 16-bit copy of the flat
+// parameter buffer, cast again lazily after weights_changed(); activations
+// cast into scratch per GEMM. fp16 needs the trainer's loss scaling.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -18,6 +18,9 @@ struct cublasContext;
 
 namespace loom::cuda {
 
+// The element type of GEMM operands: fp32, or 16-bit (stored as uint16).
+enum class GemmInput { kF32, kBf16, kF16 };
+
 // Devices the runtime sees; 0 without a driver or GPU (never fails).
 int device_count();
 // "NVIDIA H200 (sm_90, 141 GB)"; empty when `device` does not exist.
@@ -53,10 +56,11 @@ Status attention_backward(const float* dout, const float* q, const float* k, con
 // The same attention on tensor cores through cuBLAS strided-batched GEMMs,
 // with the scores of a slice of heads materialized in a workspace (the fast
 // path the CUDA backend trains with; the kernels above are its reference).
-// `bf16`: GEMM operands rounded to bf16, fp32 accumulation and outputs.
+// `input`: GEMM operands in fp32, or rounded to bf16 / fp16 (fp32
+// accumulation and outputs either way).
 // Workspace: scores and dscores of attention_gemm_workspace_floats(T, Hk)
-// floats, scores16 as many uint16; with bf16 also q16, do16 (B*T*Hq*D) and
-// k16, v16 (B*T*Hk*D) uint16 (null otherwise).
+// floats, scores16 as many uint16; with 16-bit inputs also q16, do16
+// (B*T*Hq*D) and k16, v16 (B*T*Hk*D) uint16 (null otherwise).
 struct AttentionGemmScratch {
   float* scores = nullptr;
   float* dscores = nullptr;
@@ -66,10 +70,10 @@ struct AttentionGemmScratch {
 };
 int64_t attention_gemm_heads_per_slice(int64_t T, int64_t Hk);
 int64_t attention_gemm_workspace_floats(int64_t T, int64_t Hk);
-Status attention_forward_gemm(cublasContext* handle, bool bf16, const float* q, const float* k, const float* v,
+Status attention_forward_gemm(cublasContext* handle, GemmInput input, const float* q, const float* k, const float* v,
                               float* out, float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D,
                               const AttentionGemmScratch& w, cudaStream_t stream);
-Status attention_backward_gemm(cublasContext* handle, bool bf16, const float* dout, const float* q, const float* k,
+Status attention_backward_gemm(cublasContext* handle, GemmInput input, const float* dout, const float* q, const float* k,
                                const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv,
                                int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D, const AttentionGemmScratch& w,
                                cudaStream_t stream);
@@ -115,9 +119,13 @@ Status positions_backward(const float* dx, float* dwpe, int64_t R, int64_t C, in
 // z = x + a * y (the calibration triad).
 Status triad(float* z, const float* x, const float* y, float a, int64_t n, cudaStream_t stream);
 
-// fp32 -> bf16 (round to nearest even) and back; bf16 stored as uint16.
+// fp32 -> bf16 / fp16 (round to nearest even; fp16 overflows to inf) and
+// back; 16-bit values stored as uint16.
 Status cast_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
 Status cast_from_bf16(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
+Status cast_to_fp16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+Status cast_from_fp16(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
+Status cast_to_16(GemmInput type, const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
 
 // C(M,N) = alpha op(A) op(B) + beta C, row-major like cpu::gemm, fp32
 // (TF32 tensor cores off: the fp32 reference path).
@@ -126,6 +134,9 @@ Status gemm_f32(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, in
 // The same with bf16 A, B (uint16 storage of __nv_bfloat16) and fp32 C,
 // fp32 accumulation: the mixed-precision training GEMM.
 Status gemm_bf16(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const uint16_t* A, const uint16_t* B, float beta, float* C, cudaStream_t stream);
+// fp16 A, B (uint16 storage of __half), fp32 C and accumulation.
+Status gemm_fp16(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const uint16_t* A, const uint16_t* B, float beta, float* C, cudaStream_t stream);
 
 }  // namespace loom::cuda
