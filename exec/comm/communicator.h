@@ -45,6 +45,7 @@ class Communicator {
   // recv(recv_count) = this rank's slice of the element-wise sum of send(recv_count * size()).
   virtual Status reduce_scatter(const float* send, float* recv, size_t recv_count) = 0;
   // recv(send_count * size()) = the concatenation of every rank's send(send_count), by rank.
+  // In place when send == recv + rank() * send_count.
   virtual Status all_gather(const float* send, float* recv, size_t send_count) = 0;
   virtual Status broadcast(float* buf, size_t count, int root) = 0;
   virtual Status broadcast_bytes(void* buf, size_t bytes, int root) = 0;

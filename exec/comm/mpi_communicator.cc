@@ -393,12 +393,16 @@ class MpiCommunicator final : public Communicator {
 
   // A piece shorter than the block (c < n) lands in each rank's block through
   // a strided type; a whole block uses plain floats.
+  // In place (send == this rank's block of recv): MPI_IN_PLACE, which reads
+  // the rank's piece where the received layout puts it.
   Status start_all_gather(Ops& o, const float* send, float* recv, size_t n) {
+    const bool in_place = send == recv + size_t(s_->rank) * n;
     return chunked(n, block_max(), [&](size_t off, size_t c) {
       TypeGuard block;
       if (c < n) LOOM_RETURN_IF_ERROR(strided_floats(c, n, &block));
       MPI_Datatype rtype = c < n ? block.type : MPI_FLOAT;
-      LOOM_MPI_CHECK(MPI_Iallgather(send + off, int(c), MPI_FLOAT, recv + off, c < n ? 1 : int(c), rtype, s_->comm,
+      const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + off);
+      LOOM_MPI_CHECK(MPI_Iallgather(sbuf, int(c), MPI_FLOAT, recv + off, c < n ? 1 : int(c), rtype, s_->comm,
                                     o.add("MPI_Iallgather")));
       return Status::ok();
     });

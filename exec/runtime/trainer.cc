@@ -93,6 +93,8 @@ Status Trainer::Impl::setup() {
   const int v = l.virtual_stages;
   chunk_units.assign(v, {});
   gathered.assign(v, 0);
+  gathers_in_flight.clear();
+  gathers_in_flight.resize(size_t(v));
   bucket_sent.assign(v, {});
   grads_discarded.assign(v, false);
   size_t shard_total = 0;
@@ -345,18 +347,33 @@ void Trainer::Impl::reclaim_released(int c) {
   released[size_t(c)] = false;
 }
 
+// The gathers run in the background (NCCL's stream, or MPI's non-blocking
+// all-gather) while the compute ops before the chunk's next use proceed:
+// ZeRO-3's prefetch, and ZeRO-1/2's overlapped gather of the updated shards.
 Status Trainer::Impl::param_gather(int c) {
   reclaim_released(c);
   for (int ui : chunk_units[c]) {
     const Unit& u = units[ui];
     float* p = params.params() + u.begin;
-    const size_t own_b = coords.dp * u.shard, own_e = own_b + u.shard;
-    DeviceBuffer own(backend, u.shard * sizeof(float));
-    backend->copy(own.f32(), p + own_b, u.shard * sizeof(float));
-    LOOM_RETURN_IF_ERROR(dp->all_gather(own.f32(), p, u.shard));
+    const size_t own_b = coords.dp * u.shard;
+    LOOM_ASSIGN_OR_RETURN(auto req, dp->iall_gather(p + own_b, p, u.shard));
+    gathers_in_flight[size_t(c)].push_back(std::move(req));
   }
   released[size_t(c)] = false;
+  return Status::ok();
+}
+
+Status Trainer::Impl::wait_gathers(int c) {
+  auto& in_flight = gathers_in_flight[size_t(c)];
+  if (in_flight.empty()) return Status::ok();
+  for (auto& req : in_flight) LOOM_RETURN_IF_ERROR(req->wait());
+  in_flight.clear();
   backend->kernels().weights_changed();
+  return Status::ok();
+}
+
+Status Trainer::Impl::wait_all_gathers() {
+  for (int c = 0; c < int(gathers_in_flight.size()); ++c) LOOM_RETURN_IF_ERROR(wait_gathers(c));
   return Status::ok();
 }
 
@@ -364,6 +381,7 @@ Status Trainer::Impl::param_gather(int c) {
 // zeroed, so a missing gather can never go unnoticed).
 void Trainer::Impl::release(int c) {
   if (released[size_t(c)]) return;
+  LOOM_CHECK(gathers_in_flight[size_t(c)].empty(), "ZeRO-3 release of a chunk whose gather is in flight");
   released[size_t(c)] = true;
   for (int ui : chunk_units[c]) {
     const Unit& u = units[ui];
@@ -403,12 +421,19 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
   };
   switch (op.kind) {
     case OpKind::kForward:
+      // Waiting for the chunk's parameter gathers is DP communication.
+      LOOM_RETURN_IF_ERROR(wait_gathers(c));
+      times.dp_comm_s += seconds_since(t0);
+      t0 = Clock::now();
       LOOM_RETURN_IF_ERROR(forward(c, mi, loss_sum));
       used(c);
       times.forward_s += op_seconds();
       break;
     case OpKind::kBackward:
       if (op.part == 0) {
+        LOOM_RETURN_IF_ERROR(wait_gathers(c));
+        times.dp_comm_s += seconds_since(t0);
+        t0 = Clock::now();
         LOOM_RETURN_IF_ERROR(backward(c, mi, op.num_parts));
         used(c);
       }
@@ -484,6 +509,7 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   // Waiting for in-flight gradient syncs is DP communication, not optimizer time.
   auto t_wait = Clock::now();
   LOOM_RETURN_IF_ERROR(wait_pending());
+  LOOM_RETURN_IF_ERROR(wait_all_gathers());
   for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(reduce_shared_grads(c));
   const double waited = std::chrono::duration<double>(Clock::now() - t_wait).count();
   times.dp_comm_s += waited;

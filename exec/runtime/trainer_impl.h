@@ -45,6 +45,9 @@ struct Trainer::Impl {
   std::vector<Unit> units;                 // sorted by begin
   std::vector<std::vector<int>> chunk_units;
   std::vector<int> gathered;               // ZeRO-3: outstanding gathers per chunk
+  // Parameter all-gathers (in place) in flight per chunk, completed before
+  // the chunk's next compute or the optimizer.
+  std::vector<std::vector<std::unique_ptr<CommRequest>>> gathers_in_flight;
   std::vector<std::vector<bool>> bucket_sent;  // ZeRO-0: buckets already all-reducing, per chunk
   bool has_embedding_copy_pair = false;  // tied embedding on first and last stage
   int64_t micro_batches = 0;
@@ -81,7 +84,9 @@ struct Trainer::Impl {
   Status send_bucket(int c, int unit_index, int bucket, int buckets);
   Status reduce_shared_grads(int c);
   Status grad_sync(const Op& op);
-  Status param_gather(int c);
+  Status param_gather(int c);        // starts the gathers (non-blocking)
+  Status wait_gathers(int c);        // completes chunk c's gathers in flight
+  Status wait_all_gathers();
   void release(int c);
   void reclaim_released(int c);  // accounts a released chunk's pages as resident again (before rewriting them)
   const Unit& unit_of(size_t offset) const;

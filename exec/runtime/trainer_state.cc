@@ -56,6 +56,7 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   // holds only its shard): gather everything first.
   if (l.zero >= 1 && l.dp > 1)
     for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(s.param_gather(c));
+  LOOM_RETURN_IF_ERROR(s.wait_all_gathers());
   // Adam moments: whole local arrays, gathered from the ZeRO shards.
   // Device state is staged to host memory here, before the async writer runs.
   const size_t numel = size_t(s.params.numel());
@@ -127,6 +128,7 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
     v_full.assign(numel, 0.f);
   }
   if (!direct) p_host.assign(numel, 0.f);
+  LOOM_RETURN_IF_ERROR(s.wait_all_gathers());
   for (int c = 0; c < l.virtual_stages; ++c) s.reclaim_released(c);
   float* params = direct ? s.params.params() : p_host.data();
   for (const ParamInfo& p : s.params.infos()) {
