@@ -361,6 +361,59 @@ TEST(CudaOps, GemmsMatchCpuInEveryTransposeMode) {
   cublasDestroy(h);
 }
 
+// fp16 casts against the host's IEEE binary16 conversion (round to nearest
+// even, overflow to inf beyond 65504: what loss scaling detects), and the
+// fp16 GEMM against the CPU GEMM of the rounded inputs.
+uint16_t to_fp16(float x) {
+  _Float16 h = static_cast<_Float16>(x);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+float from_fp16(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+TEST(CudaOps, Fp16CastsAndGemmMatchIeeeHalf) {
+  SKIP_WITHOUT_GPU();
+  auto x = random_vec(100000, 95, -7e4f, 7e4f);
+  x[0] = 1.00048828125f;  // halfway between 1 and the next half: ties to even (1.0)
+  x[1] = 65520.f;         // rounds past the largest half: inf
+  x[2] = 1e-8f;           // below the smallest subnormal's half: 0
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = to_fp16(x[i]);
+  Dev<float> dx(x), dback(x.size());
+  Dev<uint16_t> dh(x.size());
+  ASSERT_TRUE(cuda::cast_to_fp16(dx.p, dh.p, int64_t(x.size()), nullptr).is_ok());
+  EXPECT_EQ(dh.host(), want);
+  EXPECT_EQ(from_fp16(want[0]), 1.0f);
+  EXPECT_TRUE(std::isinf(from_fp16(want[1])));
+  ASSERT_TRUE(cuda::cast_from_fp16(dh.p, dback.p, int64_t(x.size()), nullptr).is_ok());
+  std::vector<float> back = dback.host();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(back[i], from_fp16(want[i])) << i;
+
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t M = 67, N = 129, K = 96;
+      auto a = random_vec(size_t(M * K), 33), b = random_vec(size_t(K * N), 34), c0 = random_vec(size_t(M * N), 35);
+      std::vector<uint16_t> ah(a.size()), bh(b.size());
+      std::vector<float> ar(a.size()), br(b.size());
+      for (size_t i = 0; i < a.size(); ++i) ah[i] = to_fp16(a[i]), ar[i] = from_fp16(ah[i]);
+      for (size_t i = 0; i < b.size(); ++i) bh[i] = to_fp16(b[i]), br[i] = from_fp16(bh[i]);
+      std::vector<float> c = c0;
+      cpu::gemm(ta, tb, M, N, K, 1.f, ar.data(), br.data(), 0.5f, c.data());
+      Dev<uint16_t> dah(ah), dbh(bh);
+      Dev<float> dc(c0);
+      ASSERT_TRUE(cuda::gemm_fp16(h, ta, tb, M, N, K, 1.f, dah.p, dbh.p, 0.5f, dc.p, nullptr).is_ok());
+      expect_close(dc.host(), c, 2e-3, "fp16");
+    }
+  cublasDestroy(h);
+}
+
 // The helpers the kernel table adds (learned positions forward and backward
 // with rows wrapping over T and an SP row offset, padded-vocabulary masks,
 // scaling, plain sums) against the CPU kernel table.

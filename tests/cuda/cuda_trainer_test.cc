@@ -3,7 +3,8 @@
 // NCCL world. fp32 (TF32 off) must track the CPU losses to 1e-4 relative
 // over the run (summation orders differ); bf16 GEMM operands to 2e-2 (bf16
 // has 8 mantissa bits; losses of a small model in its first steps move by
-// more than that only if something is wrong). Skips without a GPU.
+// more than that only if something is wrong); fp16 with loss scaling to
+// 1e-2. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,33 +16,13 @@
 #include "exec/comm/nccl_communicator.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/trainer.h"
+#include "tests/support/tiny_training.h"
 
 namespace loom::exec {
 namespace {
 
-ModelSpec tiny_model(bool gpt2) {
-  std::string json = gpt2 ? R"({"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4,"n_positions":64,"vocab_size":256})"
-                          : R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,
-                               "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,
-                               "max_position_embeddings":64,"tie_word_embeddings":false})";
-  auto m = parse_model_spec(json, gpt2 ? "tiny-gpt2" : "tiny-llama");
-  LOOM_CHECK(m.is_ok(), m.status().to_string());
-  return *m;
-}
-
 TrainerConfig config(bool gpt2, const std::string& layout) {
-  TrainerConfig c;
-  c.model = tiny_model(gpt2);
-  c.train.global_batch = 8;
-  c.train.seq_len = 32;
-  c.train.steps = 12;
-  c.train.lr = 3e-3;
-  c.train.min_lr = 3e-4;
-  c.train.warmup_steps = 3;
-  auto l = parse_layout(layout);
-  LOOM_CHECK(l.is_ok(), l.status().to_string());
-  c.layout = *l;
-  return c;
+  return test_support::tiny_config(gpt2, layout, /*steps=*/12, /*hidden=*/64);
 }
 
 // Losses of `steps` steps; on the GPU when `precision` is given.
@@ -63,7 +44,7 @@ std::vector<double> run(TrainerConfig cfg, bool gpu, Precision precision = Preci
     cfg.backend = backend.get();
     cfg.device_world = nccl.get();
   }
-  auto data = open_byte_text(std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt", cfg.train.seed);
+  auto data = open_byte_text(test_support::corpus_path(), cfg.train.seed);
   LOOM_CHECK(data.is_ok(), data.status().to_string());
   std::vector<double> losses;
   {
@@ -105,6 +86,14 @@ TEST(CudaTrainer, Bf16TracksFp32Cpu) {
     TrainerConfig c = config(gpt2, "dp=1,tp=1,pp=1,micro=2");
     expect_tracks(run(c, true, Precision::kBf16), run(c, false), 2e-2, gpt2 ? "gpt2 bf16" : "llama bf16");
   }
+}
+
+// fp16 operands keep 11 significant bits; with the default loss scale this
+// small model never overflows, so no step is skipped.
+TEST(CudaTrainer, Fp16WithLossScalingTracksFp32Cpu) {
+  SKIP_WITHOUT_GPU();
+  TrainerConfig c = config(true, "dp=1,tp=1,pp=1,micro=2");
+  expect_tracks(run(c, true, Precision::kFp16), run(c, false), 1e-2, "gpt2 fp16");
 }
 
 TEST(CudaTrainer, RefusesUnsupportedPrecisions) {

@@ -18,22 +18,6 @@ namespace {
 
 constexpr int64_t kMaxT = 12288;  // scores of one row in 48 KB of shared memory
 
-__device__ inline float block_max(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = scratch[0];
-    for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) m = fmaxf(m, scratch[w]);
-    scratch[0] = m;
-  }
-  __syncthreads();
-  const float m = scratch[0];
-  __syncthreads();
-  return m;
-}
-
 __global__ void attention_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
                                          int64_t T, int64_t Hq, int64_t Hk, int64_t D, float scale) {
   extern __shared__ float p[];  // (t + 1) scores, then probabilities

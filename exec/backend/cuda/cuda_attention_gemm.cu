@@ -31,16 +31,7 @@ __global__ void causal_softmax_kernel(float* s, float* lse, int64_t T, int64_t l
   float* row = s + (slice_head * T + t) * T;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, row[j]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) fscratch[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mm = fscratch[0];
-    for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) mm = fmaxf(mm, fscratch[w]);
-    fscratch[0] = mm;
-  }
-  __syncthreads();
-  m = fscratch[0];
+  m = block_max(m, fscratch);
   double sum = 0;
   for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) sum += expf(row[j] - m);
   sum = block_sum(sum, dscratch);
@@ -92,8 +83,78 @@ const void* at(const float* x, const uint16_t* x16, int64_t off) {
   return x16 ? static_cast<const void*>(x16 + off) : static_cast<const void*>(x + off);
 }
 
-struct Shape {
-  int64_t B, T, Hq, Hk, D, G;
+// One call's shape, operands and workspace: casts the operands to 16 bits
+// once, walks the (batch, group member, head slice) pieces, and computes a
+// piece's scores S = scale Q_h K_hk^T (h = (hk0 + i) G + g for head i).
+class Run {
+ public:
+  Run(cublasHandle_t h, GemmInput in, const AttentionGemmScratch& w, cudaStream_t st, int64_t B, int64_t T,
+      int64_t Hq, int64_t Hk, int64_t D)
+      : h_(h), in_(in), w_(w), st_(st), B(B), T(T), Hq(Hq), Hk(Hk), D(D), G(Hk > 0 ? Hq / Hk : 0),
+        scale(1.f / std::sqrt(float(D))) {}
+
+  // Shape checks, the cuBLAS stream, and the 16-bit copies of q, k, v (and dout).
+  Status start(const float* q, const float* k, const float* v, const float* dout) {
+    if (Hk <= 0 || Hq % Hk) return invalid_argument("attention: query heads must be a multiple of KV heads");
+    LOOM_CUBLAS_CHECK(cublasSetStream(h_, st_));
+    q_ = q, k_ = k, v_ = v, do_ = dout;
+    if (in_ == GemmInput::kF32) return Status::ok();
+    LOOM_RETURN_IF_ERROR(cast_to_16(in_, q, w_.q16, B * T * Hq * D, st_));
+    LOOM_RETURN_IF_ERROR(cast_to_16(in_, k, w_.k16, B * T * Hk * D, st_));
+    LOOM_RETURN_IF_ERROR(cast_to_16(in_, v, w_.v16, B * T * Hk * D, st_));
+    if (dout) LOOM_RETURN_IF_ERROR(cast_to_16(in_, dout, w_.do16, B * T * Hq * D, st_));
+    q16_ = w_.q16, k16_ = w_.k16, v16_ = w_.v16, do16_ = dout ? w_.do16 : nullptr;
+    return Status::ok();
+  }
+
+  struct Piece {
+    int64_t b, g, n, h0, qo, ko;  // n heads from h0 (step G); offsets of Q_h0 / dO_h0 and K_hk0 / V_hk0
+  };
+  template <typename F>
+  Status for_each_piece(F&& f) const {
+    const int64_t best = attention_gemm_heads_per_slice(T, Hk);
+    const int64_t slice = w_.heads_per_slice > 0 ? std::min(w_.heads_per_slice, best) : best;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t hk0 = 0; hk0 < Hk; hk0 += slice) {
+          const int64_t h0 = hk0 * G + g;
+          LOOM_RETURN_IF_ERROR(
+              f(Piece{b, g, std::min(slice, Hk - hk0), h0, b * T * Hq * D + h0 * D, b * T * Hk * D + hk0 * D}));
+        }
+    return Status::ok();
+  }
+
+  // w.scores = scale Q K^T for the piece's heads.
+  Status scores(const Piece& p) const {
+    return gemm(false, true, T, T, D, scale, q(p), Hq * D, G * D, k(p), Hk * D, D, 0.f, w_.scores, T, T * T, p.n);
+  }
+  // `x` (n T x T matrices) as a GEMM operand: itself, or its 16-bit copy.
+  Result<const void*> operand(const float* x, int64_t n) const {
+    if (in_ == GemmInput::kF32) return static_cast<const void*>(x);
+    LOOM_RETURN_IF_ERROR(cast_to_16(in_, x, w_.scores16, n * T * T, st_));
+    return static_cast<const void*>(w_.scores16);
+  }
+  Status gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda, int64_t sa,
+              const void* Bm, int64_t ldb, int64_t sb, float beta, float* C, int64_t ldc, int64_t sc, int64_t n) const {
+    return gemm_batched(h_, in_, ta, tb, M, N, K, alpha, A, lda, sa, Bm, ldb, sb, beta, C, ldc, sc, n);
+  }
+  const void* q(const Piece& p) const { return at(q_, q16_, p.qo); }
+  const void* k(const Piece& p) const { return at(k_, k16_, p.ko); }
+  const void* v(const Piece& p) const { return at(v_, v16_, p.ko); }
+  const void* dout(const Piece& p) const { return at(do_, do16_, p.qo); }
+  const AttentionGemmScratch& ws() const { return w_; }
+
+ private:
+  cublasHandle_t h_;
+  GemmInput in_;
+  const AttentionGemmScratch& w_;
+  cudaStream_t st_;
+  const float *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *do_ = nullptr;
+  const uint16_t *q16_ = nullptr, *k16_ = nullptr, *v16_ = nullptr, *do16_ = nullptr;
+
+ public:
+  const int64_t B, T, Hq, Hk, D, G;
+  const float scale;
 };
 
 }  // namespace
@@ -113,41 +174,18 @@ Status attention_forward_gemm(cublasContext* handle, GemmInput input, const floa
                               float* out, float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D,
                               const AttentionGemmScratch& w, cudaStream_t stream) {
   if (B * T * Hq * D == 0) return Status::ok();
-  if (Hk <= 0 || Hq % Hk) return invalid_argument("attention: query heads must be a multiple of KV heads");
-  LOOM_CUBLAS_CHECK(cublasSetStream(handle, stream));
-  const Shape s{B, T, Hq, Hk, D, Hq / Hk};
-  const float scale = 1.f / std::sqrt(float(D));
-  const bool half = input != GemmInput::kF32;
-  const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr;
-  if (half) {
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, q, w.q16, B * T * Hq * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, k, w.k16, B * T * Hk * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, v, w.v16, B * T * Hk * D, stream));
-    q16 = w.q16, k16 = w.k16, v16 = w.v16;
-  }
-  const int64_t slice = w.heads_per_slice > 0 ? std::min(w.heads_per_slice, attention_gemm_heads_per_slice(T, Hk))
-                                              : attention_gemm_heads_per_slice(T, Hk);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t g = 0; g < s.G; ++g)
-      for (int64_t hk0 = 0; hk0 < Hk; hk0 += slice) {
-        const int64_t n = std::min(slice, Hk - hk0), h0 = hk0 * s.G + g;
-        const int64_t qo = b * T * Hq * D + h0 * D, ko = b * T * Hk * D + hk0 * D;
-        // S(head i of the slice) = scale Q_h K_hk^T, h = (hk0 + i) G + g.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, true, T, T, D, scale, at(q, q16, qo), Hq * D, s.G * D,
-                                          at(k, k16, ko), Hk * D, D, 0.f, w.scores, T, T * T, n));
-        causal_softmax_kernel<<<dim3(unsigned(T), unsigned(n)), kThreads, 0, stream>>>(
-            w.scores, lse + (b * Hq + h0) * T, T, s.G * T);
-        LOOM_CUDA_CHECK_LAUNCH();
-        const void* p = w.scores;
-        if (half) {
-          LOOM_RETURN_IF_ERROR(cast_to_16(input, w.scores, w.scores16, n * T * T, stream));
-          p = w.scores16;
-        }
-        // O_h = P V_hk.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, false, T, D, T, 1.f, p, T, T * T, at(v, v16, ko),
-                                          Hk * D, D, 0.f, out + qo, Hq * D, s.G * D, n));
-      }
-  return Status::ok();
+  Run r(handle, input, w, stream, B, T, Hq, Hk, D);
+  LOOM_RETURN_IF_ERROR(r.start(q, k, v, nullptr));
+  return r.for_each_piece([&](const Run::Piece& p) -> Status {
+    LOOM_RETURN_IF_ERROR(r.scores(p));
+    causal_softmax_kernel<<<dim3(unsigned(T), unsigned(p.n)), kThreads, 0, stream>>>(
+        w.scores, lse + (p.b * Hq + p.h0) * T, T, r.G * T);
+    LOOM_CUDA_CHECK_LAUNCH();
+    // O_h = P V_hk.
+    LOOM_ASSIGN_OR_RETURN(const void* prob, r.operand(w.scores, p.n));
+    return r.gemm(false, false, T, D, T, 1.f, prob, T, T * T, r.v(p), Hk * D, D, 0.f, out + p.qo, Hq * D, r.G * D,
+                  p.n);
+  });
 }
 
 Status attention_backward_gemm(cublasContext* handle, GemmInput input, const float* dout, const float* q, const float* k,
@@ -155,59 +193,32 @@ Status attention_backward_gemm(cublasContext* handle, GemmInput input, const flo
                                int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D, const AttentionGemmScratch& w,
                                cudaStream_t stream) {
   if (B * T * Hq * D == 0) return Status::ok();
-  if (Hk <= 0 || Hq % Hk) return invalid_argument("attention: query heads must be a multiple of KV heads");
-  LOOM_CUBLAS_CHECK(cublasSetStream(handle, stream));
-  const Shape s{B, T, Hq, Hk, D, Hq / Hk};
-  const float scale = 1.f / std::sqrt(float(D));
-  const bool half = input != GemmInput::kF32;
-  const uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *do16 = nullptr;
-  if (half) {
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, q, w.q16, B * T * Hq * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, k, w.k16, B * T * Hk * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, v, w.v16, B * T * Hk * D, stream));
-    LOOM_RETURN_IF_ERROR(cast_to_16(input, dout, w.do16, B * T * Hq * D, stream));
-    q16 = w.q16, k16 = w.k16, v16 = w.v16, do16 = w.do16;
-  }
-  const int64_t slice = w.heads_per_slice > 0 ? std::min(w.heads_per_slice, attention_gemm_heads_per_slice(T, Hk))
-                                              : attention_gemm_heads_per_slice(T, Hk);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t g = 0; g < s.G; ++g)
-      for (int64_t hk0 = 0; hk0 < Hk; hk0 += slice) {
-        const int64_t n = std::min(slice, Hk - hk0), h0 = hk0 * s.G + g;
-        const int64_t qo = b * T * Hq * D + h0 * D, ko = b * T * Hk * D + hk0 * D;
-        const float beta_kv = g == 0 ? 0.f : 1.f;  // the group's first head writes, the others add
-        // P again, from the saved lse.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, true, T, T, D, scale, at(q, q16, qo), Hq * D, s.G * D,
-                                          at(k, k16, ko), Hk * D, D, 0.f, w.scores, T, T * T, n));
-        probs_from_lse_kernel<<<dim3(unsigned(T), unsigned(n)), kThreads, 0, stream>>>(
-            w.scores, lse + (b * Hq + h0) * T, T, s.G * T);
-        LOOM_CUDA_CHECK_LAUNCH();
-        const void* p = w.scores;
-        if (half) {
-          LOOM_RETURN_IF_ERROR(cast_to_16(input, w.scores, w.scores16, n * T * T, stream));
-          p = w.scores16;
-        }
-        // dV_hk (+)= P^T dO_h.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, true, false, T, D, T, 1.f, p, T, T * T, at(dout, do16, qo),
-                                          Hq * D, s.G * D, beta_kv, dv + ko, Hk * D, D, n));
-        // dP = dO_h V_hk^T, then dS = P (dP - delta) in place.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, true, T, T, D, 1.f, at(dout, do16, qo), Hq * D,
-                                          s.G * D, at(v, v16, ko), Hk * D, D, 0.f, w.dscores, T, T * T, n));
-        softmax_backward_kernel<<<dim3(unsigned(T), unsigned(n)), kThreads, 0, stream>>>(
-            w.dscores, w.scores, dout + b * T * Hq * D, out + b * T * Hq * D, T, Hq, D, h0, s.G);
-        LOOM_CUDA_CHECK_LAUNCH();
-        const void* ds = w.dscores;
-        if (half) {
-          LOOM_RETURN_IF_ERROR(cast_to_16(input, w.dscores, w.scores16, n * T * T, stream));
-          ds = w.scores16;
-        }
-        // dQ_h = scale dS K_hk; dK_hk (+)= scale dS^T Q_h.
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, false, false, T, D, T, scale, ds, T, T * T, at(k, k16, ko),
-                                          Hk * D, D, 0.f, dq + qo, Hq * D, s.G * D, n));
-        LOOM_RETURN_IF_ERROR(gemm_batched(handle, input, true, false, T, D, T, scale, ds, T, T * T, at(q, q16, qo),
-                                          Hq * D, s.G * D, beta_kv, dk + ko, Hk * D, D, n));
-      }
-  return Status::ok();
+  Run r(handle, input, w, stream, B, T, Hq, Hk, D);
+  LOOM_RETURN_IF_ERROR(r.start(q, k, v, dout));
+  return r.for_each_piece([&](const Run::Piece& p) -> Status {
+    const float beta_kv = p.g == 0 ? 0.f : 1.f;  // the group's first head writes dK, dV, the others add
+    // P again, from the saved lse.
+    LOOM_RETURN_IF_ERROR(r.scores(p));
+    probs_from_lse_kernel<<<dim3(unsigned(T), unsigned(p.n)), kThreads, 0, stream>>>(
+        w.scores, lse + (p.b * Hq + p.h0) * T, T, r.G * T);
+    LOOM_CUDA_CHECK_LAUNCH();
+    // dV_hk (+)= P^T dO_h.
+    LOOM_ASSIGN_OR_RETURN(const void* prob, r.operand(w.scores, p.n));
+    LOOM_RETURN_IF_ERROR(r.gemm(true, false, T, D, T, 1.f, prob, T, T * T, r.dout(p), Hq * D, r.G * D, beta_kv,
+                                dv + p.ko, Hk * D, D, p.n));
+    // dP = dO_h V_hk^T, then dS = P (dP - delta) in place.
+    LOOM_RETURN_IF_ERROR(r.gemm(false, true, T, T, D, 1.f, r.dout(p), Hq * D, r.G * D, r.v(p), Hk * D, D, 0.f,
+                                w.dscores, T, T * T, p.n));
+    softmax_backward_kernel<<<dim3(unsigned(T), unsigned(p.n)), kThreads, 0, stream>>>(
+        w.dscores, w.scores, dout + p.b * T * Hq * D, out + p.b * T * Hq * D, T, Hq, D, p.h0, r.G);
+    LOOM_CUDA_CHECK_LAUNCH();
+    // dQ_h = scale dS K_hk; dK_hk (+)= scale dS^T Q_h.
+    LOOM_ASSIGN_OR_RETURN(const void* ds, r.operand(w.dscores, p.n));
+    LOOM_RETURN_IF_ERROR(r.gemm(false, false, T, D, T, r.scale, ds, T, T * T, r.k(p), Hk * D, D, 0.f, dq + p.qo,
+                                Hq * D, r.G * D, p.n));
+    return r.gemm(true, false, T, D, T, r.scale, ds, T, T * T, r.q(p), Hq * D, r.G * D, beta_kv, dk + p.ko, Hk * D, D,
+                  p.n);
+  });
 }
 
 }  // namespace loom::cuda

@@ -82,11 +82,15 @@ Status fill_columns(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t c_
   return Status::ok();
 }
 
-Status sum(const float* x, int64_t n, double* out, cudaStream_t stream) {
+namespace {
+
+// Block partial sums into scratch allocated on the stream, then one block adds them.
+template <bool kSquare>
+Status launch_sum(const float* x, int64_t n, double* out, cudaStream_t stream) {
   double* partial = nullptr;
   LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), stream));
   const unsigned blocks = n > 0 ? unsigned(std::min<int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads)) : 1;
-  sum_partial<false><<<blocks, kThreads, 0, stream>>>(x, n, partial);
+  sum_partial<kSquare><<<blocks, kThreads, 0, stream>>>(x, n, partial);
   LOOM_CUDA_CHECK_LAUNCH();
   sum_partials<<<1, kThreads, 0, stream>>>(partial, blocks, out);
   LOOM_CUDA_CHECK_LAUNCH();
@@ -94,18 +98,12 @@ Status sum(const float* x, int64_t n, double* out, cudaStream_t stream) {
   return Status::ok();
 }
 
+}  // namespace
+
+Status sum(const float* x, int64_t n, double* out, cudaStream_t stream) { return launch_sum<false>(x, n, out, stream); }
+
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream) {
-  // Scratch for the partial sums lives with the stream's work: allocated
-  // asynchronously, freed after the second kernel.
-  double* partial = nullptr;
-  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), stream));
-  const unsigned blocks = n > 0 ? unsigned(std::min<int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads)) : 1;
-  sum_partial<true><<<blocks, kThreads, 0, stream>>>(x, n, partial);
-  LOOM_CUDA_CHECK_LAUNCH();
-  sum_partials<<<1, kThreads, 0, stream>>>(partial, blocks, out);
-  LOOM_CUDA_CHECK_LAUNCH();
-  LOOM_CUDA_CHECK(cudaFreeAsync(partial, stream));
-  return Status::ok();
+  return launch_sum<true>(x, n, out, stream);
 }
 
 }  // namespace loom::cuda

@@ -29,4 +29,21 @@ __device__ inline double block_sum(double v, double* scratch) {
   return total;
 }
 
+// Max over a block (shared scratch of kThreads / 32 floats).
+__device__ inline float block_max(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = scratch[0];
+    for (int w = 1; w < int(blockDim.x + 31) / 32; ++w) m = fmaxf(m, scratch[w]);
+    scratch[0] = m;
+  }
+  __syncthreads();
+  const float m = scratch[0];
+  __syncthreads();
+  return m;
+}
+
 }  // namespace loom::cuda

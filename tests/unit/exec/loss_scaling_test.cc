@@ -11,6 +11,7 @@
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/loss_scaler.h"
 #include "exec/runtime/trainer.h"
+#include "tests/support/tiny_training.h"
 
 namespace loom::exec {
 namespace {
@@ -126,28 +127,12 @@ class Fp16CpuBackend final : public ComputeBackend {
   Fp16Kernels k_;
 };
 
-TrainerConfig tiny(int64_t steps) {
-  TrainerConfig c;
-  auto m = parse_model_spec(R"({"model_type":"gpt2","n_embd":32,"n_layer":2,"n_head":4,"n_positions":64,"vocab_size":256})",
-                            "tiny-gpt2");
-  LOOM_CHECK(m.is_ok(), m.status().to_string());
-  c.model = *m;
-  c.train.global_batch = 8;
-  c.train.seq_len = 32;
-  c.train.steps = steps;
-  c.train.lr = 3e-3;
-  c.train.min_lr = 3e-4;
-  c.train.warmup_steps = 3;
-  auto l = parse_layout("dp=1,tp=1,pp=1,micro=4");
-  LOOM_CHECK(l.is_ok(), l.status().to_string());
-  c.layout = *l;
-  return c;
-}
+TrainerConfig tiny(int64_t steps) { return test_support::tiny_config(true, "dp=1,tp=1,pp=1,micro=4", steps); }
 
 std::vector<StepResult> run(TrainerConfig cfg, ComputeBackend* backend) {
   cfg.backend = backend;
   auto world = make_self_communicator("world");
-  auto data = open_byte_text(std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt", cfg.train.seed);
+  auto data = open_byte_text(test_support::corpus_path(), cfg.train.seed);
   LOOM_CHECK(data.is_ok(), data.status().to_string());
   auto t = Trainer::create(world.get(), cfg, data->get());
   LOOM_CHECK(t.is_ok(), t.status().to_string());

@@ -9,38 +9,16 @@
 
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/trainer.h"
+#include "tests/support/tiny_training.h"
 
 namespace loom::exec {
 namespace {
 
-ModelSpec tiny_model(bool gpt2) {
-  std::string json = gpt2 ? R"({"model_type":"gpt2","n_embd":32,"n_layer":2,"n_head":4,"n_positions":64,"vocab_size":256})"
-                          : R"({"model_type":"llama","hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,
-                               "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,
-                               "max_position_embeddings":64,"tie_word_embeddings":false})";
-  auto m = parse_model_spec(json, gpt2 ? "tiny-gpt2" : "tiny-llama");
-  LOOM_CHECK(m.is_ok(), m.status().to_string());
-  return *m;
-}
-
-std::string corpus_path() {
-  return std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt";
-}
+using test_support::corpus_path;
+using test_support::tiny_model;
 
 TrainerConfig config(bool gpt2, const std::string& layout, int64_t steps) {
-  TrainerConfig c;
-  c.model = tiny_model(gpt2);
-  c.train.global_batch = 8;
-  c.train.seq_len = 32;
-  c.train.steps = steps;
-  c.train.lr = 3e-3;
-  c.train.min_lr = 3e-4;
-  c.train.warmup_steps = 5;
-  c.train.weight_decay = 0.0;
-  auto l = parse_layout(layout);
-  LOOM_CHECK(l.is_ok(), l.status().to_string());
-  c.layout = *l;
-  return c;
+  return test_support::tiny_config(gpt2, layout, steps);
 }
 
 std::vector<double> run(const TrainerConfig& cfg, int64_t steps) {
