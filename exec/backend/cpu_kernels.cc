@@ -1,5 +1,7 @@
 // The CPU kernel table: every op forwards to exec/backend/cpu_ops.h, so runs
 // through the table are bit-identical to calling cpu:: directly.
+#include <cstring>
+
 #include "exec/backend/compute_backend.h"
 #include "exec/backend/cpu_ops.h"
 
@@ -108,6 +110,25 @@ class CpuKernels final : public Kernels {
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += x[i];
     return s;
+  }
+  // bf16 by bit manipulation: round to nearest even; NaN stays NaN.
+  void to_16bit(const float* x, uint16_t* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      if ((u & 0x7fffffffu) > 0x7f800000u) {
+        y[i] = uint16_t((u >> 16) | 0x40u);
+        continue;
+      }
+      u += 0x7fffu + ((u >> 16) & 1u);
+      y[i] = uint16_t(u >> 16);
+    }
+  }
+  void from_16bit(const uint16_t* x, float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(x[i]) << 16;
+      std::memcpy(&y[i], &u, 4);
+    }
   }
   void add_sum_squares(const float* x, int64_t n) override { pending_sq_ += cpu::sum_squares(x, n); }
   double take_sum_squares() override {

@@ -87,6 +87,10 @@ class Kernels {
   virtual void add_bias(float* y, const float* bias, int64_t N, int64_t C) = 0;
   virtual void bias_backward(const float* dy, float* dbias, int64_t N, int64_t C) = 0;
   virtual void scale_inplace(float* y, float s, int64_t n) = 0;
+  // Saved activations in the backend's 16-bit format (bf16 or fp16 by
+  // precision(); bf16 on the fp32 CPU table), round to nearest even.
+  virtual void to_16bit(const float* x, uint16_t* y, int64_t n) = 0;
+  virtual void from_16bit(const uint16_t* x, float* y, int64_t n) = 0;
   // Host results (wait for the work queued before them).
   virtual double sum_squares(const float* x, int64_t n) = 0;
   virtual double sum(const float* x, int64_t n) = 0;  // in double, rows in order on the CPU

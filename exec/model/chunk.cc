@@ -17,6 +17,11 @@ struct ModelChunk::LayerActs {
   DeviceBuffer x_mid;         // (Nl, C)
   DeviceBuffer a, g;          // GELU: pre- and post-activation (N, F_l); SwiGLU: gate, up
   DeviceBuffer s;             // SwiGLU product (N, F_l)
+  bool packed = false;        // the large tensors above are held in 16 bits
+  template <typename F>
+  void for_each_large(F&& f) {
+    for (DeviceBuffer* b : {&x_in, &h1, &h2, &q, &k, &v, &ctx, &x_mid, &a, &g, &s}) f(*b);
+  }
 };
 
 struct ModelChunk::MicroActs {
@@ -42,6 +47,28 @@ int64_t ModelChunk::activation_rows() const {
 
 namespace {
 DeviceBuffer make(ComputeBackend* be, int64_t floats) { return DeviceBuffer(be, size_t(floats) * sizeof(float)); }
+
+// Mixed precision keeps a layer's saved activations in the backend's 16-bit
+// format between its forward and its backward (half the memory of the
+// micro-batches in flight); backward restores fp32 copies one layer at a time.
+bool saves_16bit(ComputeBackend* be) {
+  const Precision p = be->kernels().precision();
+  return p == Precision::kBf16 || p == Precision::kFp16;
+}
+void pack(ComputeBackend* be, DeviceBuffer& b) {
+  if (b.empty()) return;
+  const int64_t n = int64_t(b.floats());
+  DeviceBuffer h(be, size_t(n) * sizeof(uint16_t));
+  be->kernels().to_16bit(b.f32(), reinterpret_cast<uint16_t*>(h.f32()), n);
+  b = std::move(h);
+}
+void unpack(ComputeBackend* be, DeviceBuffer& b) {
+  if (b.empty()) return;
+  const int64_t n = int64_t(b.bytes() / sizeof(uint16_t));
+  DeviceBuffer f = make(be, n);
+  be->kernels().from_16bit(reinterpret_cast<const uint16_t*>(b.f32()), f.f32(), n);
+  b = std::move(f);
+}
 std::string L(int layer) { return "layers." + std::to_string(layer) + "."; }
 
 // y(N,out) = x(N,in) W(out,in)^T (+ b)
@@ -174,6 +201,10 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
       a.ctx = DeviceBuffer();
       a.lse = DeviceBuffer();
     }
+    if (saves_16bit(backend_)) {
+      a.for_each_large([&](DeviceBuffer& b) { pack(backend_, b); });
+      a.packed = true;
+    }
   }
   return Status::ok();
 }
@@ -185,6 +216,10 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   const int64_t tp = cfg_.tp_size, Hq = d.Hq / tp, Hk = d.Hk / tp, D = d.D, F = d.F / tp;
   const std::string p = L(layer);
   ParamStore& P = *params_;
+  if (a.packed) {
+    a.for_each_large([&](DeviceBuffer& b) { unpack(backend_, b); });
+    a.packed = false;
+  }
   if (cfg_.recompute == Recompute::kFull) {
     DeviceBuffer x = std::move(a.x_in);
     DeviceBuffer out = make(backend_, Nl * C);

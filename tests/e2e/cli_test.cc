@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -402,6 +403,31 @@ TEST_F(LoomCli, FixBooleanRejectsUnknownValues) {
 TEST_F(LoomCli, ImpossibleFixIsNamed) {
   Outcome r = loom({"plan", "--gpus", "8", "--fix", "tp=3"});
   expect_bad_input(r, {"tp=3"});
+}
+
+// `loom execute`'s backend and precision are checked before any training:
+// the CPU computes in fp32 only, an unknown backend is named, and without a
+// GPU `--backend cuda` says so (where a GPU is visible it trains one step).
+TEST_F(LoomCli, ExecuteChecksBackendAndPrecisionFirst) {
+  Outcome p = loom({"plan", "--model", "gpt2-124m", "--scale", "layers=2,hidden=64,heads=4,vocab=256", "--hw",
+                    "cpu-local", "--gpus", "1", "--global-batch", "2", "--seq", "32", "--layout",
+                    "dp=1,tp=1,pp=1,micro=2", "--out", path("plan.json").string()});
+  ASSERT_EQ(p.exit_code, 0) << describe(p);
+  Outcome r = loom({"execute", path("plan.json").string(), "--steps", "1", "--precision", "bf16"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("the CPU backend computes in fp32"), std::string::npos) << describe(r);
+  r = loom({"execute", path("plan.json").string(), "--steps", "1", "--backend", "tpu"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("--backend tpu: expected cpu or cuda"), std::string::npos) << describe(r);
+  r = loom({"execute", path("plan.json").string(), "--steps", "1", "--backend", "cuda", "--quiet"});
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.out.find("backend"), std::string::npos) << describe(r);
+  } else {
+    EXPECT_NE(r.exit_code, -SIGSEGV) << describe(r);
+    const bool explained = r.err.find("no NVIDIA GPU is visible") != std::string::npos ||
+                           r.err.find("built without CUDA") != std::string::npos;
+    EXPECT_TRUE(explained) << describe(r);
+  }
 }
 
 }  // namespace

@@ -147,6 +147,12 @@ class CudaKernels final : public Kernels {
   double sum(const float* x, int64_t n) override {
     return host_result([&](double* out) { return cuda::sum(x, n, out, s_); });
   }
+  void to_16bit(const float* x, uint16_t* y, int64_t n) override {
+    note(precision_ == Precision::kFp16 ? cuda::cast_to_fp16(x, y, n, s_) : cuda::cast_to_bf16(x, y, n, s_));
+  }
+  void from_16bit(const uint16_t* x, float* y, int64_t n) override {
+    note(precision_ == Precision::kFp16 ? cuda::cast_from_fp16(x, y, n, s_) : cuda::cast_from_bf16(x, y, n, s_));
+  }
   void add_sum_squares(const float* x, int64_t n) override {
     // One device double per piece; take_sum_squares() reads them all back.
     if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/backend/compute_backend.h"
 #include "exec/backend/cpu_ops.h"
 
 namespace loom::cpu {
@@ -585,3 +586,29 @@ TEST(CpuMisc, ElementwiseHelpersAndBiasBackward) {
 
 }  // namespace
 }  // namespace loom::cpu
+
+namespace loom::exec {
+namespace {
+
+// The CPU kernel table's 16-bit format (bf16): round to nearest even, ties
+// to even, NaN kept, and exact round trips for values bf16 holds.
+TEST(CpuKernels, Bf16StorageRoundsToNearestEven) {
+  auto k = make_cpu_kernels();
+  const std::vector<float> x = {1.0f, 1.00390625f, 1.01171875f, 1.0078125f, -3.5f, 65504.f, 1e-40f,
+                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  std::vector<uint16_t> h(x.size());
+  std::vector<float> back(x.size());
+  k->to_16bit(x.data(), h.data(), int64_t(x.size()));
+  k->from_16bit(h.data(), back.data(), int64_t(x.size()));
+  EXPECT_EQ(h[0], 0x3f80);
+  EXPECT_EQ(back[1], 1.0f) << "halfway: ties to even (down)";
+  EXPECT_EQ(back[2], 1.015625f) << "halfway: ties to even (up)";
+  EXPECT_EQ(back[3], 1.0078125f) << "representable: exact";
+  EXPECT_EQ(back[4], -3.5f);
+  EXPECT_EQ(back[5], 65536.f) << "65504 rounds to the nearest bf16";
+  EXPECT_TRUE(std::isinf(back[7]));
+  EXPECT_TRUE(std::isnan(back[8]));
+}
+
+}  // namespace
+}  // namespace loom::exec

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "exec/comm/self_communicator.h"
@@ -33,7 +34,7 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheWindow) {
   EXPECT_EQ(s.scale(), 1) << "never below min_scale";
 }
 
-// The CPU kernels with fp16 GEMM operands.
+// The CPU kernels with fp16 GEMM operands and fp16 saved activations.
 class Fp16Kernels final : public Kernels {
  public:
   Fp16Kernels() : k_(make_cpu_kernels()) {}
@@ -91,6 +92,19 @@ class Fp16Kernels final : public Kernels {
   FWD(scale_inplace, (float* y, float s, int64_t n), (y, s, n))
   FWD(add_sum_squares, (const float* x, int64_t n), (x, n))
 #undef FWD
+  void to_16bit(const float* x, uint16_t* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const _Float16 h = static_cast<_Float16>(x[i]);
+      std::memcpy(&y[i], &h, 2);
+    }
+  }
+  void from_16bit(const uint16_t* x, float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      _Float16 h;
+      std::memcpy(&h, &x[i], 2);
+      y[i] = static_cast<float>(h);
+    }
+  }
   double sum_squares(const float* x, int64_t n) override { return k_->sum_squares(x, n); }
   double sum(const float* x, int64_t n) override { return k_->sum(x, n); }
   double take_sum_squares() override { return k_->take_sum_squares(); }
@@ -146,8 +160,9 @@ std::vector<StepResult> run(TrainerConfig cfg, ComputeBackend* backend) {
 }
 
 // With the default scale 2^16 nothing overflows on this model: fp16 operands
-// track the fp32 run closely (11 significant bits), and the reported loss and
-// gradient norm carry no trace of the scale.
+// and saved activations track the fp32 run closely (11 significant bits), the
+// reported loss and gradient norm carry no trace of the scale, and the 16-bit
+// saved activations lower the peak memory.
 TEST(LossScaling, Fp16TracksFp32WithoutOverflow) {
   TrainerConfig cfg = tiny(20);
   Fp16CpuBackend fp16;
@@ -160,6 +175,8 @@ TEST(LossScaling, Fp16TracksFp32WithoutOverflow) {
     EXPECT_NEAR(half[i].grad_norm, full[i].grad_norm, 2e-2 * full[i].grad_norm) << "step " << i + 1;
   }
   EXPECT_LT(half.back().loss, half.front().loss - 0.5);
+  // Saved activations are held in 16 bits between forward and backward.
+  EXPECT_LT(half.back().peak_memory_bytes, full.back().peak_memory_bytes);
 }
 
 // A scale far too large overflows fp16 in the backward GEMMs: those steps
