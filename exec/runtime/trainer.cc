@@ -319,9 +319,12 @@ Status Trainer::Impl::grad_sync(const Op& op) {
     // ZeRO 1-3: reduce-scatter to the shards. ZeRO-1 once per step (at the
     // chunk's first bucket op); ZeRO-2/3 after every micro-batch, accumulating
     // into the shard and clearing the full gradient.
-    DeviceBuffer tmp(backend, u.shard * sizeof(float));
-    LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, tmp.f32(), u.shard));
-    backend->kernels().add_inplace(shard_grad.f32() + u.shard_offset, tmp.f32(), int64_t(u.shard));
+    // Straight into the shard, without a temporary: ZeRO-2/3 first add the
+    // shard's running sum into this rank's own block of the full gradient
+    // (which is given back afterwards), so the reduction carries it along.
+    float* shard = shard_grad.f32() + u.shard_offset;
+    if (l.zero >= 2) backend->kernels().add_inplace(g + size_t(coords.dp) * u.shard, shard, int64_t(u.shard));
+    LOOM_RETURN_IF_ERROR(dp->reduce_scatter(g, shard, u.shard));
     // ZeRO-2/3 keep only the shard: the full gradient's memory is given back
     // until the next micro-batch's backward writes it again.
     if (l.zero >= 2) {
