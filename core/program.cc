@@ -14,6 +14,9 @@
 // earlier in some topological order of the compute ops).
 #include "core/program.h"
 
+#include <array>
+#include <deque>
+
 #include <algorithm>
 #include <string>
 
@@ -399,6 +402,80 @@ Status check_p2p_in_order(const Program& p) {
     }
   }
   return Status::ok();
+}
+
+P2pChannel p2p_channel(const Op& op, int pp) {
+  const int s = op.stage;
+  switch (op.kind) {
+    case OpKind::kSendActivation: return s == pp - 1 ? P2pChannel::kActivationWrap : P2pChannel::kActivation;
+    case OpKind::kRecvActivation: return s == 0 ? P2pChannel::kActivationWrap : P2pChannel::kActivation;
+    case OpKind::kSendGrad: return s == 0 ? P2pChannel::kGradientWrap : P2pChannel::kGradient;
+    case OpKind::kRecvGrad: return s == pp - 1 ? P2pChannel::kGradientWrap : P2pChannel::kGradient;
+    default: LOOM_CHECK(false, "p2p_channel of a non-transfer op");
+  }
+  return P2pChannel::kActivation;
+}
+
+Status check_p2p_progress(const Program& p, bool wrap_channels) {
+  const int P = int(p.stage_ops.size());
+  auto is_send = [](OpKind k) { return k == OpKind::kSendActivation || k == OpKind::kSendGrad; };
+  auto is_recv = [](OpKind k) { return k == OpKind::kRecvActivation || k == OpKind::kRecvGrad; };
+  auto channel = [&](const Op& op) {
+    int c = int(p2p_channel(op, P));
+    return wrap_channels ? c : c % 2;
+  };
+  std::vector<std::array<std::deque<int32_t>, 4>> queue(static_cast<size_t>(P));  // per stage and channel, in issue order
+  std::vector<size_t> next(static_cast<size_t>(P), 0);
+  std::vector<int32_t> waiting(static_cast<size_t>(P), -1);  // the receive a stage's host blocks on
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < P; ++s) {  // hosts issue ops until a receive blocks them
+      const auto& ops = p.stage_ops[size_t(s)];
+      while (waiting[size_t(s)] < 0 && next[size_t(s)] < ops.size()) {
+        const Op& op = p.ops[size_t(ops[next[size_t(s)]])];
+        if (op.kind == OpKind::kOptimizer) {
+          bool sends_done = true;
+          for (const auto& q : queue[size_t(s)]) sends_done &= q.empty();
+          if (!sends_done) break;
+        }
+        if (is_send(op.kind) || is_recv(op.kind)) {
+          queue[size_t(s)][size_t(channel(op))].push_back(op.id);
+          if (is_recv(op.kind)) waiting[size_t(s)] = op.id;
+        }
+        ++next[size_t(s)];
+        progress = true;
+      }
+    }
+    for (int s = 0; s < P; ++s)  // streams pair a send at their head with its receive at the peer's head
+      for (int c = 0; c < 4; ++c) {
+        auto& q = queue[size_t(s)][size_t(c)];
+        if (q.empty() || !is_send(p.ops[size_t(q.front())].kind)) continue;
+        const Op& send = p.ops[size_t(q.front())];
+        const int peer = send.kind == OpKind::kSendActivation ? (s + 1) % P : (s + P - 1) % P;
+        auto& pq = queue[size_t(peer)][size_t(c)];
+        if (pq.empty()) continue;
+        const Op& recv = p.ops[size_t(pq.front())];
+        bool pairs = false;
+        for (int32_t d : p.deps_of(recv)) pairs |= d == send.id;
+        if (!pairs) continue;
+        if (waiting[size_t(peer)] == recv.id) waiting[size_t(peer)] = -1;
+        q.pop_front();
+        pq.pop_front();
+        progress = true;
+      }
+  }
+  std::string stuck;
+  for (int s = 0; s < P; ++s) {
+    bool idle = next[size_t(s)] == p.stage_ops[size_t(s)].size() && waiting[size_t(s)] < 0;
+    for (const auto& q : queue[size_t(s)]) idle &= q.empty();
+    if (idle) continue;
+    stuck += (stuck.empty() ? "" : "; ") + std::string("stage ") + std::to_string(s);
+    if (waiting[size_t(s)] >= 0) stuck += " waits in " + p.op_name(p.ops[size_t(waiting[size_t(s)])]);
+    for (const auto& q : queue[size_t(s)])
+      if (!q.empty()) stuck += ", its stream holds " + p.op_name(p.ops[size_t(q.front())]) + " first";
+  }
+  if (stuck.empty()) return Status::ok();
+  return unsupported("the pipeline transfers deadlock when each channel is one in-order stream: " + stuck);
 }
 
 }  // namespace loom

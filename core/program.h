@@ -100,6 +100,23 @@ struct Program {
 // Complexity O(pp * v * m) time and memory.
 Result<Program> build_program(const ProgramConfig& config);
 
+// The channel a pipeline transfer (a send or recv op) travels on:
+// activations or gradients, and whether it wraps between the last stage and
+// the first (interleaved schedules: the last stage feeds the next chunk of
+// stage 0, and stage 0 returns its gradient). An executor without message
+// tags (NCCL) gives each channel its own communicator and stream.
+enum class P2pChannel { kActivation = 0, kGradient = 1, kActivationWrap = 2, kGradientWrap = 3 };
+P2pChannel p2p_channel(const Op& op, int pp);
+
+// Whether the transfers can make progress when each (stage, channel) is one
+// first-in-first-out stream on which a send completes only once its receive
+// is running (NCCL's rendezvous), every receive blocks the stage's host
+// until it completes, and the optimizer first waits for the stage's sends:
+// replays the program under those rules and returns kUnsupported naming the
+// stuck stages on a deadlock. `wrap_channels` false puts the wrap-around
+// transfers on the plain channels (to show why they need their own).
+Status check_p2p_progress(const Program& program, bool wrap_channels = true);
+
 // Whether every stage issues its receives of each kind (activations,
 // gradients) in the order its neighbour issues the matching sends: what a
 // communicator without message tags (NCCL's send/recv) needs, since it pairs

@@ -74,6 +74,10 @@ Status Trainer::Impl::setup() {
   LOOM_ASSIGN_OR_RETURN(dp, devw->split(color_of(Dim::kDp), coords.dp, "dp"));
   LOOM_ASSIGN_OR_RETURN(pp, devw->split(color_of(Dim::kPp), coords.pp, "pp"));
   LOOM_ASSIGN_OR_RETURN(pp_grad, devw->split(color_of(Dim::kPp), coords.pp, "pp-grad"));
+  if (l.virtual_stages > 1 && l.pp > 1) {
+    LOOM_ASSIGN_OR_RETURN(pp_wrap, devw->split(color_of(Dim::kPp), coords.pp, "pp-wrap"));
+    LOOM_ASSIGN_OR_RETURN(pp_grad_wrap, devw->split(color_of(Dim::kPp), coords.pp, "pp-grad-wrap"));
+  }
   // Tied embeddings on two stages: the first and last stage keep a copy each
   // and sum their gradients (Megatron's embedding group).
   has_embedding_copy_pair = dims.tied && l.pp > 1;
@@ -84,10 +88,14 @@ Status Trainer::Impl::setup() {
   split = split_layers(cfg.model, l.pp, l.virtual_stages);
   micro_batches = l.num_micro_batches(cfg.train.global_batch);
   LOOM_ASSIGN_OR_RETURN(program, build_program(program_config_for(l, cfg.train.global_batch, cfg.grad_buckets)));
-  // Communicators without tags (NCCL) pair sends and receives in call order.
-  if (l.pp > 1 && !pp->matches_by_tag())
-    LOOM_RETURN_IF_ERROR(check_p2p_in_order(program).with_context(
-        "execute: " + pp->name() + " matches pipeline transfers in call order; use the MPI communicator"));
+  // Communicators without tags (NCCL) pair sends and receives in call order,
+  // and a send waits on its stream until the receive runs: the schedule must
+  // pair in order and progress under those rules (core/program.h).
+  if (l.pp > 1 && !pp->matches_by_tag()) {
+    const std::string why = "execute: " + pp->name() + " pairs pipeline transfers in call order";
+    LOOM_RETURN_IF_ERROR(check_p2p_in_order(program).with_context(why));
+    LOOM_RETURN_IF_ERROR(check_p2p_progress(program).with_context(why));
+  }
 
   // Parameters of every chunk of this stage, in ZeRO units.
   const int v = l.virtual_stages;
@@ -152,6 +160,16 @@ Status Trainer::Impl::setup() {
   if (l.zero >= 1) shard_grad = DeviceBuffer(backend, shard_total * sizeof(float));
   reduced_chunk.assign(v, false);
   return Status::ok();
+}
+
+Communicator& Trainer::Impl::channel(const Op& op) {
+  switch (p2p_channel(op, cfg.layout.pp)) {
+    case P2pChannel::kActivation: return *pp;
+    case P2pChannel::kGradient: return *pp_grad;
+    case P2pChannel::kActivationWrap: return *pp_wrap;
+    case P2pChannel::kGradientWrap: return *pp_grad_wrap;
+  }
+  return *pp;
 }
 
 void Trainer::Impl::record(const Op& op, Clock::time_point t0, double dur) {
@@ -447,7 +465,8 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       act_out.erase({c, mi});
       // The receiver's chunk: same index unless we wrap from the last stage.
       int peer_chunk = coords.pp == l.pp - 1 ? c + 1 : c;
-      LOOM_ASSIGN_OR_RETURN(auto req, pp->isend(buf.f32(), buf.floats(), next, p2p_tag(false, peer_chunk, mi)));
+      LOOM_ASSIGN_OR_RETURN(auto req,
+                            channel(op).isend(buf.f32(), buf.floats(), next, p2p_tag(false, peer_chunk, mi)));
       pending.push_back(std::move(req));
       send_buffers.push_back(std::move(buf));
       times.pp_comm_s += op_seconds();
@@ -455,7 +474,7 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
     }
     case OpKind::kRecvActivation: {
       DeviceBuffer buf(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
-      LOOM_RETURN_IF_ERROR(pp->recv(buf.f32(), buf.floats(), prev, p2p_tag(false, c, mi)));
+      LOOM_RETURN_IF_ERROR(channel(op).recv(buf.f32(), buf.floats(), prev, p2p_tag(false, c, mi)));
       act_in[{c, mi}] = std::move(buf);
       times.pp_comm_s += op_seconds();
       break;
@@ -464,7 +483,8 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       DeviceBuffer buf = std::move(grad_out[{c, mi}]);
       grad_out.erase({c, mi});
       int peer_chunk = coords.pp == 0 ? c - 1 : c;
-      LOOM_ASSIGN_OR_RETURN(auto req, pp_grad->isend(buf.f32(), buf.floats(), prev, p2p_tag(true, peer_chunk, mi)));
+      LOOM_ASSIGN_OR_RETURN(auto req,
+                            channel(op).isend(buf.f32(), buf.floats(), prev, p2p_tag(true, peer_chunk, mi)));
       pending.push_back(std::move(req));
       send_buffers.push_back(std::move(buf));
       times.pp_comm_s += op_seconds();
@@ -472,7 +492,7 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
     }
     case OpKind::kRecvGrad: {
       DeviceBuffer buf(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
-      LOOM_RETURN_IF_ERROR(pp_grad->recv(buf.f32(), buf.floats(), next, p2p_tag(true, c, mi)));
+      LOOM_RETURN_IF_ERROR(channel(op).recv(buf.f32(), buf.floats(), next, p2p_tag(true, c, mi)));
       grad_in[{c, mi}] = std::move(buf);
       times.pp_comm_s += op_seconds();
       break;

@@ -32,10 +32,12 @@ struct Trainer::Impl {
   TokenSource* data = nullptr;
   std::unique_ptr<ComputeBackend> own_backend;  // when cfg.backend is null
   ComputeBackend* backend = nullptr;
-  // Layout groups, split from the device world. Pipeline activations and
-  // gradients travel on separate communicators (pp, pp_grad): each direction
-  // keeps one order of sends and receives, which NCCL's in-stream p2p needs.
-  std::unique_ptr<Communicator> tp, dp, pp, pp_grad, emb;
+  // Layout groups, split from the device world. Pipeline transfers travel on
+  // one communicator per channel (core/program.h P2pChannel): activations,
+  // gradients, and with interleaving the wrap-around edges of each; every
+  // channel keeps one order of sends and receives and no cycle between
+  // stages, which NCCL's in-stream send/recv needs.
+  std::unique_ptr<Communicator> tp, dp, pp, pp_grad, pp_wrap, pp_grad_wrap, emb;
   RankCoords coords;
   ModelDims dims;
   StageSplit split;
@@ -78,6 +80,7 @@ struct Trainer::Impl {
   bool last_global(int c) const { return c == cfg.layout.virtual_stages - 1 && coords.pp == cfg.layout.pp - 1; }
 
   Status setup();
+  Communicator& channel(const Op& op);  // the pipeline communicator of a transfer
   Status run_op(const Op& op, double* loss_sum);
   Status forward(int c, int micro, double* loss_sum);
   Status backward(int c, int micro, int buckets);

@@ -530,5 +530,45 @@ TEST(Program, P2pOrderHoldsForEveryScheduleAndSwapsAreCaught) {
   EXPECT_NE(s.message().find("stage 1 receives its activations from stage 0"), std::string::npos) << s.message();
 }
 
+// Under NCCL's rules (each channel one in-order stream, sends complete only
+// when their receive runs, receives block the host) every schedule must make
+// progress with the wrap-around edges on their own channels; put them on the
+// plain channels and interleaved schedules deadlock (the last stage's send
+// to stage 0 sits in front of the receive stage 0 is waiting for).
+TEST(Program, P2pProgressesUnderRendezvousWithWrapChannels) {
+  for (int pp : {2, 3, 4, 8})
+    for (int v : {1, 2, 4})
+      for (int64_t k : {1, 2, 4}) {
+        const int64_t m = k * pp;
+        Program p = build(cfg(v > 1 ? Schedule::kInterleaved : Schedule::k1F1B, pp, m, v));
+        Status s = check_p2p_progress(p);
+        EXPECT_TRUE(s.is_ok()) << "pp=" << pp << " v=" << v << " m=" << m << ": " << s.to_string();
+        if (v == 1) {
+          Program g = build(cfg(Schedule::kGpipe, pp, m));
+          EXPECT_TRUE(check_p2p_progress(g).is_ok()) << "gpipe pp=" << pp << " m=" << m;
+          EXPECT_TRUE(check_p2p_progress(p, /*wrap_channels=*/false).is_ok()) << "no wrap edges without v > 1";
+        }
+      }
+  Program p = build(cfg(Schedule::kInterleaved, 2, 4, 2));
+  Status s = check_p2p_progress(p, /*wrap_channels=*/false);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("deadlock"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("stage 0"), std::string::npos) << s.message();
+}
+
+TEST(Program, P2pChannelsSeparateWrapAroundEdges) {
+  Program p = build(cfg(Schedule::kInterleaved, 3, 6, 2));
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::kSendActivation)
+      EXPECT_EQ(p2p_channel(op, 3) == P2pChannel::kActivationWrap, op.stage == 2) << p.op_name(op);
+    if (op.kind == OpKind::kRecvActivation)
+      EXPECT_EQ(p2p_channel(op, 3) == P2pChannel::kActivationWrap, op.stage == 0) << p.op_name(op);
+    if (op.kind == OpKind::kSendGrad)
+      EXPECT_EQ(p2p_channel(op, 3) == P2pChannel::kGradientWrap, op.stage == 0) << p.op_name(op);
+    if (op.kind == OpKind::kRecvGrad)
+      EXPECT_EQ(p2p_channel(op, 3) == P2pChannel::kGradientWrap, op.stage == 2) << p.op_name(op);
+  }
+}
+
 }  // namespace
 }  // namespace loom
