@@ -14,7 +14,7 @@ class CpuKernels final : public Kernels {
   Precision precision() const override { return Precision::kFp32; }
   Status status() override { return Status::ok(); }
   void set_weights(const float*, int64_t) override {}
-  void weights_changed() override {}
+  void weights_changed(const float*, int64_t) override {}
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
             float beta, float* C) override {

@@ -11,11 +11,13 @@
 // micro-batch. sum() and sum_squares() return host values and so wait for the
 // work before them.
 //
-// Precision: GEMM operands may be rounded to bf16 (fp32 accumulate) when the
-// backend runs mixed precision; everything else is fp32. set_weights() names
-// the flat fp32 parameter buffer, so a bf16 backend keeps one bf16 copy of it
-// (cast again after weights_changed(), i.e. after each optimizer step or
-// parameter gather) instead of casting the weights at every GEMM.
+// Precision: GEMM operands may be rounded to bf16 / fp16 (fp32 accumulate)
+// when the backend runs mixed precision; everything else is fp32.
+// set_weights() names the flat fp32 parameter buffer, so such a backend keeps
+// one 16-bit copy of it instead of casting the weights at every GEMM; after
+// weights_changed(begin, n) (an optimizer step, a completed parameter gather)
+// the range is cast again when a GEMM first reads it, never earlier, so a
+// range another stream is still writing is not read.
 // Thread-safety: used by one thread at a time, like the backend.
 #pragma once
 
@@ -34,7 +36,7 @@ class Kernels {
   virtual Status status() = 0;
 
   virtual void set_weights(const float* params, int64_t n) = 0;
-  virtual void weights_changed() = 0;
+  virtual void weights_changed(const float* begin, int64_t n) = 0;
 
   virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     const float* B, float beta, float* C) = 0;

@@ -57,6 +57,8 @@ struct Shared {
 Status wait_event(Shared& s, cudaEvent_t event, const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
+    if (s.broken || !s.comm)
+      return Status(StatusCode::kRemoteError, s.name + " " + what + ": the communicator was aborted after an error");
     cudaError_t q = cudaEventQuery(event);
     if (q == cudaSuccess) return Status::ok();
     if (q != cudaErrorNotReady) return cuda_status(q, s.name + " " + what);

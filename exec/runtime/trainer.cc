@@ -389,7 +389,8 @@ Status Trainer::Impl::wait_gathers(int c) {
   if (in_flight.empty()) return Status::ok();
   for (auto& req : in_flight) LOOM_RETURN_IF_ERROR(req->wait());
   in_flight.clear();
-  backend->kernels().weights_changed();
+  for (int ui : chunk_units[c])
+    backend->kernels().weights_changed(params.params() + units[ui].begin, int64_t(units[ui].size));
   return Status::ok();
 }
 
@@ -573,6 +574,10 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   const bool finite = std::isfinite(sq);
   const double S = scaling ? scaler.scale() : 1.0;
   skipped = false;
+  if (scaling && !finite && S <= cfg.loss_scaling.min_scale)
+    return invalid_argument("fp16 gradients overflow at step " + std::to_string(step + 1) +
+                            " even with the loss scale at its minimum (" + std::to_string(S) +
+                            "): activations or weights exceed fp16's range; train in bf16 (--precision bf16)");
   if (scaling && !scaler.update(finite)) {
     // fp16 overflow: drop this step's gradients, keep the weights, and go on
     // with a smaller scale.
@@ -616,7 +621,7 @@ Status Trainer::Impl::optimizer_step(int64_t step, double* grad_norm, double* lr
   for (auto& sent : bucket_sent) sent.clear();
   params.zero_grads();
   if (!shard_grad.empty()) backend->fill_zero(shard_grad.f32(), shard_grad.bytes());
-  k.weights_changed();
+  for (const Unit& u : units) k.weights_changed(params.params() + u.begin, int64_t(u.size));
   return k.status();
 }
 

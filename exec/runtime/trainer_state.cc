@@ -152,7 +152,7 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
     s.backend->copy_to_device(s.m.f32(), m_full.data(), numel * sizeof(float));
     s.backend->copy_to_device(s.v.f32(), v_full.data(), numel * sizeof(float));
   }
-  s.backend->kernels().weights_changed();
+  s.backend->kernels().weights_changed(s.params.params(), s.params.numel());
   if (l.zero == 3 && l.dp > 1)
     for (int c = 0; c < l.virtual_stages; ++c) s.release(c);
   s.adam_step = st.value("adam_step", step);

@@ -33,12 +33,22 @@ class CudaKernels final : public Kernels {
     weights_ = params;
     weights_n_ = n;
     weights_bf16_ = DeviceBuffer();
-    stale_ = true;
+    stale_.assign(1, {0, n});
   }
-  void weights_changed() override { stale_ = true; }
+  void weights_changed(const float* begin, int64_t n) override {
+    if (!weights_ || begin < weights_ || begin + n > weights_ + weights_n_) return;
+    const std::pair<int64_t, int64_t> r{begin - weights_, begin - weights_ + n};
+    if (std::find(stale_.begin(), stale_.end(), r) == stale_.end()) stale_.push_back(r);
+  }
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
             float beta, float* C) override {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
+      if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));
+      else if (beta != 1.f) note(cuda::scale_inplace(C, beta, M * N, s_));
+      return;
+    }
     if (input_ == cuda::GemmInput::kF32) {
       note(cuda::gemm_f32(blas_, ta, tb, M, N, K, alpha, A, B, beta, C, s_));
       return;
@@ -215,9 +225,18 @@ class CudaKernels final : public Kernels {
     if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {
       if (weights_bf16_.empty()) weights_bf16_ = DeviceBuffer(be_, size_t(weights_n_) * sizeof(uint16_t));
       auto* w16 = reinterpret_cast<uint16_t*>(weights_bf16_.f32());
-      if (stale_) {
-        note(cuda::cast_to_16(input_, weights_, w16, weights_n_, s_));
-        stale_ = false;
+      // Cast the stale ranges this operand touches (whole ranges: a chunk's
+      // parameters at a time), and only those.
+      const int64_t b = x - weights_, e = b + n;
+      for (size_t i = 0; i < stale_.size();) {
+        auto [rb, re] = stale_[i];
+        if (rb < e && b < re) {
+          note(cuda::cast_to_16(input_, weights_ + rb, w16 + rb, re - rb, s_));
+          stale_[i] = stale_.back();
+          stale_.pop_back();
+        } else {
+          ++i;
+        }
       }
       return status_.is_ok() ? w16 + (x - weights_) : nullptr;
     }
@@ -239,7 +258,7 @@ class CudaKernels final : public Kernels {
   const float* weights_ = nullptr;
   int64_t weights_n_ = 0;
   DeviceBuffer weights_bf16_;
-  bool stale_ = true;
+  std::vector<std::pair<int64_t, int64_t>> stale_;  // [begin, end) offsets to cast again
   DeviceBuffer scratch_[2];
   DeviceBuffer att_[7];
   // LOOM_CUDA_ATTENTION=fused selects the one-block-per-row reference kernel

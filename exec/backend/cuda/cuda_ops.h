@@ -47,7 +47,7 @@ Status rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float 
 Status rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset,
                      cudaStream_t stream);
 // Causal attention with grouped KV heads, lse(B,Hq,T) saved; dq, dk, dv
-// overwritten. T <= 12288 for now (kUnsupported beyond).
+// overwritten. T <= 12160 (kUnsupported beyond).
 Status attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B, int64_t T,
                          int64_t Hq, int64_t Hk, int64_t D, cudaStream_t stream);
 Status attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,

@@ -41,7 +41,7 @@ class Fp16Kernels final : public Kernels {
   Precision precision() const override { return Precision::kFp16; }
   Status status() override { return Status::ok(); }
   void set_weights(const float*, int64_t) override {}
-  void weights_changed() override {}
+  void weights_changed(const float*, int64_t) override {}
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
             float beta, float* C) override {
     auto a = half(A, M * K), b = half(B, K * N);
@@ -207,6 +207,25 @@ TEST(LossScaling, OverflowSkipsStepsBacksOffAndGrows) {
   EXPECT_TRUE(grew) << "no growth after " << cfg.loss_scaling.growth_interval << " good steps";
   // Training still learns once the scale fits.
   EXPECT_LT(r.back().loss, r.front().loss - 0.5);
+}
+
+// Overflow with the scale already at its floor cannot be cured by backing
+// off: the run ends with an error naming the fix instead of skipping every
+// step silently.
+TEST(LossScaling, OverflowAtTheMinimumScaleEndsTheRun) {
+  TrainerConfig cfg = tiny(3);
+  cfg.loss_scaling.initial_scale = std::ldexp(1.0, 40);
+  cfg.loss_scaling.min_scale = cfg.loss_scaling.initial_scale;
+  Fp16CpuBackend fp16;
+  cfg.backend = &fp16;
+  auto world = make_self_communicator("world");
+  auto data = open_byte_text(test_support::corpus_path(), cfg.train.seed);
+  ASSERT_TRUE(data.is_ok());
+  auto t = Trainer::create(world.get(), cfg, data->get());
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  auto r = (*t)->step(0);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("--precision bf16"), std::string::npos) << r.status().to_string();
 }
 
 }  // namespace
