@@ -18,9 +18,16 @@ struct ModelChunk::LayerActs {
   DeviceBuffer a, g;          // GELU: pre- and post-activation (N, F_l); SwiGLU: gate, up
   DeviceBuffer s;             // SwiGLU product (N, F_l)
   bool packed = false;        // the large tensors above are held in 16 bits
+  // `with_residual` false leaves the residual stream (x_in, x_mid) alone: fp16
+  // keeps it in fp32, as Megatron's fp32 residual connection does, since it
+  // is unscaled and may grow past fp16's range.
   template <typename F>
-  void for_each_large(F&& f) {
-    for (DeviceBuffer* b : {&x_in, &h1, &h2, &q, &k, &v, &ctx, &x_mid, &a, &g, &s}) f(*b);
+  void for_each_large(bool with_residual, F&& f) {
+    for (DeviceBuffer* b : {&h1, &h2, &q, &k, &v, &ctx, &a, &g, &s}) f(*b);
+    if (with_residual) {
+      f(x_in);
+      f(x_mid);
+    }
   }
 };
 
@@ -55,6 +62,7 @@ bool saves_16bit(ComputeBackend* be) {
   const Precision p = be->kernels().precision();
   return p == Precision::kBf16 || p == Precision::kFp16;
 }
+bool residual_16bit(ComputeBackend* be) { return be->kernels().precision() == Precision::kBf16; }
 void pack(ComputeBackend* be, DeviceBuffer& b) {
   if (b.empty()) return;
   const int64_t n = int64_t(b.floats());
@@ -202,7 +210,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
       a.lse = DeviceBuffer();
     }
     if (saves_16bit(backend_)) {
-      a.for_each_large([&](DeviceBuffer& b) { pack(backend_, b); });
+      a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) { pack(backend_, b); });
       a.packed = true;
     }
   }
@@ -217,7 +225,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   const std::string p = L(layer);
   ParamStore& P = *params_;
   if (a.packed) {
-    a.for_each_large([&](DeviceBuffer& b) { unpack(backend_, b); });
+    a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) { unpack(backend_, b); });
     a.packed = false;
   }
   if (cfg_.recompute == Recompute::kFull) {
