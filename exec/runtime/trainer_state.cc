@@ -64,15 +64,27 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   const float* m = nullptr;
   const float* v = nullptr;
   if (l.zero >= 1) {
-    DeviceBuffer m_full(s.backend, numel * sizeof(float)), v_full(s.backend, numel * sizeof(float));
-    for (const Unit& u : s.units) {
-      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.m.f32() + u.shard_offset, m_full.f32() + u.begin, u.shard));
-      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.v.f32() + u.shard_offset, v_full.f32() + u.begin, u.shard));
-    }
+    // Gathered straight into host memory on the CPU; through device buffers
+    // (then one copy each) on a device backend.
     m_host.resize(numel);
     v_host.resize(numel);
-    s.backend->copy_to_host(m_host.data(), m_full.f32(), numel * sizeof(float));
-    s.backend->copy_to_host(v_host.data(), v_full.f32(), numel * sizeof(float));
+    DeviceBuffer m_full, v_full;
+    float* m_dst = m_host.data();
+    float* v_dst = v_host.data();
+    if (!s.backend->host_visible()) {
+      m_full = DeviceBuffer(s.backend, numel * sizeof(float));
+      v_full = DeviceBuffer(s.backend, numel * sizeof(float));
+      m_dst = m_full.f32();
+      v_dst = v_full.f32();
+    }
+    for (const Unit& u : s.units) {
+      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.m.f32() + u.shard_offset, m_dst + u.begin, u.shard));
+      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.v.f32() + u.shard_offset, v_dst + u.begin, u.shard));
+    }
+    if (!m_full.empty()) {
+      s.backend->copy_to_host(m_host.data(), m_full.f32(), numel * sizeof(float));
+      s.backend->copy_to_host(v_host.data(), v_full.f32(), numel * sizeof(float));
+    }
     m = m_host.data();
     v = v_host.data();
   } else {
