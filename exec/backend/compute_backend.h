@@ -24,7 +24,10 @@ class ComputeBackend;
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  DeviceBuffer(ComputeBackend* backend, size_t bytes);
+  DeviceBuffer(ComputeBackend* backend, size_t bytes);  // zero-filled
+  // Contents undefined: for outputs a kernel or copy overwrites entirely
+  // (activations), which saves a memory pass per buffer.
+  static DeviceBuffer uninitialized(ComputeBackend* backend, size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
@@ -49,6 +52,10 @@ class ComputeBackend {
   virtual std::string name() const = 0;       // "cpu", "cuda:0"
   virtual bool host_visible() const = 0;       // device pointers may be read by the host
   virtual void* allocate(size_t bytes) = 0;    // zero-filled
+  // Contents undefined. With LOOM_POISON_UNINITIALIZED=1 in the environment
+  // the bytes are set to 0xFF (NaN as floats, -1 as int32), so a read before
+  // the first write shows up as NaN losses (the test suite runs that way too).
+  virtual void* allocate_uninitialized(size_t bytes) { return allocate(bytes); }
   virtual void release(void* ptr, size_t bytes) = 0;
   virtual size_t peak_allocated_bytes() const = 0;
   virtual size_t allocated_bytes() const = 0;
@@ -75,6 +82,9 @@ class ComputeBackend {
   // that must order their work after it; null on the CPU.
   virtual void* native_stream() { return nullptr; }
 };
+
+// Whether LOOM_POISON_UNINITIALIZED is set (read once).
+bool poison_uninitialized();
 
 // The CPU backend: host memory, kernels from exec/backend/cpu_ops.h (fp32).
 std::unique_ptr<ComputeBackend> make_cpu_backend();

@@ -5,6 +5,7 @@
 #include <new>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <string>
 #include <utility>
 
 #include "exec/backend/compute_backend.h"
@@ -13,6 +14,22 @@ namespace loom::exec {
 
 DeviceBuffer::DeviceBuffer(ComputeBackend* backend, size_t bytes) : backend_(backend), bytes_(bytes) {
   if (bytes_) ptr_ = backend_->allocate(bytes_);
+}
+
+DeviceBuffer DeviceBuffer::uninitialized(ComputeBackend* backend, size_t bytes) {
+  DeviceBuffer b;
+  b.backend_ = backend;
+  b.bytes_ = bytes;
+  if (bytes) b.ptr_ = backend->allocate_uninitialized(bytes);
+  return b;
+}
+
+bool poison_uninitialized() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOOM_POISON_UNINITIALIZED");
+    return e && *e && std::string(e) != "0";
+  }();
+  return on;
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -43,11 +60,16 @@ class CpuBackend final : public ComputeBackend {
   std::string name() const override { return "cpu"; }
   bool host_visible() const override { return true; }
   void* allocate(size_t bytes) override {
+    void* p = allocate_uninitialized(bytes);
+    std::memset(p, 0, (bytes + 63) / 64 * 64);
+    return p;
+  }
+  void* allocate_uninitialized(size_t bytes) override {
     // 64-byte aligned for Eigen's vectorized kernels.
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded);
     if (!p) throw std::bad_alloc();
-    std::memset(p, 0, rounded);
+    if (poison_uninitialized()) std::memset(p, 0xFF, rounded);
     add(bytes);
     return p;
   }

@@ -53,7 +53,11 @@ int64_t ModelChunk::activation_rows() const {
 }
 
 namespace {
-DeviceBuffer make(ComputeBackend* be, int64_t floats) { return DeviceBuffer(be, size_t(floats) * sizeof(float)); }
+// Every activation buffer is written whole by the op that produces it before
+// anything reads it: no zero fill (the poisoned test runs check that).
+DeviceBuffer make(ComputeBackend* be, int64_t floats) {
+  return DeviceBuffer::uninitialized(be, size_t(floats) * sizeof(float));
+}
 
 // Mixed precision keeps a layer's saved activations in the backend's 16-bit
 // format between its forward and its backward (half the memory of the
@@ -66,7 +70,7 @@ bool residual_16bit(ComputeBackend* be) { return be->kernels().precision() == Pr
 void pack(ComputeBackend* be, DeviceBuffer& b) {
   if (b.empty()) return;
   const int64_t n = int64_t(b.floats());
-  DeviceBuffer h(be, size_t(n) * sizeof(uint16_t));
+  DeviceBuffer h = DeviceBuffer::uninitialized(be, size_t(n) * sizeof(uint16_t));
   be->kernels().to_16bit(b.f32(), reinterpret_cast<uint16_t*>(h.f32()), n);
   b = std::move(h);
 }
@@ -313,7 +317,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   acts->layers.resize(cfg_.num_layers);
   DeviceBuffer x = make(backend_, Nl * C), y = make(backend_, Nl * C);
   if (cfg_.has_embedding) {
-    acts->tokens = DeviceBuffer(backend_, size_t(N) * sizeof(int32_t));
+    acts->tokens = DeviceBuffer::uninitialized(backend_, size_t(N) * sizeof(int32_t));
     backend_->copy(acts->tokens.i32(), tokens, size_t(N) * sizeof(int32_t));
     DeviceBuffer part = make(backend_, N * C);
     k.embedding_forward(tokens, P.param("embed.wte"), part.f32(), N, C, v_begin, Vl);

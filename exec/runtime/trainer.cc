@@ -208,7 +208,7 @@ Status Trainer::Impl::forward(int c, int micro, double* loss_sum) {
     in = it->second.f32();
   }
   DeviceBuffer out;
-  if (!last_global(c)) out = DeviceBuffer(backend, size_t(n_act) * sizeof(float));
+  if (!last_global(c)) out = DeviceBuffer::uninitialized(backend, size_t(n_act) * sizeof(float));
   float scale = float(1.0 / double(cfg.train.tokens_per_step()));
   LOOM_RETURN_IF_ERROR(chunks[c]->forward(micro, tok, in, tgt, scale, out.f32(), loss_sum));
   act_in.erase({c, micro});
@@ -248,7 +248,7 @@ Status Trainer::Impl::backward(int c, int micro, int buckets) {
     dout = it->second.f32();
   }
   DeviceBuffer din;
-  if (!first_global(c)) din = DeviceBuffer(backend, size_t(n_act) * sizeof(float));
+  if (!first_global(c)) din = DeviceBuffer::uninitialized(backend, size_t(n_act) * sizeof(float));
   // The chunk's last backward of the step with ZeRO-0 and overlap: start each
   // gradient bucket as soon as backward has passed all of it, and let MPI
   // progress the ones in flight between layers.
@@ -474,7 +474,7 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       break;
     }
     case OpKind::kRecvActivation: {
-      DeviceBuffer buf(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
+      auto buf = DeviceBuffer::uninitialized(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
       LOOM_RETURN_IF_ERROR(channel(op).recv(buf.f32(), buf.floats(), prev, p2p_tag(false, c, mi)));
       act_in[{c, mi}] = std::move(buf);
       times.pp_comm_s += op_seconds();
@@ -492,7 +492,7 @@ Status Trainer::Impl::run_op(const Op& op, double* loss_sum) {
       break;
     }
     case OpKind::kRecvGrad: {
-      DeviceBuffer buf(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
+      auto buf = DeviceBuffer::uninitialized(backend, size_t(chunks[c]->activation_floats()) * sizeof(float));
       LOOM_RETURN_IF_ERROR(channel(op).recv(buf.f32(), buf.floats(), next, p2p_tag(true, c, mi)));
       grad_in[{c, mi}] = std::move(buf);
       times.pp_comm_s += op_seconds();

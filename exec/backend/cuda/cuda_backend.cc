@@ -54,6 +54,12 @@ class CudaBackend final : public ComputeBackend {
   bool host_visible() const override { return false; }
 
   void* allocate(size_t bytes) override {
+    void* p = allocate_uninitialized(bytes);
+    // The interface promises zero-filled memory.
+    if (cudaError_t e = cudaMemsetAsync(p, 0, round_up(bytes), stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    return p;
+  }
+  void* allocate_uninitialized(size_t bytes) override {
     const size_t rounded = round_up(bytes);
     void* p = nullptr;
     {
@@ -77,8 +83,8 @@ class CudaBackend final : public ComputeBackend {
       }
       if (e != cudaSuccess) fatal(e, "cudaMalloc");
     }
-    // The interface promises zero-filled memory.
-    if (cudaError_t e = cudaMemsetAsync(p, 0, rounded, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    if (poison_uninitialized())
+      if (cudaError_t e = cudaMemsetAsync(p, 0xFF, rounded, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
     add(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     sizes_[p] = rounded;
