@@ -1,5 +1,6 @@
-// Bias add over rows and its backward (column sums in row order).
+// Bias add over rows and its backward (column sums, cuda_colsum.h).
 #include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_colsum.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
@@ -12,13 +13,11 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t N, int64_t 
     y[i] += bias[i % C];
 }
 
-__global__ void bias_backward_kernel(const float* dy, float* dbias, int64_t N, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float acc = dbias[c];  // accumulated in float, rows in order, as the CPU reference
-  for (int64_t n = 0; n < N; ++n) acc += dy[n * C + c];
-  dbias[c] = acc;
-}
+struct BiasGrad {
+  const float* dy;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, double* v) const { v[0] = dy[n * C + c]; }
+};
 
 }  // namespace
 
@@ -30,10 +29,7 @@ Status add_bias(float* y, const float* bias, int64_t N, int64_t C, cudaStream_t 
 }
 
 Status bias_backward(const float* dy, float* dbias, int64_t N, int64_t C, cudaStream_t stream) {
-  if (N * C <= 0) return Status::ok();
-  bias_backward_kernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dy, dbias, N, C);
-  LOOM_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  return column_sums<1>(BiasGrad{dy, C}, N, C, dbias, nullptr, stream);
 }
 
 }  // namespace loom::cuda

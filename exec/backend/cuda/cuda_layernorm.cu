@@ -1,8 +1,8 @@
 // LayerNorm forward and backward: one block per row for the row statistics
-// (accumulated in double, two-pass variance, as the CPU reference), and a
-// column pass for dw / db so every column is summed in row order by one
-// thread (deterministic, no atomics).
+// (accumulated in double, two-pass variance, as the CPU reference), and
+// dw / db by deterministic column sums over the whole GPU (cuda_colsum.h).
 #include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_colsum.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
@@ -53,19 +53,16 @@ __global__ void layernorm_dx_kernel(const float* dy, const float* x, const float
   }
 }
 
-__global__ void layernorm_dwdb_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
-                                      float* dw, float* db, int64_t N, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  double sw = 0, sb = 0;
-  for (int64_t n = 0; n < N; ++n) {
+// dw += sum_n dy * xhat, db += sum_n dy.
+struct LayerNormGrads {
+  const float *dy, *x, *mean, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, double* v) const {
     const float g = dy[n * C + c];
-    sw += double(g) * ((x[n * C + c] - mean[n]) * rstd[n]);
-    sb += g;
+    v[0] = double(g) * ((x[n * C + c] - mean[n]) * rstd[n]);
+    v[1] = g;
   }
-  dw[c] += float(sw);
-  db[c] += float(sb);
-}
+};
 
 }  // namespace
 
@@ -82,10 +79,7 @@ Status layernorm_backward(const float* dy, const float* x, const float* w, const
   if (N <= 0 || C <= 0) return Status::ok();
   layernorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, C);
   LOOM_CUDA_CHECK_LAUNCH();
-  layernorm_dwdb_kernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dy, x, mean, rstd, dw, db,
-                                                                                          N, C);
-  LOOM_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  return column_sums<2>(LayerNormGrads{dy, x, mean, rstd, C}, N, C, dw, db, stream);
 }
 
 }  // namespace loom::cuda

@@ -1,6 +1,7 @@
 // RMSNorm forward and backward (as cpu::rmsnorm_*): row statistics in double
-// by one block per row, dw by a column pass (deterministic).
+// by one block per row, dw by deterministic column sums (cuda_colsum.h).
 #include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_colsum.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
@@ -34,13 +35,14 @@ __global__ void rmsnorm_dx_kernel(const float* dy, const float* x, const float* 
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dxn[c] = s * (dyn[c] * w[c] - (xn[c] * s) * gx_mean);
 }
 
-__global__ void rmsnorm_dw_kernel(const float* dy, const float* x, const float* rstd, float* dw, int64_t N, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float acc = 0;  // float, rows in order: the CPU reference's summation
-  for (int64_t n = 0; n < N; ++n) acc += dy[n * C + c] * (x[n * C + c] * rstd[n]);
-  dw[c] += acc;
-}
+// dw += sum_n dy * x * rstd.
+struct RmsNormGrad {
+  const float *dy, *x, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t n, int64_t c, double* v) const {
+    v[0] = double(dy[n * C + c]) * double(x[n * C + c] * rstd[n]);
+  }
+};
 
 }  // namespace
 
@@ -57,9 +59,7 @@ Status rmsnorm_backward(const float* dy, const float* x, const float* w, const f
   if (N <= 0 || C <= 0) return Status::ok();
   rmsnorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, rstd, dx, C);
   LOOM_CUDA_CHECK_LAUNCH();
-  rmsnorm_dw_kernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dy, x, rstd, dw, N, C);
-  LOOM_CUDA_CHECK_LAUNCH();
-  return Status::ok();
+  return column_sums<1>(RmsNormGrad{dy, x, rstd, C}, N, C, dw, nullptr, stream);
 }
 
 }  // namespace loom::cuda
