@@ -1,6 +1,10 @@
 // Vocab-parallel token embedding and its backward (as cpu::embedding_*).
-// The backward sums each vocabulary row's tokens in token order, one thread
-// per column (deterministic, no atomics).
+// The backward groups the rows by token with a stable radix sort (CUB), so
+// each vocabulary row's gradient rows are added in row order, as on the CPU:
+// deterministic, no atomics, and every (token, column) pair in parallel.
+#include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -18,13 +22,29 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* wte
   }
 }
 
-__global__ void embedding_backward_kernel(const int32_t* tokens, const float* dout, float* dwte, int64_t N, int64_t C,
-                                          int64_t v_begin, int64_t V) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  for (int64_t n = 0; n < N; ++n) {
+// Key of row n: its row of the local slice, or V for tokens outside it.
+__global__ void embedding_keys_kernel(const int32_t* tokens, uint32_t* keys, uint32_t* rows, int64_t N,
+                                      int64_t v_begin, int64_t V) {
+  for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = int64_t(tokens[n]) - v_begin;
-    if (row >= 0 && row < V) dwte[row * C + c] += dout[n * C + c];
+    keys[n] = uint32_t(row >= 0 && row < V ? row : V);
+    rows[n] = uint32_t(n);
+  }
+}
+
+// Thread (column c, sorted position i): when i starts a run of one token,
+// add the run's gradient rows (in row order) to that vocabulary row.
+__global__ void embedding_runs_kernel(const uint32_t* keys, const uint32_t* rows, const float* dout, float* dwte,
+                                      int64_t N, int64_t C, int64_t V) {
+  const int64_t c = int64_t(blockIdx.x) * 32 + (threadIdx.x % 32);
+  if (c >= C) return;
+  const int64_t per_block = blockDim.x / 32;
+  for (int64_t i = int64_t(blockIdx.y) * per_block + threadIdx.x / 32; i < N; i += int64_t(gridDim.y) * per_block) {
+    const uint32_t key = keys[i];
+    if (key == uint32_t(V) || (i > 0 && keys[i - 1] == key)) continue;
+    float acc = dwte[int64_t(key) * C + c];
+    for (int64_t j = i; j < N && keys[j] == key; ++j) acc += dout[int64_t(rows[j]) * C + c];
+    dwte[int64_t(key) * C + c] = acc;
   }
 }
 
@@ -41,9 +61,32 @@ Status embedding_forward(const int32_t* tokens, const float* wte, float* out, in
 Status embedding_backward(const int32_t* tokens, const float* dout, float* dwte, int64_t N, int64_t C, int64_t v_begin,
                           int64_t V, cudaStream_t stream) {
   if (N * C <= 0) return Status::ok();
-  embedding_backward_kernel<<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(tokens, dout, dwte, N, C,
-                                                                                              v_begin, V);
+  if (N > int64_t(UINT32_MAX) || V >= int64_t(UINT32_MAX)) return unsupported("embedding backward: too many rows");
+  // keys, rows, sorted keys, sorted rows, then CUB's scratch, in one block.
+  size_t scratch = 0;
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, scratch, static_cast<const uint32_t*>(nullptr),
+                                                  static_cast<uint32_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
+                                                  static_cast<uint32_t*>(nullptr), int(N), 0, 32, stream));
+  const size_t n4 = size_t(N) * sizeof(uint32_t);
+  char* mem = nullptr;
+  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&mem), 4 * n4 + scratch, stream));
+  auto* keys = reinterpret_cast<uint32_t*>(mem);
+  auto* rows = reinterpret_cast<uint32_t*>(mem + n4);
+  auto* skeys = reinterpret_cast<uint32_t*>(mem + 2 * n4);
+  auto* srows = reinterpret_cast<uint32_t*>(mem + 3 * n4);
+  embedding_keys_kernel<<<grid_for(N), kThreads, 0, stream>>>(tokens, keys, rows, N, v_begin, V);
   LOOM_CUDA_CHECK_LAUNCH();
+  int end_bit = 1;
+  while (end_bit < 32 && (uint64_t(1) << end_bit) <= uint64_t(V)) ++end_bit;
+  // Stable: rows of one token keep their order.
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(mem + 4 * n4, scratch, keys, skeys, rows, srows, int(N), 0, end_bit,
+                                                  stream));
+  const int64_t positions_per_block = kThreads / 32;
+  const dim3 grid(unsigned((C + 31) / 32),
+                  unsigned(std::min<int64_t>(65535, (N + positions_per_block - 1) / positions_per_block)));
+  embedding_runs_kernel<<<grid, kThreads, 0, stream>>>(skeys, srows, dout, dwte, N, C, V);
+  LOOM_CUDA_CHECK_LAUNCH();
+  LOOM_CUDA_CHECK(cudaFreeAsync(mem, stream));
   return Status::ok();
 }
 
