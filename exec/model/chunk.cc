@@ -142,7 +142,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   backend_->copy(a.x_in.f32(), x_in, size_t(Nl * C) * sizeof(float));
   // attention block
   DeviceBuffer h_loc = make(backend_, Nl * C);
-  a.mean1 = make(backend_, Nl);
+  if (d.gpt2) a.mean1 = make(backend_, Nl);  // LayerNorm only
   a.rstd1 = make(backend_, Nl);
   if (d.gpt2)
     k.layernorm_forward(x_in, P.param(p + "ln1.weight"), P.param(p + "ln1.bias"), h_loc.f32(), a.mean1.f32(),
@@ -176,7 +176,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   backend_->copy(a.x_mid.f32(), x_in, size_t(Nl * C) * sizeof(float));
   k.add_inplace(a.x_mid.f32(), o.f32(), Nl * C);
   // MLP block
-  a.mean2 = make(backend_, Nl);
+  if (d.gpt2) a.mean2 = make(backend_, Nl);
   a.rstd2 = make(backend_, Nl);
   if (d.gpt2)
     k.layernorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(),
@@ -341,7 +341,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   // Final norm, logits over the local vocabulary slice, vocab-parallel loss.
   acts->head_in = std::move(x);
   DeviceBuffer hf_loc = make(backend_, Nl * C);
-  acts->meanf = make(backend_, Nl);
+  if (d.gpt2) acts->meanf = make(backend_, Nl);
   acts->rstdf = make(backend_, Nl);
   if (d.gpt2)
     k.layernorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), P.param("final_norm.bias"),

@@ -142,7 +142,6 @@ class Run {
   const void* k(const Piece& p) const { return at(k_, k16_, p.ko); }
   const void* v(const Piece& p) const { return at(v_, v16_, p.ko); }
   const void* dout(const Piece& p) const { return at(do_, do16_, p.qo); }
-  const AttentionGemmScratch& ws() const { return w_; }
 
  private:
   cublasHandle_t h_;

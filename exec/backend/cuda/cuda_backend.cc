@@ -34,6 +34,14 @@ class CudaBackend final : public ComputeBackend {
     if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) fatal(e, "cudaSetDevice");
     if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess)
       fatal(e, "cudaStreamCreate");
+    // The kernels' small stream-ordered scratch (cudaMallocAsync) stays cached
+    // in the device's pool instead of going back to the driver at every sync.
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      uint64_t keep = UINT64_MAX;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    (void)cudaGetLastError();
   }
   Status start_kernels(Precision precision) {
     LOOM_ASSIGN_OR_RETURN(kernels_, make_cuda_kernels(this, stream_, precision));

@@ -87,14 +87,14 @@ namespace {
 // Block partial sums into scratch allocated on the stream, then one block adds them.
 template <bool kSquare>
 Status launch_sum(const float* x, int64_t n, double* out, cudaStream_t stream) {
-  double* partial = nullptr;
-  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), kSumBlocks * sizeof(double), stream));
+  StreamScratch scratch(kSumBlocks * sizeof(double), stream);
+  LOOM_RETURN_IF_ERROR(scratch.status());
+  auto* partial = reinterpret_cast<double*>(scratch.get());
   const unsigned blocks = n > 0 ? unsigned(std::min<int64_t>(kSumBlocks, (n + kThreads - 1) / kThreads)) : 1;
   sum_partial<kSquare><<<blocks, kThreads, 0, stream>>>(x, n, partial);
   LOOM_CUDA_CHECK_LAUNCH();
   sum_partials<<<1, kThreads, 0, stream>>>(partial, blocks, out);
   LOOM_CUDA_CHECK_LAUNCH();
-  LOOM_CUDA_CHECK(cudaFreeAsync(partial, stream));
   return Status::ok();
 }
 

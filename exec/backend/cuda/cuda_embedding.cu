@@ -61,32 +61,32 @@ Status embedding_forward(const int32_t* tokens, const float* wte, float* out, in
 Status embedding_backward(const int32_t* tokens, const float* dout, float* dwte, int64_t N, int64_t C, int64_t v_begin,
                           int64_t V, cudaStream_t stream) {
   if (N * C <= 0) return Status::ok();
-  if (N > int64_t(UINT32_MAX) || V >= int64_t(UINT32_MAX)) return unsupported("embedding backward: too many rows");
-  // keys, rows, sorted keys, sorted rows, then CUB's scratch, in one block.
+  if (N > int64_t(INT32_MAX) || V >= int64_t(UINT32_MAX)) return unsupported("embedding backward: too many rows");
+  int end_bit = 1;  // keys are 0..V (V: outside the slice)
+  while (end_bit < 32 && (uint64_t(1) << end_bit) <= uint64_t(V)) ++end_bit;
   size_t scratch = 0;
   LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, scratch, static_cast<const uint32_t*>(nullptr),
                                                   static_cast<uint32_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
-                                                  static_cast<uint32_t*>(nullptr), int(N), 0, 32, stream));
-  const size_t n4 = size_t(N) * sizeof(uint32_t);
-  char* mem = nullptr;
-  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&mem), 4 * n4 + scratch, stream));
-  auto* keys = reinterpret_cast<uint32_t*>(mem);
-  auto* rows = reinterpret_cast<uint32_t*>(mem + n4);
-  auto* skeys = reinterpret_cast<uint32_t*>(mem + 2 * n4);
-  auto* srows = reinterpret_cast<uint32_t*>(mem + 3 * n4);
+                                                  static_cast<uint32_t*>(nullptr), int(N), 0, end_bit, stream));
+  // keys, rows, sorted keys, sorted rows (each 256-byte aligned), then CUB's
+  // scratch, in one stream-ordered block freed on every path.
+  const size_t n4 = (size_t(N) * sizeof(uint32_t) + 255) / 256 * 256;
+  StreamScratch mem(4 * n4 + scratch, stream);
+  LOOM_RETURN_IF_ERROR(mem.status());
+  auto* keys = reinterpret_cast<uint32_t*>(mem.get());
+  auto* rows = reinterpret_cast<uint32_t*>(mem.get() + n4);
+  auto* skeys = reinterpret_cast<uint32_t*>(mem.get() + 2 * n4);
+  auto* srows = reinterpret_cast<uint32_t*>(mem.get() + 3 * n4);
   embedding_keys_kernel<<<grid_for(N), kThreads, 0, stream>>>(tokens, keys, rows, N, v_begin, V);
   LOOM_CUDA_CHECK_LAUNCH();
-  int end_bit = 1;
-  while (end_bit < 32 && (uint64_t(1) << end_bit) <= uint64_t(V)) ++end_bit;
   // Stable: rows of one token keep their order.
-  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(mem + 4 * n4, scratch, keys, skeys, rows, srows, int(N), 0, end_bit,
-                                                  stream));
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(mem.get() + 4 * n4, scratch, keys, skeys, rows, srows, int(N), 0,
+                                                  end_bit, stream));
   const int64_t positions_per_block = kThreads / 32;
   const dim3 grid(unsigned((C + 31) / 32),
                   unsigned(std::min<int64_t>(65535, (N + positions_per_block - 1) / positions_per_block)));
   embedding_runs_kernel<<<grid, kThreads, 0, stream>>>(skeys, srows, dout, dwte, N, C, V);
   LOOM_CUDA_CHECK_LAUNCH();
-  LOOM_CUDA_CHECK(cudaFreeAsync(mem, stream));
   return Status::ok();
 }
 

@@ -1,9 +1,38 @@
 // Launch helpers shared by the kernel files.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
+#include "core/status.h"
+
 namespace loom::cuda {
+
+// Scratch memory ordered on a stream (cudaMallocAsync from the device's pool,
+// which the CUDA backend keeps cached), freed on the stream when it goes out
+// of scope, on every path.
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    err_ = cudaMallocAsync(reinterpret_cast<void**>(&p_), bytes, stream);
+  }
+  ~StreamScratch() {
+    if (p_) cudaFreeAsync(p_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  char* get() const { return p_; }
+  Status status() const {
+    if (err_ == cudaSuccess) return Status::ok();
+    return internal_error(std::string("cudaMallocAsync (scratch) failed: ") + cudaGetErrorString(err_));
+  }
+
+ private:
+  char* p_ = nullptr;
+  cudaStream_t stream_;
+  cudaError_t err_ = cudaSuccess;
+};
 
 constexpr int kThreads = 256;
 // Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).

@@ -124,6 +124,7 @@ class Fp16CpuBackend final : public ComputeBackend {
   std::string name() const override { return "cpu-fp16-emulated"; }
   bool host_visible() const override { return true; }
   void* allocate(size_t b) override { return cpu_->allocate(b); }
+  void* allocate_uninitialized(size_t b) override { return cpu_->allocate_uninitialized(b); }
   void release(void* p, size_t b) override { cpu_->release(p, b); }
   size_t peak_allocated_bytes() const override { return cpu_->peak_allocated_bytes(); }
   size_t allocated_bytes() const override { return cpu_->allocated_bytes(); }
@@ -193,7 +194,9 @@ TEST(LossScaling, OverflowSkipsStepsBacksOffAndGrows) {
     if (r[i].skipped) {
       ++skipped;
       EXPECT_TRUE(std::isinf(r[i].grad_norm));
-      if (i + 1 < r.size()) EXPECT_EQ(r[i + 1].loss_scale, r[i].loss_scale / 2) << "step " << i + 1;
+      if (i + 1 < r.size()) {
+        EXPECT_EQ(r[i + 1].loss_scale, r[i].loss_scale / 2) << "step " << i + 1;
+      }
     } else if (i > 0 && !r[i - 1].skipped) {
       EXPECT_TRUE(std::isfinite(r[i].grad_norm));
     }
