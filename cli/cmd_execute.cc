@@ -133,6 +133,15 @@ Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Preci
   const int devices = cuda::device_count();
   if (devices == 0) return unsupported("--backend cuda: no NVIDIA GPU is visible on this rank; use --backend cpu");
   const exec::LaunchEnv env = exec::detect_launch_env();
+  // NCCL refuses two ranks on one GPU (it would fail later as "duplicate GPU").
+  if (env.local_world > devices)
+    return invalid_argument("--backend cuda: " + std::to_string(env.local_world) + " ranks on this node but " +
+                            std::to_string(devices) + " GPU(s) visible; NCCL needs one GPU per rank: launch at most " +
+                            std::to_string(devices) + " ranks per node (mpirun -npernode " + std::to_string(devices) +
+                            ")");
+  if (a.device >= devices)
+    return invalid_argument("--device " + std::to_string(a.device) + ": only " + std::to_string(devices) +
+                            " GPU(s) visible");
   const int device = a.device >= 0 ? a.device : env.local_rank % devices;
   LOOM_ASSIGN_OR_RETURN(d.backend, exec::make_cuda_backend(device, precision));
 #ifdef LOOM_HAVE_NCCL
