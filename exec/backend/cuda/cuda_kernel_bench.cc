@@ -156,18 +156,36 @@ class CudaKernelBench final : public KernelBench {
     };
   }
 
+  // What training runs: the cuBLAS attention path with bf16 operands.
   FwdBwd attention(int64_t B, int64_t S, int64_t H, int64_t D) override {
     const size_t n = size_t(B * S * H * D);
     auto q = std::make_shared<DevBuf>(4 * n), k = std::make_shared<DevBuf>(4 * n), v = std::make_shared<DevBuf>(4 * n),
          o = std::make_shared<DevBuf>(4 * n), dout = std::make_shared<DevBuf>(4 * n), dq = std::make_shared<DevBuf>(4 * n),
          dk = std::make_shared<DevBuf>(4 * n), dv = std::make_shared<DevBuf>(4 * n),
          lse = std::make_shared<DevBuf>(4 * size_t(B * H * S));
+    const size_t ws = size_t(cuda::attention_gemm_workspace_floats(S, H));
+    auto scores = std::make_shared<DevBuf>(4 * ws), dscores = std::make_shared<DevBuf>(4 * ws),
+         scores16 = std::make_shared<DevBuf>(2 * ws), q16 = std::make_shared<DevBuf>(2 * n),
+         k16 = std::make_shared<DevBuf>(2 * n), v16 = std::make_shared<DevBuf>(2 * n),
+         do16 = std::make_shared<DevBuf>(2 * n);
+    cuda::AttentionGemmScratch w;
+    w.scores = scores->f(), w.dscores = dscores->f(), w.scores16 = scores16->h();
+    w.q16 = q16->h(), w.k16 = k16->h(), w.v16 = v16->h(), w.do16 = do16->h();
     auto st = stream_;
+    auto h = handle_;
+    // The lambdas keep the buffers alive.
+    auto keep = std::make_shared<std::vector<std::shared_ptr<DevBuf>>>(
+        std::vector<std::shared_ptr<DevBuf>>{scores, dscores, scores16, q16, k16, v16, do16});
     FwdBwd r;
-    r.forward = [=] { must(cuda::attention_forward(q->f(), k->f(), v->f(), o->f(), lse->f(), B, S, H, H, D, st)); };
+    r.forward = [=] {
+      (void)keep;
+      must(cuda::attention_forward_gemm(h, cuda::GemmInput::kBf16, q->f(), k->f(), v->f(), o->f(), lse->f(), B, S, H,
+                                        H, D, w, st));
+    };
     r.backward = [=] {
-      must(cuda::attention_backward(dout->f(), q->f(), k->f(), v->f(), o->f(), lse->f(), dq->f(), dk->f(), dv->f(), B, S,
-                                    H, H, D, st));
+      (void)keep;
+      must(cuda::attention_backward_gemm(h, cuda::GemmInput::kBf16, dout->f(), q->f(), k->f(), v->f(), o->f(),
+                                         lse->f(), dq->f(), dk->f(), dv->f(), B, S, H, H, D, w, st));
     };
     return r;
   }
