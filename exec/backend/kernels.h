@@ -8,7 +8,7 @@
 // Pointers are the backend's memory. Calls are asynchronous on device
 // backends: a failed launch is remembered and returned by status() (the first
 // failure wins, like CUDA's sticky errors), which the model checks after each
-// micro-batch. sum() and sum_squares() return host values and so wait for the
+// micro-batch. sum() and take_sum_squares() return host values and so wait for the
 // work before them.
 //
 // Precision: GEMM operands may be rounded to bf16 / fp16 (fp32 accumulate)
@@ -94,7 +94,6 @@ class Kernels {
   virtual void to_16bit(const float* x, uint16_t* y, int64_t n) = 0;
   virtual void from_16bit(const uint16_t* x, float* y, int64_t n) = 0;
   // Host results (wait for the work queued before them).
-  virtual double sum_squares(const float* x, int64_t n) = 0;
   virtual double sum(const float* x, int64_t n) = 0;  // in double, rows in order on the CPU
   // The gradient norm's many pieces without a wait per piece: queue each
   // sum of squares, then take their total (added in call order) at once.

@@ -473,7 +473,7 @@ TEST(CudaOps, PositionsMaskScaleAndSumMatchCpu) {
   ASSERT_TRUE(cuda::sum_squares(dv.p, int64_t(v.size()), out.p + 1, nullptr).is_ok());
   auto got = out.host();
   EXPECT_NEAR(got[0], cpu->sum(v.data(), int64_t(v.size())), 1e-9 * v.size());
-  EXPECT_NEAR(got[1], cpu->sum_squares(v.data(), int64_t(v.size())), 1e-9 * v.size());
+  EXPECT_NEAR(got[1], cpu::sum_squares(v.data(), int64_t(v.size())), 1e-9 * v.size());
 }
 
 }  // namespace

@@ -151,9 +151,6 @@ class CudaKernels final : public Kernels {
     note(cuda::bias_backward(dy, dbias, N, C, s_));
   }
   void scale_inplace(float* y, float s, int64_t n) override { note(cuda::scale_inplace(y, s, n, s_)); }
-  double sum_squares(const float* x, int64_t n) override {
-    return host_result([&](double* out) { return cuda::sum_squares(x, n, out, s_); });
-  }
   double sum(const float* x, int64_t n) override {
     return host_result([&](double* out) { return cuda::sum(x, n, out, s_); });
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "exec/backend/cpu_kernels.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/loss_scaler.h"
 #include "exec/runtime/trainer.h"
@@ -35,63 +36,14 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheWindow) {
 }
 
 // The CPU kernels with fp16 GEMM operands and fp16 saved activations.
-class Fp16Kernels final : public Kernels {
+class Fp16Kernels final : public CpuKernels {
  public:
-  Fp16Kernels() : k_(make_cpu_kernels()) {}
   Precision precision() const override { return Precision::kFp16; }
-  Status status() override { return Status::ok(); }
-  void set_weights(const float*, int64_t) override {}
-  void weights_changed(const float*, int64_t) override {}
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
             float beta, float* C) override {
     auto a = half(A, M * K), b = half(B, K * N);
-    k_->gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
+    CpuKernels::gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
   }
-#define FWD(name, params, args) \
-  void name params override { k_->name args; }
-  FWD(layernorm_forward, (const float* x, const float* w, const float* b, float* y, float* m, float* r, int64_t N,
-                          int64_t C, float e), (x, w, b, y, m, r, N, C, e))
-  FWD(layernorm_backward, (const float* dy, const float* x, const float* w, const float* m, const float* r, float* dx,
-                           float* dw, float* db, int64_t N, int64_t C), (dy, x, w, m, r, dx, dw, db, N, C))
-  FWD(rmsnorm_forward, (const float* x, const float* w, float* y, float* r, int64_t N, int64_t C, float e),
-      (x, w, y, r, N, C, e))
-  FWD(rmsnorm_backward, (const float* dy, const float* x, const float* w, const float* r, float* dx, float* dw,
-                         int64_t N, int64_t C), (dy, x, w, r, dx, dw, N, C))
-  FWD(gelu_forward, (const float* x, float* y, int64_t n), (x, y, n))
-  FWD(gelu_backward, (const float* dy, const float* x, float* dx, int64_t n), (dy, x, dx, n))
-  FWD(swiglu_forward, (const float* g, const float* u, float* y, int64_t n), (g, u, y, n))
-  FWD(swiglu_backward, (const float* dy, const float* g, const float* u, float* dg, float* du, int64_t n),
-      (dy, g, u, dg, du, n))
-  FWD(rope_forward, (float* x, int64_t B, int64_t T, int64_t H, int64_t D, float th, int64_t p), (x, B, T, H, D, th, p))
-  FWD(rope_backward, (float* x, int64_t B, int64_t T, int64_t H, int64_t D, float th, int64_t p),
-      (x, B, T, H, D, th, p))
-  FWD(attention_forward, (const float* q, const float* k, const float* v, float* o, float* l, int64_t B, int64_t T,
-                          int64_t Hq, int64_t Hk, int64_t D), (q, k, v, o, l, B, T, Hq, Hk, D))
-  FWD(attention_backward, (const float* dout, const float* q, const float* k, const float* v, const float* o,
-                           const float* l, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
-                           int64_t Hk, int64_t D), (dout, q, k, v, o, l, dq, dk, dv, B, T, Hq, Hk, D))
-  FWD(embedding_forward, (const int32_t* t, const float* w, float* o, int64_t N, int64_t C, int64_t vb, int64_t V),
-      (t, w, o, N, C, vb, V))
-  FWD(embedding_backward, (const int32_t* t, const float* d, float* dw, int64_t N, int64_t C, int64_t vb, int64_t V),
-      (t, d, dw, N, C, vb, V))
-  FWD(add_positions, (float* x, const float* w, int64_t R, int64_t C, int64_t T, int64_t r0), (x, w, R, C, T, r0))
-  FWD(positions_backward, (const float* dx, float* dw, int64_t R, int64_t C, int64_t T, int64_t r0),
-      (dx, dw, R, C, T, r0))
-  FWD(fill_columns, (float* x, int64_t R, int64_t ld, int64_t b, int64_t e, float v), (x, R, ld, b, e, v))
-  FWD(xent_row_max, (const float* l, float* m, int64_t N, int64_t V), (l, m, N, V))
-  FWD(xent_sumexp_and_target, (const float* l, const int32_t* t, const float* m, float* s, float* tl, int64_t N,
-                               int64_t V, int64_t vb), (l, t, m, s, tl, N, V, vb))
-  FWD(xent_loss, (const float* m, const float* s, const float* tl, float* loss, int64_t N), (m, s, tl, loss, N))
-  FWD(xent_backward, (const float* l, const int32_t* t, const float* m, const float* s, float* d, int64_t N, int64_t V,
-                      int64_t vb, float sc), (l, t, m, s, d, N, V, vb, sc))
-  FWD(adamw_update, (float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float e,
-                     float wd, int64_t st), (p, g, m, v, n, lr, b1, b2, e, wd, st))
-  FWD(add_inplace, (float* y, const float* x, int64_t n), (y, x, n))
-  FWD(add_bias, (float* y, const float* b, int64_t N, int64_t C), (y, b, N, C))
-  FWD(bias_backward, (const float* dy, float* db, int64_t N, int64_t C), (dy, db, N, C))
-  FWD(scale_inplace, (float* y, float s, int64_t n), (y, s, n))
-  FWD(add_sum_squares, (const float* x, int64_t n), (x, n))
-#undef FWD
   void to_16bit(const float* x, uint16_t* y, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) {
       const _Float16 h = static_cast<_Float16>(x[i]);
@@ -105,9 +57,6 @@ class Fp16Kernels final : public Kernels {
       y[i] = static_cast<float>(h);
     }
   }
-  double sum_squares(const float* x, int64_t n) override { return k_->sum_squares(x, n); }
-  double sum(const float* x, int64_t n) override { return k_->sum(x, n); }
-  double take_sum_squares() override { return k_->take_sum_squares(); }
 
  private:
   static std::vector<float> half(const float* x, int64_t n) {
@@ -115,7 +64,6 @@ class Fp16Kernels final : public Kernels {
     for (int64_t i = 0; i < n; ++i) h[size_t(i)] = static_cast<float>(static_cast<_Float16>(x[i]));
     return h;
   }
-  std::unique_ptr<Kernels> k_;
 };
 
 // The CPU backend's memory with the fp16 kernel table.
