@@ -297,7 +297,7 @@ Status Trainer::Impl::reduce_shared_grads(int c) {
     total += size_t(p.numel);
   }
   if (total == 0) return Status::ok();
-  DeviceBuffer packed(backend, total * sizeof(float));
+  auto packed = DeviceBuffer::uninitialized(backend, total * sizeof(float));  // written whole below
   size_t at = 0;
   for (const ParamInfo* p : reps) {
     backend->copy(packed.f32() + at, params.grads() + p->offset, size_t(p->numel) * sizeof(float));

@@ -96,10 +96,12 @@ TEST(CudaTrainer, Fp16WithLossScalingTracksFp32Cpu) {
   expect_tracks(run(c, true, Precision::kFp16), run(c, false), 1e-2, "gpt2 fp16");
 }
 
+// Checked before any device is looked for, so this runs without a GPU too.
 TEST(CudaTrainer, RefusesUnsupportedPrecisions) {
   auto be = make_cuda_backend(0, Precision::kFp8);
   ASSERT_FALSE(be.is_ok());
   EXPECT_EQ(be.status().code(), StatusCode::kUnsupported) << be.status().to_string();
+  EXPECT_NE(be.status().message().find("not fp8"), std::string::npos) << be.status().to_string();
 }
 
 }  // namespace

@@ -205,13 +205,13 @@ class CudaBackend final : public ComputeBackend {
 }  // namespace
 
 Result<std::unique_ptr<ComputeBackend>> make_cuda_backend(int device, Precision precision) {
+  if (precision == Precision::kFp8)
+    return unsupported("the CUDA backend trains in fp32, bf16 or fp16 (with loss scaling), not fp8");
   const int n = cuda::device_count();
   if (n == 0) return unsupported("the CUDA backend needs an NVIDIA GPU; none is visible (use the CPU backend)");
   if (device < 0 || device >= n)
     return invalid_argument("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
                             " visible)");
-  if (precision == Precision::kFp8)
-    return unsupported("the CUDA backend trains in fp32, bf16 or fp16 (with loss scaling), not fp8");
   auto backend = std::make_unique<CudaBackend>(device);
   LOOM_RETURN_IF_ERROR(backend->start_kernels(precision));
   return std::unique_ptr<ComputeBackend>(std::move(backend));
