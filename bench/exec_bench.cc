@@ -1,7 +1,10 @@
 // Executor figures on this machine (prints, does not assert):
 //   1. the measured GEMM peak (fp32, Eigen, all threads and one thread),
 //   2. GPT-2 124M training steps on one rank (B=4, T=64, fp32): tokens/s and
-//      achieved GFLOP/s as a fraction of that peak.
+//      achieved GFLOP/s as a fraction of that peak;
+//   3. parameter initialization: GPT-2 355M's ParamStore::materialize (all threads),
+//      and the per-element draw with the name hashed once per tensor against
+//      once per element (the old path), as a ratio.
 // usage: loom_exec_bench [steps] [threads]
 #include <chrono>
 #include <cstdio>
@@ -9,7 +12,9 @@
 #include <vector>
 
 #include "core/model_spec.h"
+#include "core/resources.h"
 #include "exec/backend/cpu_ops.h"
+#include "exec/model/params.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/trainer.h"
 
@@ -44,7 +49,7 @@ int main(int argc, char** argv) {
   cfg.train.precision = Precision::kFp32;
   cfg.layout.micro_batch = 4;
   auto world = exec::make_self_communicator("world");
-  auto data = exec::open_byte_text(std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt", 1);
+  auto data = exec::open_byte_text(default_corpus().value(), 1);
   if (!data.is_ok()) return std::fprintf(stderr, "%s\n", data.status().to_string().c_str()), 1;
   auto t = exec::Trainer::create(world.get(), cfg, data->get());
   if (!t.is_ok()) return std::fprintf(stderr, "%s\n", t.status().to_string().c_str()), 1;
@@ -68,5 +73,30 @@ int main(int argc, char** argv) {
   double gflops = flops_token * tokens / step / 1e9;
   std::printf("GPT-2 124M, B=4, T=64, fp32, 1 rank: %.3f s/step, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the GEMM peak\n",
               step, tokens / step, gflops, 100 * gflops / peak);
+
+  // Initialization: the draw per element, name hashed per element vs per tensor.
+  const std::string name = "layers.17.mlp.fc_in.weight";
+  const int64_t n_draw = 4'000'000;
+  volatile float sink = 0;
+  auto t1 = Clock::now();
+  for (int64_t i = 0; i < n_draw; ++i) sink = sink + exec::init_normal(1234, name, i);
+  double per_element = std::chrono::duration<double>(Clock::now() - t1).count();
+  t1 = Clock::now();
+  const uint64_t stream = exec::init_stream(1234, name);
+  for (int64_t i = 0; i < n_draw; ++i) sink = sink + exec::init_normal_at(stream, i);
+  double per_tensor = std::chrono::duration<double>(Clock::now() - t1).count();
+  std::printf("init draw, one thread: %.1f ns/element hashing the name per element, %.1f ns hashing it once "
+              "(ratio %.2f)\n", 1e9 * per_element / n_draw, 1e9 * per_tensor / n_draw, per_element / per_tensor);
+  auto m355 = load_model_spec("gpt2-355m");
+  if (!m355.is_ok()) return std::fprintf(stderr, "%s\n", m355.status().to_string().c_str()), 1;
+  auto d355 = exec::model_dims(*m355);
+  if (!d355.is_ok()) return std::fprintf(stderr, "%s\n", d355.status().to_string().c_str()), 1;
+  auto cpu = exec::make_cpu_backend();  // outlives the store's buffers
+  exec::ParamStore store;
+  exec::add_chunk_params(store, *d355, 0, d355->L, true, true, 1, 0);
+  t1 = Clock::now();
+  store.materialize(cpu.get(), 1234);
+  std::printf("GPT-2 355M parameter initialization (%lld parameters, ParamStore::materialize, all threads): %.2f s\n",
+              (long long)store.numel(), std::chrono::duration<double>(Clock::now() - t1).count());
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/resources.h"
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "cli/regress.h"
@@ -85,7 +86,9 @@ int regress_check(int argc, char** argv) {
   CLI::App app{"Check a `loom regress run` results file: prediction errors against their tolerances, measured "
                "throughput against this machine's stored baseline. Exit 0 pass, 1 fail, 2 bad input.",
                "loom regress check"};
-  std::string path, baselines = std::string(LOOM_SOURCE_DIR) + "/bench/baselines", plot;
+  std::string path, plot;
+  auto shipped = find_resource("bench/baselines");
+  std::string baselines = shipped.is_ok() ? *shipped : "bench/baselines";
   bool update = false;
   double margin = -1, tol_scale = 1;
   std::vector<std::string> tol_overrides;

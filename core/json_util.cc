@@ -8,9 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#ifndef LOOM_SOURCE_DIR
-#define LOOM_SOURCE_DIR "."
-#endif
+#include "core/resources.h"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -153,10 +151,7 @@ Result<std::string> find_description_file(const std::string& path_or_name, const
   std::string stem = path_or_name;
   if (stem.size() < 5 || stem.substr(stem.size() - 5) != ".json") stem += ".json";
   std::vector<std::string> tried{path_or_name};
-  std::vector<std::string> roots;
-  if (const char* home = std::getenv("LOOM_HOME")) roots.emplace_back(home);
-  roots.emplace_back(LOOM_SOURCE_DIR);
-  for (const auto& root : roots) {
+  for (const auto& root : resource_roots()) {
     fs::path p = fs::path(root) / subdir / stem;
     tried.push_back(p.string());
     if (fs::exists(p, ec)) return p.string();

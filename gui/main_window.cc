@@ -28,6 +28,7 @@
 
 #include "core/compare.h"
 #include "core/json_util.h"
+#include "core/resources.h"
 #include "core/trace.h"
 #include "sim/export.h"
 
@@ -37,12 +38,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Names of the description files under models/ or hwprofiles/ of the source
-// tree (and $LOOM_HOME).
+// Names of the description files under models/ or hwprofiles/ of every
+// resource root (core/resources.h).
 QStringList shipped(const char* subdir) {
   QStringList out;
-  for (const char* root : {static_cast<const char*>(std::getenv("LOOM_HOME")), LOOM_SOURCE_DIR}) {
-    if (!root) continue;
+  for (const std::string& root : resource_roots()) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(fs::path(root) / subdir, ec))
       if (e.path().extension() == ".json") out << QString::fromStdString(e.path().stem().string());
@@ -60,8 +60,13 @@ QSpinBox* spin(int lo, int hi, int value) {
   return s;
 }
 
+// $LOOM_BIN, else `loom` next to this executable (an install tree), else the
+// build tree's.
 QString loom_binary() {
   if (const char* b = std::getenv("LOOM_BIN"); b && *b) return b;
+  std::error_code ec;
+  if (std::string dir = executable_dir(); !dir.empty() && fs::exists(fs::path(dir) / "loom", ec))
+    return QString::fromStdString((fs::path(dir) / "loom").string());
   return LOOM_BINARY;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/model_spec.h"
@@ -39,6 +40,10 @@ struct ParamInfo {
 // Deterministic N(0, 1) sample for (seed, name, index): the same on every rank
 // and layout (SplitMix64 counter hashing + Box-Muller).
 float init_normal(uint64_t seed, const std::string& name, int64_t global_index);
+// The same draw split in two: the per-tensor stream (hash of seed and name),
+// then the element's value; init_normal(s, n, i) == init_normal_at(init_stream(s, n), i).
+uint64_t init_stream(uint64_t seed, const std::string& name);
+float init_normal_at(uint64_t stream, int64_t global_index);
 
 // Model dimensions the executor needs, derived from a ModelSpec.
 struct ModelDims {
@@ -63,7 +68,10 @@ class ParamStore {
   void add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard, int split_size,
            int split_rank, float init_std, float init_value, bool weight_decay);
   // Leaves `n` unused elements (ZeRO shards of equal size).
-  void add_padding(int64_t n) { total_ += n; }
+  void add_padding(int64_t n) {
+    padding_.push_back({total_, n});
+    total_ += n;
+  }
   // Allocates the flat buffers and initializes every parameter.
   void materialize(ComputeBackend* backend, uint64_t seed);
 
@@ -82,6 +90,7 @@ class ParamStore {
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, size_t> index_;
   int64_t total_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> padding_;  // (offset, count): zeros
   ComputeBackend* backend_ = nullptr;
   DeviceBuffer params_, grads_;
 };

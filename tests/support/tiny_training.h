@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/resources.h"
 #include "core/layout.h"
 #include "core/model_spec.h"
 #include "exec/runtime/trainer.h"
@@ -39,6 +40,12 @@ inline TrainerConfig tiny_config(bool gpt2, const std::string& layout, int64_t s
   return c;
 }
 
-inline std::string corpus_path() { return std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt"; }
+// The sample corpus, found like `loom execute` finds it (next to the
+// executable in an install tree or bundle, $LOOM_HOME, the source tree).
+inline std::string corpus_path() {
+  auto path = default_corpus();
+  LOOM_CHECK(path.is_ok(), path.status().to_string());
+  return *path;
+}
 
 }  // namespace loom::exec::test_support
