@@ -20,9 +20,7 @@
 #include "core/json_util.h"
 #include "exec/backend/kernel_bench.h"
 #include "exec/comm/self_communicator.h"
-#ifdef LOOM_HAVE_MPI
-#include "exec/comm/mpi_communicator.h"
-#endif
+#include "exec/comm/world.h"
 
 namespace loom::cli {
 
@@ -366,17 +364,9 @@ int cmd_calibrate(int argc, char** argv) {
 #endif
   }
   else return fail("calibrate", invalid_argument("--backend '" + a.backend + "' is not one of: cpu, cuda"));
-#ifdef LOOM_HAVE_MPI
-  auto world = exec::mpi_world(&argc, &argv);
+  auto world = exec::open_world(&argc, &argv);
   if (!world.is_ok()) return fail("calibrate", world.status());
-  int rc = calibrate(**world, *bench, a);
-  world->reset();
-  exec::mpi_finalize();
-  return rc;
-#else
-  auto world = exec::make_self_communicator("world");
-  return calibrate(*world, *bench, a);
-#endif
+  return calibrate(world->comm(), *bench, a);
 }
 
 }  // namespace loom::cli

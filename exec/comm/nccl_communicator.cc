@@ -220,6 +220,13 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
 Result<std::unique_ptr<Communicator>> nccl_world(Communicator* bootstrap, int local_rank, const NcclOptions& options) {
   if (!bootstrap) return invalid_argument("nccl_world: a bootstrap communicator (MPI) is required");
   int devices = 0;

@@ -31,6 +31,9 @@ struct NcclOptions {
 // creates the NCCL unique id and broadcasts it through `bootstrap`, each rank
 // binds its device and joins. Collective over `bootstrap`. `bootstrap` is
 // kept for abort() and must outlive the result.
+// The loaded NCCL library's version ("2.27.3").
+std::string nccl_version();
+
 Result<std::unique_ptr<Communicator>> nccl_world(Communicator* bootstrap, int local_rank,
                                                  const NcclOptions& options = {});
 
