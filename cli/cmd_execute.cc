@@ -15,15 +15,15 @@
 #include "cli/compare.h"
 #include "core/json_util.h"
 #include "core/plan.h"
+#include "core/resources.h"
 #include "core/run_record.h"
 #include "exec/backend/cpu_ops.h"
+#include "exec/backend/kernel_profile.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
-#ifdef LOOM_HAVE_MPI
-#include "exec/comm/mpi_communicator.h"
-#endif
+#include "exec/comm/world.h"
 #ifdef LOOM_HAVE_CUDA
 #include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -69,9 +69,9 @@ struct ExecArgs {
   int device = -1;
   bool quiet = false;
   double test_slowdown = 1.0;  // test only: every step takes this many times as long
+  bool profile_ops = false;       // per-op table of the kernel calls after the run (rank 0)
+  std::string profile_ops_json;   // the same rows as JSON
 };
-
-std::string default_data() { return std::string(LOOM_SOURCE_DIR) + "/data/tinyshakespeare.txt"; }
 
 // Every rank's events of the last step, merged into one Chrome trace by rank 0
 // (ranks write part files next to the target; one host or a shared file system).
@@ -205,11 +205,27 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   dopt.seed = cfg.train.seed;
   dopt.model_vocab = cfg.model.vocab;
   dopt.cache_dir = a.cache_dir;
-  auto data = exec::open_training_data(a.data.empty() ? default_data() : a.data, dopt);
+  std::string data_spec = a.data;
+  if (data_spec.empty()) {
+    auto corpus = default_corpus();
+    if (!corpus.is_ok()) return say(corpus.status().with_context("--data not given"));
+    data_spec = *corpus;
+    if (lead && !a.quiet) std::printf("data: %s (the sample corpus; --data names yours)\n", data_spec.c_str());
+  }
+  auto data = exec::open_training_data(data_spec, dopt);
   if (!data.is_ok()) return say(data.status());
   if (a.threads > 0) cpu::set_num_threads(a.threads);
   auto devices = open_devices(world, a, cfg.train.precision);
   if (!devices.is_ok()) return say(devices.status());
+  // --profile-ops: the per-op profiler in front of the backend's kernel table
+  // (the CPU backend is made here instead of by the trainer so it can be wrapped).
+  exec::KernelProfiler* profiler = nullptr;
+  if (a.profile_ops || !a.profile_ops_json.empty()) {
+    if (!devices->backend) devices->backend = exec::make_cpu_backend();
+    auto p = exec::install_kernel_profiler(*devices->backend);
+    if (!p.is_ok()) return say(p.status());
+    profiler = *p;
+  }
   cfg.backend = devices->backend.get();
   cfg.device_world = devices->world.get();
   if (lead && !a.quiet) std::printf("backend: %s\n", devices->description.c_str());
@@ -284,6 +300,10 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     auto r = (*trainer)->step(step);
     if (!r.is_ok()) return say(r.status());
+    if (profiler) {
+      profiler->step_done();
+      if (step - start_step + 1 == rec.warmup_steps) profiler->reset();  // the measured steps only
+    }
     if (a.test_slowdown > 1.0) {
       // Test-only injected slowdown (tests/e2e/regress.sh proves `loom regress
       // check` catches it): every rank idles the same extra time, counted as
@@ -410,6 +430,13 @@ int run(exec::Communicator& world, const ExecArgs& a) {
     if (Status s = write_text_file(a.record, run_record_to_json(rec)); !s.is_ok()) return fail("execute", s);
   }
   std::printf("\n%s", format_comparison(*plan, rec).c_str());
+  if (profiler) {
+    const auto rows = profiler->report();
+    if (a.profile_ops) std::printf("\n%s", exec::format_op_profile(rows, profiler->steps()).c_str());
+    if (!a.profile_ops_json.empty())
+      if (Status s = write_text_file(a.profile_ops_json, exec::op_profile_json(rows, profiler->steps())); !s.is_ok())
+        return fail("execute", s);
+  }
   return 0;
 }
 
@@ -449,46 +476,32 @@ int cmd_execute(int argc, char** argv) {
                  "with dynamic loss scaling; CUDA only); "
                  "default: fp32 on the CPU, the plan's precision on CUDA");
   app.add_option("--device", a.device, "CUDA device of this rank (default: the local rank modulo the visible GPUs)");
-  app.add_option("--timeout", a.timeout_s, "seconds a collective may wait for a peer before the job is aborted");
+  app.add_option("--timeout", a.timeout_s,
+                 "seconds a collective may wait for a peer before the job is aborted (and, under a torchrun-style "
+                 "launch, every rank has to reach the rendezvous)");
   app.add_flag("--quiet", a.quiet, "no per-step lines");
+  app.add_flag("--profile-ops", a.profile_ops,
+               "time every kernel-table call (CUDA events on the GPU, no extra synchronization) and print, after the "
+               "run, rank 0's table per op: calls, ms per step, share, TFLOP/s or GB/s (warm-up steps excluded)");
+  app.add_option("--profile-ops-json", a.profile_ops_json, "write the per-op rows as JSON here (implies profiling)");
   app.add_option("--test-slowdown", a.test_slowdown, "test only: make every step this many times slower")
       ->check(CLI::Range(1.0, 100.0))
       ->group("");
   if (int rc = parse_args(app, "execute", argc, argv); rc >= 0) return rc;
-#ifdef LOOM_HAVE_MPI
-  exec::MpiOptions mo;
-  mo.timeout_s = a.timeout_s;
-  auto world = exec::mpi_world(&argc, &argv, mo);
+  exec::WorldOptions wo;
+  wo.timeout_s = a.timeout_s;
+  wo.rendezvous_timeout_s = a.timeout_s;
+  auto world = exec::open_world(&argc, &argv, wo);
   if (!world.is_ok()) return fail("execute", world.status());
-  // A launcher that is not MPI's (torchrun, a bare srun without PMI) starts N
-  // singleton processes that each see a world of 1: refuse instead of running
-  // N independent trainings.
-  exec::LaunchEnv env = exec::detect_launch_env();
-  if (env.world > 1 && (*world)->size() != env.world) {
-    int rc = fail("execute", invalid_argument("the " + env.launcher + " launcher started " + std::to_string(env.world) +
-                                              " processes but MPI sees a world of " +
-                                              std::to_string((*world)->size()) +
-                                              "; launch with mpirun (or srun with MPI/PMIx support)"));
-    world->reset();
-    exec::mpi_finalize();
-    return rc;
-  }
-  int rc = run(**world, a);
-  if (rc != 0 && rc != 143 && (*world)->size() > 1) {  // 143: every rank stopped together on a signal
+  exec::Communicator& comm = world->comm();
+  if (comm.rank() == 0 && !a.quiet)
+    std::printf("ranks: %d, joined by %s\n", comm.size(), world->how().c_str());
+  int rc = run(comm, a);
+  if (rc != 0 && rc != 143 && comm.size() > 1) {  // 143: every rank stopped together on a signal
     // One rank failing ends the job on every rank instead of leaving peers waiting.
-    (*world)->abort(rc, "loom execute: rank " + std::to_string((*world)->rank()) + " failed; ending the job");
+    comm.abort(rc, "loom execute: rank " + std::to_string(comm.rank()) + " failed; ending the job");
   }
-  world->reset();
-  exec::mpi_finalize();
   return rc;
-#else
-  exec::LaunchEnv env = exec::detect_launch_env();
-  if (env.world > 1)
-    return fail("execute", unsupported("this loom was built without MPI, but the launcher started " +
-                                        std::to_string(env.world) + " ranks; rebuild with LOOM_WITH_MPI=ON"));
-  auto world = exec::make_self_communicator("world");
-  return run(*world, a);
-#endif
 }
 
 }  // namespace loom::cli

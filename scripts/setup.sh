@@ -7,7 +7,7 @@ BUILD_DIR=${1:-build}
 
 PKGS=(cmake ninja-build g++ pkg-config
       nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev
+      libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev patchelf
       libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev libhdf5-dev
       qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libxkbcommon-dev libgl-dev fonts-dejavu-core)
 missing=()

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "exec/backend/kernels.h"
+#include "exec/backend/op_timer.h"
 
 namespace loom::exec {
 
@@ -76,8 +77,21 @@ class ComputeBackend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   virtual void synchronize() = 0;
-  // The ops (exec/backend/kernels.h), on this backend's memory.
+  // The ops (exec/backend/kernels.h), on this backend's memory: the
+  // backend's own table, or the last wrapper installed over it.
   virtual Kernels& kernels() = 0;
+  // Puts `wrapper` in front of the table: kernels() returns it from now on.
+  // It must forward to the table kernels() returned before this call (a
+  // decorator such as exec/backend/kernel_profile.h); the backend owns it and
+  // destroys it before its own table. Install it before anything (a Trainer)
+  // holds on to kernels(). kUnsupported where the backend has no such slot.
+  virtual Status wrap_kernels(std::unique_ptr<Kernels> wrapper) {
+    return unsupported("the " + name() + " backend cannot wrap its kernel table");
+  }
+  // Times ops in the order the backend runs them (exec/backend/op_timer.h):
+  // the host clock here, which is right for synchronous backends; device
+  // backends record events on their stream.
+  virtual std::unique_ptr<OpTimer> make_op_timer() { return make_host_op_timer(); }
   // The device stream the kernels run on (cudaStream_t), for communicators
   // that must order their work after it; null on the CPU.
   virtual void* native_stream() { return nullptr; }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "exec/backend/compute_backend.h"
 
@@ -104,7 +105,15 @@ class CpuBackend final : public ComputeBackend {
   }
   void fill_zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
   void synchronize() override {}
-  Kernels& kernels() override { return *kernels_; }
+  Kernels& kernels() override { return wrappers_.empty() ? *kernels_ : *wrappers_.back(); }
+  Status wrap_kernels(std::unique_ptr<Kernels> wrapper) override {
+    if (!wrapper) return invalid_argument("wrap_kernels: no wrapper");
+    wrappers_.push_back(std::move(wrapper));
+    return Status::ok();
+  }
+  ~CpuBackend() override {
+    while (!wrappers_.empty()) wrappers_.pop_back();  // outermost first, before the table
+  }
 
  private:
   void add(size_t bytes) {
@@ -121,6 +130,7 @@ class CpuBackend final : public ComputeBackend {
   std::atomic<size_t> allocated_{0};
   std::atomic<size_t> peak_{0};
   std::unique_ptr<Kernels> kernels_ = make_cpu_kernels();
+  std::vector<std::unique_ptr<Kernels>> wrappers_;  // each over the one before (the first over kernels_)
 };
 
 }  // namespace

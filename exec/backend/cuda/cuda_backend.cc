@@ -2,6 +2,11 @@
 // blocks are kept per size and reused, as PyTorch's allocator does, so the
 // per-micro-batch activations never hit cudaMalloc in steady state), copies,
 // synchronization, and the peak of live tensor bytes.
+//
+// LOOM_CUDA_SYNC_DEBUG=1: the table is wrapped in a SyncCheckKernels
+// (exec/backend/kernel_sync_check.h) that synchronizes after every op and
+// names the op a device error comes from, and every copy, fill and zeroing
+// allocation synchronizes too (a fault there ends the process naming it).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -11,9 +16,13 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_kernels.h"
+#include "exec/backend/cuda/cuda_op_timer.h"
+#include "exec/backend/kernel_sync_check.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
 namespace loom::exec {
@@ -26,6 +35,11 @@ void fatal(cudaError_t e, const char* what) {
   // else is a broken device and ends the process with the CUDA message.
   std::fprintf(stderr, "loom: CUDA backend: %s: %s (%s)\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
   std::exit(1);
+}
+
+bool sync_debug_requested() {
+  const char* e = std::getenv("LOOM_CUDA_SYNC_DEBUG");
+  return e && *e && std::string(e) != "0";
 }
 
 class CudaBackend final : public ComputeBackend {
@@ -45,9 +59,16 @@ class CudaBackend final : public ComputeBackend {
   }
   Status start_kernels(Precision precision) {
     LOOM_ASSIGN_OR_RETURN(kernels_, make_cuda_kernels(this, stream_, precision));
+    if (sync_debug_) {
+      std::fprintf(stderr, "loom: LOOM_CUDA_SYNC_DEBUG: %s synchronizes after every kernel and copy (slow)\n",
+                   name().c_str());
+      wrappers_.push_back(std::make_unique<SyncCheckKernels>(
+          *kernels_, [this] { return wait_for_stream(); }, "LOOM_CUDA_SYNC_DEBUG"));
+    }
     return Status::ok();
   }
   ~CudaBackend() override {
+    while (!wrappers_.empty()) wrappers_.pop_back();  // outermost first
     kernels_.reset();  // its buffers go back to this allocator first
     cudaStreamSynchronize(stream_);
     for (Staging& st : staging_) {
@@ -65,6 +86,7 @@ class CudaBackend final : public ComputeBackend {
     void* p = allocate_uninitialized(bytes);
     // The interface promises zero-filled memory.
     if (cudaError_t e = cudaMemsetAsync(p, 0, round_up(bytes), stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    debug_check("allocate (zero fill)", bytes);
     return p;
   }
   void* allocate_uninitialized(size_t bytes) override {
@@ -113,12 +135,14 @@ class CudaBackend final : public ComputeBackend {
   // as zeros until rewritten) and no longer counted as resident.
   void discard(void* ptr, size_t bytes) override {
     if (cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    debug_check("discard", bytes);
     allocated_.fetch_sub(bytes);
   }
   void reclaim(void*, size_t bytes) override { add(bytes); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess)
       fatal(e, "cudaMemcpyAsync to device");
+    debug_check("copy_to_device", bytes);
     synchronize();  // the host buffer may be reused as soon as this returns
   }
   // Two pinned staging slots used in turn: the host fills one while the
@@ -148,27 +172,57 @@ class CudaBackend final : public ComputeBackend {
       fatal(e, "cudaMemcpyAsync (copy stream)");
     if (cudaError_t e = cudaEventRecord(st.done, copy_stream_); e != cudaSuccess) fatal(e, "cudaEventRecord");
     if (cudaError_t e = cudaStreamWaitEvent(stream_, st.done, 0); e != cudaSuccess) fatal(e, "cudaStreamWaitEvent");
+    debug_check("copy_to_device_async", bytes);
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_); e != cudaSuccess)
       fatal(e, "cudaMemcpyAsync to host");
+    debug_check("copy_to_host", bytes);
     synchronize();
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return;
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_); e != cudaSuccess)
       fatal(e, "cudaMemcpyAsync on device");
+    debug_check("copy", bytes);
   }
   void fill_zero(void* ptr, size_t bytes) override {
     if (cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
+    debug_check("fill_zero", bytes);
   }
   void synchronize() override {
     if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) fatal(e, "cudaStreamSynchronize");
   }
-  Kernels& kernels() override { return *kernels_; }
+  Kernels& kernels() override { return wrappers_.empty() ? *kernels_ : *wrappers_.back(); }
+  Status wrap_kernels(std::unique_ptr<Kernels> wrapper) override {
+    if (!wrapper) return invalid_argument("wrap_kernels: no wrapper");
+    wrappers_.push_back(std::move(wrapper));
+    return Status::ok();
+  }
+  std::unique_ptr<OpTimer> make_op_timer() override { return make_cuda_op_timer(stream_); }
   void* native_stream() override { return stream_; }
 
  private:
+  // The stream's work done, or the device error that stopped it.
+  Status wait_for_stream() {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) return Status::ok();
+    return internal_error(std::string("CUDA error '") + cudaGetErrorString(e) + "' (" + cudaGetErrorName(e) + ")");
+  }
+  // LOOM_CUDA_SYNC_DEBUG: after a copy or fill, wait for it (and the copy
+  // stream) and end the process naming it if the device failed.
+  void debug_check(const char* what, size_t bytes) {
+    if (!sync_debug_) return;
+    cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess && copy_stream_) e = cudaStreamSynchronize(copy_stream_);
+    if (e == cudaSuccess) return;
+    // A fault a kernel raised earlier was named by the table's check already.
+    const Status table = kernels().status();
+    std::fprintf(stderr, "loom: LOOM_CUDA_SYNC_DEBUG: CUDA error '%s' (%s) in %s (bytes=%zu)%s%s\n",
+                 cudaGetErrorString(e), cudaGetErrorName(e), what, bytes,
+                 table.is_ok() ? "" : "; first reported: ", table.is_ok() ? "" : table.message().c_str());
+    std::exit(1);
+  }
   // 512-byte granularity below 1 MB, 2 MB above (fewer distinct cached sizes).
   static size_t round_up(size_t b) {
     const size_t g = b < (1u << 20) ? 512 : (2u << 20);
@@ -192,6 +246,8 @@ class CudaBackend final : public ComputeBackend {
   std::map<void*, size_t> sizes_;
   std::atomic<size_t> allocated_{0}, peak_{0};
   std::unique_ptr<Kernels> kernels_;
+  const bool sync_debug_ = sync_debug_requested();
+  std::vector<std::unique_ptr<Kernels>> wrappers_;  // each over the one before (the first over kernels_)
   struct Staging {
     void* host = nullptr;
     size_t bytes = 0;

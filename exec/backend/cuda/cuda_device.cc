@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "exec/backend/cuda/cuda_ops.h"
@@ -21,6 +22,25 @@ std::string device_description(int device) {
   std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.0f GB, %d SMs)", p.name, p.major, p.minor,
                 double(p.totalGlobalMem) / 1e9, p.multiProcessorCount);
   return buf;
+}
+
+std::string runtime_versions() {
+  auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  int runtime = 0, driver = 0;
+  std::string out = "CUDA runtime ";
+  out += cudaRuntimeGetVersion(&runtime) == cudaSuccess ? ver(runtime) : "unknown";
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+    (void)cudaGetLastError();
+    out += ", no NVIDIA driver";
+  } else {
+    out += ", driver supports CUDA " + ver(driver);
+  }
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
+    out += ", cuBLAS " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  return out;
 }
 
 }  // namespace loom::cuda

@@ -25,6 +25,9 @@ enum class GemmInput { kF32, kBf16, kF16 };
 int device_count();
 // "NVIDIA H200 (sm_90, 141 GB)"; empty when `device` does not exist.
 std::string device_description(int device);
+// "CUDA runtime 13.0, driver supports CUDA 13.0, cuBLAS 13.1.0" (the
+// libraries this process loaded), for `loom version` and start-up lines.
+std::string runtime_versions();
 
 // y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N).
 Status layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,

@@ -1,0 +1,78 @@
+// KernelCall: one call of the kernel table (exec/backend/kernels.h) as the
+// decorators that watch the table see it (exec/backend/observed_kernels.h):
+// which op, its shape (for messages), and the work it does (for rates).
+//
+// Work, computed from the call's arguments:
+//   flops  the math as written: GEMM 2MNK; causal attention counts the
+//          visible half of the scores (forward 2 GEMMs of 2*B*Hq*T*T*D/2
+//          each, backward 5: the recomputed scores, dV, dP, dQ, dK), as
+//          FlashAttention reports it. 0 for the memory-bound ops, which are
+//          rated by bytes instead.
+//   bytes  what the op must read and write at least (fp32 = 4 bytes; GEMM
+//          operands 2 bytes when the table runs 16-bit GEMMs); accumulated
+//          outputs (dw += ...) count a read and a write.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace loom::exec {
+
+// Every op of the table (Kernels' virtuals other than precision(), status(),
+// set_weights() and weights_changed(), which do no device work).
+enum class KernelOp : uint8_t {
+  kGemm,
+  kLayernormForward,
+  kLayernormBackward,
+  kRmsnormForward,
+  kRmsnormBackward,
+  kGeluForward,
+  kGeluBackward,
+  kSwigluForward,
+  kSwigluBackward,
+  kRopeForward,
+  kRopeBackward,
+  kAttentionForward,
+  kAttentionBackward,
+  kEmbeddingForward,
+  kEmbeddingBackward,
+  kAddPositions,
+  kPositionsBackward,
+  kFillColumns,
+  kXentRowMax,
+  kXentSumexpAndTarget,
+  kXentLoss,
+  kXentBackward,
+  kAdamwUpdate,
+  kAddInplace,
+  kAddBias,
+  kBiasBackward,
+  kScaleInplace,
+  kTo16bit,
+  kFrom16bit,
+  kSum,
+  kAddSumSquares,
+  kTakeSumSquares,
+};
+inline constexpr int kNumKernelOps = int(KernelOp::kTakeSumSquares) + 1;
+
+// The virtual's name: "attention_backward".
+const char* kernel_op_name(KernelOp op);
+
+struct KernelCall {
+  struct Dim {
+    const char* name = nullptr;
+    int64_t value = 0;
+  };
+  KernelOp op = KernelOp::kGemm;
+  double flops = 0;
+  double bytes = 0;
+  std::array<Dim, 6> dims{};  // the shape arguments, in the virtual's order
+  int num_dims = 0;
+
+  // "attention_backward (B=2, T=1024, Hq=32, Hk=8, D=128)"
+  std::string to_string() const;
+};
+
+}  // namespace loom::exec

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The install tree and the relocatable GPU bundle, as a user deploys them:
+#   1. `cmake --install` gives P/bin/loom and P/share/loom/{models,hwprofiles,data};
+#      the installed loom plans from / with an empty environment;
+#   2. scripts/gpu-bundle packs the build into a folder, which is then MOVED;
+#      from / with an empty environment its loom plans and trains 2 CPU steps
+#      on the sample corpus it carries (found next to the executable, not in
+#      the source tree), loom-env reports, and gpu-validate without a GPU
+#      exits 2 with a one-line reason;
+#   3. ldd of every bundled program, with no LD_LIBRARY_PATH, misses nothing
+#      but the GPU libraries the node provides.
+# usage: bundle_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1 build=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "bundle_test: FAIL: $*" >&2; exit 1; }
+
+echo "== install tree"
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+for f in bin/loom share/loom/models/gpt2-124m.json share/loom/hwprofiles/dgx-h100.json \
+         share/loom/data/tinyshakespeare.txt share/loom/data/tokenizer/shakespeare_bpe.model \
+         share/loom/bench/suites/ci.json; do
+  [ -e "$tmp/prefix/$f" ] || fail "install tree lacks $f"
+done
+(cd / && env -i "$tmp/prefix/bin/loom" plan --model gpt2-124m --hw dgx-h100 --gpus 8 --global-batch 64 --seq 1024 \
+   --out "$tmp/installed-plan.json" >/dev/null) || fail "installed loom plan failed"
+
+echo "== bundle, moved"
+"$src/scripts/gpu-bundle" "$tmp/bundle" --build "$build"
+mv "$tmp/bundle" "$tmp/moved"
+b=$tmp/moved
+cd /
+env -i "$b/bin/loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=256 --hw cpu-local --gpus 1 \
+  --global-batch 4 --seq 64 --layout dp=1 --out "$tmp/plan.json" >/dev/null || fail "bundled loom plan failed"
+out=$(env -i "$b/bin/loom" execute "$tmp/plan.json" --steps 2 --threads 1 --record "$tmp/run.json" 2>&1) ||
+  { echo "$out"; fail "bundled loom execute failed"; }
+echo "$out" | head -4
+grep -q "^data: $b/share/loom/data/tinyshakespeare.txt" <<<"$out" || fail "the sample corpus did not come from the bundle"
+grep -q "step    2/2 | loss" <<<"$out" || fail "no second step"
+[ -s "$tmp/run.json" ] || fail "no run record"
+
+env_out=$(env -i "$b/bin/loom-env" 2>&1) || true
+echo "$env_out" | sed -n '/GPU libraries/,$p'
+grep -q "^Programs:" <<<"$env_out" || fail "loom-env printed no program table"
+grep -q "loom  *ok" <<<"$env_out" || fail "loom-env: loom is not ok"
+
+if [ -x "$b/bin/gpu-validate" ] && ! (command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1); then
+  set +e
+  gv=$(env -i "$b/bin/gpu-validate" "$tmp/gv" 2>&1)
+  rc=$?
+  set -e
+  echo "gpu-validate without a GPU: rc=$rc: $gv"
+  [ "$rc" = 2 ] || fail "gpu-validate without a GPU exited $rc, not 2"
+  [ "$(printf '%s\n' "$gv" | wc -l)" = 1 ] || fail "gpu-validate without a GPU printed more than one line"
+fi
+
+echo "== libraries"
+for p in "$b"/libexec/*; do
+  head -c 4 "$p" | grep -q ELF || continue
+  missing=$(env -i ldd "$p" | awk '/not found/ { print $1 }' |
+            grep -Ev '^(libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' || true)
+  [ -z "$missing" ] || fail "$(basename "$p") misses $missing"
+  rpath=$(readelf -d "$p" | sed -n 's/.*R.*PATH.*\[\(.*\)\]/\1/p')
+  [ "$rpath" = '$ORIGIN/../lib' ] || fail "$(basename "$p") has RPATH '$rpath'"
+done
+size=$(du -sm "$b" | cut -f1)
+echo "bundle_test: ok ($size MiB)"
