@@ -13,8 +13,8 @@
 
 namespace loom::cli {
 
-std::string format_comparison(const Plan& plan, const RunRecord& rec) {
-  auto rows = compare_rows(plan, rec);
+std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other_hardware) {
+  auto rows = compare_rows(plan, rec, other_hardware);
   if (!rows.is_ok()) return "predicted vs measured: " + rows.status().message() + "\n";
   std::string out = "predicted vs measured (" + rec.layout + ", " + std::to_string(rec.world_size) + " ranks, mean of " +
                     std::to_string(std::max<int64_t>(0, rec.steps - rec.warmup_steps)) + " steps after " +
@@ -55,19 +55,22 @@ std::string comparison_json(const std::vector<ComparisonRow>& rows) {
 int cmd_compare(int argc, char** argv) {
   CLI::App app{"Predicted (plan) vs measured (run record) with relative errors.", "loom compare"};
   std::string plan_path, record_path;
-  bool json = false;
+  bool json = false, other_hardware = false;
   app.add_option("plan", plan_path, "plan JSON")->required();
   app.add_option("run", record_path, "run record JSON written by `loom execute --record`")->required();
   app.add_flag("--json", json, "print the rows as JSON with *_rel_error keys");
+  app.add_flag("--other-hardware", other_hardware,
+               "the plan is the run's plan made on another hardware profile (a calibrated one, say): model, layout, "
+               "ranks and tokens per step must match, the hash need not");
   if (int rc = parse_args(app, "compare", argc, argv); rc >= 0) return rc;
   auto plan = load_plan(plan_path);
   if (!plan.is_ok()) return fail("compare", plan.status());
   auto rec = load_run_record(record_path);
   if (!rec.is_ok()) return fail("compare", rec.status());
-  auto rows = compare_rows(*plan, *rec);
+  auto rows = compare_rows(*plan, *rec, other_hardware);
   if (!rows.is_ok()) return fail("compare", rows.status());
   if (json) std::printf("%s\n", comparison_json(*rows).c_str());
-  else std::printf("%s", format_comparison(*plan, *rec).c_str());
+  else std::printf("%s", format_comparison(*plan, *rec, other_hardware).c_str());
   return 0;
 }
 

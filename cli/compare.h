@@ -12,7 +12,7 @@ namespace loom::cli {
 using loom::ComparisonRow;
 using loom::compare_rows;
 
-std::string format_comparison(const Plan& plan, const RunRecord& record);
+std::string format_comparison(const Plan& plan, const RunRecord& record, bool other_hardware = false);
 // {"step_time_s": {...}, "step_time_rel_error": ..., ...}
 std::string comparison_json(const std::vector<ComparisonRow>& rows);
 

@@ -7,10 +7,25 @@
 
 namespace loom {
 
-Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& rec) {
-  if (rec.plan_hash != plan.plan_hash())
+Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& rec, bool other_hardware) {
+  if (other_hardware) {
+    const int64_t tokens = int64_t(plan.train.global_batch) * plan.train.seq_len;
+    std::string differs;
+    if (rec.model_name != plan.model.name) differs += " model (" + rec.model_name + " vs " + plan.model.name + ")";
+    if (rec.layout != plan.layout.to_string())
+      differs += " layout (" + rec.layout + " vs " + plan.layout.to_string() + ")";
+    if (rec.world_size != plan.world_size)
+      differs += " ranks (" + std::to_string(rec.world_size) + " vs " + std::to_string(plan.world_size) + ")";
+    if (rec.tokens_per_step != tokens)
+      differs += " tokens per step (" + std::to_string(rec.tokens_per_step) + " vs " + std::to_string(tokens) + ")";
+    if (!differs.empty())
+      return invalid_argument("compare: the run and the plan differ in more than the hardware:" + differs +
+                              "; --other-hardware compares a run with the same plan made on another profile");
+  } else if (rec.plan_hash != plan.plan_hash()) {
     return invalid_argument("compare: the run record is for plan " + rec.plan_hash + " but the plan's hash is " +
-                            plan.plan_hash() + "; compare a run with the plan it executed");
+                            plan.plan_hash() + "; compare a run with the plan it executed (or, for the same plan "
+                            "made on another hardware profile, pass --other-hardware)");
+  }
   LOOM_ASSIGN_OR_RETURN(Json p, parse_json(plan.prediction_json, "plan prediction"));
   if (!p.is_object() || !p.contains("breakdown"))
     return invalid_argument("compare: the plan has no prediction; re-create it with `loom plan`");

@@ -20,6 +20,9 @@ struct ComparisonRow {
 };
 
 // Errors: the prediction is missing or is for another plan (hash mismatch).
-Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& record);
+// With `other_hardware`, the plan may differ from the one the run executed in
+// its hardware profile only (e.g. the same plan made on a calibrated profile):
+// model, layout, world size and tokens per step must still match the record.
+Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& record, bool other_hardware = false);
 
 }  // namespace loom

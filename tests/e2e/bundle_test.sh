@@ -7,7 +7,11 @@
 #      on the sample corpus it carries (found next to the executable, not in
 #      the source tree), loom-env reports, and gpu-validate without a GPU
 #      exits 2 with a one-line reason;
-#   3. ldd of every bundled program, with no LD_LIBRARY_PATH, misses nothing
+#   3. gpu-validate's rehearsal (GPU_VALIDATE_REHEARSAL=1, a stand-in
+#      nvidia-smi, every stage on the CPU with a 1-layer model): each stage
+#      writes its summary line, the files stay within 8, the per-op profile
+#      and the calibrated predicted-vs-measured tables come out;
+#   4. ldd of every bundled program, with no LD_LIBRARY_PATH, misses nothing
 #      but the GPU libraries the node provides.
 # usage: bundle_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -54,6 +58,28 @@ if [ -x "$b/bin/gpu-validate" ] && ! (command -v nvidia-smi >/dev/null 2>&1 && n
   [ "$rc" = 2 ] || fail "gpu-validate without a GPU exited $rc, not 2"
   [ "$(printf '%s\n' "$gv" | wc -l)" = 1 ] || fail "gpu-validate without a GPU printed more than one line"
 fi
+
+echo "== gpu-validate rehearsal"
+mkdir -p "$tmp/fakebin"
+cp "$src/tests/e2e/fake-nvidia-smi" "$tmp/fakebin/nvidia-smi"
+set +e
+env -i PATH="$tmp/fakebin:/usr/bin:/bin" GPU_VALIDATE_REHEARSAL=1 LOSS_STEPS=12 PERF_STEPS=2 \
+  "$b/bin/gpu-validate" "$tmp/gv" >"$tmp/gv.out" 2>&1
+rc=$?
+set -e
+sed -n '/^gpu-validate:/,/^$/p' "$tmp/gv.out"
+[ "$rc" = 1 ] || { cat "$tmp/gv.out"; fail "rehearsal exited $rc (expected 1: its 1-layer loss cannot match GPT-2's curve)"; }
+for stage in "1 env" "2 ops (small)" "2 ops (production)" "3 trainer" "3 trainer (poisoned)" "4 loss vs CPU fp32" \
+             "5 checkpoint+resume" "6 perf gpt2-124m" "6 perf gpt2-355m" "6 calibrate" "6 predicted gpt2-124m" \
+             "6b 2 GPUs" "7 memcheck"; do
+  grep -q "^$stage  " "$tmp/gv/summary.txt" || fail "the rehearsal's summary has no line for stage '$stage'"
+done
+grep -q "^5 checkpoint+resume *PASS" "$tmp/gv/summary.txt" || fail "the rehearsal's resume was not bit-identical"
+grep -q "^6 perf gpt2-124m *PASS.*tokens/s.*peak memory [0-9.]* GB" "$tmp/gv/summary.txt" || fail "no throughput figures"
+grep -q "^gemm " "$tmp/gv/profile.txt" || fail "no per-op profile"
+grep -q "step_time " "$tmp/gv/compare.txt" || fail "no predicted-vs-measured table on the calibrated profile"
+files=$(find "$tmp/gv" -type f | wc -l)
+(( files <= 8 )) || fail "gpu-validate left $files files (at most 8)"
 
 echo "== libraries"
 for p in "$b"/libexec/*; do
