@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
+#include "core/output_file.h"
 #include "core/hw_profile.h"
 #include "core/json_util.h"
 #include "exec/backend/kernel_bench.h"
@@ -364,6 +365,9 @@ int cmd_calibrate(int argc, char** argv) {
 #endif
   }
   else return fail("calibrate", invalid_argument("--backend '" + a.backend + "' is not one of: cpu, cuda"));
+  // The profile's path is checked before minutes of measuring (core/output_file.h).
+  if (!a.out.empty())
+    if (Status s = check_output_path(a.out, "--out"); !s.is_ok()) return fail("calibrate", s);
   auto world = exec::open_world(&argc, &argv);
   if (!world.is_ok()) return fail("calibrate", world.status());
   return calibrate(world->comm(), *bench, a);

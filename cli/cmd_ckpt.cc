@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "core/json_util.h"
+#include "core/output_file.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/checkpoint/safetensors.h"
 
@@ -90,14 +91,22 @@ int cmd_ckpt(int argc, char** argv) {
     std::printf("ok: %s\n", dir.is_ok() ? dir->c_str() : path.c_str());
     return 0;
   }
+  // Not into the checkpoint directory named (any of its steps), nor the step read.
+  if (Status s = refuse_output_inside(out, path, "--out"); !s.is_ok()) return fail("ckpt export", s);
   auto r = ckpt::CheckpointReader::open(path);
   if (!r.is_ok()) return fail("ckpt export", r.status());
+  auto cfg = parse_json(ckpt::checkpoint_model_config(**r), "model config");
+  const std::string saved_type = cfg.is_ok() && cfg->is_object() ? cfg->value("model_type", "") : "";
   if (family.empty()) {
-    auto cfg = parse_json(ckpt::checkpoint_model_config(**r), "model config");
-    if (cfg.is_ok() && cfg->is_object()) family = cfg->value("model_type", "");
+    family = saved_type;
     if (family.empty())
       return fail("ckpt export", invalid_argument("the checkpoint's metadata names no model_type; pass --family "
                                                   "gpt2 or --family llama"));
+  } else if ((saved_type == "gpt2" || saved_type == "llama") && saved_type != family) {
+    // Another family's names and orientations would be a wrong file, not an error.
+    return fail("ckpt export", invalid_argument("--family " + family + ": the checkpoint is of a " + saved_type +
+                                                " model (its metadata's model_type); pass --family " + saved_type +
+                                                " or leave --family out"));
   }
   Status s = ckpt::export_safetensors(**r, out, family);
   if (!s.is_ok()) return fail("ckpt export", s);

@@ -4,16 +4,20 @@
 #include <algorithm>
 #include <thread>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "cli/compare.h"
+#include "cli/execute_memory.h"
 #include "core/json_util.h"
+#include "core/output_file.h"
 #include "core/plan.h"
 #include "core/resources.h"
 #include "core/run_record.h"
@@ -21,6 +25,7 @@
 #include "exec/backend/kernel_profile.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/comm/self_communicator.h"
+#include "exec/runtime/compute_threads.h"
 #include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
 #include "exec/comm/world.h"
@@ -80,7 +85,9 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   Trace part;
   part.kind = "measured";
   part.events = mine;
-  std::string part_path = path + ".rank" + std::to_string(world.rank());
+  // Part files next to the target (in the working directory for `-`, stdout).
+  const std::string base = is_stdout_path(path) ? ".loom-trace-" + plan_hash : path;
+  std::string part_path = base + ".rank" + std::to_string(world.rank());
   LOOM_RETURN_IF_ERROR(write_trace(part, part_path));
   LOOM_RETURN_IF_ERROR(world.barrier());
   if (world.rank() != 0) return Status::ok();
@@ -88,7 +95,7 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   all.kind = "measured";
   all.plan_hash = plan_hash;
   for (int r = 0; r < world.size(); ++r) {
-    std::string p = path + ".rank" + std::to_string(r);
+    std::string p = base + ".rank" + std::to_string(r);
     LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(p));
     LOOM_ASSIGN_OR_RETURN(Trace t, parse_trace(text));
     all.process_names.push_back("rank " + std::to_string(r));
@@ -100,6 +107,22 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   }
   for (int i = 0; i < kNumStreams; ++i) all.thread_names.push_back(stream_name(static_cast<Stream>(i)));
   return write_trace(all, path);
+}
+
+// Every output is checked before the first step (core/output_file.h): a
+// missing directory, a FIFO or a device must not cost a whole run.
+Status check_execute_outputs(const ExecArgs& a) {
+  const std::pair<const char*, const std::string*> files[] = {
+      {"--record", &a.record}, {"--trace", &a.trace}, {"--metrics", &a.metrics},
+      {"--profile-ops-json", &a.profile_ops_json}};
+  for (const auto& [opt, path] : files) {
+    if (path->empty()) continue;
+    LOOM_RETURN_IF_ERROR(check_output_path(*path, opt));
+    LOOM_RETURN_IF_ERROR(refuse_same_file(*path, a.plan_path, opt, "plan"));
+    LOOM_RETURN_IF_ERROR(refuse_same_file(*path, a.data, opt, "--data file"));
+  }
+  if (!a.ckpt_dir.empty()) LOOM_RETURN_IF_ERROR(check_output_dir(a.ckpt_dir, "--ckpt-dir"));
+  return Status::ok();
 }
 
 // The compute backend and the communicator that moves its buffers: the CPU
@@ -181,6 +204,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
     return say(invalid_argument("the plan is for " + std::to_string(plan->world_size) + " ranks but " +
                                 std::to_string(world.size()) + " were launched; run `mpirun -np " +
                                 std::to_string(plan->world_size) + " loom execute " + a.plan_path + "`"));
+  if (Status s = check_execute_outputs(a); !s.is_ok()) return say(s);
   exec::TrainerConfig cfg;
   cfg.model = plan->model;
   cfg.train = plan->train;
@@ -196,6 +220,12 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   if (a.steps >= 0) cfg.train.steps = a.steps;
   if (cfg.train.steps <= 0) cfg.train.steps = 20;
   if (Status s = validate_layout(cfg.layout, cfg.model, cfg.train, world.size()); !s.is_ok()) return say(s);
+  // The plan's (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
+  if (a.backend == "cpu") {
+    if (Status s = check_execute_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), false, Precision::kFp32);
+        !s.is_ok())
+      return say(s);
+  }
   rank_specific = true;
   exec::DataSpecOptions dopt;
   dopt.seq_len = cfg.train.seq_len;
@@ -214,7 +244,11 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   }
   auto data = exec::open_training_data(data_spec, dopt);
   if (!data.is_ok()) return say(data.status());
-  if (a.threads > 0) cpu::set_num_threads(a.threads);
+  auto threads = exec::compute_threads(a.threads, exec::detect_launch_env().local_world);
+  if (!threads.is_ok()) return say(threads.status());
+  cpu::set_num_threads(threads->threads);
+  if (lead && !a.quiet) std::printf("threads: %s\n", threads->describe().c_str());
+  if (lead && !threads->warning.empty()) std::fprintf(stderr, "loom execute: warning: %s\n", threads->warning.c_str());
   auto devices = open_devices(world, a, cfg.train.precision);
   if (!devices.is_ok()) return say(devices.status());
   // --profile-ops: the per-op profiler in front of the backend's kernel table
@@ -229,6 +263,11 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   cfg.backend = devices->backend.get();
   cfg.device_world = devices->world.get();
   if (lead && !a.quiet) std::printf("backend: %s\n", devices->description.c_str());
+  if (devices->world) {  // CUDA: this rank's stage against its device's free memory
+    if (Status s = check_execute_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), true, devices->precision);
+        !s.is_ok())
+      return say(s);
+  }
   auto trainer = exec::Trainer::create(&world, cfg, data->get());
   if (!trainer.is_ok()) return say(trainer.status());
 
@@ -270,10 +309,20 @@ int run(exec::Communicator& world, const ExecArgs& a) {
     return checkpointer->save(std::move(req));
   };
 
-  std::unique_ptr<std::ofstream> metrics;
+  // Metrics stream line by line (no temporary + rename): to the symlink's
+  // target, or stdout for `-`; a failed write ends the run (a full disk).
+  std::unique_ptr<std::ofstream> metrics_file;
+  std::ostream* metrics = nullptr;
   if (lead && !a.metrics.empty()) {
-    metrics = std::make_unique<std::ofstream>(a.metrics);
-    if (!*metrics) return say(io_error(a.metrics + ": cannot open for writing"));
+    if (is_stdout_path(a.metrics)) {
+      metrics = &std::cout;
+    } else {
+      auto target = resolve_output_path(a.metrics, "--metrics");
+      if (!target.is_ok()) return say(target.status());
+      metrics_file = std::make_unique<std::ofstream>(*target);
+      if (!*metrics_file) return say(write_error("open", a.metrics, errno));
+      metrics = metrics_file.get();
+    }
   }
   const double tokens = double(cfg.train.tokens_per_step());
   const double palm = cfg.model.model_flops_per_token_palm(cfg.train.seq_len);
@@ -283,6 +332,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
   rec.loom_version = loom_version();
   rec.plan_hash = plan->plan_hash();
   rec.model_name = cfg.model.name;
+  rec.model_config = model_spec_to_json(cfg.model);
   rec.hardware_name = plan->hw.name;
   rec.backend = devices->description;
   rec.layout = cfg.layout.to_string();
@@ -355,6 +405,7 @@ int run(exec::Communicator& world, const ExecArgs& a) {
         }
         *metrics << j.dump() << "\n";
         metrics->flush();
+        if (!*metrics) return say(write_error("write", a.metrics, errno));
       }
     }
     // Checkpoints after step + 1 completed steps; a stop signal on any rank
@@ -447,38 +498,48 @@ int cmd_execute(int argc, char** argv) {
                "loom execute"};
   ExecArgs a;
   app.add_option("plan", a.plan_path, "plan JSON written by `loom plan`")->required();
-  app.add_option("--steps", a.steps, "optimizer steps (default: the plan's, else 20)");
+  app.add_option("--steps", a.steps, "optimizer steps (default: the plan's, else 20)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40).description("at least 1"));
   app.add_option("--data", a.data,
                  "training data: a text file (byte-level tokens), an indexed dataset PREFIX, a PREFIX.manifest.json "
                  "from `loom preprocess`, or a blend W:SPEC,W:SPEC; s3:// and https:// too; "
                  "default data/tinyshakespeare.txt");
   app.add_option("--cache-dir", a.cache_dir, "where remote data is cached (default $LOOM_CACHE_DIR or ~/.cache/loom)");
   app.add_option("--ckpt-dir", a.ckpt_dir, "write checkpoints here (step_NNNNNN/ directories and `latest`)");
-  app.add_option("--save-every", a.save_every, "a full checkpoint every N steps (and a final one on SIGTERM/SIGINT)");
-  app.add_option("--light-every", a.light_every, "a light checkpoint (training state only) every N steps");
-  app.add_option("--keep", a.keep_last, "full checkpoints to keep (0 = all)")->capture_default_str();
-  app.add_option("--keep-every", a.keep_every, "also keep every M-th step's checkpoint");
+  app.add_option("--save-every", a.save_every, "a full checkpoint every N steps (and a final one on SIGTERM/SIGINT)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  app.add_option("--light-every", a.light_every, "a light checkpoint (training state only) every N steps")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  app.add_option("--keep", a.keep_last, "full checkpoints to keep (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
+  app.add_option("--keep-every", a.keep_every, "also keep every M-th step's checkpoint")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   app.add_flag("--sync-save", a.sync_save, "write checkpoints in the training thread (default: in the background)");
   app.add_option("--stop-after", a.stop_after,
                  "stop (with a checkpoint when --ckpt-dir is set) after this many steps of the run, keeping the LR "
-                 "schedule of --steps: an interruption on purpose");
+                 "schedule of --steps: an interruption on purpose")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40).description("at least 1"));
   app.add_option("--resume", a.resume, "continue from a checkpoint: a step directory, a checkpoint directory, or `latest` "
                                        "(in --ckpt-dir); it may have been written under another layout");
   app.add_option("--scale", a.scale, "run the plan's model scaled down, e.g. layers=4,hidden=256,heads=4");
   app.add_option("--metrics", a.metrics, "write one JSON line per step here");
   app.add_option("--record", a.record, "write the run record (measured figures) here");
   app.add_option("--trace", a.trace, "write the measured Chrome trace of the last step here");
-  app.add_option("--threads", a.threads, "compute threads per rank (0: the library default)");
+  app.add_option("--threads", a.threads,
+                 "compute threads per rank (default 0: the cores this process may use / the ranks on this node)");
   app.add_option("--backend", a.backend, "where the math runs: cpu, or cuda (one GPU per rank, NCCL between them)")
       ->capture_default_str();
   app.add_option("--precision", a.precision,
                  "fp32, bf16 or fp16 (16-bit GEMM operands with fp32 master weights, gradients and Adam states; fp16 "
                  "with dynamic loss scaling; CUDA only); "
                  "default: fp32 on the CPU, the plan's precision on CUDA");
-  app.add_option("--device", a.device, "CUDA device of this rank (default: the local rank modulo the visible GPUs)");
+  app.add_option("--device", a.device, "CUDA device of this rank (default: the local rank modulo the visible GPUs)")
+      ->check(CLI::Range(0, 1 << 20).description("a device index, 0 or more"));
   app.add_option("--timeout", a.timeout_s,
                  "seconds a collective may wait for a peer before the job is aborted (and, under a torchrun-style "
-                 "launch, every rank has to reach the rendezvous)");
+                 "launch, every rank has to reach the rendezvous); 0 disables the watchdog")
+      ->check(CLI::Range(0.0, 1e9));
   app.add_flag("--quiet", a.quiet, "no per-step lines");
   app.add_flag("--profile-ops", a.profile_ops,
                "time every kernel-table call (CUDA events on the GPU, no extra synchronization) and print, after the "
@@ -490,7 +551,7 @@ int cmd_execute(int argc, char** argv) {
   if (int rc = parse_args(app, "execute", argc, argv); rc >= 0) return rc;
   exec::WorldOptions wo;
   wo.timeout_s = a.timeout_s;
-  wo.rendezvous_timeout_s = a.timeout_s;
+  wo.rendezvous_timeout_s = a.timeout_s > 0 ? a.timeout_s : 300;
   auto world = exec::open_world(&argc, &argv, wo);
   if (!world.is_ok()) return fail("execute", world.status());
   exec::Communicator& comm = world->comm();

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
+#include "core/output_file.h"
 #include "core/json_util.h"
 #include "core/plan.h"
 #include "sim/export.h"
@@ -185,6 +186,11 @@ int cmd_plan(int argc, char** argv) {
                  "differs with the number of ranks: calibrate with `mpirun -np %d loom calibrate`\n",
                  hw->name.c_str(), hw->node.devices_per_node, a.gpus, a.gpus);
   if (a.top < 0 || a.pick < 0) return fail("plan", invalid_argument("--top and --pick must be >= 0"));
+  // Outputs are checked before the search (core/output_file.h).
+  if (!a.out.empty())
+    if (Status s = check_output_path(a.out, "--out"); !s.is_ok()) return fail("plan", s);
+  if (!a.trace.empty())
+    if (Status s = check_output_path(a.trace, "--trace"); !s.is_ok()) return fail("plan", s);
   const SimOptions opt = make_sim_options(req, *hw);
   Evaluator eval(*model, *hw, train, opt);
 

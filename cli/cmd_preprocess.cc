@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
+#include "core/output_file.h"
 #include "exec/data/preprocess.h"
 #include "exec/data/tokenizer.h"
 
@@ -72,6 +73,9 @@ int cmd_preprocess(int argc, char** argv) {
     std::printf("  %s  %lld docs  %lld tokens  %lld bytes\n", sh.bin_path.c_str(),
                 static_cast<long long>(sh.documents), static_cast<long long>(sh.tokens),
                 static_cast<long long>(sh.bin_bytes));
+  if (s->empty_shards)
+    std::printf("  (%d of %d shards not written: %lld documents, fewer than --shards)\n", s->empty_shards,
+                o.shards, static_cast<long long>(s->documents));
   std::printf("manifest: %s\n", s->manifest_path.c_str());
   std::printf("time: %.2f s, %.1f MB/s\n", s->elapsed_s, s->mb_per_s);
   return 0;
@@ -101,6 +105,8 @@ int cmd_tokenizer(int argc, char** argv) {
   if (int rc = parse_args(app, "tokenizer", argc, argv); rc >= 0) return rc;
 
   if (train->parsed()) {
+    for (const char* ext : {".model", ".vocab"})  // SentencePiece writes them itself: check first
+      if (Status c = check_output_path(prefix + ext, "--output", false); !c.is_ok()) return fail("tokenizer", c);
     Status s = data::train_sentencepiece(inputs, prefix, vocab_size, model_type, topt);
     if (!s.is_ok()) return fail("tokenizer", s);
     auto tok = data::load_tokenizer(prefix + ".model");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/output_file.h"
 #include "core/plan.h"
 #ifdef LOOM_HAVE_CUDA
 #include "exec/backend/cuda/cuda_ops.h"
@@ -50,6 +51,9 @@ void usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Past `ulimit -f` a write fails with EFBIG (and every writer says so)
+  // instead of SIGXFSZ killing the process mid-file without a word.
+  loom::ignore_file_size_signal();
   if (argc < 2) {
     usage(stderr);
     return 2;

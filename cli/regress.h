@@ -12,6 +12,7 @@
 // Formats: docs/formats/regress.md. Suites: bench/suites/*.json.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,6 +52,28 @@ struct RegressResults {
   std::string commit, date, loom_version, launcher;
   std::vector<CaseResult> cases;
 };
+
+// A suite file (bench/suites/*.json, docs/formats/regress.md): cases to plan,
+// execute and compare. Case fields left out take the suite's values.
+struct SuiteCase {
+  std::string name, layout, model, scale, precision;
+  int ranks = 1;
+  int64_t global_batch = 0, seq = 0;
+  std::map<std::string, double> tolerances;
+};
+
+struct Suite {
+  std::string name, description, tolerance_note;
+  double throughput_margin = 0.25;
+  int64_t steps = 16;
+  int threads = 1;
+  std::vector<SuiteCase> cases;
+};
+
+// Parses a suite's text; errors name `what` and the field. (regress_suite.cc,
+// in the small library loom_regress_io with the results reader, so that tests
+// and fuzzers call the parsers without the rest of the CLI.)
+Result<Suite> parse_suite(const std::string& json_text, const std::string& what);
 
 MachineInfo this_machine();
 std::string results_to_json(const RegressResults& r);

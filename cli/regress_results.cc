@@ -112,6 +112,8 @@ Result<RegressResults> parse_results(const std::string& text, const std::string&
   LOOM_ASSIGN_OR_RETURN(r.machine.hostname, json_string_or(m, "hostname", "", what + ": machine"));
   LOOM_ASSIGN_OR_RETURN(r.machine.cpu_model, json_string_or(m, "cpu_model", "", what + ": machine"));
   LOOM_ASSIGN_OR_RETURN(int64_t cores, json_int_or(m, "cores", 0, what + ": machine"));
+  if (cores < 0 || cores > (int64_t{1} << 20))
+    return invalid_argument(what + ": machine.cores = " + std::to_string(cores) + " is out of range");
   r.machine.cores = int(cores);
   LOOM_ASSIGN_OR_RETURN(r.machine.memory_gib, json_number_or(m, "memory_gib", 0, what + ": machine"));
   LOOM_ASSIGN_OR_RETURN(r.commit, json_string_or(j, "commit", "unknown", what));
@@ -127,6 +129,8 @@ Result<RegressResults> parse_results(const std::string& text, const std::string&
     CaseResult c;
     LOOM_ASSIGN_OR_RETURN(c.name, json_string(cj, "name", w));
     LOOM_ASSIGN_OR_RETURN(int64_t ranks, json_positive_int(cj, "ranks", w));
+    if (ranks > (int64_t{1} << 24))
+      return invalid_argument(w + ".ranks = " + std::to_string(ranks) + " is out of range (at most 2^24)");
     c.ranks = int(ranks);
     LOOM_ASSIGN_OR_RETURN(c.model, json_string_or(cj, "model", "", w));
     LOOM_ASSIGN_OR_RETURN(c.layout, json_string_or(cj, "layout", "", w));

@@ -148,9 +148,10 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   if (a.contains("gemm_tile")) {
     const Json& t = a["gemm_tile"];
     if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() || !t[1].is_number_integer() ||
-        t[0].get<int64_t>() < 1 || t[1].get<int64_t>() < 1)
+        t[0].get<int64_t>() < 1 || t[1].get<int64_t>() < 1 || t[0].get<int64_t>() > 65536 ||
+        t[1].get<int64_t>() > 65536)
       return invalid_argument(where + ".gemm_tile must be [tile_m, tile_n], two positive integers (output tile of the "
-                              "GEMM kernels, e.g. [256, 128])");
+                              "GEMM kernels, e.g. [256, 128]; at most 65536)");
     acc.gemm_tile_m = int(t[0].get<int64_t>());
     acc.gemm_tile_n = int(t[1].get<int64_t>());
   }

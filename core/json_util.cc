@@ -1,5 +1,6 @@
 #include "core/json_util.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/output_file.h"
 #include "core/resources.h"
 
 namespace loom {
@@ -26,25 +28,9 @@ Result<std::string> read_text_file(const std::string& path) {
 }
 
 Status write_text_file(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) return io_error(path + ": cannot open for writing (does the directory exist?)");
-    size_t n = std::fwrite(text.data(), 1, text.size(), f);
-    bool ok = n == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-    ok = (std::fclose(f) == 0) && ok;
-    if (!ok) {
-      std::remove(tmp.c_str());
-      return io_error(path + ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return io_error(path + ": rename failed: " + ec.message());
-  }
-  return Status::ok();
+  WriteOptions o;
+  o.durable = true;
+  return write_output_file(path, text, o);
 }
 
 Result<Json> parse_json(const std::string& text, const std::string& what) {
@@ -68,6 +54,15 @@ Result<Json> parse_json(const std::string& text, const std::string& what) {
     if (p != std::string::npos) detail = detail.substr(p);
     return parse_error(what + ": malformed JSON at line " + std::to_string(line) + ", column " +
                        std::to_string(col) + ": " + detail + "; fix the file's syntax");
+  } catch (const Json::exception& e) {
+    // Not a syntax error: a number beyond a double's range ("1e400",
+    // out_of_range.406) or a string nlohmann refuses. Found by fuzzing: it
+    // escaped every reader and ended the process.
+    std::string detail = e.what();
+    auto p = detail.find("] ");
+    if (p != std::string::npos) detail = detail.substr(p + 2);
+    return parse_error(what + ": malformed JSON: " + detail +
+                       " (numbers must fit a double, about 1.8e308); fix the file");
   }
 }
 
@@ -100,10 +95,21 @@ Result<int64_t> json_int(const Json& obj, const char* key, const std::string& wh
   if (!obj.is_object() || !obj.contains(key) || obj[key].is_null())
     return invalid_argument(key_path(where, key) + " is missing; add it (an integer)");
   const Json& v = obj[key];
+  // An unsigned value above INT64_MAX would wrap to a negative one, and a
+  // float outside int64's range (1e300) has no integer value: both are
+  // refused instead of being converted.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    return invalid_argument(key_path(where, key) + " = " + v.dump() + " is out of range (at most " +
+                            std::to_string(INT64_MAX) + ")");
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    // [-2^63, 2^63): the doubles that convert to int64 without overflow.
+    if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == std::trunc(d))
+      return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::trunc(d))
+      return invalid_argument(key_path(where, key) + " = " + v.dump() + " is out of range (at most " +
+                              std::to_string(INT64_MAX) + ")");
   }
   return invalid_argument(key_path(where, key) + " must be an integer, got " + v.dump());
 }

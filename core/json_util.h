@@ -17,7 +17,9 @@ using OrderedJson = nlohmann::ordered_json;
 
 // Reads a whole file. kNotFound when it does not exist, kIoError otherwise.
 Result<std::string> read_text_file(const std::string& path);
-// Writes atomically (temp file + rename) so a crash never leaves half a file.
+// Writes atomically (temp file + rename) so a crash never leaves half a file,
+// under the rule of core/output_file.h: through symlinks, never over a FIFO,
+// device or directory, "-" to standard output.
 Status write_text_file(const std::string& path, const std::string& text);
 
 // Parses JSON; a syntax error becomes kParseError "WHAT: line L, column C: ...".

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 namespace loom {
@@ -78,9 +79,13 @@ Result<int> parse_int_value(const std::string& key, const std::string& value) {
   if (value.empty()) return invalid_argument("layout: " + key + "= has no value; give an integer");
   char* end = nullptr;
   long v = std::strtol(value.c_str(), &end, 10);
-  if (*end != '\0') return invalid_argument("layout: " + key + "=" + value + " is not an integer");
+  // The whole value (a NUL inside it, "2\0x", ends c_str() early: not an integer).
+  if (end != value.c_str() + value.size() || value.find_first_of(" \t\n+") != std::string::npos)
+    return invalid_argument("layout: " + key + "=" + value + " is not an integer");
   if (v < 0) return invalid_argument("layout: " + key + "=" + value + " must not be negative");
-  if (v > 1 << 24) return invalid_argument("layout: " + key + "=" + value + " is too large");
+  if (v > kMaxLayoutValue)
+    return invalid_argument("layout: " + key + "=" + value + " is too large (at most " +
+                            std::to_string(kMaxLayoutValue) + ")");
   return static_cast<int>(v);
 }
 
@@ -95,6 +100,7 @@ Result<bool> parse_bool_value(const std::string& key, const std::string& value) 
 Result<Layout> parse_layout(const std::string& text, const Layout& base) {
   Layout l = base;
   bool v_given = false;
+  std::set<std::string> seen;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -103,6 +109,10 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     if (eq == std::string::npos)
       return invalid_argument("layout: '" + item + "' is not key=value (e.g. dp=2,tp=4,pp=2)");
     std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    // A key given twice is a typo, not an override (as --scale refuses too).
+    std::string canonical = key == "mbs" || key == "micro_batch" ? "micro" : key == "virtual_stages" ? "v" : key;
+    if (!seen.insert(canonical).second)
+      return invalid_argument("layout: '" + key + "' is given twice in '" + text + "'; give each key once");
     auto set_int = [&](int& field) -> Status {
       auto r = parse_int_value(key, value);
       if (!r.is_ok()) return r.status();
@@ -141,6 +151,17 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
                               "'; known keys: dp, tp, pp, ep, cp, zero, micro, schedule, v, sp, recompute, "
                               "overlap_grad, overlap_param, order");
     }
+  }
+  // dp*tp*pp*cp is formed in int everywhere (Layout::world()): refuse a
+  // product that could not be a world.
+  // One factor at a time: each is <= 2^24, so no partial product overflows.
+  int64_t world = 1;
+  for (int size : {l.dp, l.tp, l.pp, l.cp}) {
+    world *= size;
+    if (world > kMaxLayoutValue)
+      return invalid_argument("layout: dp*tp*pp*cp = " + std::to_string(l.dp) + "*" + std::to_string(l.tp) + "*" +
+                              std::to_string(l.pp) + "*" + std::to_string(l.cp) + " ranks is too large (at most " +
+                              std::to_string(kMaxLayoutValue) + ")");
   }
   // A schedule named interleaved with v left at 1 gets the smallest useful v.
   if (l.schedule == Schedule::kInterleaved && l.virtual_stages == 1 && !v_given)

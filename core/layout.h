@@ -56,6 +56,11 @@ struct Layout {
   bool operator==(const Layout&) const = default;
 };
 
+// The largest size of a dimension, and of their product (the world), that a
+// layout may have: 2^24 ranks. Every int product of layout sizes stays far
+// from overflowing.
+inline constexpr int kMaxLayoutValue = 1 << 24;
+
 // Parses the `--layout` syntax above; keys left out keep the defaults of `base`.
 // Unknown keys and malformed values are kInvalidArgument naming the key.
 Result<Layout> parse_layout(const std::string& text, const Layout& base = Layout{});

@@ -33,6 +33,22 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
     if (n.value < 1)
       return invalid_argument(std::string("layout: ") + n.name + "=" + std::to_string(n.value) + " must be >= 1");
   }
+  for (Named n : {Named{"dp", l.dp}, Named{"tp", l.tp}, Named{"pp", l.pp}, Named{"ep", l.ep}, Named{"cp", l.cp},
+                  Named{"micro", l.micro_batch}, Named{"v", l.virtual_stages}}) {
+    if (n.value > kMaxLayoutValue)
+      return invalid_argument(std::string("layout: ") + n.name + "=" + std::to_string(n.value) +
+                              " is too large (at most " + std::to_string(kMaxLayoutValue) + ")");
+  }
+  // Before anything forms the world in int (Layout::world()).
+  // One factor at a time (each <= 2^24 here): no partial product overflows.
+  int64_t world64 = 1;
+  for (int size : {l.dp, l.tp, l.pp, l.cp}) {
+    world64 *= size;
+    if (world64 > kMaxLayoutValue)
+      return invalid_argument("layout: dp*tp*pp*cp = " + std::to_string(l.dp) + "*" + std::to_string(l.tp) + "*" +
+                              std::to_string(l.pp) + "*" + std::to_string(l.cp) + " ranks is too large (at most " +
+                              std::to_string(kMaxLayoutValue) + ")");
+  }
   LOOM_RETURN_IF_ERROR(parse_rank_order(l.rank_order).status());
   if (world > 0 && l.world() != world) {
     return invalid_argument("layout: dp*tp*pp*cp = " + std::to_string(l.dp) + "*" + std::to_string(l.tp) + "*" +
@@ -88,7 +104,7 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
     if (l.virtual_stages < 2)
       return invalid_argument("layout: schedule=interleaved needs v >= 2 model chunks per stage; set v=2 or more");
     if (int64_t(l.pp) * l.virtual_stages > m.num_layers)
-      return invalid_argument("layout: pp*v = " + std::to_string(l.pp * l.virtual_stages) + " chunks but only " +
+      return invalid_argument("layout: pp*v = " + std::to_string(int64_t(l.pp) * l.virtual_stages) + " chunks but only " +
                               std::to_string(m.num_layers) + " layers; lower v or pp");
   }
 

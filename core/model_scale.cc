@@ -54,10 +54,18 @@ Result<ModelScale> parse_model_scale(const std::string& text) {
     if (ok) v = std::stoll(value);
     if (!ok || v <= 0)
       return invalid_argument("scale: " + key + "=" + value + " is not a positive integer; write e.g. " + key + "=4");
-    const bool fits_int = v <= 1000000000;
-    if (key == "layers" || key == "heads" || key == "kv_heads" || key == "experts") {
-      if (!fits_int) return invalid_argument("scale: " + key + "=" + value + " is too large");
-    }
+    // Ranges before any arithmetic: the same bounds validate_model_spec applies.
+    int64_t limit = 0;
+    if (key == "layers") limit = kMaxLayers;
+    else if (key == "hidden") limit = kMaxHidden;
+    else if (key == "heads" || key == "kv_heads") limit = kMaxHeads;
+    else if (key == "ffn") limit = kMaxFfnHidden;
+    else if (key == "vocab") limit = kMaxVocab;
+    else if (key == "experts") limit = kMaxExperts;
+    else if (key == "seq") limit = kMaxPositions;
+    if (limit > 0 && v > limit)
+      return invalid_argument("scale: " + key + "=" + value + " is out of range: at most " + std::to_string(limit) +
+                              " is accepted");
     if (key == "layers") {
       s.num_layers = static_cast<int>(v);
     } else if (key == "hidden") {
@@ -134,6 +142,13 @@ Result<ModelSpec> scale_model(const ModelSpec& model, const ModelScale& scale) {
     if (m.mla.enabled)
       return invalid_argument(w + "kv_heads does not apply to MLA (DeepSeek) models, where every head has its own "
                                   "K and V; drop kv_heads=");
+    // GPT-2's config.json has no field for KV heads (one per head): a
+    // grouped-query GPT-2 would not survive being written into a plan, and the
+    // executor would train another model than the one planned. Found by fuzzing.
+    if (m.model_type == "gpt2" && scale.num_kv_heads != m.num_heads)
+      return invalid_argument(w + "kv_heads=" + std::to_string(scale.num_kv_heads) + " does not apply to " +
+                              model.model_type + " models, whose config has one KV head per attention head; drop "
+                              "kv_heads= (or scale a grouped-query family: llama, mistral, qwen)");
     m.num_kv_heads = scale.num_kv_heads;
   }
   if (scale.ffn_hidden > 0) {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/json_util.h"
@@ -112,7 +114,11 @@ Status parse_qwen_moe(const Json& c, const std::string& where, bool shared_exper
     for (const Json& id : ids) {
       if (!id.is_number_integer())
         return invalid_argument(where + ".mlp_only_layers must hold integers, got " + id.dump());
-      m.moe.dense_layer_ids.push_back(id.get<int>());
+      // Range-checked before narrowing: 4294967296 must not become layer 0.
+      if (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t(kMaxLayers)
+                                  : (id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxLayers))
+        return invalid_argument(where + ".mlp_only_layers holds " + id.dump() + ", not a layer index");
+      m.moe.dense_layer_ids.push_back(int(id.get<int64_t>()));
     }
   }
   if (shared_expert) {
@@ -169,6 +175,59 @@ Status parse_deepseek(const Json& c, const std::string& where, bool v3, ModelSpe
   m.norm = NormKind::kRmsNorm;
   m.mlp = MlpKind::kSwiGlu;
   m.position = PositionKind::kRope;
+  return Status::ok();
+}
+
+// The fields the math needs beyond the shapes: RoPE base and scaling, the norm
+// epsilon, the activation, the attention window. Defaults are transformers'
+// configuration_*.py defaults for the model_type.
+Status parse_math_fields(const Json& c, const std::string& where, const std::string& t, ModelSpec& m) {
+  if (t == "gpt2") {
+    LOOM_ASSIGN_OR_RETURN(m.norm_eps, json_number_or(c, "layer_norm_epsilon", 1e-5, where));
+    LOOM_ASSIGN_OR_RETURN(m.activation, json_string_or(c, "activation_function", "", where));
+    return Status::ok();
+  }
+  const bool mixtral = t == "mixtral";
+  LOOM_ASSIGN_OR_RETURN(m.rope_theta, json_number_or(c, "rope_theta", mixtral ? 1e6 : 10000.0, where));
+  LOOM_ASSIGN_OR_RETURN(m.norm_eps, json_number_or(c, "rms_norm_eps", mixtral ? 1e-5 : 1e-6, where));
+  LOOM_ASSIGN_OR_RETURN(m.activation, json_string_or(c, "hidden_act", "", where));
+  if (t == "mistral" || t == "mixtral") {
+    // MistralConfig defaults sliding_window to 4096, MixtralConfig to None.
+    if (!c.contains("sliding_window")) {
+      m.sliding_window = t == "mistral" ? 4096 : 0;
+    } else if (!c["sliding_window"].is_null()) {
+      LOOM_ASSIGN_OR_RETURN(m.sliding_window, json_positive_int(c, "sliding_window", where));
+    }
+  } else if (t == "qwen2" || t == "qwen2_moe" || t == "qwen3" || t == "qwen3_moe") {
+    LOOM_ASSIGN_OR_RETURN(bool use, json_bool_or(c, "use_sliding_window", false, where));
+    if (use) {
+      LOOM_ASSIGN_OR_RETURN(m.sliding_window, optional_positive(c, "sliding_window", 4096, where));
+    }
+  }
+  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+    const Json& r = c["rope_scaling"];
+    const std::string rw = where + ".rope_scaling";
+    if (!r.is_object()) return invalid_argument(rw + " must be an object or null");
+    std::string type;
+    if (r.contains("rope_type")) {
+      LOOM_ASSIGN_OR_RETURN(type, json_string(r, "rope_type", rw));
+    } else if (r.contains("type")) {
+      LOOM_ASSIGN_OR_RETURN(type, json_string(r, "type", rw));
+    } else {
+      return invalid_argument(rw + " has no rope_type; add one (e.g. \"llama3\") or set rope_scaling to null");
+    }
+    if (type != "default") {  // transformers: "default" is unscaled RoPE
+      m.rope_scaling.type = type;
+      m.rope_scaling.raw = r.dump();
+      if (type == "llama3") {
+        RopeScaling& x = m.rope_scaling;
+        LOOM_ASSIGN_OR_RETURN(x.factor, json_positive(r, "factor", rw));
+        LOOM_ASSIGN_OR_RETURN(x.low_freq_factor, json_positive(r, "low_freq_factor", rw));
+        LOOM_ASSIGN_OR_RETURN(x.high_freq_factor, json_positive(r, "high_freq_factor", rw));
+        LOOM_ASSIGN_OR_RETURN(x.original_max_position, json_positive_int(r, "original_max_position_embeddings", rw));
+      }
+    }
+  }
   return Status::ok();
 }
 
@@ -328,6 +387,72 @@ Status validate_model_spec(const ModelSpec& m) {
   LOOM_RETURN_IF_ERROR(positive(m.ffn_hidden, "MLP size (intermediate_size / n_inner)"));
   LOOM_RETURN_IF_ERROR(positive(m.vocab, "vocab_size"));
   LOOM_RETURN_IF_ERROR(positive(m.max_position, "max positions (max_position_embeddings / n_positions)"));
+  // Ranges first: every product formed from these below and by the planner
+  // and the executor stays far inside int64.
+  auto at_most = [&](int64_t v, int64_t limit, const char* what) -> Status {
+    if (v <= limit) return Status::ok();
+    return invalid_argument(w + what + "=" + std::to_string(v) + " is out of range: at most " +
+                            std::to_string(limit) + " is accepted");
+  };
+  LOOM_RETURN_IF_ERROR(at_most(m.hidden, kMaxHidden, "hidden size (hidden_size / n_embd)"));
+  LOOM_RETURN_IF_ERROR(at_most(m.num_layers, kMaxLayers, "layer count (num_hidden_layers / n_layer)"));
+  LOOM_RETURN_IF_ERROR(at_most(m.num_heads, kMaxHeads, "head count (num_attention_heads / n_head)"));
+  LOOM_RETURN_IF_ERROR(at_most(m.num_kv_heads, kMaxHeads, "num_key_value_heads"));
+  LOOM_RETURN_IF_ERROR(at_most(m.head_dim, kMaxHeads, "head_dim"));
+  LOOM_RETURN_IF_ERROR(at_most(m.ffn_hidden, kMaxFfnHidden, "MLP size (intermediate_size / n_inner)"));
+  LOOM_RETURN_IF_ERROR(at_most(m.vocab, kMaxVocab, "vocab_size"));
+  LOOM_RETURN_IF_ERROR(at_most(m.max_position, kMaxPositions, "max positions (max_position_embeddings / n_positions)"));
+  LOOM_RETURN_IF_ERROR(at_most(m.moe.num_experts, kMaxExperts, "expert count"));
+  LOOM_RETURN_IF_ERROR(at_most(m.moe.expert_ffn_hidden, kMaxFfnHidden, "expert size (moe_intermediate_size)"));
+  LOOM_RETURN_IF_ERROR(at_most(m.moe.shared_expert_ffn_hidden, kMaxFfnHidden, "shared expert size"));
+  LOOM_RETURN_IF_ERROR(at_most(m.moe.num_shared_experts, kMaxExperts, "n_shared_experts"));
+  LOOM_RETURN_IF_ERROR(at_most(m.mla.q_lora_rank, kMaxHidden, "q_lora_rank"));
+  LOOM_RETURN_IF_ERROR(at_most(m.mla.kv_lora_rank, kMaxHidden, "kv_lora_rank"));
+  LOOM_RETURN_IF_ERROR(at_most(m.mla.qk_nope_head_dim, kMaxHeads, "qk_nope_head_dim"));
+  LOOM_RETURN_IF_ERROR(at_most(m.mla.qk_rope_head_dim, kMaxHeads, "qk_rope_head_dim"));
+  LOOM_RETURN_IF_ERROR(at_most(m.mla.v_head_dim, kMaxHeads, "v_head_dim"));
+  {
+    // The total in floating point, before anything sums it in int64.
+    const double h = double(m.hidden), a = double(m.num_heads), g = double(m.num_kv_heads), d = double(m.head_dim);
+    const double mats = m.mlp == MlpKind::kGelu ? 2 : 3;
+    const double mlp = mats * h *
+                       std::max(double(m.ffn_hidden), double(m.moe.num_experts) * double(m.moe.expert_ffn_hidden) +
+                                                          double(m.moe.num_shared_experts) *
+                                                              double(m.moe.shared_expert_ffn_hidden));
+    const double total = double(m.num_layers) * ((2 * a + 2 * g) * d * h + mlp) + 2 * double(m.vocab) * h +
+                         double(m.max_position) * h;
+    if (total > kMaxTotalParams)
+    {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.3g", total);
+      return invalid_argument(w + "about " + buf + " parameters is out of range: at most 1e15 are accepted; lower "
+                              "the layer count, hidden size, MLP size or vocabulary");
+    }
+  }
+  if (!(m.norm_eps > 0) || !(m.norm_eps < 1))
+    return invalid_argument(w + "the norm epsilon (rms_norm_eps / layer_norm_epsilon) must be in (0, 1), got " +
+                            std::to_string(m.norm_eps));
+  if (m.position == PositionKind::kRope) {
+    if (!(m.rope_theta > 1) || !std::isfinite(m.rope_theta))
+      return invalid_argument(w + "rope_theta must be a finite number > 1, got " + std::to_string(m.rope_theta));
+    // RoPE rotates pairs (i, i + d/2) of the rotated dims: they must be even.
+    const int64_t rope_dim = m.mla.enabled ? m.mla.qk_rope_head_dim : m.head_dim;
+    if (rope_dim % 2 != 0)
+      return invalid_argument(w + (m.mla.enabled ? std::string("qk_rope_head_dim=") : std::string("head_dim=")) +
+                              std::to_string(rope_dim) +
+                              " is odd; RoPE rotates pairs of dimensions and needs it even (head_dim = hidden / heads "
+                              "unless set: choose heads so that hidden / heads is even)");
+    const RopeScaling& r = m.rope_scaling;
+    if (r.type == "llama3") {
+      if (!(r.factor >= 1) || !std::isfinite(r.factor))
+        return invalid_argument(w + "rope_scaling.factor must be >= 1, got " + std::to_string(r.factor));
+      if (!(r.high_freq_factor > r.low_freq_factor) || !std::isfinite(r.high_freq_factor))
+        return invalid_argument(w + "rope_scaling.high_freq_factor must be greater than low_freq_factor");
+      if (r.original_max_position <= 0)
+        return invalid_argument(w + "rope_scaling.original_max_position_embeddings must be positive");
+    }
+  }
+  if (m.sliding_window < 0) return invalid_argument(w + "sliding_window must be positive or null");
   if (m.num_heads % m.num_kv_heads != 0)
     return invalid_argument(w + "num_key_value_heads=" + std::to_string(m.num_kv_heads) +
                             " does not divide num_attention_heads=" + std::to_string(m.num_heads) +
@@ -417,8 +542,28 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
   if (t != "gpt2") {  // an explicit override of the family default
     LOOM_ASSIGN_OR_RETURN(m.qk_norm, json_bool_or(*c, "qk_norm", m.qk_norm, where));
   }
+  LOOM_RETURN_IF_ERROR(parse_math_fields(*c, where, t, m));
   LOOM_RETURN_IF_ERROR(validate_model_spec(m));
   return m;
+}
+
+std::vector<double> rope_inverse_frequencies(const ModelSpec& m, int64_t dim) {
+  std::vector<double> inv(size_t(std::max<int64_t>(0, dim / 2)));
+  for (size_t i = 0; i < inv.size(); ++i) inv[i] = std::pow(m.rope_theta, -2.0 * double(i) / double(dim));
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type != "llama3") return inv;
+  // transformers modeling_rope_utils._compute_llama3_parameters, term by term.
+  const double old_context = double(r.original_max_position);
+  const double low_freq_wavelen = old_context / r.low_freq_factor;
+  const double high_freq_wavelen = old_context / r.high_freq_factor;
+  for (double& f : inv) {
+    const double wavelen = 2 * M_PI / f;
+    const double scaled = wavelen > low_freq_wavelen ? f / r.factor : f;  // low frequencies: divided
+    const double smooth = (old_context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    f = medium ? (1 - smooth) * scaled / r.factor + smooth * scaled : scaled;
+  }
+  return inv;
 }
 
 Result<ModelSpec> load_model_spec(const std::string& path_or_name) {
@@ -446,6 +591,8 @@ std::string model_spec_to_json(const ModelSpec& m) {
     j["n_positions"] = m.max_position;
     j["vocab_size"] = m.vocab;
     j["tie_word_embeddings"] = m.tied_embeddings;
+    j["layer_norm_epsilon"] = m.norm_eps;
+    if (!m.activation.empty()) j["activation_function"] = m.activation;
     return j.dump(2) + "\n";
   }
   j["hidden_size"] = m.hidden;
@@ -464,6 +611,24 @@ std::string model_spec_to_json(const ModelSpec& m) {
     if (!m.mla.enabled) j["mlp_bias"] = m.mlp_bias;
   }
   if (m.qk_norm != (t == "qwen3" || t == "qwen3_moe")) j["qk_norm"] = m.qk_norm;
+  j["rope_theta"] = m.rope_theta;
+  j["rms_norm_eps"] = m.norm_eps;
+  if (!m.activation.empty()) j["hidden_act"] = m.activation;
+  if (m.rope_scaling.enabled()) {
+    j["rope_scaling"] = OrderedJson::parse(m.rope_scaling.raw);
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  if (t == "mistral" || t == "mixtral") {
+    if (m.sliding_window > 0) {
+      j["sliding_window"] = m.sliding_window;
+    } else {
+      j["sliding_window"] = nullptr;
+    }
+  } else if (m.sliding_window > 0) {  // qwen2/qwen3 families
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = m.sliding_window;
+  }
   const MoeSpec& e = m.moe;
   if (m.mla.enabled) {
     if (m.mla.q_lora_rank > 0) {

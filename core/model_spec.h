@@ -50,6 +50,31 @@ struct MlaSpec {
   int64_t v_head_dim = 0;
 };
 
+// RoPE frequency scaling (config.json `rope_scaling`). Only the Llama-3.1
+// kind ("llama3") is read into fields; any other kind is kept by name and as
+// its JSON text (`raw`) so a plan carries it and the executor can refuse it.
+struct RopeScaling {
+  std::string type;                     // "" (none), "llama3", or another rope_type / type
+  double factor = 0;                    // llama3: factor
+  double low_freq_factor = 0;           // llama3: low_freq_factor
+  double high_freq_factor = 0;          // llama3: high_freq_factor
+  int64_t original_max_position = 0;    // llama3: original_max_position_embeddings
+  std::string raw;                      // the object as JSON text (canonical dump)
+  bool enabled() const { return !type.empty(); }
+};
+
+// Upper bounds on the sizes of a model (validate_model_spec, parse_model_scale):
+// far above any real model, low enough that every int64 product of them the
+// planner and the executor form (parameters, activations, FLOPs) cannot overflow.
+inline constexpr int64_t kMaxHidden = int64_t{1} << 20;       // 1,048,576
+inline constexpr int64_t kMaxFfnHidden = int64_t{1} << 22;    // 4,194,304
+inline constexpr int64_t kMaxVocab = int64_t{1} << 26;        // 67,108,864 (tokens are int32)
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;       // 65,536
+inline constexpr int64_t kMaxHeads = int64_t{1} << 16;        // heads, kv heads, head_dim
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;    // 16,777,216 (max positions, seq_len)
+inline constexpr int64_t kMaxExperts = int64_t{1} << 14;      // 16,384
+inline constexpr double kMaxTotalParams = 1e15;               // a quadrillion parameters
+
 struct ModelSpec {
   std::string name;        // file stem or `_name_or_path`
   std::string model_type;  // as in config.json ("llama", "gpt2", ...)
@@ -74,6 +99,13 @@ struct ModelSpec {
   bool attn_out_bias = false;      // bias on the attention output projection
   bool mlp_bias = false;           // bias on the MLP / expert linears
   bool qk_norm = false;            // per-head RMSNorm on q and k (Qwen3)
+  // What the math needs beyond the shapes (kept in the canonical JSON, so a
+  // plan carries them to the executor).
+  double rope_theta = 10000;       // RoPE base (rope_theta)
+  RopeScaling rope_scaling;        // rope_scaling (Llama-3.1: llama3)
+  double norm_eps = 1e-5;          // rms_norm_eps / layer_norm_epsilon
+  std::string activation;          // hidden_act / activation_function ("" = the family's: silu, gelu_new)
+  int64_t sliding_window = 0;      // attention window (Mistral sliding_window, Qwen use_sliding_window); 0 = none
   int num_mtp_layers = 0;          // DeepSeek-V3 multi-token-prediction modules (not in totals)
 
   MoeSpec moe;
@@ -120,6 +152,13 @@ struct ModelSpec {
   // The N of model_flops_per_token_palm.
   int64_t palm_params() const;
 };
+
+// Llama-3.1 RoPE scaling (transformers' _compute_llama3_parameters): the
+// D/2 inverse frequencies theta^(-2i/D), with those of wavelengths above
+// original_max/low_freq_factor divided by `factor`, those below
+// original_max/high_freq_factor kept, and the band between interpolated.
+// Without scaling: the plain theta^(-2i/D). `rope_dim` is the rotated head dim.
+std::vector<double> rope_inverse_frequencies(const ModelSpec& model, int64_t rope_dim);
 
 // Parses a config.json text. `name` is used in messages and as ModelSpec::name
 // when the config carries none. Errors: kParseError with line/column for bad

@@ -96,6 +96,11 @@ Result<Layout> parse_layout_json(const Json& j) {
   auto get_int = [&](const char* key, int& field) -> Status {
     auto r = json_int_or(j, key, field, w);
     if (!r.is_ok()) return r.status();
+    // The --layout parser's bounds: a value that does not fit an int must not
+    // wrap into a small one (dp 4294967298 read as 2).
+    if (*r < 0 || *r > kMaxLayoutValue)
+      return invalid_argument(w + "." + key + " = " + std::to_string(*r) + " is out of range (0.." +
+                              std::to_string(kMaxLayoutValue) + ")");
     field = static_cast<int>(*r);
     return Status::ok();
   };
@@ -189,6 +194,9 @@ Result<Plan> parse_plan(const std::string& text, const std::string& what) {
   LOOM_ASSIGN_OR_RETURN(p.train, parse_train(j["train"]));
   LOOM_ASSIGN_OR_RETURN(p.layout, parse_layout_json(j["layout"]));
   LOOM_ASSIGN_OR_RETURN(int64_t world, json_positive_int(j, "world_size", what));
+  if (world > kMaxLayoutValue)
+    return invalid_argument(what + ": world_size = " + std::to_string(world) + " is out of range (at most " +
+                            std::to_string(kMaxLayoutValue) + " ranks)");
   p.world_size = static_cast<int>(world);
   LOOM_RETURN_IF_ERROR(validate_layout(p.layout, p.model, p.train, p.world_size).with_context(what));
   LOOM_ASSIGN_OR_RETURN(std::string stored_hash, json_string_or(j, "plan_hash", "", what));

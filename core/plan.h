@@ -18,7 +18,10 @@
 
 namespace loom {
 
-inline constexpr int kPlanSchemaVersion = 1;
+// 2: model.config carries rope_theta, the norm epsilon, rope_scaling, the
+// activation and the attention window (version 1 dropped them, so a version-1
+// Llama-3 plan would train with the default RoPE base).
+inline constexpr int kPlanSchemaVersion = 2;
 
 struct Plan {
   int schema_version = kPlanSchemaVersion;

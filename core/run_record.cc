@@ -1,5 +1,7 @@
 #include "core/run_record.h"
 
+#include <limits>
+
 #include "core/json_util.h"
 
 namespace loom {
@@ -10,6 +12,7 @@ std::string run_record_to_json(const RunRecord& r) {
   j["loom_version"] = r.loom_version;
   j["plan_hash"] = r.plan_hash;
   j["model"] = r.model_name;
+  if (!r.model_config.empty()) j["model_config"] = OrderedJson::parse(r.model_config);
   j["hardware"] = r.hardware_name;
   j["backend"] = r.backend;
   j["layout"] = r.layout;
@@ -44,10 +47,16 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
   LOOM_ASSIGN_OR_RETURN(r.loom_version, json_string_or(j, "loom_version", "", what));
   LOOM_ASSIGN_OR_RETURN(r.plan_hash, json_string(j, "plan_hash", what));
   LOOM_ASSIGN_OR_RETURN(r.model_name, json_string_or(j, "model", "", what));
+  if (j.contains("model_config")) {
+    if (!j["model_config"].is_object()) return invalid_argument(what + ": model_config must be an object");
+    r.model_config = j["model_config"].dump();
+  }
   LOOM_ASSIGN_OR_RETURN(r.hardware_name, json_string_or(j, "hardware", "", what));
   LOOM_ASSIGN_OR_RETURN(r.backend, json_string_or(j, "backend", "", what));
   LOOM_ASSIGN_OR_RETURN(r.layout, json_string_or(j, "layout", "", what));
   LOOM_ASSIGN_OR_RETURN(int64_t world, json_positive_int(j, "world_size", what));
+  if (world > (int64_t{1} << 24))
+    return invalid_argument(what + ": world_size = " + std::to_string(world) + " is out of range (at most 2^24 ranks)");
   r.world_size = int(world);
   LOOM_ASSIGN_OR_RETURN(r.steps, json_int(j, "steps", what));
   LOOM_ASSIGN_OR_RETURN(r.tokens_per_step, json_int_or(j, "tokens_per_step", 0, what));
@@ -74,7 +83,13 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
     if (!j.contains(key)) return Status::ok();
     if (!j[key].is_array()) return invalid_argument(what + ": " + key + " must be an array of numbers");
     for (const Json& x : j[key]) {
-      if (!x.is_number()) return invalid_argument(what + ": " + key + " must be an array of numbers");
+      // null is how JSON writers (run_record_to_json included) store a NaN or
+      // an infinity: a diverged run's loss stays readable, as NaN.
+      if (x.is_null()) {
+        out.push_back(std::numeric_limits<double>::quiet_NaN());
+        continue;
+      }
+      if (!x.is_number()) return invalid_argument(what + ": " + key + " must be an array of numbers (null for NaN)");
       out.push_back(x.get<double>());
     }
     return Status::ok();

@@ -17,7 +17,8 @@ struct RunRecord {
   int schema_version = kRunRecordSchemaVersion;
   std::string loom_version;
   std::string plan_hash;
-  std::string model_name;
+  std::string model_name;     // the model that ran ("-scaled" with --scale)
+  std::string model_config;   // its canonical config (model_spec_to_json); empty in older records
   std::string hardware_name;  // the profile the plan was made for
   std::string backend;        // "cpu", "cuda"
   std::string layout;         // Layout::to_string()

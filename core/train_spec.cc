@@ -3,7 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "core/model_spec.h"  // kMaxPositions
+
 namespace loom {
+
+namespace {
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
+}  // namespace
 
 Status validate_train_spec(const TrainSpec& t) {
   if (t.global_batch <= 0)
@@ -11,6 +17,13 @@ Status validate_train_spec(const TrainSpec& t) {
                             " must be a positive number of sequences per step (--global-batch)");
   if (t.seq_len <= 0)
     return invalid_argument("train: seq_len=" + std::to_string(t.seq_len) + " must be positive (--seq)");
+  // Ranges before any arithmetic (tokens per step, activations, s^2 scores).
+  if (t.seq_len > kMaxPositions)
+    return invalid_argument("train: seq_len=" + std::to_string(t.seq_len) + " is out of range: at most " +
+                            std::to_string(kMaxPositions) + " is accepted (--seq)");
+  if (t.global_batch > kMaxGlobalBatch)
+    return invalid_argument("train: global_batch=" + std::to_string(t.global_batch) + " is out of range: at most " +
+                            std::to_string(kMaxGlobalBatch) + " is accepted (--global-batch)");
   if (t.steps < 0) return invalid_argument("train: steps must be >= 0");
   if (t.optimizer != "adamw")
     return invalid_argument("train: optimizer '" + t.optimizer + "' is not supported; use adamw");

@@ -27,27 +27,55 @@ int main(int argc, char** argv) {
   QCommandLineOption record("record", "a run record to overlay (loom execute --record)", "FILE");
   cli.addOptions({shot, model, hw, gpus, layout, batch, seq, precision, record});
   cli.process(app);
+  // Numbers are checked before anything uses them: a bad one is a message and
+  // exit 2, never a window (or a screenshot run) left waiting on a plan that
+  // cannot be made.
+  auto number = [&](const QCommandLineOption& o, long long lo, long long hi, int* out) {
+    if (!cli.isSet(o)) return true;
+    bool parsed = false;
+    const long long v = cli.value(o).toLongLong(&parsed);
+    if (!parsed || v < lo || v > hi) {
+      std::fprintf(stderr, "loom-gui: --%s %s: expected an integer from %lld to %lld\n", qPrintable(o.names().first()),
+                   qPrintable(cli.value(o)), lo, hi);
+      return false;
+    }
+    *out = int(v);
+    return true;
+  };
+  int n_gpus = 0, n_batch = 0, n_seq = 0;
+  if (!number(gpus, 1, 1 << 20, &n_gpus) || !number(batch, 1, 1 << 24, &n_batch) ||
+      !number(seq, 1, 1 << 24, &n_seq))
+    return 2;
+  if (cli.isSet(precision)) {
+    const QString p = cli.value(precision);
+    if (p != "fp32" && p != "bf16" && p != "fp16" && p != "fp8") {
+      std::fprintf(stderr, "loom-gui: --precision %s: expected fp32, bf16, fp16 or fp8\n", qPrintable(p));
+      return 2;
+    }
+  }
   const bool screenshot = cli.isSet(shot);
   loom::gui::MainWindow w(/*remember=*/!screenshot);
+  bool errors = false;
   if (screenshot) {
-    w.error_sink = [](const QString& t, const QString& m) {
+    w.error_sink = [&errors](const QString& t, const QString& m) {
       std::fprintf(stderr, "loom-gui: %s: %s\n", qPrintable(t), qPrintable(m));
+      errors = true;
     };
   }
   bool ok = true;
   if (cli.isSet(model)) ok = w.open_model(cli.value(model)) && ok;
   if (cli.isSet(hw)) ok = w.open_hw(cli.value(hw)) && ok;
-  if (cli.isSet(gpus)) w.set_gpus(cli.value(gpus).toInt());
+  if (cli.isSet(gpus)) w.set_gpus(n_gpus);
   if (cli.isSet(batch) || cli.isSet(seq) || cli.isSet(precision))
-    w.set_batch(cli.isSet(batch) ? cli.value(batch).toInt() : int(w.session().request().global_batch),
-                cli.isSet(seq) ? cli.value(seq).toInt() : int(w.session().request().seq),
+    w.set_batch(cli.isSet(batch) ? n_batch : int(w.session().request().global_batch),
+                cli.isSet(seq) ? n_seq : int(w.session().request().seq),
                 cli.isSet(precision) ? cli.value(precision) : QString::fromStdString(w.session().request().precision));
   if (cli.isSet(layout)) w.set_layout_text(cli.value(layout));
   if (cli.isSet(record)) ok = w.load_run_record(cli.value(record)) && ok;
   w.resize(1400, 860);
   w.show();
   if (!screenshot) return app.exec();
-  if (!ok) return 2;
+  if (!ok || errors) return 2;
   // A representative session: pin this layout and two neighbours, run the
   // search to completion, then render every tab.
   w.pin_current();
@@ -65,6 +93,7 @@ int main(int argc, char** argv) {
   QEventLoop loop;
   QObject::connect(w.search_panel(), &loom::gui::SearchPanel::search_finished, &loop, &QEventLoop::quit);
   w.start_search();
+  if (errors) return 2;
   QTimer::singleShot(120000, &loop, &QEventLoop::quit);
   loop.exec();
   return w.save_screenshots(cli.value(shot)) ? 0 : 1;

@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 
-PKGS=(cmake ninja-build g++ pkg-config
+# clang and libclang-rt-dev (libFuzzer, the sanitizer runtimes): the fuzzing
+# stage of scripts/test.sh (scripts/fuzz, docs/fuzzing.md).
+PKGS=(cmake ninja-build g++ pkg-config clang libclang-rt-dev
       nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
       libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev patchelf
       libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev libhdf5-dev

@@ -168,6 +168,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   elem_bytes += (m.mlp == MlpKind::kSwiGlu ? 3 : 2) * act_elem_fwd * e;  // activation function
   if (m.position == PositionKind::kRope) elem_bytes += 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
   kernels += 8;
+  if (m.qk_norm && !m.mla.enabled) {  // Qwen3's per-head q/k RMSNorm: read + write q and k
+    elem_bytes += 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
+    kernels += 2;
+  }
   double elem_fwd_s = mem_time_s(hw, opt, elem_bytes, kernels);
   double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes, 2 * kernels);
 

@@ -54,6 +54,9 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
   bytes += T * h * e * r;                                             // QKV input
   bytes += T * (a * qk_dim + kv_heads * qk_dim + kv_heads * v_dim) * e / t;  // Q, K, V
   bytes += T * a * v_dim * e / t;                                     // projection input
+  // Qwen3's per-head q/k RMSNorm keeps q and k before the norm and an fp32
+  // rstd per head and token (biases keep nothing).
+  if (m.qk_norm && !m.mla.enabled) bytes += T * (a + kv_heads) * (qk_dim * e + 4) / t;
   if (dropout) bytes += T * h * r;                                    // attention-output dropout mask
   if (l.recompute == Recompute::kNone) {
     if (opt.flash_attention) {

@@ -53,6 +53,14 @@ class CpuKernels : public Kernels {
   void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos) override {
     cpu::rope_backward(dx, B, T, H, D, theta, pos);
   }
+  void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* f,
+                          int64_t pos) override {
+    cpu::rope_freqs_forward(x, B, T, H, D, f, pos);
+  }
+  void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* f,
+                           int64_t pos) override {
+    cpu::rope_freqs_backward(dx, B, T, H, D, f, pos);
+  }
   void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
                          int64_t T, int64_t Hq, int64_t Hk, int64_t D) override {
     cpu::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D);

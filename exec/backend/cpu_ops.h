@@ -50,6 +50,13 @@ void swiglu_backward(const float* dy, const float* gate, const float* up, float*
 void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset);
 // The inverse rotation applied to the gradient, in place.
 void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset);
+// The same rotation with explicit inverse frequencies inv_freq(D/2) (host
+// memory): pair i at position p is rotated by p * inv_freq[i] (scaled RoPE,
+// e.g. Llama-3.1's rope_scaling).
+void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                        int64_t pos_offset);
+void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                         int64_t pos_offset);
 
 // Causal softmax attention with grouped KV heads.
 // q(B,T,Hq,D), k(B,T,Hk,D), v(B,T,Hk,D) -> out(B,T,Hq,D); lse(B,Hq,T) saves

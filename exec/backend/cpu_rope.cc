@@ -24,16 +24,21 @@ void check_head_dim(int64_t D) {
   }
 }
 
+// The frequencies theta^(-2i/D), i in [0, D/2).
+std::vector<double> theta_freqs(int64_t D, float theta) {
+  std::vector<double> freq(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) {
+    freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  }
+  return freq;
+}
+
 // cos/sin tables (T, D/2) for positions t + pos_offset.
-void rope_tables(int64_t T, int64_t D, float theta, int64_t pos_offset, std::vector<float>& cos_t,
+void rope_tables(int64_t T, int64_t D, const double* freq, int64_t pos_offset, std::vector<float>& cos_t,
                  std::vector<float>& sin_t) {
   const int64_t half = D / 2;
   cos_t.resize(static_cast<size_t>(T * half));
   sin_t.resize(static_cast<size_t>(T * half));
-  std::vector<double> freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(D));
-  }
   for (int64_t t = 0; t < T; ++t) {
     const double pos = static_cast<double>(t + pos_offset);
     for (int64_t i = 0; i < half; ++i) {
@@ -47,11 +52,10 @@ void rope_tables(int64_t T, int64_t D, float theta, int64_t pos_offset, std::vec
 // Rotates every (i, i + D/2) pair of x(B,T,H,D) by +angle (direction = +1) or
 // -angle (direction = -1). The rotation is orthogonal, so the backward of the
 // forward rotation is the rotation by -angle.
-void rope_rotate(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset,
+void rope_rotate(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* freq, int64_t pos_offset,
                  float direction) {
-  check_head_dim(D);
   std::vector<float> cos_t, sin_t;
-  rope_tables(T, D, theta, pos_offset, cos_t, sin_t);
+  rope_tables(T, D, freq, pos_offset, cos_t, sin_t);
   const int64_t half = D / 2;
   LOOM_OMP_FOR_IF(B * T * H * D)
   for (int64_t bt = 0; bt < B * T; ++bt) {
@@ -73,11 +77,25 @@ void rope_rotate(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float the
 }  // namespace
 
 void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset) {
-  rope_rotate(x, B, T, H, D, theta, pos_offset, +1.0f);
+  check_head_dim(D);
+  rope_rotate(x, B, T, H, D, theta_freqs(D, theta).data(), pos_offset, +1.0f);
 }
 
 void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset) {
-  rope_rotate(dx, B, T, H, D, theta, pos_offset, -1.0f);
+  check_head_dim(D);
+  rope_rotate(dx, B, T, H, D, theta_freqs(D, theta).data(), pos_offset, -1.0f);
+}
+
+void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                        int64_t pos_offset) {
+  check_head_dim(D);
+  rope_rotate(x, B, T, H, D, inv_freq, pos_offset, +1.0f);
+}
+
+void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                         int64_t pos_offset) {
+  check_head_dim(D);
+  rope_rotate(dx, B, T, H, D, inv_freq, pos_offset, -1.0f);
 }
 
 }  // namespace loom::cpu

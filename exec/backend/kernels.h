@@ -57,6 +57,12 @@ class Kernels {
                             int64_t pos_offset) = 0;
   virtual void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta,
                              int64_t pos_offset) = 0;
+  // RoPE with explicit per-dimension inverse frequencies (D/2 values in HOST
+  // memory, read during the call): scaled RoPE such as Llama-3.1's.
+  virtual void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                                  int64_t pos_offset) = 0;
+  virtual void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                                   int64_t pos_offset) = 0;
   virtual void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
                                  int64_t T, int64_t Hq, int64_t Hk, int64_t D) = 0;
   virtual void attention_backward(const float* dout, const float* q, const float* k, const float* v,

@@ -106,6 +106,23 @@ void ObservedKernels::rope_backward(float* dx, int64_t B, int64_t T, int64_t H, 
   observe(c, [&] { inner_.rope_backward(dx, B, T, H, D, theta, pos_offset); });
 }
 
+// Counted as the rope ops they are (same work, another frequency source).
+void ObservedKernels::rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                                         int64_t pos_offset) {
+  const KernelCall c =
+      describe(KernelOp::kRopeForward, {{"B", B}, {"T", T}, {"H", H}, {"D", D}, {"pos_offset", pos_offset}}, 0,
+               kF32 * 2 * double(B) * double(T) * double(H) * double(D));
+  observe(c, [&] { inner_.rope_freqs_forward(x, B, T, H, D, inv_freq, pos_offset); });
+}
+
+void ObservedKernels::rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D,
+                                          const double* inv_freq, int64_t pos_offset) {
+  const KernelCall c =
+      describe(KernelOp::kRopeBackward, {{"B", B}, {"T", T}, {"H", H}, {"D", D}, {"pos_offset", pos_offset}}, 0,
+               kF32 * 2 * double(B) * double(T) * double(H) * double(D));
+  observe(c, [&] { inner_.rope_freqs_backward(dx, B, T, H, D, inv_freq, pos_offset); });
+}
+
 void ObservedKernels::attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                                         int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D) {
   const double b = double(B), t = double(T), hq = double(Hq), hk = double(Hk), d = double(D);

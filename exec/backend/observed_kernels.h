@@ -48,6 +48,10 @@ class ObservedKernels : public Kernels {
                     int64_t pos_offset) override;
   void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta,
                      int64_t pos_offset) override;
+  void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                          int64_t pos_offset) override;
+  void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                           int64_t pos_offset) override;
   void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
                          int64_t T, int64_t Hq, int64_t Hk, int64_t D) override;
   void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,

@@ -3,12 +3,14 @@
 #include "exec/checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <thread>
 
 #include "core/json_util.h"
+#include "core/output_file.h"
 #include "core/plan.h"
 #include "exec/checkpoint/ckpt_io.h"
 #include "exec/checkpoint/h5_slices.h"
@@ -172,11 +174,18 @@ Status Checkpointer::Impl::do_save(const SaveRequest& req) {
   Status s = write_rank_files(req, tmp);
   if (!s.is_ok()) {
     // Tell rank 0 at once instead of letting it time out.
-    (void)write_file_durable(tmp + "/" + rank_file_stem(rank) + ".failed", s.message());
+    if (rank != 0) (void)write_file_durable(tmp + "/" + rank_file_stem(rank) + ".failed", s.message());
+    // Rank 0 removes the unfinished step: nothing of a failed save stays behind.
+    if (rank == 0) (void)remove_tree(tmp);
     return s;
   }
   if (rank != 0) return Status::ok();
-  return commit(req, tmp, opts.dir + "/" + name);
+  s = commit(req, tmp, opts.dir + "/" + name);
+  // A failed commit before the rename (another rank failed, metadata.json
+  // could not be written) leaves no step_*.tmp behind; a timeout leaves it for
+  // the late rank (the next start cleans it).
+  if (!s.is_ok() && s.code() != StatusCode::kTimeout) (void)remove_tree(tmp);
+  return s;
 }
 
 Status Checkpointer::Impl::write_rank_files(const SaveRequest& req, const std::string& tmp) {
@@ -188,6 +197,9 @@ Status Checkpointer::Impl::write_rank_files(const SaveRequest& req, const std::s
       const std::string path = tmp + "/" + rel;
       Status s = write_h5_slices(path + ".tmp", opt ? req.optimizer : req.model);
       if (!s.is_ok()) {
+        // HDF5 reports a failed write without the cause: name the file size
+        // limit or the full disk when that is what stopped it.
+        s = explain_write_failure(path + ".tmp", errno, s);
         std::error_code ec;
         fs::remove(path + ".tmp", ec);
         return s.with_context("checkpoint step " + std::to_string(req.step));

@@ -26,12 +26,27 @@ struct TensorIndex {
   std::vector<CheckpointReader::SliceRef> slices;
 };
 
+// A file listed in metadata.json lies inside the step directory: relative,
+// without ".." components (the writer lists model_weights/..., optimizer_state/...,
+// training_state/...). A hand-edited or corrupt list must not make the reader
+// (or verify) open files elsewhere.
+Status check_relative_path(const std::string& rel, const std::string& where) {
+  if (rel.empty() || rel.front() == '/' || rel.find('\0') != std::string::npos)
+    return parse_error(where + ": files[] path '" + rel + "' must be a relative path inside the checkpoint");
+  const std::string framed = "/" + rel + "/";
+  if (framed.find("/../") != std::string::npos || framed.find("/./") != std::string::npos)
+    return parse_error(where + ": files[] path '" + rel + "' leaves the checkpoint directory ('..' or '.')");
+  return Status::ok();
+}
+
 Result<std::vector<FileEntry>> listed_files(const Json& meta, const std::string& where) {
   if (!meta.contains("files") || !meta["files"].is_array()) return parse_error(where + ": no \"files\" array");
   std::vector<FileEntry> out;
   for (const auto& f : meta["files"]) {
     LOOM_ASSIGN_OR_RETURN(std::string rel, json_string(f, "path", where + ": files[]"));
+    LOOM_RETURN_IF_ERROR(check_relative_path(rel, where));
     LOOM_ASSIGN_OR_RETURN(int64_t size, json_int(f, "size_bytes", where + ": " + rel));
+    if (size < 0) return parse_error(where + ": " + rel + ": size_bytes " + std::to_string(size) + " is negative");
     LOOM_ASSIGN_OR_RETURN(std::string hash, json_string(f, "xxh64", where + ": " + rel));
     out.push_back({rel, static_cast<uint64_t>(size), hash});
   }
@@ -120,7 +135,10 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
   impl->metadata_text = impl->meta.dump();
   const std::string where = impl->path + "/metadata.json";
   LOOM_ASSIGN_OR_RETURN(impl->step, json_int(impl->meta, "step", where));
+  if (impl->step < 0) return parse_error(where + ": step " + std::to_string(impl->step) + " is negative");
   LOOM_ASSIGN_OR_RETURN(int64_t world, json_int(impl->meta, "world_size", where));
+  if (world < 1 || world > (int64_t{1} << 24))
+    return parse_error(where + ": world_size " + std::to_string(world) + " is out of range (1..2^24)");
   impl->world = static_cast<int>(world);
   LOOM_ASSIGN_OR_RETURN(impl->light, json_bool_or(impl->meta, "light", false, where));
   LOOM_ASSIGN_OR_RETURN(impl->files, listed_files(impl->meta, where));

@@ -1,6 +1,8 @@
 // File-system helpers for checkpoints (see ckpt_io.h).
 #include "exec/checkpoint/ckpt_io.h"
 
+#include "core/output_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,8 +21,8 @@ namespace fs = std::filesystem;
 namespace {
 
 Status errno_status(const std::string& what, const std::string& path, int err) {
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT) return write_error(what, path, err);
   std::string msg = what + " " + path + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EFBIG || err == EDQUOT) msg += " (the file system is full or the file size limit was hit)";
   if (err == ENOENT) return not_found(msg);
   return io_error(msg);
 }
@@ -28,29 +30,10 @@ Status errno_status(const std::string& what, const std::string& path, int err) {
 }  // namespace
 
 Status write_file_durable(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_status("create", tmp, errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return errno_status("write", path, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return errno_status("fsync", path, err);
-  }
-  if (::close(fd) != 0) return errno_status("close", path, errno);
-  return rename_path(tmp, path);
+  WriteOptions o;
+  o.durable = true;
+  o.allow_stdout = false;
+  return write_output_file(path, bytes, o);
 }
 
 Status fsync_path(const std::string& path) {

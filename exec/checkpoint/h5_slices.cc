@@ -3,6 +3,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 
@@ -20,6 +21,11 @@ std::mutex& h5_mutex() {
 void h5_init() {
   thread_local bool done = false;
   if (!done) {
+    // No HDF5 clean-up at exit: a file whose close failed (the disk full, the
+    // file size limit hit) is still open there, and HDF5's atexit handler
+    // crashed closing it again after loom had reported the error. Every file
+    // is closed (or failed) before its write returns; the OS does the rest.
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     done = true;
   }
@@ -217,6 +223,34 @@ Result<std::vector<SliceInfo>> list_h5_slices(const std::string& path) {
     LOOM_RETURN_IF_ERROR(read_attr(ds.get(), "extent", &info.extent, path));
     if (info.offset.size() != info.global_shape.size() || info.extent.size() != info.global_shape.size())
       return parse_error(path + ": " + info.name + ": offset/extent/global_shape ranks differ");
+    // The attributes are data from the file: checked before any arithmetic
+    // (a reader forms offset + extent and products of the shape).
+    constexpr int64_t kMaxDim = int64_t{1} << 32, kMaxElements = int64_t{1} << 48;
+    int64_t elements = 1;
+    for (size_t d = 0; d < info.global_shape.size(); ++d) {
+      const int64_t g = info.global_shape[d], o = info.offset[d], e = info.extent[d];
+      if (g < 0 || g > kMaxDim)
+        return parse_error(path + ": " + info.name + ": global_shape[" + std::to_string(d) + "] = " +
+                           std::to_string(g) + " is out of range (0..2^32)");
+      if (o < 0 || e < 0 || o > g || e > g - o)
+        return parse_error(path + ": " + info.name + ": the slice (offset " + std::to_string(o) + ", extent " +
+                           std::to_string(e) + ") lies outside the global shape " + std::to_string(g) + " in dim " +
+                           std::to_string(d));
+      if (g != 0 && elements > kMaxElements / g)
+        return parse_error(path + ": " + info.name + ": the global shape has more than 2^48 elements");
+      elements *= g;
+    }
+    // The dataset itself must hold exactly the extent it claims.
+    Handle space(H5Dget_space(ds.get()), H5Sclose);
+    LOOM_H5_CHECK(space.get(), path);
+    const int ndims = H5Sget_simple_extent_ndims(space.get());
+    LOOM_H5_CHECK(ndims, path);
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(ndims, 0)));
+    if (ndims > 0) LOOM_H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), path);
+    bool same = dims.size() == info.extent.size();
+    for (size_t d = 0; same && d < dims.size(); ++d) same = dims[d] == static_cast<hsize_t>(info.extent[d]);
+    if (!same)
+      return parse_error(path + ": " + info.name + ": the dataset's shape differs from its extent attribute");
     out.push_back(std::move(info));
   }
   return out;

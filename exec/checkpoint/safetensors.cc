@@ -1,12 +1,14 @@
 // safetensors export (see safetensors.h and docs/formats/checkpoint.md).
 #include "exec/checkpoint/safetensors.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <set>
 
 #include "core/json_util.h"
+#include "core/output_file.h"
 #include "exec/checkpoint/ckpt_io.h"
 
 namespace loom::ckpt {
@@ -164,7 +166,7 @@ Status map_llama(Exporter& x, int L) {
 }
 
 Status write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
-  if (n && std::fwrite(p, 1, n, f) != n) return io_error("write " + path + ": " + std::strerror(errno));
+  if (n && std::fwrite(p, 1, n, f) != n) return write_error("write", path, errno);
   return Status::ok();
 }
 
@@ -177,6 +179,11 @@ Status export_safetensors(const CheckpointReader& reader, const std::string& out
     return invalid_argument("export: family '" + family + "' is unknown; use gpt2 or llama");
   if (!reader.has_model())
     return invalid_argument(reader.path() + " is a light checkpoint (training state only); export a full one");
+  if (is_stdout_path(out_path))
+    return invalid_argument("--out -: a safetensors file is binary and is not written to standard output; name a file");
+  // Writing into the checkpoint being read would replace its files (metadata.json, a shard).
+  LOOM_RETURN_IF_ERROR(refuse_output_inside(out_path, reader.path(), "--out"));
+  LOOM_RETURN_IF_ERROR(check_output_path(out_path, "--out", false));
   Json cfg = model_config(reader);
   int64_t vocab = 0;
   if (cfg.is_object() && cfg.contains("vocab_size") && cfg["vocab_size"].is_number_integer())
@@ -202,9 +209,11 @@ Status export_safetensors(const CheckpointReader& reader, const std::string& out
   unsigned char len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  const std::string tmp = out_path + ".tmp";
+  // Through a symlink to its target; never over a FIFO, a device or a directory.
+  LOOM_ASSIGN_OR_RETURN(OutputTarget target, begin_output(out_path, "--out"));
+  const std::string& tmp = target.tmp;
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return io_error("create " + tmp + ": " + std::strerror(errno));
+  if (!f) return write_error("create", tmp, errno);
   Status s = write_all(f, len_le, 8, out_path);
   if (s.is_ok()) s = write_all(f, text.data(), text.size(), out_path);
   std::vector<float> buf;
@@ -212,10 +221,11 @@ Status export_safetensors(const CheckpointReader& reader, const std::string& out
     s = ts[i].produce(&buf);
     if (s.is_ok()) s = write_all(f, buf.data(), buf.size() * sizeof(float), out_path);  // x86/ARM: little-endian
   }
-  if (std::fclose(f) != 0 && s.is_ok()) s = io_error("close " + out_path + ": " + std::strerror(errno));
+  if (std::fflush(f) != 0 && s.is_ok()) s = write_error("write", out_path, errno);
+  if (std::fclose(f) != 0 && s.is_ok()) s = write_error("close", out_path, errno);
   if (s.is_ok()) s = fsync_path(tmp);
-  if (s.is_ok()) s = rename_path(tmp, out_path);
-  if (!s.is_ok()) std::remove(tmp.c_str());
+  if (s.is_ok()) s = commit_output(target);
+  if (!s.is_ok()) abort_output(target);
   return s;
 }
 

@@ -20,6 +20,7 @@
 #include "exec/comm/tcp_communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -95,14 +96,27 @@ class Core {
     std::lock_guard<std::mutex> lk(mu_);
     return broken_;
   }
-  // The communicator is out of step: later calls fail, and the other members
-  // stop waiting for this rank on it.
+  // The communicator is out of step: later calls fail, pending receives on it
+  // end (its later traffic is dropped, so they could never complete), and
+  // the other members stop waiting for this rank on it.
   void set_broken(const Status& why) {
+    if (mark_broken(why)) tell_members();
+  }
+  // The first half of set_broken(): true the first time.
+  bool mark_broken(const Status& why) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!broken_.is_ok()) return;
+      if (!broken_.is_ok()) return false;
       broken_ = why;
+      abandoned = true;
     }
+    t->wake();  // receive requests waiting on `abandoned`
+    return true;
+  }
+  // The second half: close frames to the other members. It takes their
+  // connections' write locks, so a send of the worker must have been
+  // cancelled first (else this waits for that send's own deadline).
+  void tell_members() {
     if (members.size() > 1) t->close_context(ctx, members, true);
   }
 
@@ -133,8 +147,9 @@ class Core {
         // queued tasks instead of starting them.
         int peer = task.waiting_on.load();
         lk.unlock();
-        set_broken(Status(StatusCode::kTimeout, "communicator '" + name + "' is unusable after " + task.call +
-                                                    " timed out; call abort() to end the job"));
+        const bool first = mark_broken(Status(StatusCode::kTimeout, "communicator '" + name + "' is unusable after " +
+                                                                        task.call + " timed out; call abort() to end "
+                                                                                    "the job"));
         task.cancel = true;
         {
           std::lock_guard<std::mutex> q(mu_);
@@ -145,6 +160,9 @@ class Core {
           if (peer < 0) peer = last_peer_;
         }
         t->wake();
+        // Only now: a send of the worker to a peer that stopped draining holds
+        // that connection's write lock until it sees the cancel flag.
+        if (first) tell_members();
         lk.lock();
         task.cv.wait(lk, [&] { return task.done; });
         if (task.result.is_ok()) return Status::ok();  // finished just in time
@@ -190,6 +208,9 @@ class Core {
   const uint64_t ctx;
   const double timeout_s;
   uint64_t splits = 0;  // split() calls so far (the same count on every member)
+  // Set (with broken_) when the communicator breaks: ends the waits of
+  // pending receive requests, whose messages are now dropped.
+  std::atomic<bool> abandoned{false};
 
  private:
   void work() {
@@ -296,13 +317,17 @@ class RecvRequest final : public CommRequest {
   }
   Status wait() override {
     if (done_) return result_;
-    Status s = core_->t->wait(*ticket_, tcp::deadline_after(core_->timeout_s));
+    Status s = core_->t->wait(*ticket_, tcp::deadline_after(core_->timeout_s), &core_->abandoned);
     return finish(s);
   }
   bool test() override {
     if (done_) return true;
     Status error;
-    if (core_->t->poll(*ticket_, &error)) (void)finish(error);
+    if (core_->t->poll(*ticket_, &error)) {
+      (void)finish(error);
+    } else if (core_->abandoned) {
+      (void)finish(Status(StatusCode::kTimeout, "cancelled"));
+    }
     return done_;
   }
 
@@ -310,6 +335,14 @@ class RecvRequest final : public CommRequest {
   Status finish(Status s) {
     done_ = true;
     const int src = core_->members[size_t(peer_)];
+    if (!s.is_ok() && s.message() == "cancelled") {
+      // The communicator broke while this receive was pending (see Core::abandoned).
+      core_->t->withdraw(*ticket_);
+      Status b = core_->broken();
+      result_ = b.is_ok() ? Status(StatusCode::kRemoteError, "cancelled").with_context(core_->where(call_))
+                          : b.with_context(core_->where(call_));
+      return result_;
+    }
     if (s.is_ok()) {
       const tcp::Message& m = ticket_->msg;
       if (m.bytes != count_ * sizeof(float)) {

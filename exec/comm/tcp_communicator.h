@@ -16,8 +16,9 @@
 // communicator, the call and the peer waited for; a peer that died (or
 // destroyed or abandoned the communicator) fails pending and later calls at
 // once with kRemoteError naming it. After a failed or timed-out collective
-// the communicator is unusable (its calls return the same error; the other
-// members are told, so they fail too); a timed-out recv leaves it usable.
+// the communicator is unusable (its calls, and receive requests still
+// pending on it, return the same error; the other members are told, so they
+// fail too); a timed-out recv leaves it usable.
 #pragma once
 
 #include <memory>

@@ -156,6 +156,7 @@ struct Client {
   bool from_loopback = false;
   std::string via;   // this end's address: where the client reaches rank 0
   std::string host;  // the address it registered for its own listener
+  bool foreign = false;  // registered with another job id
 };
 
 class Server {
@@ -220,8 +221,17 @@ class Server {
       std::vector<int> gone;  // fds to drop
       for (Client* c : ready) {
         Status s = read_client(*c, rv, &count);
-        if (s.code() == StatusCode::kNotFound) gone.push_back(c->fd.get());  // left or foreign
-        else if (!s.is_ok()) return fail(s);
+        if (s.code() == StatusCode::kNotFound) {
+          gone.push_back(c->fd.get());  // left or foreign
+        } else if (!s.is_ok() && c->foreign) {
+          // A process of another job: it gets the error, this job goes on.
+          std::string m = error_message(s);
+          (void)write_all(c->fd.get(), m.data(), m.size(), deadline_after(2));
+          turned_away_.push_back(s.message());
+          gone.push_back(c->fd.get());
+        } else if (!s.is_ok()) {
+          return fail(s);
+        }
       }
       std::erase_if(clients_, [&](const Client& c) {
         return std::find(gone.begin(), gone.end(), c.fd.get()) != gone.end();
@@ -231,6 +241,9 @@ class Server {
     LOOM_RETURN_IF_ERROR(check_reachable());
     rv.job_nonce = make_nonce();
     for (Client& c : clients_) {
+      // Only the registered ranks: a connection that never registered (a
+      // scanner, a late duplicate) must not learn the job nonce.
+      if (c.rank <= 0) continue;
       Writer w(kTable);
       w.u64(rv.job_nonce);
       w.u32(uint32_t(o_.world));
@@ -297,13 +310,16 @@ class Server {
       return invalid_argument(who + " speaks rendezvous protocol " + std::to_string(version) + ", rank 0 speaks " +
                               std::to_string(kVersion) + "; run the same Loom build on every rank");
     }
+    if (job != o_.job_id) {
+      // Another job's process (its own rank 0 found the port taken): turned
+      // away alone (see run()) rather than failing this job.
+      c.foreign = true;
+      return invalid_argument(who + " belongs to job '" + job + "' but rank 0 to job '" + o_.job_id +
+                              "'; two jobs share MASTER_ADDR:MASTER_PORT; give each its own MASTER_PORT");
+    }
     if (world != o_.world) {
       return invalid_argument(who + " has WORLD_SIZE=" + std::to_string(world) + " but rank 0 has WORLD_SIZE=" +
                               std::to_string(o_.world) + "; start every rank with the same WORLD_SIZE");
-    }
-    if (job != o_.job_id) {
-      return invalid_argument(who + " belongs to job '" + job + "' but rank 0 to job '" + o_.job_id +
-                              "'; two jobs share MASTER_ADDR:MASTER_PORT; give each its own MASTER_PORT");
     }
     if (rank <= 0 || rank >= o_.world || arrived_[size_t(rank)]) {
       std::string first = rank == 0 ? "this process (rank 0)" : "another process";
@@ -354,6 +370,7 @@ class Server {
       msg += "; rank" + std::string(left.size() > 1 ? "s " : " ") + rank_list(left) +
              " registered, then closed the connection (exited?)";
     }
+    for (const std::string& t : turned_away_) msg += "; turned away: " + t;
     msg += "; start every rank with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or raise the rendezvous timeout";
     return Status(StatusCode::kTimeout, msg);
   }
@@ -371,6 +388,7 @@ class Server {
   std::vector<Client> clients_;
   std::vector<bool> arrived_;
   std::vector<int> left_;
+  std::vector<std::string> turned_away_;  // why processes of other jobs were turned away
 };
 
 // ---- ranks 1..world-1 -------------------------------------------------------

@@ -6,9 +6,11 @@
 // rank 0, and registers (rank, world, job id, host, port). When every rank
 // has arrived, rank 0 sends each the table of addresses and a job nonce (it
 // authenticates the connections of the mesh, tcp_transport.h), then closes the
-// store. Rank 0 rejects a wrong world size, job id or a duplicate rank at
-// once (every arrived rank gets the error), and at the rendezvous timeout it
-// names the ranks that never arrived, to itself and to every arrived rank
+// store. Rank 0 rejects a wrong world size or a duplicate rank at once
+// (every arrived rank gets the error); a process with another job id (of
+// another job that found the port taken) gets the error alone and this job
+// goes on. At the rendezvous timeout rank 0 names the ranks that never
+// arrived (and any process turned away), to itself and to every arrived rank
 // (whose own wait lasts a little longer, so they hear it from rank 0).
 #pragma once
 

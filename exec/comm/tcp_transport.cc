@@ -360,7 +360,11 @@ Status Transport::send(int dst, uint64_t ctx, Kind kind, int64_t tag, const void
         std::lock_guard<std::mutex> lk(mu_);
         return down_[size_t(dst)];
       }
-      if (io.done > 0) {  // half a frame went out: the stream is out of step for good
+      // Half a frame, or the first frames of a message, went out: the peer's
+      // reader holds a partial message that can never be completed (a later
+      // message with the same key would read as malformed): the stream is
+      // out of step for good.
+      if (io.done > 0 || off > 0) {
         mark_down(dst, Status(StatusCode::kRemoteError, "the connection to " + describe(dst) +
                                                             " was abandoned in the middle of a message after a "
                                                             "timeout"));
@@ -484,8 +488,17 @@ void Transport::close_context(uint64_t ctx, const std::vector<int>& members, boo
     FrameHeader h{kFrameMagic, uint8_t(Kind::kClose), uint8_t(kFirst | kLast | (abandoned ? kAbandoned : 0)), 0, ctx, 0,
                   0, 0};
     Peer& p = *peers_[size_t(m)];
-    std::lock_guard<std::mutex> lk(p.write_mu);
-    IoResult io = write_all(p.fd.get(), &h, sizeof h, deadline_after(1));  // best effort
+    // Best effort, bounded: another thread may hold the lock in a send to a
+    // peer that stopped draining (until that send's deadline, or for ever
+    // without one); a communicator's destructor must not wait for it.
+    // (try_lock in naps, not a timed mutex: ThreadSanitizer does not see
+    // pthread_mutex_clocklock.)
+    std::unique_lock<std::mutex> lk(p.write_mu, std::defer_lock);
+    for (const Deadline until = deadline_after(1); !lk.try_lock() && Clock::now() < until;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!lk.owns_lock()) continue;
+    IoResult io = write_all(p.fd.get(), &h, sizeof h, deadline_after(1));
     if (!io.ok() && io.done > 0) ::shutdown(p.fd.get(), SHUT_RDWR);     // out of step: end it
   }
 }

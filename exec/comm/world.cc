@@ -119,21 +119,30 @@ std::string mpi_plugin_path() {
 }
 
 std::string first_slurm_host(const std::string& nodelist) {
-  // The first comma-separated item at bracket depth 0.
-  std::string item;
+  // The first comma-separated item at bracket depth 0, each bracketed range
+  // list replaced by its first value; text after a bracket is kept:
+  // "a[1-2]b" -> "a1b", "rack[3-4]-n[07,09]" -> "rack3-n07".
+  std::string host;
   int depth = 0;
+  bool first_value_done = false;  // inside a bracket: its first value is complete
   for (char c : nodelist) {
-    if (c == '[') ++depth;
-    if (c == ']') --depth;
-    if (c == ',' && depth == 0) break;
-    item += c;
+    if (c == '[') {
+      ++depth;
+      first_value_done = false;
+    } else if (c == ']') {
+      if (depth > 0) --depth;
+    } else if (depth == 0) {
+      if (c == ',') break;
+      host += c;
+    } else if (!first_value_done) {
+      if (c == ',' || c == '-') {
+        first_value_done = true;
+      } else {
+        host += c;
+      }
+    }
   }
-  size_t open = item.find('[');
-  if (open == std::string::npos) return item;
-  std::string prefix = item.substr(0, open);
-  std::string range = item.substr(open + 1);
-  size_t end = range.find_first_of(",-]");
-  return prefix + range.substr(0, end);
+  return host;
 }
 
 Result<RendezvousAddress> rendezvous_address(const LaunchEnv& env) {
@@ -146,7 +155,13 @@ Result<RendezvousAddress> rendezvous_address(const LaunchEnv& env) {
     addr.port = int(p);
   }
   addr.host = getenv_or("MASTER_ADDR");
-  if (addr.host.empty() && env.launcher == "slurm") {
+  // srun started this process itself: as the Slurm launcher, or with an MPI
+  // layer whose ranks are Slurm's (srun --mpi=pmi2 sets PMI_RANK, detected
+  // first, and often no local size, so local_world below is only a bound).
+  const bool srun_task = env.launcher == "slurm" ||
+                         (getenv_or("SLURM_PROCID") == std::to_string(env.rank) &&
+                          getenv_or("SLURM_NTASKS") == std::to_string(env.world));
+  if (addr.host.empty() && srun_task) {
     std::string list = getenv_or("SLURM_STEP_NODELIST", getenv_or("SLURM_JOB_NODELIST"));
     if (!list.empty()) addr.host = first_slurm_host(list);
   }

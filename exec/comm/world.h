@@ -12,7 +12,8 @@
 //
 // LOOM_LAUNCH=mpi|tcp|single forces a choice. The rendezvous address is
 // MASTER_ADDR:MASTER_PORT; without MASTER_ADDR it is the first host of a Slurm
-// step's node list, or 127.0.0.1 when every rank is on this node; the port
+// step's node list (when srun started the ranks, whatever MPI layer names
+// them), or 127.0.0.1 when every rank is on this node; the port
 // defaults to 29500 (torchrun's).
 #pragma once
 
@@ -57,7 +58,8 @@ struct RendezvousAddress {
 };
 Result<RendezvousAddress> rendezvous_address(const LaunchEnv& env);
 
-// The first host of a Slurm node list: "gpu[003-010,012],login1" -> "gpu003".
+// The first host of a Slurm node list: "gpu[003-010,012],login1" -> "gpu003",
+// "a[1-2]b" -> "a1b".
 std::string first_slurm_host(const std::string& nodelist);
 
 // Where open_world() looks for libloom_mpi.so: $LOOM_MPI_PLUGIN, else

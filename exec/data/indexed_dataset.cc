@@ -1,6 +1,8 @@
 // Megatron .bin/.idx writer and reader; format in docs/reference/indexed_dataset.md.
 #include "exec/data/indexed_dataset.h"
 
+#include "core/output_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -150,8 +152,8 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 void IndexedDatasetWriter::remove_temporaries() {
   if (bin_ != nullptr) std::fclose(bin_);
   bin_ = nullptr;
-  std::remove((prefix_ + ".bin.tmp").c_str());
-  std::remove((prefix_ + ".idx.tmp").c_str());
+  if (!bin_tmp_.empty()) std::remove(bin_tmp_.c_str());
+  if (!idx_tmp_.empty()) std::remove(idx_tmp_.c_str());
 }
 
 Result<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::create(const std::string& prefix,
@@ -160,10 +162,18 @@ Result<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::create(const
     return invalid_argument("indexed dataset writer " + prefix + ": unknown dtype code " +
                             std::to_string(static_cast<int>(dtype)) + "; use 1..8");
   }
-  const std::string tmp = prefix + ".bin.tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return io_error(tmp + ": cannot create: " + errno_text());
-  return std::unique_ptr<IndexedDatasetWriter>(new IndexedDatasetWriter(prefix, dtype, f));
+  LOOM_ASSIGN_OR_RETURN(OutputTarget bin, begin_output(prefix + ".bin", "output"));
+  LOOM_ASSIGN_OR_RETURN(OutputTarget idx, begin_output(prefix + ".idx", "output"));
+  LOOM_RETURN_IF_ERROR(check_output_path(bin.path, "output", false));
+  LOOM_RETURN_IF_ERROR(check_output_path(idx.path, "output", false));
+  std::FILE* f = std::fopen(bin.tmp.c_str(), "wb");
+  if (f == nullptr) return write_error("create", bin.tmp, errno);
+  std::unique_ptr<IndexedDatasetWriter> w(new IndexedDatasetWriter(prefix, dtype, f));
+  w->bin_target_ = bin.target;
+  w->bin_tmp_ = bin.tmp;
+  w->idx_target_ = idx.target;
+  w->idx_tmp_ = idx.tmp;
+  return w;
 }
 
 Status IndexedDatasetWriter::add_sequence(const int32_t* tokens, size_t n) {
@@ -179,7 +189,7 @@ Status IndexedDatasetWriter::add_sequence(const int32_t* tokens, size_t n) {
     }
   }
   if (n > 0 && std::fwrite(scratch_.data(), 1, scratch_.size(), bin_) != scratch_.size()) {
-    return io_error(prefix_ + ".bin.tmp: write failed: " + errno_text());
+    return write_error("write", bin_target_, errno);
   }
   lengths_.push_back(static_cast<int32_t>(n));
   tokens_ += static_cast<int64_t>(n);
@@ -200,8 +210,9 @@ Status IndexedDatasetWriter::add_document(const int32_t* tokens, size_t n) {
 Status IndexedDatasetWriter::finalize() {
   if (finalized_) return invalid_argument(prefix_ + ": finalize() called twice");
   if (doc_indices_.back() != static_cast<int64_t>(lengths_.size())) LOOM_RETURN_IF_ERROR(end_document());
-  const std::string bin_tmp = prefix_ + ".bin.tmp", idx_tmp = prefix_ + ".idx.tmp";
-  if (std::fflush(bin_) != 0 || ::fsync(fileno(bin_)) != 0) return io_error(bin_tmp + ": flush failed: " + errno_text());
+  const std::string& bin_tmp = bin_tmp_;
+  const std::string& idx_tmp = idx_tmp_;
+  if (std::fflush(bin_) != 0 || ::fsync(fileno(bin_)) != 0) return write_error("write", bin_target_, errno);
   std::fclose(bin_);
   bin_ = nullptr;
 
@@ -228,16 +239,17 @@ Status IndexedDatasetWriter::finalize() {
   LOOM_CHECK(p == idx.data() + idx.size(), "idx size bookkeeping");
 
   std::FILE* f = std::fopen(idx_tmp.c_str(), "wb");
-  if (f == nullptr) return io_error(idx_tmp + ": cannot create: " + errno_text());
+  if (f == nullptr) return write_error("create", idx_tmp, errno);
   bool ok = std::fwrite(idx.data(), 1, idx.size(), f) == idx.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  int err = errno;
   ok = (std::fclose(f) == 0) && ok;
-  if (!ok) return io_error(idx_tmp + ": write failed: " + errno_text());
+  if (!ok) return write_error("write", idx_target_, err);
   // .bin first, .idx last: a reader that finds the .idx finds a complete .bin.
-  if (std::rename(bin_tmp.c_str(), (prefix_ + ".bin").c_str()) != 0) {
-    return io_error(bin_tmp + ": rename to .bin failed: " + errno_text());
+  if (std::rename(bin_tmp.c_str(), bin_target_.c_str()) != 0) {
+    return io_error(bin_tmp + ": rename to " + bin_target_ + " failed: " + errno_text());
   }
-  if (std::rename(idx_tmp.c_str(), (prefix_ + ".idx").c_str()) != 0) {
-    return io_error(idx_tmp + ": rename to .idx failed: " + errno_text());
+  if (std::rename(idx_tmp.c_str(), idx_target_.c_str()) != 0) {
+    return io_error(idx_tmp + ": rename to " + idx_target_ + " failed: " + errno_text());
   }
   finalized_ = true;
   return Status::ok();
@@ -308,7 +320,9 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
   if (ds->idx_bytes_ != expected) {
     return bad("size " + std::to_string(ds->idx_bytes_) + " bytes != 34+12N+8D" + (multimodal ? "+N" : "") + " = " +
                std::to_string(expected) + " for N=" + std::to_string(n) + " D=" + std::to_string(d) +
-               (multimodal ? "" : " (if the dataset is multimodal, open it with multimodal=true)"));
+               (!multimodal && ds->idx_bytes_ == expected + n
+                    ? "; it has N more bytes, the layout of a multimodal index, which loom does not train on"
+                    : "; the index is truncated or corrupt, or belongs to another .bin: re-run `loom preprocess`"));
   }
   if (d < 1) return bad("D=0: document_indices must hold at least the leading 0");
   ds->n_ = static_cast<int64_t>(n);

@@ -39,9 +39,10 @@ const char* dtype_name(TokenDtype dtype);
 // Megatron's "optimal" dtype: uint16 when vocab_size < 65500, else int32.
 TokenDtype dtype_for_vocab(int64_t vocab_size);
 
-// Writes PREFIX.bin / PREFIX.idx. Tokens stream to PREFIX.bin.tmp as they are
-// added; finalize() writes PREFIX.idx.tmp and then renames .bin.tmp -> .bin and
-// .idx.tmp -> .idx, so a crash never leaves a valid-looking but truncated pair
+// Writes PREFIX.bin / PREFIX.idx. Tokens stream to a temporary next to
+// PREFIX.bin as they are added; finalize() writes the .idx's temporary and then
+// renames them over .bin and .idx (through symlinks, never over a FIFO or a
+// device), so a crash never leaves a valid-looking but truncated pair
 // (the .idx, which a reader opens first, appears last). A writer destroyed
 // without finalize() removes its temporary files. Not thread-safe.
 class IndexedDatasetWriter {
@@ -72,7 +73,10 @@ class IndexedDatasetWriter {
   std::string prefix_;
   TokenDtype dtype_;
   size_t item_bytes_;
-  std::FILE* bin_ = nullptr;  // PREFIX.bin.tmp while open
+  std::FILE* bin_ = nullptr;  // bin_tmp_ while open
+  // Where PREFIX.bin / PREFIX.idx end up (a symlink's target; never a FIFO or
+  // device: core/output_file.h) and the temporaries renamed over them.
+  std::string bin_target_, idx_target_, bin_tmp_, idx_tmp_;
   bool finalized_ = false;
   int64_t tokens_ = 0;
   std::vector<int32_t> lengths_;      // (N)

@@ -178,6 +178,11 @@ LineError extract_text(std::string_view line, const std::string& field, std::str
   } catch (const nlohmann::json::parse_error& e) {
     *why = std::string("malformed JSON: ") + e.what();
     return LineError::kMalformedJson;
+  } catch (const nlohmann::json::exception& e) {
+    // A number beyond a double's range ("1e400"): found by fuzzing, it ended
+    // `loom preprocess` instead of being a bad line.
+    *why = std::string("malformed JSON: ") + e.what();
+    return LineError::kMalformedJson;
   }
   if (!j.is_object()) {
     *why = std::string("malformed JSONL: the line is a JSON ") + j.type_name() + ", not an object";

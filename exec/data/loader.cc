@@ -1,6 +1,8 @@
 // Loader: blended global sample stream, DP slicing, prefetch thread.
 #include "exec/data/loader.h"
 
+#include "core/json_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -176,6 +178,33 @@ Result<double> Loader::next(int32_t* tokens, int32_t* targets) {
   return waited_s;
 }
 
+Result<LoaderCursor> parse_loader_cursor(const std::string& text, int64_t default_consumed, const std::string& where) {
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, where));
+  if (!j.is_object()) return invalid_argument(where + ": the data cursor must be an object");
+  LoaderCursor c;
+  LOOM_ASSIGN_OR_RETURN(c.consumed_samples, json_int_or(j, "consumed_samples", default_consumed, where));
+  if (c.consumed_samples < 0)
+    return invalid_argument(where + ".consumed_samples = " + std::to_string(c.consumed_samples) + " is negative");
+  if (j.contains("per_dataset") && !j["per_dataset"].is_null()) {
+    const Json& p = j["per_dataset"];
+    if (!p.is_array()) return invalid_argument(where + ".per_dataset must be an array of sample counts");
+    int64_t sum = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string wi = where + ".per_dataset[" + std::to_string(i) + "]";
+      if (!p[i].is_number_integer() || (p[i].is_number_unsigned() && p[i].get<uint64_t>() > uint64_t(INT64_MAX)))
+        return invalid_argument(wi + " must be an integer, got " + p[i].dump());
+      const int64_t n = p[i].get<int64_t>();
+      if (n < 0 || n > INT64_MAX - sum) return invalid_argument(wi + " = " + std::to_string(n) + " is out of range");
+      sum += n;
+      c.per_dataset.push_back(n);
+    }
+    if (sum != c.consumed_samples)
+      return invalid_argument(where + ": per_dataset sums to " + std::to_string(sum) + " != consumed_samples " +
+                              std::to_string(c.consumed_samples));
+  }
+  return c;
+}
+
 Status Loader::restore(const LoaderCursor& c) {
   const size_t k = gpt_.size();
   if (c.consumed_samples < 0) return invalid_argument("loader restore: negative consumed_samples");
@@ -190,7 +219,7 @@ Status Loader::restore(const LoaderCursor& c) {
   }
   int64_t sum = 0;
   for (int64_t n : target.per_dataset) {
-    if (n < 0) return invalid_argument("loader restore: negative per-dataset count");
+    if (n < 0 || n > INT64_MAX - sum) return invalid_argument("loader restore: per-dataset count out of range");
     sum += n;
   }
   if (sum != c.consumed_samples) {

@@ -38,6 +38,14 @@ struct LoaderCursor {
   std::vector<int64_t> per_dataset;   // (K) of those, drawn from each dataset
 };
 
+// The cursor as a checkpoint stores it ({"consumed_samples": N, "per_dataset":
+// [n0, n1, ...]}); consumed_samples defaults to `default_consumed`. Errors
+// (kInvalidArgument, naming `where` and the field): not an object, negative or
+// non-integer counts, per-dataset counts that overflow or do not sum to
+// consumed_samples.
+Result<LoaderCursor> parse_loader_cursor(const std::string& json_text, int64_t default_consumed,
+                                         const std::string& where);
+
 // The blend's dataset choice for global sample `g` given the samples already
 // taken from each dataset (normalised weights). Exposed for tests.
 int blend_pick(const std::vector<double>& weights, const std::vector<int64_t>& taken, int64_t g);

@@ -1,5 +1,7 @@
 #include "exec/data/preprocess.h"
 
+#include "core/output_file.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -188,16 +190,10 @@ Status write_manifest(const PreprocessOptions& o, const PreprocessStats& s) {
         {"missing_field", s.lines.skipped_missing_field},
         {"invalid_utf8", s.lines.skipped_invalid_utf8}}},
       {"shards", shards}};
-  std::string tmp = s.manifest_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << m.dump(2) << "\n";
-    if (!out.good()) return io_error(tmp + ": write failed");
-  }
-  std::error_code ec;
-  fs::rename(tmp, s.manifest_path, ec);
-  if (ec) return io_error(s.manifest_path + ": rename failed (" + ec.message() + ")");
-  return Status::ok();
+  WriteOptions wo;
+  wo.durable = true;
+  wo.allow_stdout = false;
+  return write_output_file(s.manifest_path, m.dump(2) + "\n", wo);
 }
 
 }  // namespace
@@ -267,6 +263,8 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   fs::path parent = fs::path(o.output_prefix).parent_path();
   if (!parent.empty()) fs::create_directories(parent, ec);
 
+  // Every output is checked before any input is read (core/output_file.h).
+  LOOM_RETURN_IF_ERROR(check_output_path(s.manifest_path, "--output", false));
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (int i = 0; i < o.shards; ++i) {
     LOOM_ASSIGN_OR_RETURN(auto w, IndexedDatasetWriter::create(shard_prefix(o.output_prefix, i, o.shards), s.dtype));
@@ -354,7 +352,22 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   stop_all();
   if (!reader_status.is_ok()) return reader_status;
 
+  // Nothing to train on: publish nothing rather than empty shards that
+  // `loom execute` could only refuse later.
+  if (s.documents == 0) {
+    writers.clear();  // unfinalized: their temporaries are removed
+    return invalid_argument("preprocess: no documents in the input (" + std::to_string(s.lines.lines) + " lines, " +
+                            std::to_string(s.empty_documents) + " empty, " + std::to_string(s.lines.skipped()) +
+                            " skipped): nothing written; check --text-field (\"" + o.text_field + "\") and the input");
+  }
   for (int i = 0; i < o.shards; ++i) {
+    // Documents go round robin, so only the last shards can be empty (fewer
+    // documents than --shards): they are not written and not listed.
+    if (writers[i]->documents() == 0) {
+      writers[i].reset();
+      ++s.empty_shards;
+      continue;
+    }
     ShardStats sh;
     std::string prefix = shard_prefix(o.output_prefix, i, o.shards);
     sh.documents = writers[i]->documents();

@@ -79,11 +79,13 @@ struct PreprocessStats {
   std::string tokenizer_name;
   int64_t vocab_size = 0;
   TokenDtype dtype = TokenDtype::kInt32;
-  std::vector<ShardStats> shards;
+  std::vector<ShardStats> shards;        // only shards that got documents
+  int empty_shards = 0;                  // of --shards, not written: fewer documents than shards
   std::string manifest_path;
 };
 
-// Errors: invalid_argument (bad options, no JSONL files in the inputs),
+// Errors: invalid_argument (bad options, no JSONL files in the inputs, no
+// document at all, an output that is a FIFO / device / directory),
 // not_found (an input is missing), parse_error "FILE:LINE: ..." for a bad line
 // under OnError::kFail, io_error writing outputs. An error while reading or
 // tokenizing publishes no shard (unfinalized writers remove their .tmp files)

@@ -13,6 +13,8 @@ struct ModelChunk::LayerActs {
   DeviceBuffer h1, h2;        // (N, C) norm outputs, gathered under SP
   DeviceBuffer mean1, rstd1, mean2, rstd2;  // (Nl)
   DeviceBuffer q, k, v;       // (N, Hq_l*D), (N, Hk_l*D) after RoPE
+  DeviceBuffer qn_in, kn_in;  // q, k before their per-head RMSNorm (qk_norm)
+  DeviceBuffer q_rstd, k_rstd;  // (N*Hq_l), (N*Hk_l)
   DeviceBuffer ctx, lse;      // (N, Hq_l*D), (B, Hq_l, T)
   DeviceBuffer x_mid;         // (Nl, C)
   DeviceBuffer a, g;          // GELU: pre- and post-activation (N, F_l); SwiGLU: gate, up
@@ -23,7 +25,7 @@ struct ModelChunk::LayerActs {
   // is unscaled and may grow past fp16's range.
   template <typename F>
   void for_each_large(bool with_residual, F&& f) {
-    for (DeviceBuffer* b : {&h1, &h2, &q, &k, &v, &ctx, &a, &g, &s}) f(*b);
+    for (DeviceBuffer* b : {&h1, &h2, &q, &k, &v, &qn_in, &kn_in, &ctx, &a, &g, &s}) f(*b);
     if (with_residual) {
       f(x_in);
       f(x_mid);
@@ -82,6 +84,22 @@ void unpack(ComputeBackend* be, DeviceBuffer& b) {
   b = std::move(f);
 }
 std::string L(int layer) { return "layers." + std::to_string(layer) + "."; }
+
+// RoPE on x(B,T,H,D) in place: from rope_theta, or from the per-dimension
+// frequencies of a scaled RoPE (Llama-3.1).
+void rope(Kernels& k, const ModelDims& d, float* x, int64_t B, int64_t T, int64_t H, bool backward) {
+  if (d.rope_inv_freq.empty()) {
+    if (backward)
+      k.rope_backward(x, B, T, H, d.D, d.rope_theta, 0);
+    else
+      k.rope_forward(x, B, T, H, d.D, d.rope_theta, 0);
+  } else {
+    if (backward)
+      k.rope_freqs_backward(x, B, T, H, d.D, d.rope_inv_freq.data(), 0);
+    else
+      k.rope_freqs_forward(x, B, T, H, d.D, d.rope_inv_freq.data(), 0);
+  }
+}
 
 // y(N,out) = x(N,in) W(out,in)^T (+ b)
 void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in, int64_t out) {
@@ -154,15 +172,28 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   a.q = make(backend_, N * Hq * D);
   a.k = make(backend_, N * Hk * D);
   a.v = make(backend_, N * Hk * D);
-  linear(k, a.h1.f32(), P.param(p + "attn.q.weight"), d.gpt2 ? P.param(p + "attn.q.bias") : nullptr, a.q.f32(), N, C,
-         Hq * D);
-  linear(k, a.h1.f32(), P.param(p + "attn.k.weight"), d.gpt2 ? P.param(p + "attn.k.bias") : nullptr, a.k.f32(), N, C,
-         Hk * D);
-  linear(k, a.h1.f32(), P.param(p + "attn.v.weight"), d.gpt2 ? P.param(p + "attn.v.bias") : nullptr, a.v.f32(), N, C,
-         Hk * D);
+  const bool qkv_bias = d.gpt2 || d.qkv_bias;
+  linear(k, a.h1.f32(), P.param(p + "attn.q.weight"), qkv_bias ? P.param(p + "attn.q.bias") : nullptr, a.q.f32(), N,
+         C, Hq * D);
+  linear(k, a.h1.f32(), P.param(p + "attn.k.weight"), qkv_bias ? P.param(p + "attn.k.bias") : nullptr, a.k.f32(), N,
+         C, Hk * D);
+  linear(k, a.h1.f32(), P.param(p + "attn.v.weight"), qkv_bias ? P.param(p + "attn.v.bias") : nullptr, a.v.f32(), N,
+         C, Hk * D);
   if (!d.gpt2) {
-    k.rope_forward(a.q.f32(), B, T, Hq, D, d.rope_theta, 0);
-    k.rope_forward(a.k.f32(), B, T, Hk, D, d.rope_theta, 0);
+    if (d.qk_norm) {  // Qwen3: RMSNorm over each head's D values, before RoPE
+      a.qn_in = std::move(a.q);
+      a.kn_in = std::move(a.k);
+      a.q = make(backend_, N * Hq * D);
+      a.k = make(backend_, N * Hk * D);
+      a.q_rstd = make(backend_, N * Hq);
+      a.k_rstd = make(backend_, N * Hk);
+      k.rmsnorm_forward(a.qn_in.f32(), P.param(p + "attn.q_norm.weight"), a.q.f32(), a.q_rstd.f32(), N * Hq, D,
+                        d.norm_eps);
+      k.rmsnorm_forward(a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k.f32(), a.k_rstd.f32(), N * Hk, D,
+                        d.norm_eps);
+    }
+    rope(k, d, a.q.f32(), B, T, Hq, false);
+    rope(k, d, a.k.f32(), B, T, Hk, false);
   }
   a.ctx = make(backend_, N * Hq * D);
   a.lse = make(backend_, B * Hq * T);
@@ -171,7 +202,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   linear(k, a.ctx.f32(), P.param(p + "attn.o.weight"), nullptr, part.f32(), N, Hq * D, C);
   DeviceBuffer o = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
-  if (d.gpt2) k.add_bias(o.f32(), P.param(p + "attn.o.bias"), Nl, C);
+  if (d.gpt2 || d.o_bias) k.add_bias(o.f32(), P.param(p + "attn.o.bias"), Nl, C);
   a.x_mid = make(backend_, Nl * C);
   backend_->copy(a.x_mid.f32(), x_in, size_t(Nl * C) * sizeof(float));
   k.add_inplace(a.x_mid.f32(), o.f32(), Nl * C);
@@ -192,14 +223,17 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
     k.gelu_forward(a.a.f32(), a.g.f32(), N * F);
     linear(k, a.g.f32(), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C);
   } else {
-    linear(k, a.h2.f32(), P.param(p + "mlp.gate.weight"), nullptr, a.a.f32(), N, C, F);
-    linear(k, a.h2.f32(), P.param(p + "mlp.up.weight"), nullptr, a.g.f32(), N, C, F);
+    linear(k, a.h2.f32(), P.param(p + "mlp.gate.weight"), d.mlp_bias ? P.param(p + "mlp.gate.bias") : nullptr,
+           a.a.f32(), N, C, F);
+    linear(k, a.h2.f32(), P.param(p + "mlp.up.weight"), d.mlp_bias ? P.param(p + "mlp.up.bias") : nullptr, a.g.f32(),
+           N, C, F);
     a.s = make(backend_, N * F);
     k.swiglu_forward(a.a.f32(), a.g.f32(), a.s.f32(), N * F);
     linear(k, a.s.f32(), P.param(p + "mlp.down.weight"), nullptr, part.f32(), N, F, C);
   }
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
   if (d.gpt2) k.add_bias(o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C);
+  if (!d.gpt2 && d.mlp_bias) k.add_bias(o.f32(), P.param(p + "mlp.down.bias"), Nl, C);
   backend_->copy(x_out, a.x_mid.f32(), size_t(Nl * C) * sizeof(float));
   k.add_inplace(x_out, o.f32(), Nl * C);
   if (!keep) {
@@ -228,6 +262,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   const int64_t tp = cfg_.tp_size, Hq = d.Hq / tp, Hk = d.Hk / tp, D = d.D, F = d.F / tp;
   const std::string p = L(layer);
   ParamStore& P = *params_;
+  const bool qkv_bias = d.gpt2 || d.qkv_bias;
   if (a.packed) {
     a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) { unpack(backend_, b); });
     a.packed = false;
@@ -244,6 +279,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   // MLP block
   DeviceBuffer dfull = make(backend_, N * C);
   if (d.gpt2) k.bias_backward(dx_out, P.grad(p + "mlp.fc2.bias"), Nl, C);
+  if (!d.gpt2 && d.mlp_bias) k.bias_backward(dx_out, P.grad(p + "mlp.down.bias"), Nl, C);
   LOOM_RETURN_IF_ERROR(enter_tp(dx_out, dfull.f32()));
   DeviceBuffer dh_part = make(backend_, N * C);
   if (d.gpt2) {
@@ -260,10 +296,10 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
                     ds.f32(), N, F, C, false);
     DeviceBuffer dgate = make(backend_, N * F), dup = make(backend_, N * F);
     k.swiglu_backward(ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F);
-    linear_backward(k, dgate.f32(), a.h2.f32(), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"), nullptr,
-                    dh_part.f32(), N, C, F, false);
-    linear_backward(k, dup.f32(), a.h2.f32(), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"), nullptr,
-                    dh_part.f32(), N, C, F, true);
+    linear_backward(k, dgate.f32(), a.h2.f32(), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"),
+                    d.mlp_bias ? P.grad(p + "mlp.gate.bias") : nullptr, dh_part.f32(), N, C, F, false);
+    linear_backward(k, dup.f32(), a.h2.f32(), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"),
+                    d.mlp_bias ? P.grad(p + "mlp.up.bias") : nullptr, dh_part.f32(), N, C, F, true);
   }
   DeviceBuffer dh = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
@@ -276,7 +312,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
                           P.grad(p + "ln2.weight"), Nl, C);
   k.add_inplace(dx_mid.f32(), dx_out, Nl * C);
   // attention block
-  if (d.gpt2) k.bias_backward(dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C);
+  if (d.gpt2 || d.o_bias) k.bias_backward(dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C);
   LOOM_RETURN_IF_ERROR(enter_tp(dx_mid.f32(), dfull.f32()));
   DeviceBuffer dctx = make(backend_, N * Hq * D);
   linear_backward(k, dfull.f32(), a.ctx.f32(), P.param(p + "attn.o.weight"), P.grad(p + "attn.o.weight"), nullptr,
@@ -285,15 +321,42 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   k.attention_backward(dctx.f32(), a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq.f32(), dk.f32(),
                           dv.f32(), B, T, Hq, Hk, D);
   if (!d.gpt2) {
-    k.rope_backward(dq.f32(), B, T, Hq, D, d.rope_theta, 0);
-    k.rope_backward(dk.f32(), B, T, Hk, D, d.rope_theta, 0);
+    rope(k, d, dq.f32(), B, T, Hq, true);
+    rope(k, d, dk.f32(), B, T, Hk, true);
+    if (d.qk_norm) {
+      // The norm weights are replicated over TP but each rank holds only its
+      // heads: without SP their gradients are summed over TP here (a
+      // micro-batch's part only); with SP the trainer sums every replicated
+      // gradient over TP after backward.
+      const bool sum_here = cfg_.tp_size > 1 && !cfg_.sequence_parallel;
+      DeviceBuffer dw;
+      float* dwq = P.grad(p + "attn.q_norm.weight");
+      float* dwk = P.grad(p + "attn.k_norm.weight");
+      if (sum_here) {
+        dw = DeviceBuffer(backend_, size_t(2 * D) * sizeof(float));  // zeroed: the kernels accumulate
+        dwq = dw.f32();
+        dwk = dw.f32() + D;
+      }
+      DeviceBuffer dq_in = make(backend_, N * Hq * D), dk_in = make(backend_, N * Hk * D);
+      k.rmsnorm_backward(dq.f32(), a.qn_in.f32(), P.param(p + "attn.q_norm.weight"), a.q_rstd.f32(), dq_in.f32(), dwq,
+                         N * Hq, D);
+      k.rmsnorm_backward(dk.f32(), a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k_rstd.f32(), dk_in.f32(), dwk,
+                         N * Hk, D);
+      if (sum_here) {
+        LOOM_RETURN_IF_ERROR(tp_all_reduce(dw.f32(), 2 * D));
+        k.add_inplace(P.grad(p + "attn.q_norm.weight"), dw.f32(), D);
+        k.add_inplace(P.grad(p + "attn.k_norm.weight"), dw.f32() + D, D);
+      }
+      dq = std::move(dq_in);
+      dk = std::move(dk_in);
+    }
   }
   linear_backward(k, dq.f32(), a.h1.f32(), P.param(p + "attn.q.weight"), P.grad(p + "attn.q.weight"),
-                  d.gpt2 ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false);
+                  qkv_bias ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false);
   linear_backward(k, dk.f32(), a.h1.f32(), P.param(p + "attn.k.weight"), P.grad(p + "attn.k.weight"),
-                  d.gpt2 ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
+                  qkv_bias ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
   linear_backward(k, dv.f32(), a.h1.f32(), P.param(p + "attn.v.weight"), P.grad(p + "attn.v.weight"),
-                  d.gpt2 ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
+                  qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
     k.layernorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,

@@ -33,7 +33,7 @@ float init_normal_at(uint64_t base, int64_t index) {
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
-Result<ModelDims> model_dims(const ModelSpec& s) {
+Result<ModelDims> model_dims(const ModelSpec& s, int64_t seq_len) {
   ModelDims d;
   if (s.is_moe())
     return unsupported("execute: " + s.name + " is a mixture-of-experts model; the executor trains dense GPT-2 and "
@@ -52,7 +52,36 @@ Result<ModelDims> model_dims(const ModelSpec& s) {
   d.max_pos = s.max_position;
   d.L = s.num_layers;
   d.tied = s.tied_embeddings;
-  d.norm_eps = d.gpt2 ? 1e-5f : 1e-5f;
+  d.norm_eps = float(s.norm_eps);
+  if (d.gpt2) {
+    // The GELU kernels are the tanh approximation (gelu_new / gelu_pytorch_tanh).
+    if (!s.activation.empty() && s.activation != "gelu_new" && s.activation != "gelu_pytorch_tanh")
+      return unsupported("execute: " + s.name + ": activation_function=\"" + s.activation +
+                         "\" cannot be run: the executor's GELU is the tanh approximation (gelu_new); use gelu_new");
+    return d;
+  }
+  if (!s.activation.empty() && s.activation != "silu" && s.activation != "swish")
+    return unsupported("execute: " + s.name + ": hidden_act=\"" + s.activation +
+                       "\" cannot be run: the executor's gated MLP is SwiGLU (silu); use silu");
+  if (s.head_dim % 2 != 0)
+    return invalid_argument("execute: " + s.name + ": head_dim=" + std::to_string(s.head_dim) +
+                            " is odd; RoPE needs an even head dim");
+  d.rope_theta = float(s.rope_theta);
+  if (s.rope_scaling.enabled()) {
+    if (s.rope_scaling.type != "llama3")
+      return unsupported("execute: " + s.name + ": rope_scaling type \"" + s.rope_scaling.type +
+                         "\" cannot be run: the executor implements Llama-3.1's \"llama3\" RoPE scaling only");
+    d.rope_inv_freq = rope_inverse_frequencies(s, s.head_dim);
+  }
+  if (s.sliding_window > 0 && seq_len > s.sliding_window)
+    return unsupported("execute: " + s.name + ": sliding_window=" + std::to_string(s.sliding_window) +
+                       " is shorter than seq_len=" + std::to_string(seq_len) +
+                       " and the executor's attention is full causal attention; use --seq <= " +
+                       std::to_string(s.sliding_window) + " (the window then covers every position)");
+  d.qkv_bias = s.qkv_bias || s.linear_bias;
+  d.o_bias = s.attn_out_bias || s.linear_bias;
+  d.mlp_bias = s.mlp_bias || s.linear_bias;
+  d.qk_norm = s.qk_norm;
   return d;
 }
 
@@ -159,13 +188,17 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
     st.add(p + "attn.q.weight", {d.Hq * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
     st.add(p + "attn.k.weight", {d.Hk * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
     st.add(p + "attn.v.weight", {d.Hk * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
-    if (d.gpt2) {
+    if (d.gpt2 || d.qkv_bias) {
       st.add(p + "attn.q.bias", {d.Hq * d.D}, S::kSplitDim0, tp, r, 0, 0, false);
       st.add(p + "attn.k.bias", {d.Hk * d.D}, S::kSplitDim0, tp, r, 0, 0, false);
       st.add(p + "attn.v.bias", {d.Hk * d.D}, S::kSplitDim0, tp, r, 0, 0, false);
     }
+    if (!d.gpt2 && d.qk_norm) {  // one RMSNorm weight over head_dim, shared by every head
+      st.add(p + "attn.q_norm.weight", {d.D}, S::kReplicated, tp, r, 0, 1, false);
+      st.add(p + "attn.k_norm.weight", {d.D}, S::kReplicated, tp, r, 0, 1, false);
+    }
     st.add(p + "attn.o.weight", {d.C, d.Hq * d.D}, S::kSplitDim1, tp, r, std_resid, 0, true);
-    if (d.gpt2) st.add(p + "attn.o.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    if (d.gpt2 || d.o_bias) st.add(p + "attn.o.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
     st.add(p + "ln2.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
     if (d.gpt2) {
       st.add(p + "ln2.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
@@ -177,6 +210,11 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
       st.add(p + "mlp.gate.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
       st.add(p + "mlp.up.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
       st.add(p + "mlp.down.weight", {d.C, d.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
+      if (d.mlp_bias) {
+        st.add(p + "mlp.gate.bias", {d.F}, S::kSplitDim0, tp, r, 0, 0, false);
+        st.add(p + "mlp.up.bias", {d.F}, S::kSplitDim0, tp, r, 0, 0, false);
+        st.add(p + "mlp.down.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+      }
     }
   }
 }

@@ -59,8 +59,20 @@ struct ModelDims {
   bool tied = true;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.f;
+  // Per-dimension RoPE inverse frequencies (D/2) when the config scales RoPE
+  // (Llama-3.1 rope_scaling); empty: theta^(-2i/D) from rope_theta.
+  std::vector<double> rope_inv_freq;
+  // Llama blocks only (a GPT-2 block always has every bias):
+  bool qkv_bias = false;   // q, k, v projections (Qwen2, Llama attention_bias)
+  bool o_bias = false;     // attention output projection (Llama attention_bias)
+  bool mlp_bias = false;   // gate, up, down (Llama mlp_bias)
+  bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (Qwen3), weights (D) shared by heads
 };
-Result<ModelDims> model_dims(const ModelSpec& spec);
+// Refuses (kUnsupported, naming the config field) what the executor cannot
+// honour: MoE, MLA, mixed families, an activation other than the family's,
+// RoPE scaling other than Llama-3.1's, an attention window shorter than
+// `seq_len` (0: not checked).
+Result<ModelDims> model_dims(const ModelSpec& spec, int64_t seq_len = 0);
 
 class ParamStore {
  public:

@@ -1,6 +1,10 @@
 #include "exec/runtime/dataset_source.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <filesystem>
 #include <sstream>
 #include <unistd.h>
@@ -8,6 +12,7 @@
 #include "core/json_util.h"
 #include "exec/data/indexed_dataset.h"
 #include "exec/data/loader.h"
+#include "exec/data/manifest.h"
 #include "exec/data/remote_cache.h"
 
 namespace loom::exec {
@@ -68,6 +73,57 @@ Result<std::shared_ptr<data::IndexedDataset>> open_prefix(const std::string& pre
   return std::shared_ptr<data::IndexedDataset>(std::move(ds));
 }
 
+// A byte-level text corpus is trained on exactly as its bytes are: refuse
+// what is not plain text (JSON lines, compressed files, a dataset's .bin/.idx)
+// instead of training on its syntax or its compressed bytes.
+Status refuse_non_text(const std::string& item) {
+  auto stripped = [&](const char* ext) { return item.substr(0, item.size() - std::strlen(ext)); };
+  for (const char* ext : {".bin", ".idx"}) {
+    if (ends_with(item, ext))
+      return invalid_argument("--data " + item + " is one file of an indexed dataset; pass its PREFIX (--data " +
+                              stripped(ext) + ") or the PREFIX.manifest.json that `loom preprocess` wrote");
+  }
+  const std::string how = "; tokenize it first: `loom preprocess --input " + item +
+                          " --output PREFIX` (add --tokenizer MODEL), then pass --data PREFIX.manifest.json";
+  for (const char* ext : {".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".ndjson"}) {
+    if (ends_with(item, ext))
+      return invalid_argument("--data " + item + " is JSON lines, not plain text: loom execute would train on its "
+                              "raw JSON syntax" + how);
+  }
+  for (const char* ext : {".gz", ".zst", ".bz2", ".xz", ".zip", ".tar"}) {
+    if (ends_with(item, ext))
+      return invalid_argument("--data " + item + " is compressed: loom execute would train on the compressed bytes" +
+                              how);
+  }
+  if (is_remote(item)) return Status::ok();
+  // By content too (a renamed file): compression magic, NUL bytes, or JSON lines.
+  std::FILE* f = std::fopen(item.c_str(), "rb");
+  if (f == nullptr) return Status::ok();  // the text reader reports what is wrong
+  unsigned char head[4096];
+  const size_t n = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  auto starts = [&](std::initializer_list<unsigned char> magic) {
+    return n >= magic.size() && std::equal(magic.begin(), magic.end(), head);
+  };
+  if (starts({0x1f, 0x8b}) || starts({0x28, 0xb5, 0x2f, 0xfd}) || starts({'B', 'Z', 'h'}) ||
+      starts({0xfd, '7', 'z', 'X', 'Z'}) || starts({'P', 'K', 0x03, 0x04}))
+    return invalid_argument("--data " + item + " is a compressed file (by its first bytes): loom execute would train "
+                            "on the compressed bytes" + how);
+  if (std::memchr(head, 0, n) != nullptr)
+    return invalid_argument("--data " + item + " is binary (it holds NUL bytes), not a text corpus; pass an indexed "
+                            "dataset PREFIX or manifest from `loom preprocess`, or a plain text file");
+  // JSON lines: the first line is a JSON object.
+  size_t end = 0;
+  while (end < n && head[end] != '\n') ++end;
+  if (end < n && end > 1 && head[0] == '{') {
+    auto j = Json::parse(std::string(reinterpret_cast<const char*>(head), end), nullptr, false);
+    if (!j.is_discarded() && j.is_object())
+      return invalid_argument("--data " + item + " holds JSON lines, not plain text: loom execute would train on "
+                              "their raw JSON syntax" + how);
+  }
+  return Status::ok();
+}
+
 struct Part {
   std::shared_ptr<data::IndexedDataset> ds;
   double weight;
@@ -76,34 +132,21 @@ struct Part {
 Status add_manifest(const std::string& manifest, double weight, const DataSpecOptions& o, std::vector<Part>& out) {
   LOOM_ASSIGN_OR_RETURN(std::string path, local(manifest, o));
   LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, manifest));
-  if (!j.contains("shards") || !j["shards"].is_array() || j["shards"].empty())
-    return invalid_argument(manifest + ": no shards listed; re-run `loom preprocess`");
-  if (j.contains("tokenizer") && j["tokenizer"].contains("vocab_size") && o.model_vocab > 0) {
-    int64_t vocab = j["tokenizer"]["vocab_size"].get<int64_t>();
-    if (vocab > o.model_vocab)
-      return invalid_argument(manifest + ": the tokenizer's vocabulary (" + std::to_string(vocab) +
-                              ") is larger than the model's (" + std::to_string(o.model_vocab) +
-                              "); plan a model with vocab >= " + std::to_string(vocab));
-  }
+  LOOM_ASSIGN_OR_RETURN(data::Manifest m, data::parse_manifest(text, manifest));
+  if (m.vocab_size > 0 && o.model_vocab > 0 && m.vocab_size > o.model_vocab)
+    return invalid_argument(manifest + ": the tokenizer's vocabulary (" + std::to_string(m.vocab_size) +
+                            ") is larger than the model's (" + std::to_string(o.model_vocab) +
+                            "); plan a model with vocab >= " + std::to_string(m.vocab_size));
   const std::string dir = parent_of(manifest);
-  double total_tokens = 0;
-  std::vector<Part> shards;
-  for (const Json& s : j["shards"]) {
-    LOOM_ASSIGN_OR_RETURN(std::string bin, json_string(s, "bin", manifest + ": shard"));
-    LOOM_ASSIGN_OR_RETURN(int64_t tokens, json_int(s, "tokens", manifest + ": shard"));
-    std::string prefix = dir + "/" + bin.substr(0, bin.size() - 4);
-    LOOM_ASSIGN_OR_RETURN(std::string bin_xxh, json_string_or(s, "bin_xxh64", "", manifest + ": shard"));
-    LOOM_ASSIGN_OR_RETURN(std::string idx_xxh, json_string_or(s, "idx_xxh64", "", manifest + ": shard"));
-    LOOM_ASSIGN_OR_RETURN(auto ds, open_prefix(prefix, o, bin_xxh, idx_xxh));
-    if (ds->total_tokens() != tokens)
-      return invalid_argument(manifest + ": shard " + bin + " holds " + std::to_string(ds->total_tokens()) +
-                              " tokens but the manifest says " + std::to_string(tokens) + "; the shard was changed");
-    shards.push_back({std::move(ds), double(tokens)});
-    total_tokens += double(tokens);
+  for (const data::ManifestShard& s : m.shards) {
+    LOOM_ASSIGN_OR_RETURN(auto ds, open_prefix(dir + "/" + s.prefix, o, s.bin_xxh64, s.idx_xxh64));
+    if (ds->total_tokens() != s.tokens)
+      return invalid_argument(manifest + ": shard " + s.bin + " holds " + std::to_string(ds->total_tokens()) +
+                              " tokens but the manifest says " + std::to_string(s.tokens) + "; the shard was changed");
+    // Shards of one dataset are drawn in proportion to their tokens; an empty
+    // shard (more shards than documents) has nothing to draw.
+    if (s.tokens > 0) out.push_back({std::move(ds), weight * double(s.tokens) / double(m.tokens)});
   }
-  // Shards of one dataset: drawn in proportion to their tokens.
-  for (Part& p : shards) out.push_back({p.ds, weight * p.weight / total_tokens});
   return Status::ok();
 }
 
@@ -150,10 +193,8 @@ class LoaderSource final : public TokenSource {
     return j.dump();
   }
   Status restore_state(const std::string& text, int64_t next_global_sample) override {
-    LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, "checkpoint data state"));
-    data::LoaderCursor c;
-    c.consumed_samples = j.value("consumed_samples", next_global_sample);
-    if (j.contains("per_dataset")) c.per_dataset = j["per_dataset"].get<std::vector<int64_t>>();
+    LOOM_ASSIGN_OR_RETURN(data::LoaderCursor c,
+                          data::parse_loader_cursor(text, next_global_sample, "checkpoint data state"));
     if (c.consumed_samples != next_global_sample)
       return invalid_argument("checkpoint: the data cursor (" + std::to_string(c.consumed_samples) +
                               " samples) does not match the step (" + std::to_string(next_global_sample) + ")");
@@ -204,9 +245,13 @@ Result<std::unique_ptr<TokenSource>> open_training_data(const std::string& spec,
     bool remote_prefix = is_remote(item) && !ends_with(item, ".txt");
     if (local_prefix || remote_prefix) {
       LOOM_ASSIGN_OR_RETURN(auto ds, open_prefix(item, o));
+      if (ds->total_tokens() == 0)
+        return invalid_argument("--data " + item + ": the indexed dataset is empty (no tokens); preprocess a corpus "
+                                "with documents");
       parts.push_back({std::move(ds), weight});
       continue;
     }
+    LOOM_RETURN_IF_ERROR(refuse_non_text(item));
     single_text = item;
   }
   if (!single_text.empty()) {

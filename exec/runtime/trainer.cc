@@ -42,7 +42,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(Communicator* world, const Trai
 Status Trainer::Impl::setup() {
   const Layout& l = cfg.layout;
   LOOM_RETURN_IF_ERROR(validate_layout(l, cfg.model, cfg.train, world->size()));
-  LOOM_ASSIGN_OR_RETURN(dims, model_dims(cfg.model));
+  LOOM_ASSIGN_OR_RETURN(dims, model_dims(cfg.model, cfg.train.seq_len));
   if (l.ep > 1) return unsupported("execute: ep=" + std::to_string(l.ep) + " needs a MoE model; use ep=1");
   if (dims.Vp % l.tp) return invalid_argument("execute: padded vocabulary does not split over tp");
   if (data && data->vocab_size() > dims.V)

@@ -1,10 +1,12 @@
 // Checkpoint snapshots and restores of a Trainer: every tensor goes out under
 // its global name as this rank's TP slice, and comes back as whatever slice
 // the loading rank needs, whatever the layout that wrote it.
+#include <cstdlib>
 #include <cstring>
 
 #include "core/json_util.h"
 #include "exec/checkpoint/checkpoint.h"
+#include "exec/checkpoint/training_state.h"
 #include "exec/runtime/trainer_impl.h"
 
 namespace loom::exec {
@@ -26,6 +28,72 @@ const float* host_view(ComputeBackend* be, const float* src, size_t n, std::vect
   staging->resize(n);
   be->copy_to_host(staging->data(), src, n * sizeof(float));
   return staging->data();
+}
+
+std::string dims_text(const std::vector<int64_t>& d) {
+  std::string t = "[";
+  for (size_t i = 0; i < d.size(); ++i) t += (i ? ", " : "") + std::to_string(d[i]);
+  return t + "]";
+}
+
+// A checkpoint loads under any layout of the model that wrote it, and only of
+// that model: a restore would otherwise read the top-left corner of every
+// tensor of a wider model, or drop layers, without a word. The model recorded
+// in metadata.json (the canonical config) must equal this run's in every field
+// but the name; then every tensor this rank needs must exist with its global
+// shape. Both failures say "checkpoint is for a different model".
+Status check_same_model(const ckpt::CheckpointReader& r, const ModelSpec& model, const ParamStore& params) {
+  const std::string head = "checkpoint is for a different model (" + r.path() + ")";
+  const std::string fix = "; resume with a plan of the model that wrote it (any layout of it loads), or start "
+                          "without --resume";
+  auto meta = parse_json(r.metadata_json(), r.path() + "/metadata.json");
+  if (meta.is_ok() && meta->is_object() && meta->contains("model") && (*meta)["model"].is_object()) {
+    const Json& saved = (*meta)["model"];
+    LOOM_ASSIGN_OR_RETURN(Json mine_all, parse_json(model_spec_to_json(model), "model"));
+    const Json& mine = mine_all;
+    // Friendly names of the --scale keys next to the config's.
+    auto alias = [](const std::string& k) -> std::string {
+      if (k == "num_hidden_layers" || k == "n_layer") return " (layers)";
+      if (k == "hidden_size" || k == "n_embd") return " (hidden)";
+      if (k == "num_attention_heads" || k == "n_head") return " (heads)";
+      if (k == "num_key_value_heads") return " (kv_heads)";
+      if (k == "intermediate_size" || k == "n_inner") return " (ffn)";
+      if (k == "vocab_size") return " (vocab)";
+      return "";
+    };
+    std::string differs;
+    auto note = [&](const std::string& k, const Json* a, const Json* b) {
+      differs += (differs.empty() ? "" : "; ") + k + alias(k) + " " + (a ? a->dump() : "absent") + " in the checkpoint, " +
+                 (b ? b->dump() : "absent") + " in this run";
+    };
+    for (auto it = saved.begin(); it != saved.end(); ++it) {
+      if (it.key() == "_name_or_path" || it.key() == "name") continue;
+      const Json* other = mine.contains(it.key()) ? &mine[it.key()] : nullptr;
+      if (!other || *other != it.value()) note(it.key(), &it.value(), other);
+    }
+    for (auto it = mine.begin(); it != mine.end(); ++it) {
+      if (it.key() == "_name_or_path" || it.key() == "name" || saved.contains(it.key())) continue;
+      note(it.key(), nullptr, &it.value());
+    }
+    if (!differs.empty()) return invalid_argument(head + ": " + differs + fix);
+  }
+  // Older or foreign checkpoints without the model: the tensors themselves.
+  for (const std::string& name : r.tensor_names(false)) {
+    if (name.rfind("layers.", 0) != 0) continue;
+    const int layer = std::atoi(name.c_str() + 7);
+    if (layer >= model.num_layers)
+      return invalid_argument(head + ": it holds " + name + " but this run's model has " +
+                              std::to_string(model.num_layers) + " layers" + fix);
+  }
+  for (const ParamInfo& p : params.infos()) {
+    auto shape = r.global_shape(p.name, false);
+    if (!shape.is_ok())
+      return invalid_argument(head + ": it has no tensor " + p.name + ", which this run's model has" + fix);
+    if (*shape != p.global_shape)
+      return invalid_argument(head + ": tensor " + p.name + " is " + dims_text(*shape) + " in the checkpoint, " +
+                              dims_text(p.global_shape) + " in this run" + fix);
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -124,10 +192,10 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
   if (!r.has_model())
     return invalid_argument("checkpoint " + r.path() + " is a light checkpoint (training state only); resume from a "
                             "full one (they are kept alongside)");
+  LOOM_RETURN_IF_ERROR(check_same_model(r, s.cfg.model, s.params));
   LOOM_ASSIGN_OR_RETURN(std::string state_text, r.training_state(0));
-  LOOM_ASSIGN_OR_RETURN(Json st, parse_json(state_text, r.path() + ": training state"));
-  const int64_t step = st.value("step", int64_t(-1));
-  if (step < 0) return invalid_argument(r.path() + ": training state has no step");
+  LOOM_ASSIGN_OR_RETURN(ckpt::TrainingState st, ckpt::parse_training_state(state_text, r.path() + ": training state"));
+  const int64_t step = st.step;
   // Parameters and moments: this rank's slices, from whichever files hold them.
   std::vector<int64_t> offset, extent;
   // Read into host memory (the backend's own on the CPU, staging otherwise),
@@ -167,11 +235,11 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
   s.backend->kernels().weights_changed(s.params.params(), s.params.numel());
   if (l.zero == 3 && l.dp > 1)
     for (int c = 0; c < l.virtual_stages; ++c) s.release(c);
-  s.adam_step = st.value("adam_step", step);
-  if (s.scaling && st.value("precision", std::string()) == "fp16" && st.contains("loss_scale"))
-    s.scaler.restore(st.value("loss_scale", 1.0), st.value("loss_scale_good_steps", int64_t(0)));
-  if (s.data && st.contains("data"))
-    LOOM_RETURN_IF_ERROR(s.data->restore_state(st["data"].dump(), step * s.cfg.train.global_batch));
+  s.adam_step = st.adam_step;
+  if (s.scaling && st.precision == "fp16" && st.has_loss_scale)
+    s.scaler.restore(st.loss_scale, st.loss_scale_good_steps);
+  if (s.data && !st.data_json.empty())
+    LOOM_RETURN_IF_ERROR(s.data->restore_state(st.data_json, step * s.cfg.train.global_batch));
   s.params.zero_grads();
   *next_step = step;
   return Status::ok();

@@ -213,6 +213,24 @@ TEST(CudaOps, RopeRoundTripsAndMatchesCpu) {
   EXPECT_FALSE(cuda::rope_forward(dx.p, B, T, H, 63, 1e4f, 0, nullptr).is_ok());
 }
 
+TEST(CudaOps, RopeFrequencyTableMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t B = 2, T = 300, H = 3, D = 128;
+  std::vector<double> freqs(size_t(D / 2));  // a Llama-3.1-like table: some divided by 8, a band between
+  for (int64_t i = 0; i < D / 2; ++i)
+    freqs[size_t(i)] = std::pow(500000.0, -2.0 * double(i) / double(D)) * (i < 29 ? 1.0 : i > 34 ? 0.125 : 0.4);
+  auto x = random_vec(static_cast<size_t>(B * T * H * D), 61);
+  std::vector<float> ref = x;
+  cpu::rope_freqs_forward(ref.data(), B, T, H, D, freqs.data(), 7);
+  Dev<float> dx(x);
+  ASSERT_TRUE(cuda::rope_freqs_forward(dx.p, B, T, H, D, freqs.data(), 7, nullptr).is_ok());
+  expect_close(dx.host(), ref, 1e-5, "rope_freqs");
+  ASSERT_TRUE(cuda::rope_freqs_backward(dx.p, B, T, H, D, freqs.data(), 7, nullptr).is_ok());
+  expect_close(dx.host(), x, 1e-5, "rope_freqs then its inverse");
+  EXPECT_FALSE(cuda::rope_freqs_forward(dx.p, B, T, H, 63, freqs.data(), 0, nullptr).is_ok());
+  EXPECT_FALSE(cuda::rope_freqs_forward(dx.p, 1, 1, 1, 2 * cuda::kRopeMaxHalf + 2, freqs.data(), 0, nullptr).is_ok());
+}
+
 TEST(CudaOps, AttentionForwardBackwardMatchCpuWithGqa) {
   SKIP_WITHOUT_GPU();
   const int64_t B = 2, T = 77, Hq = 4, Hk = 2, D = 32;

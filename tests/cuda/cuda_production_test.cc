@@ -666,6 +666,19 @@ TEST(CudaTableCoverage, EveryOpMatchesTheCpuTable) {
     k.rope_backward(dg_.p(), B, T, H, D, 500000.f, 7);
     expect_close(dx_.get(), x, f32, "rope_forward");
     expect_close(dg_.get(), g, f32, "rope_backward");
+    // The frequency-table form (Llama-3.1 rope scaling) on theta's own
+    // frequencies: the GPU against the CPU, and the CPU against rope_forward.
+    std::vector<double> inv_freq(size_t(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i) inv_freq[size_t(i)] = std::pow(500000.0, -2.0 * double(i) / double(D));
+    auto x2 = random_vec(size_t(B * T * H * D), 15), g2 = random_vec(size_t(B * T * H * D), 16);
+    Dev<float> dx2(*be, x2), dg2(*be, g2);
+    cpu->rope_freqs_forward(x2.data(), B, T, H, D, inv_freq.data(), 7);
+    cpu->rope_freqs_backward(g2.data(), B, T, H, D, inv_freq.data(), 7);
+    k.rope_freqs_forward(dx2.p(), B, T, H, D, inv_freq.data(), 7);
+    k.rope_freqs_backward(dg2.p(), B, T, H, D, inv_freq.data(), 7);
+    expect_close(dx2.get(), x2, f32, "rope_freqs_forward");
+    expect_close(dg2.get(), g2, f32, "rope_freqs_backward");
+    expect_close(x2, x, f32, "rope_freqs_forward (CPU) = rope_forward (CPU)");
   }
   {  // attention (the cuBLAS path of this backend), small
     const int64_t B = 2, T = 77, Hq = 4, Hk = 2, D = 32;

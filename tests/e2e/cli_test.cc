@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -430,4 +431,97 @@ TEST_F(LoomCli, ExecuteChecksBackendAndPrecisionFirst) {
   }
 }
 
+
+// --- issue #14: no silent wrong results, no crashes ------------------------------
+
+class LoomExecuteChecks : public LoomCli {
+ protected:
+  // `loom plan` of `model` scaled to 2 layers of hidden 64, on one CPU rank.
+  void plan(const std::string& model, const std::string& out = "plan.json") {
+    Outcome p = loom({"plan", "--model", model, "--scale", "layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256",
+                      "--hw", "cpu-local", "--gpus", "1", "--global-batch", "2", "--seq", "32", "--layout",
+                      "dp=1,tp=1,pp=1,micro=2", "--out", path(out).string()});
+    ASSERT_EQ(p.exit_code, 0) << describe(p);
+  }
+  // The plan with `edit` applied to its JSON and the hashes dropped (a hand edit).
+  void edit_plan(const std::function<void(json&)>& edit, const std::string& out = "edited.json") {
+    json j = parse_or_fail(read_file(path("plan.json")), "plan.json");
+    edit(j);
+    j.erase("plan_hash");
+    j["model"].erase("hash");
+    write_file(path(out), j.dump(2));
+  }
+  void expect_refused(const Outcome& r, const std::vector<std::string>& message_has) {
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_EQ(r.err.rfind("loom execute: ", 0), 0u) << describe(r);
+    for (const std::string& s : message_has)
+      EXPECT_NE(r.err.find(s), std::string::npos) << "'" << s << "'\n" << describe(r);
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << describe(r);
+  }
+};
+
+// Finding 7: a head size RoPE cannot rotate (hidden 60 / 4 heads = 15) was planned and then
+// aborted in the RoPE kernel (SIGABRT); now both commands refuse it up front.
+TEST_F(LoomExecuteChecks, OddRopeHeadDimIsRefusedAtPlanAndExecute) {
+  Outcome r = loom({"plan", "--model", "llama-3-8b", "--scale", "layers=2,hidden=60,heads=4,kv_heads=2,ffn=128,vocab=256",
+                    "--hw", "cpu-local", "--gpus", "1", "--global-batch", "2", "--seq", "32", "--layout",
+                    "dp=1,tp=1,pp=1,micro=2", "--out", path("odd.json").string()});
+  expect_bad_input(r, {"head_dim=15", "even"});
+  plan("llama-3-8b");
+  r = loom({"execute", path("plan.json").string(), "--steps", "1", "--scale", "hidden=60,heads=4,kv_heads=2"});
+  expect_refused(r, {"head_dim=15", "even"});
+}
+
+// Finding 8: absurd sizes are range errors before any arithmetic or allocation
+// (they were std::bad_alloc, 134, or the OOM killer, 137).
+TEST_F(LoomExecuteChecks, AbsurdSizesAreRangeErrors) {
+  plan("llama-3-8b");
+  for (const char* scale : {"hidden=4000000000", "vocab=2000000000", "layers=10000000"}) {
+    Outcome r = loom({"execute", path("plan.json").string(), "--steps", "1", "--scale", scale});
+    expect_refused(r, {"out of range"});
+  }
+  edit_plan([](json& j) { j["train"]["seq_len"] = 1000000000; });
+  Outcome r = loom({"execute", path("edited.json").string(), "--steps", "1"});
+  expect_refused(r, {"seq_len=1000000000", "out of range"});
+}
+
+// Finding 8: a model in range that this host cannot hold is refused with the
+// numbers before anything is allocated; --scale does not bypass the check.
+TEST_F(LoomExecuteChecks, AModelThatDoesNotFitThisHostIsRefused) {
+  plan("llama-3-8b");
+  // 64 layers of hidden 65536: about 2e12 parameters, tens of terabytes.
+  Outcome r = loom({"execute", path("plan.json").string(), "--steps", "1", "--scale",
+                    "layers=64,hidden=65536,heads=512,kv_heads=128,ffn=131072"});
+  expect_refused(r, {"needs about", "GB", "MemAvailable", "nothing was allocated"});
+}
+
+// Finding 3: a config field the executor cannot honour is refused, named; the
+// ones it honours (Llama-3.1's rope_scaling, theta, eps) train.
+TEST_F(LoomExecuteChecks, ConfigFieldsAreHonouredOrRefused) {
+  plan("llama-3.1-405b");
+  json j = parse_or_fail(read_file(path("plan.json")), "plan.json");
+  EXPECT_EQ(j["model"]["config"]["rope_theta"], 500000.0);
+  EXPECT_EQ(j["model"]["config"]["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(j["model"]["config"]["rms_norm_eps"], 1e-5);
+  Outcome r = loom({"execute", path("plan.json").string(), "--steps", "2", "--quiet"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  edit_plan([](json& j) { j["model"]["config"]["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}}; });
+  r = loom({"execute", path("edited.json").string(), "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("rope_scaling type \"yarn\""), std::string::npos) << describe(r);
+  edit_plan([](json& j) { j["model"]["config"]["hidden_act"] = "gelu"; });
+  r = loom({"execute", path("edited.json").string(), "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("hidden_act=\"gelu\""), std::string::npos) << describe(r);
+  // Dense Qwen3 (q/k norm implied by the model_type) and Qwen2 (q/k/v biases) train.
+  for (const char* type : {"qwen3", "qwen2"}) {
+    const std::string cfg = path(std::string(type) + ".json").string();
+    write_file(cfg, std::string(R"({"model_type": ")") + type + R"(", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+      "max_position_embeddings": 64, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6})");
+    plan(cfg, std::string(type) + "-plan.json");
+    r = loom({"execute", path(std::string(type) + "-plan.json").string(), "--steps", "2", "--quiet"});
+    EXPECT_EQ(r.exit_code, 0) << type << "\n" << describe(r);
+  }
+}
 }  // namespace

@@ -11,7 +11,9 @@ set -u
 mode=$1 loom=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-port=$(( 20000 + (RANDOM % 20000) ))
+# Below the kernel's ephemeral range (32768 up), where the ranks' own
+# listeners and connections take their ports.
+port=$(( 20000 + (RANDOM % 12000) ))
 export OMP_NUM_THREADS=1 LOOM_LAUNCH=
 unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS
 plan() {  # plan NAME GPUS LAYOUT

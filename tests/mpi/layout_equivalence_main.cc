@@ -7,6 +7,7 @@
 // (transfers pair in call order, as with NCCL).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -40,18 +41,31 @@ const Case kCases[] = {
     {"dp=2,pp=2,recompute=full,micro=1", 4},
 };
 
-ModelSpec tiny(bool gpt2) {
+// The model families: GPT-2, Llama, and a Qwen3 block with every config field
+// the executor honours (per-head q/k norm whose weights are shared across the
+// TP-split heads, q/k/v/o and MLP biases, rope_theta, Llama-3.1 RoPE scaling,
+// the norm epsilon); the last runs the layouts with tp > 1 only.
+enum Family { kGpt2, kLlama, kQwen3EveryField };
+const char* family_name(Family f) { return f == kGpt2 ? "gpt2" : f == kLlama ? "llama" : "qwen3+"; }
+
+ModelSpec tiny(Family f) {
   std::string json =
-      gpt2 ? R"({"model_type":"gpt2","n_embd":32,"n_layer":4,"n_head":4,"n_positions":64,"vocab_size":256})"
-           : R"({"model_type":"llama","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
+      f == kGpt2 ? R"({"model_type":"gpt2","n_embd":32,"n_layer":4,"n_head":4,"n_positions":64,"vocab_size":256})"
+      : f == kLlama
+          ? R"({"model_type":"llama","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
                 "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
-                "tie_word_embeddings":false})";
-  return parse_model_spec(json, gpt2 ? "tiny-gpt2" : "tiny-llama").value();
+                "tie_word_embeddings":false})"
+          : R"({"model_type":"qwen3","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
+                "tie_word_embeddings":false,"attention_bias":true,"mlp_bias":true,"rope_theta":500000.0,
+                "rms_norm_eps":1e-5,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+                "high_freq_factor":4.0,"original_max_position_embeddings":16}})";
+  return parse_model_spec(json, std::string("tiny-") + family_name(f)).value();
 }
 
-TrainerConfig config(bool gpt2, const Layout& layout) {
+TrainerConfig config(Family f, const Layout& layout) {
   TrainerConfig c;
-  c.model = tiny(gpt2);
+  c.model = tiny(f);
   c.train.global_batch = 8;
   c.train.seq_len = 32;
   c.train.steps = 10;
@@ -94,16 +108,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   int failures = 0;
-  for (bool gpt2 : {true, false}) {
+  // LOOM_EQUIV_FAMILIES=gpt2,llama,qwen3+ runs only the families named (default: all).
+  const char* only = std::getenv("LOOM_EQUIV_FAMILIES");
+  for (Family family : {kGpt2, kLlama, kQwen3EveryField}) {
+    if (only && std::string(",").append(only).append(",").find(std::string(",") + family_name(family) + ",") ==
+                    std::string::npos)
+      continue;
     // The single-rank reference, on every rank (it is tiny).
     auto self = make_self_communicator("reference");
-    auto ref = train(self.get(), config(gpt2, Layout{}), data->get());
+    auto ref = train(self.get(), config(family, Layout{}), data->get());
     if (!ref.is_ok()) {
       std::fprintf(stderr, "reference: %s\n", ref.status().to_string().c_str());
       return 1;
     }
     for (const Case& c : kCases) {
       if (c.ranks > world->size()) continue;
+      if (family == kQwen3EveryField && std::string(c.layout).find("tp=2") == std::string::npos) continue;
       bool member = world->rank() < c.ranks;
       auto sub = world->split(member ? 0 : 1, world->rank(), "case");
       if (!sub.is_ok()) return 1;
@@ -116,7 +136,7 @@ int main(int argc, char** argv) {
         // (transfers pair in call order, as NCCL's do): same losses expected.
         for (bool tagless : {false, true}) {
           if (tagless && layout->pp == 1) continue;
-          TrainerConfig cfg = config(gpt2, *layout);
+          TrainerConfig cfg = config(family, *layout);
           TaglessCommunicator in_order(sub->get());
           if (tagless) cfg.device_world = &in_order;
           auto got = train(sub->get(), cfg, data->get());
@@ -127,14 +147,17 @@ int main(int argc, char** argv) {
           }
           for (size_t i = 0; i < ref->size(); ++i)
             worst = std::max(worst, std::fabs((*got)[i] / (*ref)[i] - 1.0));
-          ok = ok && worst <= 1e-5;
+          // The Qwen3 family is held tighter (observed <= 4e-9): its q/k-norm weights
+          // train slowly, and a q/k-norm gradient not summed over TP moves the
+          // losses by only ~1e-6 in 10 steps.
+          ok = ok && worst <= (family == kQwen3EveryField ? 1e-7 : 1e-5);
         }
       }
       double flag = ok ? 0 : 1, w = worst;
       world->all_reduce(&flag, 1, ReduceOp::kMax);
       world->all_reduce(&w, 1, ReduceOp::kMax);
       if (world->rank() == 0)
-        std::printf("%-6s %-62s %d ranks  max rel. loss difference %.2e  %s\n", gpt2 ? "gpt2" : "llama", c.layout,
+        std::printf("%-6s %-62s %d ranks  max rel. loss difference %.2e  %s\n", family_name(family), c.layout,
                     c.ranks, w, flag == 0 ? "ok" : "FAILED");
       if (!error.empty()) std::fprintf(stderr, "rank %d %s: %s\n", world->rank(), c.layout, error.c_str());
       failures += flag != 0;
@@ -154,7 +177,7 @@ int main(int argc, char** argv) {
         l.dp = 2;
         l.zero = z;
         l.micro_batch = 4;
-        TrainerConfig cfg = config(false, l);
+        TrainerConfig cfg = config(kLlama, l);
         cfg.model = parse_model_spec(R"({"model_type":"llama","hidden_size":256,"intermediate_size":512,
             "num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,
             "max_position_embeddings":64,"tie_word_embeddings":false})", "states-heavy").value();

@@ -24,6 +24,19 @@ std::string device_description(int device) {
   return buf;
 }
 
+bool device_memory(int device, size_t* free_bytes, size_t* total_bytes) {
+  if (device < 0 || device >= device_count()) return false;
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const bool ok = cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();
+  cudaSetDevice(previous);
+  return ok;
+}
+
 std::string runtime_versions() {
   auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
   int runtime = 0, driver = 0;

@@ -94,6 +94,14 @@ class CudaKernels final : public Kernels {
   void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos) override {
     note(cuda::rope_backward(dx, B, T, H, D, theta, pos, s_));
   }
+  void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* f,
+                          int64_t pos) override {
+    note(cuda::rope_freqs_forward(x, B, T, H, D, f, pos, s_));
+  }
+  void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* f,
+                           int64_t pos) override {
+    note(cuda::rope_freqs_backward(dx, B, T, H, D, f, pos, s_));
+  }
   void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
                          int64_t T, int64_t Hq, int64_t Hk, int64_t D) override {
     if (fused_attention_) return note(cuda::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D, s_));

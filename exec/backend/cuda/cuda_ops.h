@@ -28,6 +28,8 @@ std::string device_description(int device);
 // "CUDA runtime 13.0, driver supports CUDA 13.0, cuBLAS 13.1.0" (the
 // libraries this process loaded), for `loom version` and start-up lines.
 std::string runtime_versions();
+// Free and total bytes of `device` (cudaMemGetInfo on it); false without one.
+bool device_memory(int device, size_t* free_bytes, size_t* total_bytes);
 
 // y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N).
 Status layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
@@ -49,6 +51,13 @@ Status rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float 
                     cudaStream_t stream);
 Status rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos_offset,
                      cudaStream_t stream);
+// The same with explicit inverse frequencies inv_freq(D/2) in HOST memory
+// (passed to the kernel by value: D <= 2 * kRopeMaxHalf, kUnsupported beyond).
+inline constexpr int kRopeMaxHalf = 256;
+Status rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                          int64_t pos_offset, cudaStream_t stream);
+Status rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
+                           int64_t pos_offset, cudaStream_t stream);
 // Causal attention with grouped KV heads, lse(B,Hq,T) saved; dq, dk, dv
 // overwritten. T <= 12160 (kUnsupported beyond).
 Status attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B, int64_t T,

@@ -48,6 +48,15 @@ TEST(Layout, ParseErrorsNameTheKey) {
   }
 }
 
+TEST(Layout, AKeyGivenTwiceIsRefusedNotOverridden) {
+  for (const char* bad : {"dp=2,tp=2,dp=4", "micro=2,mbs=4", "v=2,virtual_stages=3", "sp=1,sp=0"}) {
+    auto l = parse_layout(bad);
+    ASSERT_FALSE(l.is_ok()) << bad;
+    EXPECT_NE(l.status().message().find("given twice"), std::string::npos) << l.status().message();
+  }
+  EXPECT_TRUE(parse_layout("dp=2,tp=2,,pp=2").is_ok());
+}
+
 struct BadCase {
   const char* layout;
   int world;

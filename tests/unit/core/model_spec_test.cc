@@ -407,6 +407,15 @@ void expect_same(const ModelSpec& a, const ModelSpec& b) {
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.linear_bias, b.linear_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.activation, b.activation);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+  EXPECT_EQ(a.rope_scaling.original_max_position, b.rope_scaling.original_max_position);
   EXPECT_EQ(a.num_mtp_layers, b.num_mtp_layers);
   EXPECT_EQ(a.moe.num_experts, b.moe.num_experts);
   EXPECT_EQ(a.moe.experts_per_token, b.moe.experts_per_token);
@@ -451,5 +460,124 @@ TEST(ModelSpecJson, ScaledAndFixtureSpecsRoundTrip) {
   EXPECT_EQ(printed(lite.total_params(), 1e9, 1, false), 15.7);
 }
 
+
+// --- the fields the math needs (issue #14, finding 3) --------------------------
+
+TEST(ModelSpecMath, ConfigFieldsAreKept) {
+  ModelSpec l3 = load("llama-3-8b");
+  EXPECT_EQ(l3.rope_theta, 500000.0);
+  EXPECT_EQ(l3.norm_eps, 1e-5);
+  EXPECT_FALSE(l3.rope_scaling.enabled());
+  ModelSpec l31 = load("llama-3.1-405b");
+  EXPECT_EQ(l31.rope_scaling.type, "llama3");
+  EXPECT_EQ(l31.rope_scaling.factor, 8.0);
+  EXPECT_EQ(l31.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(l31.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(l31.rope_scaling.original_max_position, 8192);
+  EXPECT_EQ(load("qwen3-30b-a3b").norm_eps, 1e-6);
+  EXPECT_EQ(load("qwen3-30b-a3b").rope_theta, 1e6);
+  EXPECT_EQ(load("gpt2-124m").norm_eps, 1e-5);
+  EXPECT_EQ(load("deepseek-v3").rope_scaling.type, "yarn");  // kept by name (the executor refuses it)
+  // transformers' defaults when a key is absent: LlamaConfig rms_norm_eps 1e-6, rope_theta 10000;
+  // MistralConfig sliding_window 4096; a Qwen window only with use_sliding_window.
+  const char* base = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64, "model_type": )";
+  ModelSpec llama = parse_ok(std::string(base) + R"("llama"})");
+  EXPECT_EQ(llama.norm_eps, 1e-6);
+  EXPECT_EQ(llama.rope_theta, 10000.0);
+  EXPECT_EQ(parse_ok(std::string(base) + R"("mistral"})").sliding_window, 4096);
+  EXPECT_EQ(parse_ok(std::string(base) + R"("qwen2", "sliding_window": 32})").sliding_window, 0);
+  EXPECT_EQ(parse_ok(std::string(base) + R"("qwen2", "sliding_window": 32, "use_sliding_window": true})").sliding_window,
+            32);
+  // Qwen3 implies q/k norm; Qwen2 implies q/k/v biases (no key needed).
+  EXPECT_TRUE(parse_ok(std::string(base) + R"("qwen3"})").qk_norm);
+  EXPECT_TRUE(parse_ok(std::string(base) + R"("qwen2"})").qkv_bias);
+  // rope_type "default" is plain RoPE.
+  EXPECT_FALSE(parse_ok(std::string(base) + R"("llama", "rope_scaling": {"rope_type": "default"}})").rope_scaling.enabled());
+  // Every one of them survives the canonical JSON a plan embeds.
+  for (const char* t : {"llama-3.1-405b", "qwen3-30b-a3b", "gpt2-124m", "mixtral-8x7b", "deepseek-v3"}) {
+    ModelSpec a = load(t);
+    Result<ModelSpec> b = parse_model_spec(model_spec_to_json(a), "x");
+    ASSERT_TRUE(b.is_ok()) << t << ": " << b.status().to_string();
+    expect_same(a, *b);
+  }
+}
+
+TEST(ModelSpecMath, Llama31ScaledInverseFrequencies) {
+  // Llama-3.1: theta 500000, head dim 128, factor 8, low 1, high 4, original context 8192.
+  ModelSpec m = load("llama-3.1-405b");
+  std::vector<double> f = rope_inverse_frequencies(m, 128);
+  ASSERT_EQ(f.size(), 64u);
+  // By hand from transformers' _compute_llama3_parameters: the wavelength of pair i is
+  // 2*pi / theta^(-i/64); below 8192/4 = 2048 it is kept, above 8192/1 divided by 8, and
+  // between, with s = (8192 / wavelength - 1) / (4 - 1), (1 - s) * f / 8 + s * f.
+  // i = 0: f = 1, wavelength 6.28 -> 1.
+  EXPECT_DOUBLE_EQ(f[0], 1.0);
+  // i = 20: f = 500000^(-20/64) = 0.01656044008099445, wavelength 379.4 < 2048 -> kept.
+  EXPECT_NEAR(f[20], 0.016560440080994446, 1e-15);
+  // i = 32: f = 500000^(-1/2) = sqrt(2)/1000, wavelength 2*pi*1000/sqrt(2) = 4442.88 (medium):
+  // s = (8192/4442.8829 - 1)/3 = 0.2812808, f' = f * ((1 - s)/8 + s) = 5.248461609929547e-4.
+  EXPECT_NEAR(f[32], 5.248461609929547e-4, 1e-15);
+  // i = 29 and 34: the band's ends, 2401.7 and 6695.1.
+  EXPECT_NEAR(f[29], 0.002166570763503359, 1e-15);
+  EXPECT_NEAR(f[34], 0.0001785078127679964, 1e-16);
+  // i = 35: wavelength 8218.7 > 8192 -> f / 8; i = 63: f / 8.
+  EXPECT_NEAR(f[35], 0.0007644969883171747 / 8, 1e-17);
+  EXPECT_NEAR(f[63], 2.455140791131609e-06 / 8, 1e-20);
+  // The independent formula at every index.
+  for (int i = 0; i < 64; ++i) {
+    const double inv = std::pow(500000.0, -2.0 * i / 128), wl = 2 * M_PI / inv;
+    double want = inv;
+    if (wl > 8192) want = inv / 8;
+    else if (wl >= 2048) {
+      const double s = (8192 / wl - 1) / 3;
+      want = (1 - s) * inv / 8 + s * inv;
+    }
+    EXPECT_NEAR(f[size_t(i)], want, 1e-12 * want) << i;
+  }
+  // Without scaling: theta^(-2i/D).
+  ModelSpec l3 = load("llama-3-8b");
+  EXPECT_NEAR(rope_inverse_frequencies(l3, 128)[32], std::sqrt(2.0) / 1000, 1e-18);
+}
+
+// --- kernel preconditions and ranges (issue #14, findings 7 and 8) -------------
+
+TEST(ModelSpecValidate, OddRopeHeadDimIsRefused) {
+  // hidden 60 over 4 heads: head_dim 15, which RoPE cannot rotate (pairs i, i + d/2).
+  Result<ModelScale> sc = parse_model_scale("layers=2,hidden=60,heads=4,kv_heads=2,ffn=128,vocab=256");
+  ASSERT_TRUE(sc.is_ok());
+  Result<ModelSpec> m = scale_model(load("llama-3-8b"), *sc);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("head_dim=15"), std::string::npos) << m.status().to_string();
+  EXPECT_NE(m.status().message().find("even"), std::string::npos) << m.status().to_string();
+  Result<ModelSpec> cfg = parse_model_spec(R"({"model_type": "llama", "hidden_size": 60, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64})", "odd");
+  EXPECT_FALSE(cfg.is_ok());
+  // GPT-2 (learned positions) has no such constraint.
+  EXPECT_TRUE(scale_model(load("gpt2-124m"), *parse_model_scale("hidden=60,heads=4")).is_ok());
+}
+
+TEST(ModelSpecValidate, AbsurdSizesAreOutOfRange) {
+  for (const char* text : {"hidden=4000000000", "vocab=2000000000", "layers=10000000", "ffn=999999999999",
+                           "heads=100000000", "seq=1000000000", "experts=1000000"}) {
+    Result<ModelScale> s = parse_model_scale(text);
+    ASSERT_FALSE(s.is_ok()) << text;
+    EXPECT_NE(s.status().message().find("out of range"), std::string::npos) << s.status().to_string();
+  }
+  // A spec built in code (or from a config) meets the same bounds.
+  ModelSpec m = load("llama-3-8b");
+  m.vocab = 2000000000;
+  EXPECT_FALSE(validate_model_spec(m).is_ok());
+  // Each size in range but the product absurd: 60000 layers of hidden 1M.
+  ModelScale big;
+  big.num_layers = 60000;
+  big.hidden = 1 << 20;
+  big.num_heads = 8192;
+  Result<ModelSpec> huge = scale_model(m = load("llama-3-8b"), big);
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_NE(huge.status().message().find("parameters is out of range"), std::string::npos)
+      << huge.status().to_string();
+}
 }  // namespace
 }  // namespace loom

@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/compare.h"
 #include "core/plan.h"
+#include "core/run_record.h"
 #include "sim/export.h"
 #include "sim/report.h"
 #include "sim/simulate.h"
@@ -42,6 +44,32 @@ TEST(Plan, RoundTripsThroughJson) {
   EXPECT_EQ(j["schema_version"], kPlanSchemaVersion);
   EXPECT_GT(j["prediction"]["step_time_s"].get<double>(), 0);
   EXPECT_TRUE(j["prediction"]["memory_per_stage"].is_array());
+}
+
+TEST(Plan, CarriesWhatTheExecutorsMathNeedsAndRefusesVersionOne) {
+  // Issue #14: the embedded config keeps rope_theta, the norm epsilon and rope_scaling
+  // (version 1 dropped them: a Llama-3 plan then trained with RoPE base 10000).
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  Evaluator eval(testing::load_model_or_die("llama-3.1-405b"), testing::load_hw_or_die("dgx-h100"), t, SimOptions{});
+  auto l = parse_layout("dp=1,tp=8,pp=16,micro=1");
+  auto r = simulate_layout(eval, *l);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const std::string text = plan_to_json(make_plan(eval, *r, 128));
+  auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["model"]["config"]["rope_theta"], 500000.0);
+  EXPECT_EQ(j["model"]["config"]["rms_norm_eps"], 1e-5);
+  EXPECT_EQ(j["model"]["config"]["rope_scaling"]["rope_type"], "llama3");
+  auto back = parse_plan(text);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->model.rope_theta, 500000.0);
+  EXPECT_EQ(back->model.rope_scaling.factor, 8.0);
+  j["schema_version"] = 1;
+  auto old = parse_plan(j.dump());
+  ASSERT_FALSE(old.is_ok());
+  EXPECT_NE(old.status().message().find("schema_version 1 is not supported"), std::string::npos)
+      << old.status().to_string();
 }
 
 TEST(Plan, HashChangesWithTheLayoutButNotThePrediction) {
@@ -123,6 +151,53 @@ TEST(Plan, ExportsFollowTheLayout) {
   EXPECT_EQ(j["zero_optimization"]["stage"], 1);
   p.layout.zero = 2;
   EXPECT_EQ(export_megatron_args(p).status().code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace loom
+
+// Issue #14, finding 4: a run of another model (--scale on an unscaled plan)
+// is refused by compare_rows naming both models, with or without
+// --other-hardware; the record keeps the model's config through JSON.
+namespace loom {
+namespace {
+
+TEST(Compare, RefusesARunOfAnotherModel) {
+  Plan p = sample_plan();
+  RunRecord rec;
+  rec.plan_hash = p.plan_hash();
+  rec.model_name = p.model.name;
+  rec.model_config = model_spec_to_json(p.model);
+  rec.layout = p.layout.to_string();
+  rec.world_size = p.world_size;
+  rec.tokens_per_step = int64_t(p.train.global_batch) * p.train.seq_len;
+  rec.step_time_s = 1;
+  ASSERT_TRUE(compare_rows(p, rec).is_ok());
+  ASSERT_TRUE(compare_rows(p, rec, true).is_ok());
+
+  auto scale = parse_model_scale("layers=2,hidden=256,heads=4");
+  ASSERT_TRUE(scale.is_ok());
+  auto scaled = scale_model(p.model, *scale);
+  ASSERT_TRUE(scaled.is_ok()) << scaled.status().to_string();
+  RunRecord other = rec;
+  other.model_name = scaled->name;
+  other.model_config = model_spec_to_json(*scaled);
+  auto back = parse_run_record(run_record_to_json(other));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->model_config.empty(), false);
+  for (bool other_hw : {false, true}) {
+    auto rows = compare_rows(p, *back, other_hw);
+    ASSERT_FALSE(rows.is_ok());
+    EXPECT_EQ(rows.status().code(), StatusCode::kInvalidArgument);
+    const std::string& m = rows.status().message();
+    EXPECT_NE(m.find("different model"), std::string::npos) << m;
+    EXPECT_NE(m.find(scaled->name), std::string::npos) << m;
+    EXPECT_NE(m.find(p.model.name), std::string::npos) << m;
+    EXPECT_NE(m.find("n_layer 2 vs 12"), std::string::npos) << m;
+  }
+  // Same name, other dimensions (a hand-made config): still refused.
+  other.model_name = p.model.name;
+  EXPECT_FALSE(compare_rows(p, other).is_ok());
 }
 
 }  // namespace

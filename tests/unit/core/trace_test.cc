@@ -183,7 +183,8 @@ TEST(Trace, WriteTraceIsReadableAndRejectsNonFiniteTimes) {
   auto parsed = parse_trace(trace_to_json(t));
   EXPECT_EQ(parsed.status().code(), StatusCode::kParseError);
 
-  EXPECT_EQ(write_trace(sample(), "/nonexistent-dir/x/trace.json").code(), StatusCode::kIoError);
+  // A missing folder is bad input (exit 2), as for every output (core/output_file.h).
+  EXPECT_EQ(write_trace(sample(), "/nonexistent-dir/x/trace.json").code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ struct Fixture {
   int next_micro = 0;
   const int64_t B = 2, T = 8;
 
-  Fixture(bool gpt2, Recompute rc) : dims(tiny_dims(gpt2)) {
+  Fixture(bool gpt2, Recompute rc) : Fixture(tiny_dims(gpt2), rc) {}
+  Fixture(const ModelDims& d, Recompute rc) : dims(d) {
     add_chunk_params(params, dims, 0, dims.L, true, true, 1, 0);
     params.materialize(backend.get(), 7);
     // Larger-than-default weights make the gradients large enough to check.
@@ -71,8 +72,8 @@ struct Fixture {
   }
 };
 
-void check_gradients(bool gpt2) {
-  Fixture f(gpt2, Recompute::kNone);
+void check_gradients(const ModelDims& dims) {
+  Fixture f(dims, Recompute::kNone);
   f.loss_and_grads();
   std::vector<float> grads(f.params.grads(), f.params.grads() + f.params.numel());
   std::mt19937 rng(11);
@@ -97,8 +98,8 @@ void check_gradients(bool gpt2) {
   EXPECT_GT(checked, 40);
 }
 
-TEST(ModelChunk, Gpt2GradientsMatchFiniteDifferences) { check_gradients(true); }
-TEST(ModelChunk, LlamaGradientsMatchFiniteDifferences) { check_gradients(false); }
+TEST(ModelChunk, Gpt2GradientsMatchFiniteDifferences) { check_gradients(tiny_dims(true)); }
+TEST(ModelChunk, LlamaGradientsMatchFiniteDifferences) { check_gradients(tiny_dims(false)); }
 
 TEST(ModelChunk, PaddedVocabularyTakesNoPartInTheLoss) {
   Fixture f(true, Recompute::kNone);
@@ -151,5 +152,126 @@ TEST(ModelChunk, InitializationDependsOnGlobalNamesOnly) {
   }
 }
 
+
+// --- config.json fields the executor honours (issue #14, finding 3) -------------
+
+// A tiny Llama-family config (the shapes of tiny_dims(false)) with `extra` keys.
+ModelSpec tiny_spec(const std::string& model_type, const std::string& extra = "") {
+  std::string text = R"({"model_type": ")" + model_type + R"(", "hidden_size": 16, "intermediate_size": 40,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 61,
+    "max_position_embeddings": 16, "tie_word_embeddings": false)" + extra + "}";
+  Result<ModelSpec> m = parse_model_spec(text, "tiny");
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m.is_ok() ? *m : ModelSpec{};
+}
+
+ModelDims dims_of(const ModelSpec& m) {
+  Result<ModelDims> d = model_dims(m);
+  EXPECT_TRUE(d.is_ok()) << d.status().to_string();
+  return d.is_ok() ? *d : ModelDims{};
+}
+
+double loss_of(const ModelSpec& m) {
+  Fixture f(dims_of(m), Recompute::kNone);
+  return f.loss();
+}
+
+TEST(ModelChunkConfig, RopeThetaIsHonoured) {
+  const double base = loss_of(tiny_spec("llama", R"(, "rope_theta": 10000.0)"));
+  EXPECT_NE(loss_of(tiny_spec("llama", R"(, "rope_theta": 500000.0)")), base);
+  EXPECT_EQ(dims_of(tiny_spec("llama", R"(, "rope_theta": 500000.0)")).rope_theta, 500000.0f);
+}
+
+TEST(ModelChunkConfig, NormEpsilonIsHonoured) {
+  EXPECT_EQ(dims_of(tiny_spec("llama", R"(, "rms_norm_eps": 1e-6)")).norm_eps, 1e-6f);
+  const double base = loss_of(tiny_spec("llama", R"(, "rms_norm_eps": 1e-5)"));
+  EXPECT_NE(loss_of(tiny_spec("llama", R"(, "rms_norm_eps": 0.5)")), base);
+}
+
+TEST(ModelChunkConfig, Llama31RopeScalingIsHonoured) {
+  // Pair 1 of a head of 4 has wavelength 2*pi*100 = 628 > 64 / 1: its frequency is divided by 8.
+  const std::string scaling =
+      R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})";
+  ModelDims d = dims_of(tiny_spec("llama", scaling));
+  ASSERT_EQ(d.rope_inv_freq.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.rope_inv_freq[0], 1.0);
+  EXPECT_DOUBLE_EQ(d.rope_inv_freq[1], 0.01 / 8);
+  EXPECT_NE(loss_of(tiny_spec("llama", scaling)), loss_of(tiny_spec("llama")));
+}
+
+TEST(ModelChunkConfig, Qwen2BiasesAndQwen3QkNormAreTrained) {
+  auto names = [](const ModelSpec& m) {
+    ModelDims d = dims_of(m);
+    ParamStore st;
+    add_chunk_params(st, d, 0, d.L, true, true, 1, 0);
+    return st;
+  };
+  ParamStore q2 = names(tiny_spec("qwen2"));  // q, k, v biases; none on o
+  EXPECT_TRUE(q2.has("layers.0.attn.q.bias"));
+  EXPECT_TRUE(q2.has("layers.1.attn.v.bias"));
+  EXPECT_FALSE(q2.has("layers.0.attn.o.bias"));
+  ParamStore q3 = names(tiny_spec("qwen3"));  // per-head RMSNorm of q and k
+  EXPECT_TRUE(q3.has("layers.0.attn.q_norm.weight"));
+  EXPECT_TRUE(q3.has("layers.1.attn.k_norm.weight"));
+  EXPECT_EQ(q3.info("layers.0.attn.q_norm.weight").numel, 4);
+  ParamStore ll = names(tiny_spec("llama", R"(, "attention_bias": true, "mlp_bias": true)"));
+  for (const char* n : {"layers.0.attn.q.bias", "layers.0.attn.o.bias", "layers.0.mlp.gate.bias",
+                        "layers.0.mlp.up.bias", "layers.0.mlp.down.bias"})
+    EXPECT_TRUE(ll.has(n)) << n;
+  // The parameter count the executor trains equals the planner's.
+  for (const ModelSpec& m : {tiny_spec("qwen2"), tiny_spec("qwen3"),
+                             tiny_spec("llama", R"(, "attention_bias": true, "mlp_bias": true)")}) {
+    ModelDims d = dims_of(m);
+    ParamStore st;
+    add_chunk_params(st, d, 0, d.L, true, true, 1, 0);
+    // The executor pads the vocabulary (Vp rows) of the embedding and the head.
+    EXPECT_EQ(st.numel() - 2 * (d.Vp - d.V) * d.C, m.total_params()) << m.model_type;
+  }
+}
+
+ModelDims every_field_dims() {
+  return dims_of(tiny_spec("qwen3", R"(, "rope_theta": 500000.0, "rms_norm_eps": 1e-3, "attention_bias": true,
+    "mlp_bias": true, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 64})"));
+}
+
+TEST(ModelChunkConfig, EveryFieldGradientsMatchFiniteDifferences) {
+  ModelDims d = every_field_dims();
+  ASSERT_TRUE(d.qk_norm && d.qkv_bias && d.o_bias && d.mlp_bias && !d.rope_inv_freq.empty());
+  check_gradients(d);
+}
+
+TEST(ModelChunkConfig, EveryFieldRecomputeGivesTheSameGradients) {
+  Fixture ref(every_field_dims(), Recompute::kNone);
+  double l0 = ref.loss_and_grads();
+  for (Recompute rc : {Recompute::kSelective, Recompute::kFull}) {
+    Fixture f(every_field_dims(), rc);
+    EXPECT_DOUBLE_EQ(f.loss_and_grads(), l0);
+    for (int64_t i = 0; i < f.params.numel(); ++i)
+      ASSERT_FLOAT_EQ(f.params.grads()[i], ref.params.grads()[i]) << "element " << i << " " << recompute_name(rc);
+  }
+}
+
+TEST(ModelChunkConfig, FieldsTheExecutorCannotHonourAreRefused) {
+  struct Case {
+    ModelSpec spec;
+    int64_t seq;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{tiny_spec("llama", R"(, "rope_scaling": {"type": "yarn", "factor": 4.0})"), 8, "yarn"},
+           Case{tiny_spec("llama", R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0})"), 8, "linear"},
+           Case{tiny_spec("llama", R"(, "hidden_act": "gelu")"), 8, "hidden_act"},
+           Case{tiny_spec("mistral", R"(, "sliding_window": 4)"), 8, "sliding_window=4"},
+       }) {
+    Result<ModelDims> d = model_dims(c.spec, c.seq);
+    ASSERT_FALSE(d.is_ok()) << c.expect;
+    EXPECT_EQ(d.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(d.status().message().find(c.expect), std::string::npos) << d.status().to_string();
+  }
+  // A window covering the whole sequence is full causal attention: accepted.
+  EXPECT_TRUE(model_dims(tiny_spec("mistral", R"(, "sliding_window": 8)"), 8).is_ok());
+}
 }  // namespace
 }  // namespace loom::exec

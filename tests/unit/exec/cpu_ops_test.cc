@@ -310,6 +310,52 @@ TEST(CpuRope, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(matches_finite_differences("rope dx", x, dx, loss));
 }
 
+TEST(CpuRope, FrequencyTableRotatesByPositionTimesEachFrequency) {
+  // rope_freqs_*: the rotation of rope_* with the frequencies given per pair.
+  const int64_t B = 2, T = 3, H = 2, D = 8, offset = 4;
+  const std::vector<double> freqs = {1.0, 0.3, 0.0125, 7.5e-5};
+  const Vec x0 = random_vec(B * T * H * D, 65);
+  Vec x = x0;
+  rope_freqs_forward(x.data(), B, T, H, D, freqs.data(), offset);
+  std::vector<double> want(x0.size());
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float* xh = x0.data() + (bt * H + h) * D;
+      double* wh = want.data() + (bt * H + h) * D;
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double a = double(bt % T + offset) * freqs[size_t(i)];
+        wh[i] = xh[i] * std::cos(a) - xh[i + D / 2] * std::sin(a);
+        wh[i + D / 2] = xh[i + D / 2] * std::cos(a) + xh[i] * std::sin(a);
+      }
+    }
+  }
+  expect_all_near(x, want, 1e-6, "rope_freqs");
+  rope_freqs_backward(x.data(), B, T, H, D, freqs.data(), offset);
+  expect_all_near(x, std::vector<double>(x0.begin(), x0.end()), 1e-6, "rope_freqs inverse");
+  // The table theta^(-2i/D) is exactly rope_forward's rotation.
+  std::vector<double> plain(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) plain[size_t(i)] = std::pow(double(500000.0f), -2.0 * double(i) / double(D));
+  Vec a = x0, b = x0;
+  rope_forward(a.data(), B, T, H, D, 500000.0f, offset);
+  rope_freqs_forward(b.data(), B, T, H, D, plain.data(), offset);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+}
+
+TEST(CpuRope, FrequencyTableBackwardMatchesFiniteDifferences) {
+  const int64_t B = 2, T = 4, H = 3, D = 6;
+  const std::vector<double> freqs = {0.9, 0.05, 0.0031};
+  Vec x = random_vec(B * T * H * D, 66);
+  const Vec dy = random_vec(x.size(), 67);
+  auto loss = [&] {
+    Vec y = x;
+    rope_freqs_forward(y.data(), B, T, H, D, freqs.data(), 3);
+    return dot(dy, y);
+  };
+  Vec dx = dy;
+  rope_freqs_backward(dx.data(), B, T, H, D, freqs.data(), 3);
+  EXPECT_TRUE(matches_finite_differences("rope_freqs dx", x, dx, loss));
+}
+
 // ---------------------------------------------------------------- attention
 
 struct AttnShape { int64_t B, T, Hq, Hk, D; };

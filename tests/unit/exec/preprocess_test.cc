@@ -152,6 +152,33 @@ TEST_F(PreprocessTest, MislabelledCompressionIsRefused) {
   EXPECT_NE(s.status().message().find("plain.jsonl.gz"), std::string::npos);
 }
 
+// Issue #14: --shards 5 on 2 documents wrote 3 empty shards that `loom
+// execute` then refused as "weight[2]=0"; an empty corpus published a
+// manifest of nothing ("weight[0]=-nan").
+TEST_F(PreprocessTest, NoEmptyShardsAndNoEmptyDataset) {
+  auto o = opts({write("two.jsonl", jsonl_text({"first document", "second document"}))}, "out");
+  o.shards = 5;
+  auto s = preprocess(o);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  ASSERT_EQ(s->shards.size(), 2u);
+  EXPECT_EQ(s->empty_shards, 3);
+  for (const auto& sh : s->shards) EXPECT_GT(sh.tokens, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "out_00001.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "out_00002.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "out_00004.idx"));
+  auto m = nlohmann::json::parse(read((dir_ / "out.manifest.json").string()));
+  EXPECT_EQ(m["shards"].size(), 2u);
+
+  auto none = preprocess(opts({write("none.jsonl", "\n\n")}, "none"));
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("no documents"), std::string::npos) << none.status().message();
+  EXPECT_FALSE(fs::exists(dir_ / "none.manifest.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "none.bin"));
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+}
+
 TEST_F(PreprocessTest, ShardsPartitionDocumentsRoundRobin) {
   auto o = opts({write("in.jsonl", jsonl_text(docs_))}, "out");
   o.shards = 3;

@@ -5,6 +5,7 @@
 // Values are small integers, so float sums are exact and compared with ==.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -505,6 +506,38 @@ TEST(TcpComm, TimedOutCollectiveNamesThePeerAndBreaksTheCommunicator) {
       [](int r, int port) { return options(r, 2, port, r == 0 ? 0.5 : 30); });
 }
 
+// Receives posted before the communicator broke end with the reason at once:
+// its later traffic is dropped, so they could never complete (they used to
+// wait out their own timeout, or for ever without one).
+TEST(TcpComm, PendingReceivesEndWhenTheCommunicatorBreaks) {
+  std::atomic<bool> rank0_done{false};
+  run_ranks(
+      2,
+      [&](Communicator& c) {
+        if (c.rank() == 1) {  // alive, but never joins the broadcast
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          return;
+        }
+        float a = 0, b = 0, x = 1;
+        auto ra = c.irecv(&a, 1, 1, 3);
+        auto rb = c.irecv(&b, 1, 1, 4);
+        ASSERT_TRUE(ra.is_ok() && rb.is_ok());
+        Status s = c.broadcast(&x, 1, 1);  // times out after 2 s and breaks the communicator
+        EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+        auto t0 = Clock::now();
+        EXPECT_TRUE((*rb)->test());
+        Status sa = (*ra)->wait();
+        EXPECT_LT(seconds_since(t0), 1.0);
+        EXPECT_EQ(sa.code(), StatusCode::kTimeout) << sa.to_string();
+        for (const Status& st : {sa, (*rb)->wait()}) {
+          EXPECT_TRUE(contains(st.message(), "irecv on communicator 'world' (rank 0 of 2)")) << st.to_string();
+          EXPECT_TRUE(contains(st.message(), "unusable after broadcast timed out")) << st.to_string();
+        }
+        rank0_done = true;
+      },
+      [](int r, int port) { return options(r, 2, port, r == 0 ? 2.0 : 30); });
+}
+
 TEST(TcpComm, TimeoutOfAQueuedRequestCancelsTheOneAheadOfIt) {
   std::atomic<bool> rank0_done{false};
   run_ranks(
@@ -689,22 +722,103 @@ TEST(TcpComm, JobIdsMustMatch) {
     o.job_id = "job-42";
     return o;
   });
+  // The process of job 'b' hears why at once; job 'a' is not failed by it
+  // (it only misses its rank 1, named with the stranger at its timeout).
   const int port = free_port();
   std::vector<Status> got(2);
+  std::vector<double> took(2);
   std::thread a([&] {
-    TcpOptions o = options(0, 2, port, 30, 10);
+    TcpOptions o = options(0, 2, port, 30, 2);
     o.job_id = std::string(1, 'a');
     got[0] = tcp_world(o).status();
   });
   std::thread b([&] {
     TcpOptions o = options(1, 2, port, 30, 10);
     o.job_id = std::string(1, 'b');
+    auto t0 = Clock::now();
     got[1] = tcp_world(o).status();
+    took[1] = seconds_since(t0);
   });
   a.join();
   b.join();
   for (const Status& s : got)
     EXPECT_TRUE(contains(s.message(), "belongs to job 'b' but rank 0 to job 'a'")) << s.to_string();
+  EXPECT_EQ(got[1].code(), StatusCode::kInvalidArgument) << got[1].to_string();
+  EXPECT_LT(took[1], 5.0);
+  EXPECT_EQ(got[0].code(), StatusCode::kTimeout) << got[0].to_string();
+  EXPECT_TRUE(contains(got[0].message(), "rank 1 of WORLD_SIZE=2 did not arrive within 2 s")) << got[0].to_string();
+  EXPECT_TRUE(contains(got[0].message(), "turned away: the process registering as rank 1")) << got[0].to_string();
+}
+
+// Two jobs on one MASTER_PORT: the second job's rank 0 finds the port taken,
+// and its rank 1 reaches the first job's store. Only that process fails; the
+// first job forms when its own rank 1 arrives.
+TEST(TcpComm, AnotherJobsProcessDoesNotFailThisJob) {
+  const int port = free_port();
+  Status stranger;
+  std::thread first0([&] {
+    TcpOptions o = options(0, 2, port, 30, 20);
+    o.job_id = "first";
+    auto w = tcp_world(o);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    ASSERT_OK((*w)->barrier());
+  });
+  std::thread second1([&] {
+    TcpOptions o = options(1, 2, port, 30, 20);
+    o.job_id = "second";
+    stranger = tcp_world(o).status();
+  });
+  second1.join();
+  EXPECT_EQ(stranger.code(), StatusCode::kInvalidArgument) << stranger.to_string();
+  EXPECT_TRUE(contains(stranger.message(), "belongs to job 'second' but rank 0 to job 'first'")) << stranger.to_string();
+  std::thread first1([&] {
+    TcpOptions o = options(1, 2, port, 30, 20);
+    o.job_id = "first";
+    auto w = tcp_world(o);
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    ASSERT_OK((*w)->barrier());
+  });
+  first0.join();
+  first1.join();
+}
+
+// A connection to the store that never registers (a port scanner, a stray
+// client) is not sent the address table and job nonce of the mesh.
+TEST(TcpComm, AConnectionThatNeverRegisteredGetsNoAddressTable) {
+  const int port = free_port();
+  std::thread r0([&] {
+    auto w = tcp_world(options(0, 2, port, 30, 20));
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    ASSERT_OK((*w)->barrier());
+  });
+  int fd = -1;
+  for (auto t0 = Clock::now(); fd < 0 && seconds_since(t0) < 10;) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      fd = -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ASSERT_GE(fd, 0);
+  std::thread r1([&] {
+    auto w = tcp_world(options(1, 2, port, 30, 20));
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    ASSERT_OK((*w)->barrier());
+  });
+  r0.join();
+  r1.join();
+  // The store is closed now: the stranger reads its end, and nothing before it.
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  ::close(fd);
+  EXPECT_EQ(n, 0) << "the stranger received " << n << " bytes";
 }
 
 TEST(TcpComm, BadOptionsAreNamed) {
@@ -755,6 +869,49 @@ TEST(TcpComm, AbortEndsTheProcessAndItsPeersSeeItAtOnce) {
   EXPECT_TRUE(contains(err, "loom: rank 1 of communicator 'world' aborts the job (exit code 7): rank 1 gives up on "
                             "purpose"))
       << err;
+}
+
+// A peer that stops draining its connection (a frozen process, a dead link)
+// while a send to it holds the connection: destroying a communicator (which
+// says goodbye to that peer) must not wait for that send, which without a
+// watchdog never ends. The forked child is rank 1, stopped with SIGSTOP.
+TEST(TcpComm, DestroyingACommunicatorDoesNotWaitForASendToAStoppedPeer) {
+  const int port = free_port();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto w = tcp_world(options(1, 2, port, 0, 20));
+    if (!w.is_ok()) std::_Exit(90);
+    auto sub = (*w)->split(0, 1, "sub");
+    if (!sub.is_ok() || !(*w)->barrier().is_ok()) std::_Exit(91);
+    for (;;) ::pause();  // SIGSTOP, then SIGKILL from the parent
+  }
+  auto w = tcp_world(options(0, 2, port, 0, 20));  // no watchdog
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  auto sub = (*w)->split(0, 0, "sub");
+  ASSERT_TRUE(sub.is_ok()) << sub.status().to_string();
+  ASSERT_OK((*w)->barrier());
+  ASSERT_EQ(::kill(child, SIGSTOP), 0);
+  const size_t n = size_t(64) << 20;  // 256 MiB: far beyond the socket buffers
+  std::vector<float> big(n, 1.f);
+  std::thread sender([&] { (void)(*w)->send(big.data(), n, 1, 5); });  // blocks until the child dies
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    sub->reset();
+    destroyed = true;
+  });
+  auto t0 = Clock::now();
+  while (!destroyed && seconds_since(t0) < 10) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(destroyed) << "the sub-communicator's destructor waited for the stalled send";
+  EXPECT_LT(seconds_since(t0), 5.0);
+  ::kill(child, SIGKILL);  // ends the send (and the destructor, if it waited)
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  sender.join();
+  destroyer.join();
 }
 
 // Counts beyond 2^31 bytes (several GiB of memory): run with LOOM_TEST_LARGE=1.

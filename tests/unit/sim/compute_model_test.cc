@@ -37,6 +37,21 @@ TEST(ComputeModel, LayerFlopsMatchTheModelsParameterCount) {
   }
 }
 
+TEST(ComputeModel, QkNormAddsItsMemoryBoundPass) {
+  // Qwen3's per-head q/k RMSNorm reads and writes q and k once more: a small,
+  // memory-bound addition (no FLOPs counted, as for the other norms).
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  Layout l;
+  PieceCost base = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+  m.qk_norm = true;
+  PieceCost with = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
+  EXPECT_GT(with.fwd_s, base.fwd_s);
+  EXPECT_LT(with.fwd_s, base.fwd_s * 1.05);
+  EXPECT_EQ(with.fwd_flops, base.fwd_flops);
+}
+
 TEST(ComputeModel, RecomputeCostsWhatItRecomputes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   ModelSpec m = testing::load_model_or_die("llama-3-8b");

@@ -123,6 +123,23 @@ TEST(MemoryModel, ModelStatesFollowZeroStagesOnARealModel) {
   EXPECT_NEAR(sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes, 6 * psi + 12 * psi / nd, 1e-6 * psi);
 }
 
+TEST(MemoryModel, QkNormKeepsQAndKBeforeTheNorm) {
+  // Qwen3's per-head q/k RMSNorm: the executor keeps q and k before the norm
+  // (T*(a+g)*d elements) and an fp32 rstd per (token, head), over tp.
+  ModelSpec m = gpt_block_model(1024, 16, 4);
+  m.num_kv_heads = 4;
+  Layout l;
+  l.tp = 2;
+  l.micro_batch = 2;
+  SimOptions opt;
+  const int64_t seq = 256;
+  const double base = layer_activation_bytes(m, l, opt, seq, Precision::kBf16, false);
+  m.qk_norm = true;
+  const double with = layer_activation_bytes(m, l, opt, seq, Precision::kBf16, false);
+  const double T = 2.0 * 256, d = 1024 / 16;
+  EXPECT_DOUBLE_EQ(with - base, T * (16 + 4) * (d * 2 + 4) / 2);
+}
+
 TEST(MemoryModel, InFlightMicroBatchesPerSchedule) {
   Layout l;
   l.pp = 4;

@@ -1,0 +1,45 @@
+// The executor's memory check: before `loom execute` allocates anything, the
+// plan's (possibly --scale'd) model under its layout is costed with the
+// simulator's memory model (sim/memory_model.h) and compared with what the
+// machine has: MemAvailable of /proc/meminfo for the ranks of this host on the
+// CPU backend, the device's free memory (cudaMemGetInfo) for a CUDA rank.
+#pragma once
+
+#include <string>
+
+#include "core/hw_profile.h"
+#include "core/plan.h"
+#include "core/layout.h"
+#include "core/model_spec.h"
+#include "core/status.h"
+#include "core/train_spec.h"
+#include "sim/sim_options.h"
+
+namespace loom::cli {
+
+// Bytes world ranks [first_rank, first_rank + count) need together: each
+// rank's pipeline stage's peak in the memory model, in `precision`; without
+// the accelerator runtime reserve when `host` (CPU ranks have no CUDA context).
+// `detail` gets the worst stage's breakdown.
+double ranks_memory_bytes(const ModelSpec& model, const TrainSpec& train, const Layout& layout, const HwProfile& hw,
+                          const SimOptions& opt, Precision precision, int first_rank, int count, bool host,
+                          std::string* detail);
+
+// kUnsupported "... needs N GB ... but only M GB are available ..." when the
+// need exceeds `available_bytes`; `where` names the memory ("this host's
+// MemAvailable", "GPU 0's free memory").
+Status check_memory_fits(double need_bytes, double available_bytes, int ranks, const std::string& where,
+                         const std::string& detail);
+
+// MemAvailable from /proc/meminfo in bytes; kNotFound where it cannot be read.
+Result<double> host_available_bytes();
+
+// The whole check for `loom execute` on this rank, before it allocates: the
+// model, train and layout as it will run them (after --scale), the plan's
+// hardware and simulator options. CPU: this host's ranks (the launcher's
+// local_world ranks around `rank`) against MemAvailable; CUDA: this rank's
+// stage against the current device's free memory.
+Status check_execute_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
+                            int rank, bool cuda, Precision precision);
+
+}  // namespace loom::cli
