@@ -187,46 +187,64 @@ Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Preci
 #endif
 }
 
-int run(exec::Communicator& world, const ExecArgs& a) {
+// Whether any rank failed the checks every rank makes before allocating:
+// every rank learns it at once (a collective), so a problem met by some ranks
+// only (a file missing on one node) ends the whole job together, the message
+// is printed once (by the lowest failing rank) and no rank aborts the others.
+// Returns the job's exit code, 0 when every rank passed.
+int agree_on_failure(exec::Communicator& world, const Status& mine) {
+  double worst = exit_code(mine), first = mine.is_ok() ? 1e18 : double(world.rank());
+  if (Status s = world.all_reduce(&worst, 1, exec::ReduceOp::kMax); !s.is_ok()) return fail("execute", s);
+  if (Status s = world.all_reduce(&first, 1, exec::ReduceOp::kMin); !s.is_ok()) return fail("execute", s);
+  if (worst == 0) return 0;
+  if (!mine.is_ok() && double(world.rank()) == first)
+    fail("execute", world.rank() == 0 ? mine : mine.with_context("rank " + std::to_string(world.rank())));
+  return int(worst);
+}
+
+int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
   const bool lead = world.rank() == 0;
-  // Errors every rank meets alike (plan, launch) are printed once; errors a
-  // single rank can meet alone (its data, its memory, a peer) by that rank.
-  bool rank_specific = false;
+  // Errors a single rank can meet alone (its data, its memory, a peer) are
+  // printed by that rank; the checks before allocating end every rank
+  // together (agree_on_failure).
   auto say = [&](const Status& s) {
-    if (lead) return fail("execute", s);
-    if (rank_specific) return fail("execute", s.with_context("rank " + std::to_string(world.rank())));
-    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+    return fail("execute", lead ? s : s.with_context("rank " + std::to_string(world.rank())));
   };
-  auto plan = load_plan(a.plan_path);
-  if (!plan.is_ok()) return say(plan.status());
-  // The launch must match the plan before anything is allocated.
-  if (plan->world_size != world.size())
-    return say(invalid_argument("the plan is for " + std::to_string(plan->world_size) + " ranks but " +
-                                std::to_string(world.size()) + " were launched; run `mpirun -np " +
-                                std::to_string(plan->world_size) + " loom execute " + a.plan_path + "`"));
-  if (Status s = check_execute_outputs(a); !s.is_ok()) return say(s);
+  Result<Plan> plan = internal_error("the plan was not read");
   exec::TrainerConfig cfg;
-  cfg.model = plan->model;
-  cfg.train = plan->train;
-  cfg.layout = plan->layout;
-  cfg.record_trace = !a.trace.empty();
-  if (!a.scale.empty()) {
-    auto scale = parse_model_scale(a.scale);
-    if (!scale.is_ok()) return say(scale.status());
-    auto scaled = scale_model(plan->model, *scale);
-    if (!scaled.is_ok()) return say(scaled.status());
-    cfg.model = *scaled;
+  const Status early = [&]() -> Status {
+    plan = load_plan(a.plan_path);
+    if (!plan.is_ok()) return plan.status();
+    // The launch must match the plan before anything is allocated.
+    if (plan->world_size != world.size())
+      return invalid_argument("the plan is for " + std::to_string(plan->world_size) + " ranks but " +
+                              std::to_string(world.size()) + " were launched; run `mpirun -np " +
+                              std::to_string(plan->world_size) + " loom execute " + a.plan_path + "`");
+    LOOM_RETURN_IF_ERROR(check_execute_outputs(a));
+    cfg.model = plan->model;
+    cfg.train = plan->train;
+    cfg.layout = plan->layout;
+    cfg.record_trace = !a.trace.empty();
+    if (!a.scale.empty()) {
+      auto scale = parse_model_scale(a.scale);
+      if (!scale.is_ok()) return scale.status();
+      auto scaled = scale_model(plan->model, *scale);
+      if (!scaled.is_ok()) return scaled.status();
+      cfg.model = *scaled;
+    }
+    if (a.steps >= 0) cfg.train.steps = a.steps;
+    if (cfg.train.steps <= 0) cfg.train.steps = 20;
+    LOOM_RETURN_IF_ERROR(validate_layout(cfg.layout, cfg.model, cfg.train, world.size()));
+    // The plan's (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
+    if (a.backend == "cpu")
+      LOOM_RETURN_IF_ERROR(
+          check_execute_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), false, Precision::kFp32));
+    return Status::ok();
+  }();
+  if (int rc = agree_on_failure(world, early); rc != 0) {
+    *failed_together = true;
+    return rc;
   }
-  if (a.steps >= 0) cfg.train.steps = a.steps;
-  if (cfg.train.steps <= 0) cfg.train.steps = 20;
-  if (Status s = validate_layout(cfg.layout, cfg.model, cfg.train, world.size()); !s.is_ok()) return say(s);
-  // The plan's (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
-  if (a.backend == "cpu") {
-    if (Status s = check_execute_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), false, Precision::kFp32);
-        !s.is_ok())
-      return say(s);
-  }
-  rank_specific = true;
   exec::DataSpecOptions dopt;
   dopt.seq_len = cfg.train.seq_len;
   dopt.global_batch = cfg.train.global_batch;
@@ -557,8 +575,9 @@ int cmd_execute(int argc, char** argv) {
   exec::Communicator& comm = world->comm();
   if (comm.rank() == 0 && !a.quiet)
     std::printf("ranks: %d, joined by %s\n", comm.size(), world->how().c_str());
-  int rc = run(comm, a);
-  if (rc != 0 && rc != 143 && comm.size() > 1) {  // 143: every rank stopped together on a signal
+  bool failed_together = false;
+  int rc = run(comm, a, &failed_together);
+  if (rc != 0 && rc != 143 && !failed_together && comm.size() > 1) {  // 143: every rank stopped together on a signal
     // One rank failing ends the job on every rank instead of leaving peers waiting.
     comm.abort(rc, "loom execute: rank " + std::to_string(comm.rank()) + " failed; ending the job");
   }

@@ -20,5 +20,7 @@ int cmd_regress(int argc, char** argv);
 
 // Prints "loom <cmd>: <message>" to stderr and maps the Status to an exit code.
 int fail(const std::string& cmd, const Status& status);
+// The exit code fail() returns for `status` (2 bad input, 1 otherwise), without printing.
+int exit_code(const Status& status);
 
 }  // namespace loom::cli

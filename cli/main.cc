@@ -15,15 +15,20 @@
 
 namespace loom::cli {
 
-int fail(const std::string& cmd, const Status& status) {
-  std::fprintf(stderr, "loom %s: %s\n", cmd.c_str(), status.message().c_str());
+int exit_code(const Status& status) {
   switch (status.code()) {
+    case StatusCode::kOk: return 0;
     case StatusCode::kInvalidArgument:
     case StatusCode::kParseError:
     case StatusCode::kNotFound:
     case StatusCode::kUnsupported: return 2;
     default: return 1;
   }
+}
+
+int fail(const std::string& cmd, const Status& status) {
+  std::fprintf(stderr, "loom %s: %s\n", cmd.c_str(), status.message().c_str());
+  return exit_code(status);
 }
 
 }  // namespace loom::cli

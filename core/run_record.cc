@@ -39,6 +39,8 @@ std::string run_record_to_json(const RunRecord& r) {
 Result<RunRecord> parse_run_record(const std::string& text, const std::string& what) {
   LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, what));
   if (!j.is_object()) return invalid_argument(what + ": a run record must be a JSON object");
+  if (j.contains("layout") && j.contains("hardware") && !j.contains("step_time_s"))
+    return invalid_argument(what + " is a plan, not a run record: give the file `loom execute --record` wrote");
   RunRecord r;
   LOOM_ASSIGN_OR_RETURN(int64_t version, json_int(j, "schema_version", what));
   if (version != kRunRecordSchemaVersion)

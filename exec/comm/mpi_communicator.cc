@@ -180,8 +180,9 @@ class MpiRequest final : public CommRequest {
  private:
   Status on_timeout() {
     Status timeout(StatusCode::kTimeout, "did not complete within " + seconds_text(state_->timeout_s) +
-                                             " (MpiOptions::timeout_s); a peer is presumed dead or stuck; "
-                                             "call abort() to end the job");
+                                             " (the collective timeout: loom execute --timeout); a peer is presumed dead "
+                                             "or stuck, so the job ends (raise --timeout if a step legitimately takes "
+                                             "longer)");
     if (ops_.cancellable) {
       for (MPI_Request& r : ops_.reqs) {
         if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
@@ -189,7 +190,7 @@ class MpiRequest final : public CommRequest {
       if (poll(ops_, 1.0).is_ok()) return timeout;  // cancelled: the communicator stays usable
     }
     state_->broken = Status(StatusCode::kTimeout, "communicator '" + state_->name + "' is unusable after " + call_ +
-                                                      " timed out; call abort() to end the job");
+                                                      " timed out");
     return timeout;
   }
 

@@ -110,7 +110,7 @@ Status CollectiveIo::send(int peer, const void* data, size_t bytes) {
   Status s = g_.transport->send(world_rank, g_.ctx, Kind::kCollective, seq_, data, bytes, d, cancel_);
   if (s.code() == StatusCode::kTimeout && s.message() != "cancelled") {
     return Status(StatusCode::kTimeout, "did not complete within " + seconds_text(g_.timeout_s) +
-                                            " (TcpOptions::timeout_s): " + g_.transport->describe(world_rank) +
+                                            " (the collective timeout: loom execute --timeout): " + g_.transport->describe(world_rank) +
                                             " did not take the data; a peer is presumed dead or stuck; call "
                                             "abort() to end the job");
   }
@@ -124,9 +124,10 @@ Result<Message> CollectiveIo::recv(int peer, size_t bytes) {
   Status s = g_.transport->wait(*t, deadline_after(g_.timeout_s), cancel_);
   if (s.code() == StatusCode::kTimeout && s.message() != "cancelled") {
     return Status(StatusCode::kTimeout, "did not complete within " + seconds_text(g_.timeout_s) +
-                                            " (TcpOptions::timeout_s) waiting for " +
+                                            " (the collective timeout: loom execute --timeout) waiting for " +
                                             g_.transport->describe(world_rank) +
-                                            "; a peer is presumed dead or stuck; call abort() to end the job");
+                                            "; a peer is presumed dead or stuck, so the job ends (raise --timeout if a step "
+                                            "legitimately takes longer)");
   }
   if (!s.is_ok()) return s;
   if (t->msg.bytes != bytes) {

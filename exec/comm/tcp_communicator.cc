@@ -148,8 +148,7 @@ class Core {
         int peer = task.waiting_on.load();
         lk.unlock();
         const bool first = mark_broken(Status(StatusCode::kTimeout, "communicator '" + name + "' is unusable after " +
-                                                                        task.call + " timed out; call abort() to end "
-                                                                                    "the job"));
+                                                                        task.call + " timed out"));
         task.cancel = true;
         {
           std::lock_guard<std::mutex> q(mu_);
@@ -170,9 +169,10 @@ class Core {
           // The worker's own watchdog may have fired first: its message names the peer.
           if (peer < 0 && task.result.message() != "cancelled") return task.result.with_context(where(task.call));
           Status timeout(StatusCode::kTimeout,
-                         "did not complete within " + tcp::seconds_text(timeout_s) + " (TcpOptions::timeout_s)" +
+                         "did not complete within " + tcp::seconds_text(timeout_s) + " (the collective timeout: loom execute --timeout)" +
                              (peer >= 0 ? " waiting for " + t->describe(peer) : std::string()) +
-                             "; a peer is presumed dead or stuck; call abort() to end the job");
+                             "; a peer is presumed dead or stuck, so the job ends (raise --timeout if a step legitimately "
+                             "takes longer)");
           return timeout.with_context(where(task.call));
         }
       }
@@ -234,7 +234,7 @@ class Core {
         if (!s.is_ok() && s.message() != "cancelled") {
           const char* what = s.code() == StatusCode::kTimeout ? " timed out (" : " failed (";
           set_broken(Status(s.code(), "communicator '" + name + "' is unusable after " + task->call + what +
-                                          s.message() + "); call abort() to end the job"));
+                                          s.message() + ")"));
         }
       }
       {
@@ -356,9 +356,10 @@ class RecvRequest final : public CommRequest {
     } else if (s.code() == StatusCode::kTimeout) {
       // The receive was withdrawn: the communicator stays usable.
       s = Status(StatusCode::kTimeout, "did not complete within " + tcp::seconds_text(core_->timeout_s) +
-                                           " (TcpOptions::timeout_s) waiting for " + core_->t->describe(src) +
+                                           " (the collective timeout: loom execute --timeout) waiting for " + core_->t->describe(src) +
                                            " (tag " + std::to_string(tag_) +
-                                           "); a peer is presumed dead or stuck; call abort() to end the job");
+                                           "); a peer is presumed dead or stuck, so the job ends (raise --timeout if a step "
+                                           "legitimately takes longer)");
     }
     result_ = s.is_ok() ? s : s.with_context(core_->where(call_));
     return result_;
@@ -506,7 +507,7 @@ class TcpCommunicator final : public Communicator {
                            tcp::deadline_after(c_->timeout_s));
     if (s.code() == StatusCode::kTimeout) {
       s = Status(StatusCode::kTimeout, "did not complete within " + tcp::seconds_text(c_->timeout_s) +
-                                           " (TcpOptions::timeout_s): " + c_->t->describe(dst) +
+                                           " (the collective timeout: loom execute --timeout): " + c_->t->describe(dst) +
                                            " did not take the data; a peer is presumed dead or stuck; call "
                                            "abort() to end the job");
     }

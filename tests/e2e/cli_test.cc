@@ -525,3 +525,42 @@ TEST_F(LoomExecuteChecks, ConfigFieldsAreHonouredOrRefused) {
   }
 }
 }  // namespace
+
+// Findings 9 and 12: counts out of range are refused before anything runs
+// (--steps -3 and --stop-after -1 used to run 20 steps; --threads 65535 crashed).
+TEST_F(LoomExecuteChecks, CountsOutOfRangeAreRefused) {
+  plan("llama-3-8b");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--steps", "-3"}, "--steps"},        {{"--steps", "0"}, "--steps"},
+      {{"--stop-after", "-1"}, "--stop-after"}, {{"--threads", "65535"}, "--threads 65535"},
+      {{"--threads", "-2"}, "--threads"},    {{"--keep", "-1"}, "--keep"},
+      {{"--device", "-4"}, "--device"},      {{"--timeout", "-1"}, "--timeout"},
+  };
+  for (const auto& [args, named] : cases) {
+    std::vector<std::string> cmd{"execute", path("plan.json").string()};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    Outcome r = loom(cmd);
+    SCOPED_TRACE(args[0] + " " + args[1]);
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_NE(r.err.find(named), std::string::npos) << describe(r);
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << describe(r);
+  }
+  Outcome dup = loom({"execute", path("plan.json").string(), "--steps", "1"});
+  EXPECT_EQ(dup.exit_code, 0) << describe(dup);
+  EXPECT_NE(dup.out.find("threads: "), std::string::npos) << "the thread count is said at start\n" << describe(dup);
+}
+
+// Finding 12: a key given twice in --layout is refused, not silently the last one.
+TEST_F(LoomCli, LayoutKeyGivenTwiceIsRefused) {
+  Outcome r = loom({"plan", "--model", "gpt2-124m", "--gpus", "2", "--layout", "dp=1,dp=2"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("'dp' is given twice"), std::string::npos) << describe(r);
+}
+
+// Finding 13: `loom compare plan.json plan.json` said "single.json.model must be a string".
+TEST_F(LoomExecuteChecks, ComparingAPlanWithAPlanSaysSo) {
+  plan("llama-3-8b");
+  Outcome r = loom({"compare", path("plan.json").string(), path("plan.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("is a plan, not a run record"), std::string::npos) << describe(r);
+}
