@@ -3,7 +3,8 @@
 #   kill      a rank is killed with SIGKILL after two steps: the job must end,
 #             non-zero, within a bounded time, with a message;
 #   world     the plan is for 2 ranks but 3 are launched: every rank exits
-#             non-zero with a message naming both numbers and the fix.
+#             non-zero, the message naming both numbers and the fix is printed
+#             once (not once per rank), and nobody calls MPI_Abort.
 # usage: execute_failures.sh MODE LOOM MPIEXEC [MPIEXEC_ARGS...]
 set -u
 mode=$1 loom=$2
@@ -20,6 +21,9 @@ if [ "$mode" = world ]; then
   cat "$tmp/out"
   [ $rc -ne 0 ] || { echo "FAIL: exit code 0 for a 3-rank launch of a 2-rank plan"; exit 1; }
   grep -q "the plan is for 2 ranks but 3 were launched" "$tmp/out" || { echo "FAIL: no message"; exit 1; }
+  n=$(grep -c "the plan is for 2 ranks but 3 were launched" "$tmp/out")
+  [ "$n" = 1 ] || { echo "FAIL: the message is printed $n times (once, not once per rank)"; exit 1; }
+  ! grep -q "MPI_ABORT" "$tmp/out" || { echo "FAIL: a check every rank fails aborts the job (MPI_ABORT boilerplate)"; exit 1; }
   echo "PASS: wrong world size refused (exit $rc)"
   exit 0
 fi
