@@ -224,6 +224,7 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
     cfg.model = plan->model;
     cfg.train = plan->train;
     cfg.layout = plan->layout;
+    cfg.grad_buckets = plan->grad_buckets;  // the program the prediction timed
     cfg.record_trace = !a.trace.empty();
     if (!a.scale.empty()) {
       auto scale = parse_model_scale(a.scale);

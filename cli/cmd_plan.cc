@@ -39,6 +39,7 @@ struct PlanArgs {
   bool no_flash = false;
   bool fp32_main_grads = false;
   int dropout = -1;
+  int grad_buckets = kDefaultGradBuckets;
   int64_t steps = 0;
   double lr = 3e-4;
   int64_t warmup = 0;
@@ -140,6 +141,10 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--no-flash-attention", a.no_flash, "model materialized attention scores (Megatron-LM 2021)");
   app.add_flag("--fp32-main-grads", a.fp32_main_grads, "Megatron's fp32 gradient convention (4-byte grads)");
   app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");
+  app.add_option("--grad-buckets", a.grad_buckets,
+                 "gradient buckets per model chunk: the data-parallel syncs the program overlaps with backward "
+                 "(recorded in the plan; loom execute runs the same)")
+      ->capture_default_str();
   app.add_option("--steps", a.steps, "training steps recorded in the plan (for loom execute)");
   app.add_option("--lr", a.lr, "peak learning rate recorded in the plan");
   app.add_option("--warmup", a.warmup, "LR warm-up steps recorded in the plan");
@@ -173,6 +178,7 @@ int cmd_plan(int argc, char** argv) {
   req.flash_attention = !a.no_flash;
   req.fp32_main_grads = a.fp32_main_grads;
   req.dropout = a.dropout;
+  req.grad_buckets = a.grad_buckets;
   auto train_r = make_train_spec(req, *hw);
   if (!train_r.is_ok()) return fail("plan", train_r.status());
   const TrainSpec train = *train_r;

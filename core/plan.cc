@@ -131,9 +131,11 @@ std::string layout_to_json(const Layout& layout) { return layout_json(layout).du
 std::string Plan::model_hash() const { return content_hash(model_spec_to_json(model)); }
 std::string Plan::hw_hash() const { return content_hash(hw_profile_to_json(hw)); }
 
+ProgramConfig Plan::program_config() const { return program_config_for(layout, train.global_batch, grad_buckets); }
+
 std::string Plan::plan_hash() const {
   std::string canon = model_hash() + hw_hash() + train_json(train).dump() + std::to_string(world_size) +
-                      layout_json(layout).dump();
+                      layout_json(layout).dump() + program_hash(program_config());
   return content_hash(canon);
 }
 
@@ -150,6 +152,12 @@ std::string plan_to_json(const Plan& p) {
   j["train"] = train_json(p.train);
   j["world_size"] = p.world_size;
   j["layout"] = layout_json(p.layout);
+  {
+    const ProgramConfig pc = p.program_config();
+    OrderedJson prog = OrderedJson::parse(program_config_to_json(pc));
+    prog["hash"] = program_hash(pc);
+    j["program"] = prog;
+  }
   j["sim_options"] = OrderedJson::parse(p.sim_options_json.empty() ? "{}" : p.sim_options_json);
   j["prediction"] = OrderedJson::parse(p.prediction_json.empty() ? "{}" : p.prediction_json);
   return j.dump(2) + "\n";
@@ -167,7 +175,7 @@ Result<Plan> parse_plan(const std::string& text, const std::string& what) {
   p.schema_version = static_cast<int>(version);
   LOOM_ASSIGN_OR_RETURN(p.loom_version, json_string_or(j, "loom_version", "", what));
   LOOM_ASSIGN_OR_RETURN(p.created_by, json_string_or(j, "created_by", "", what));
-  for (const char* section : {"model", "hardware", "train", "layout"}) {
+  for (const char* section : {"model", "hardware", "train", "layout", "program"}) {
     if (!j.contains(section) || !j[section].is_object())
       return invalid_argument(what + ": section '" + section + "' is missing; re-create the plan with `loom plan`");
   }
@@ -199,11 +207,31 @@ Result<Plan> parse_plan(const std::string& text, const std::string& what) {
                             std::to_string(kMaxLayoutValue) + " ranks)");
   p.world_size = static_cast<int>(world);
   LOOM_RETURN_IF_ERROR(validate_layout(p.layout, p.model, p.train, p.world_size).with_context(what));
+  LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int(j["program"], "grad_buckets", what + ": program"));
+  if (buckets < 1 || buckets > 32767)
+    return invalid_argument(what + ": program.grad_buckets = " + std::to_string(buckets) + " is out of range [1, 32767]");
+  p.grad_buckets = int(buckets);
   LOOM_ASSIGN_OR_RETURN(std::string stored_hash, json_string_or(j, "plan_hash", "", what));
   if (!stored_hash.empty() && stored_hash != p.plan_hash())
     return invalid_argument(what + ": plan_hash " + stored_hash + " does not match the plan's contents (" +
                             p.plan_hash() + "); train, layout or world_size were edited after planning: re-run "
                             "`loom plan` (or `loom plan --layout ...` for a hand-chosen layout)");
+  {
+    // The program section must be the one layout, train spec and buckets
+    // give: a hand-edited section would run another program than predicted.
+    Json jp = j["program"];
+    LOOM_ASSIGN_OR_RETURN(std::string phash, json_string(jp, "hash", what + ": program"));
+    jp.erase("hash");
+    LOOM_ASSIGN_OR_RETURN(ProgramConfig stored, parse_program_config(jp.dump(), what + ": program"));
+    p.grad_buckets = stored.grad_buckets;
+    const ProgramConfig derived = p.program_config();
+    if (std::string diff = program_config_diff(stored, derived); !diff.empty())
+      return invalid_argument(what + ": the program section disagrees with the layout and train spec (" + diff +
+                              ", stored vs implied); it was edited after planning: re-run `loom plan`");
+    if (phash != program_hash(stored))
+      return invalid_argument(what + ": program.hash " + phash + " does not match the program section (" +
+                              program_hash(stored) + "); re-run `loom plan`");
+  }
   // The opaque sections keep their key order (the text already parsed once).
   OrderedJson ordered = OrderedJson::parse(text);
   if (ordered.contains("sim_options") && ordered["sim_options"].is_object())

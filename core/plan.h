@@ -13,6 +13,7 @@
 #include "core/hw_profile.h"
 #include "core/layout.h"
 #include "core/model_spec.h"
+#include "core/program.h"
 #include "core/status.h"
 #include "core/train_spec.h"
 
@@ -21,7 +22,10 @@ namespace loom {
 // 2: model.config carries rope_theta, the norm epsilon, rope_scaling, the
 // activation and the attention window (version 1 dropped them, so a version-1
 // Llama-3 plan would train with the default RoPE base).
-inline constexpr int kPlanSchemaVersion = 2;
+// 3: a "program" section: the configuration of the op program the prediction
+// timed (gradient buckets, micro-batches, schedule) and its hash, which the
+// executor runs (version 2 left the buckets to each interpreter's default).
+inline constexpr int kPlanSchemaVersion = 3;
 
 struct Plan {
   int schema_version = kPlanSchemaVersion;
@@ -32,6 +36,9 @@ struct Plan {
   TrainSpec train;
   int world_size = 1;
   Layout layout;
+  // The program's one free parameter beyond layout and train spec; the rest
+  // of program_config() follows from them.
+  int grad_buckets = kDefaultGradBuckets;
   // Written by sim, opaque to core: modelling options and the prediction
   // (figures, breakdown, memory per stage, traffic) as JSON objects.
   std::string sim_options_json = "{}";
@@ -42,6 +49,8 @@ struct Plan {
   // Hash of model, hardware, train spec, world and layout: what a RunRecord
   // and a checkpoint refer to. The prediction does not enter it.
   std::string plan_hash() const;
+  // The op program the prediction timed and the executor runs.
+  ProgramConfig program_config() const;
 };
 
 std::string plan_to_json(const Plan& plan);

@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/json_util.h"
+
 namespace loom {
 
 const char* op_kind_name(OpKind k) {
@@ -81,6 +83,78 @@ ProgramConfig program_config_for(const Layout& layout, int64_t global_batch, int
   c.overlap_grad_reduce = layout.overlap_grad_reduce;
   c.overlap_param_gather = layout.overlap_param_gather;
   return c;
+}
+
+int32_t p2p_tag(bool grad, int peer_chunk, int32_t micro) { return (grad ? 1 << 26 : 0) + (peer_chunk << 20) + micro; }
+
+LayerRange backward_part_layers(int num_layers, int part, int num_parts) {
+  const int64_t L = num_layers, k = part, n = std::max(1, num_parts);
+  return {int(L - (k + 1) * L / n), int(L - k * L / n)};
+}
+
+namespace {
+
+OrderedJson program_json(const ProgramConfig& c) {
+  OrderedJson j;
+  j["pp"] = c.pp;
+  j["virtual_stages"] = c.virtual_stages;
+  j["micro_batches"] = c.micro_batches;
+  j["schedule"] = schedule_name(c.schedule);
+  j["dp_comm"] = c.dp_comm;
+  j["zero"] = c.zero;
+  j["grad_buckets"] = c.grad_buckets;
+  j["overlap_grad_reduce"] = c.overlap_grad_reduce;
+  j["overlap_param_gather"] = c.overlap_param_gather;
+  return j;
+}
+
+}  // namespace
+
+std::string program_config_to_json(const ProgramConfig& c) { return program_json(c).dump(); }
+
+std::string program_hash(const ProgramConfig& c) { return content_hash(program_config_to_json(c)); }
+
+Result<ProgramConfig> parse_program_config(const std::string& text, const std::string& what) {
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, what));
+  if (!j.is_object()) return invalid_argument(what + " must be a JSON object");
+  ProgramConfig c;
+  auto int_field = [&](const char* key, int64_t lo, int64_t hi) -> Result<int64_t> {
+    LOOM_ASSIGN_OR_RETURN(int64_t x, json_int(j, key, what));
+    if (x < lo || x > hi)
+      return invalid_argument(what + "." + key + " = " + std::to_string(x) + " is out of range [" + std::to_string(lo) +
+                              ", " + std::to_string(hi) + "]");
+    return x;
+  };
+  auto bool_field = [&](const char* key) -> Result<bool> {
+    if (!j.contains(key)) return invalid_argument(what + "." + key + " is missing; re-create the plan with `loom plan`");
+    if (!j[key].is_boolean()) return invalid_argument(what + "." + key + " must be true or false");
+    return j[key].get<bool>();
+  };
+  LOOM_ASSIGN_OR_RETURN(int64_t pp, int_field("pp", 1, 32767));
+  LOOM_ASSIGN_OR_RETURN(int64_t v, int_field("virtual_stages", 1, 32767));
+  LOOM_ASSIGN_OR_RETURN(c.micro_batches, int_field("micro_batches", 1, int64_t(1) << 30));
+  LOOM_ASSIGN_OR_RETURN(std::string sched, json_string(j, "schedule", what));
+  LOOM_ASSIGN_OR_RETURN(c.schedule, parse_schedule(sched));
+  LOOM_ASSIGN_OR_RETURN(c.dp_comm, bool_field("dp_comm"));
+  LOOM_ASSIGN_OR_RETURN(int64_t zero, int_field("zero", 0, 3));
+  LOOM_ASSIGN_OR_RETURN(int64_t nb, int_field("grad_buckets", 1, 32767));
+  LOOM_ASSIGN_OR_RETURN(c.overlap_grad_reduce, bool_field("overlap_grad_reduce"));
+  LOOM_ASSIGN_OR_RETURN(c.overlap_param_gather, bool_field("overlap_param_gather"));
+  c.pp = int(pp);
+  c.virtual_stages = int(v);
+  c.zero = int(zero);
+  c.grad_buckets = int(nb);
+  return c;
+}
+
+std::string program_config_diff(const ProgramConfig& a, const ProgramConfig& b) {
+  const Json ja = Json::parse(program_config_to_json(a)), jb = Json::parse(program_config_to_json(b));
+  std::string out;
+  for (auto it = ja.begin(); it != ja.end(); ++it)
+    if (!jb.contains(it.key()) || jb[it.key()] != it.value())
+      out += (out.empty() ? "" : ", ") + it.key() + " " + it.value().dump() + " vs " +
+             (jb.contains(it.key()) ? jb[it.key()].dump() : "absent");
+  return out;
 }
 
 namespace {
@@ -243,7 +317,35 @@ class Builder {
     int64_t slot = static_cast<int64_t>(prog_.deps.size());
     int32_t id = add(kind, Stream::kPpComm, s, c, micro, 0, 1, {0});
     fixups_.push_back({slot, unit(peer_s, peer_c, micro), kind == OpKind::kRecvGrad});
+    set_peer(id, peer_s, peer_c, c);
     return id;
+  }
+
+  // A transfer's other end and its tag (named by the receiving chunk).
+  void set_peer(int32_t id, int peer_s, int peer_c, int receiver_chunk) {
+    Op& op = prog_.ops[size_t(id)];
+    op.peer_stage = static_cast<int16_t>(peer_s);
+    op.peer_chunk = static_cast<int16_t>(peer_c);
+    const bool grad = op.kind == OpKind::kRecvGrad || op.kind == OpKind::kSendGrad;
+    op.tag = p2p_tag(grad, receiver_chunk, op.micro);
+  }
+  int32_t add_send(OpKind kind, int s, int c, int64_t micro, int32_t after) {
+    const bool grad = kind == OpKind::kSendGrad;
+    auto [ps, pc] = grad ? prev_chunk(s, c) : next_chunk(s, c);
+    int32_t id = add(kind, Stream::kPpComm, s, c, micro, 0, 1, {after});
+    set_peer(id, ps, pc, pc);
+    return id;
+  }
+
+  // ZeRO-3: compute op j (chunk c) releases the chunk's parameters unless a
+  // gather already issued for a later op of the same chunk is outstanding.
+  void mark_release(int64_t j, int32_t compute) {
+    if (!(c_.dp_comm && c_.zero == 3)) return;
+    const int ahead = c_.overlap_param_gather ? 2 : 1;
+    const int64_t n = static_cast<int64_t>(order_.size());
+    for (int64_t k = j + 1; k < std::min(n, j + ahead); ++k)
+      if (order_[k].chunk == order_[j].chunk) return;
+    prog_.ops[size_t(compute)].releases_params = true;
   }
 
   void build_stage(int s) {
@@ -304,8 +406,9 @@ class Builder {
         step_gather_[c] = -1;  // only the chunk's first forward waits for it
         last_compute = add(OpKind::kForward, Stream::kCompute, s, c, i, 0, 1, {recv, gather, pg, block_on});
         block_on = -1;
+        mark_release(j, last_compute);
         if (!is_last_chunk(s, c) && next_chunk(s, c).first != s)
-          send_act_[unit(s, c, i)] = add(OpKind::kSendActivation, Stream::kPpComm, s, c, i, 0, 1, {last_compute});
+          send_act_[unit(s, c, i)] = add_send(OpKind::kSendActivation, s, c, i, last_compute);
         emit_gather(j + ahead, last_compute);
         continue;
       }
@@ -325,8 +428,9 @@ class Builder {
         if (bucketed && c_.overlap_grad_reduce && j == last_bwd_[c])
           syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, c, -1, k, nb, {last_compute}));
       }
+      mark_release(j, last_compute);  // after the last part
       if (!is_first_chunk(s, c) && prev_chunk(s, c).first != s)
-        send_grad_[unit(s, c, i)] = add(OpKind::kSendGrad, Stream::kPpComm, s, c, i, 0, 1, {last_compute});
+        send_grad_[unit(s, c, i)] = add_send(OpKind::kSendGrad, s, c, i, last_compute);
       emit_gather(j + ahead, last_compute);  // the gather goes before the reduce-scatter: it is on the critical path
       if (per_micro_rs) {
         int32_t rs = add(OpKind::kGradSync, Stream::kDpComm, s, c, i, 0, 1, {last_compute});

@@ -64,6 +64,15 @@ struct Op {
   int16_t num_parts = 1;  // parts the chunk's backward (or grad sync) is split into
   int32_t dep_begin = 0;  // deps are Program::deps[dep_begin, dep_begin + dep_count)
   int32_t dep_count = 0;
+  // Pipeline transfers: the stage and chunk at the other end, and the message
+  // tag both ends use (unique per kind, peer chunk and micro-batch on a
+  // channel). -1 for other ops.
+  int16_t peer_stage = -1;
+  int16_t peer_chunk = -1;
+  int32_t tag = -1;
+  // ZeRO-3: a compute op after which the chunk's gathered parameters are
+  // released (no later op before the next gather uses them).
+  bool releases_params = false;
 };
 
 struct ProgramConfig {
@@ -79,7 +88,33 @@ struct ProgramConfig {
   bool overlap_param_gather = true;
 };
 
+// Gradient buckets per chunk when nothing says otherwise (Megatron's default
+// bucket of 40M parameters gives a handful per chunk at the sizes we run).
+inline constexpr int kDefaultGradBuckets = 4;
+
 ProgramConfig program_config_for(const Layout& layout, int64_t global_batch, int grad_buckets);
+
+// The program configuration as JSON (the plan's "program" section) and back;
+// errors name the field. Every field is written, none defaulted on reading.
+std::string program_config_to_json(const ProgramConfig& c);
+Result<ProgramConfig> parse_program_config(const std::string& json_text, const std::string& what);
+// XXH3 of the canonical JSON: two interpreters with the same hash run the same
+// ops with the same ids (the builder is deterministic in its config).
+std::string program_hash(const ProgramConfig& c);
+// The fields in which two configurations differ ("grad_buckets 4 vs 2, ..."),
+// empty when they are the same.
+std::string program_config_diff(const ProgramConfig& a, const ProgramConfig& b);
+
+// The layers of a chunk that backward part `part` of `num_parts` runs: the
+// chunk's `num_layers` are sliced from the top (part 0 holds the last layers,
+// and the LM head when the chunk has it; the last part holds the first layers,
+// and the embedding). Layers [begin, end), chunk-local; empty when the chunk
+// has fewer layers than parts. Gradient bucket k holds the parameters that
+// part k finishes, so its sync can start as soon as the part is done.
+struct LayerRange {
+  int begin = 0, end = 0;
+};
+LayerRange backward_part_layers(int num_layers, int part, int num_parts);
 
 struct Program {
   ProgramConfig config;
@@ -94,6 +129,10 @@ struct Program {
   // "fwd s1 c0 mb3", "grad_sync s0 c1 b2", "optimizer s3": unique per op.
   std::string op_name(const Op& op) const;
 };
+
+// The message tag of a pipeline transfer of `grad`ients or activations into
+// chunk `peer_chunk` (on the receiving stage) for micro-batch `micro`.
+int32_t p2p_tag(bool grad, int peer_chunk, int32_t micro);
 
 // Expands the schedule. Errors: kInvalidArgument when m, pp or v make the
 // schedule impossible (interleaved needs m % pp == 0 and v >= 2; pp >= 1).

@@ -17,6 +17,9 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw) {
   if (req.dropout < -1 || req.dropout > 1)
     return invalid_argument("--dropout " + std::to_string(req.dropout) +
                             " must be -1 (from the model family), 0 (off) or 1 (on)");
+  if (req.grad_buckets < 1 || req.grad_buckets > 32767)
+    return invalid_argument("--grad-buckets " + std::to_string(req.grad_buckets) +
+                            ": use 1 to 32767 gradient buckets per model chunk");
   if (train.precision == Precision::kFp8 && hw.accel.peak_fp8_flops <= 0)
     return invalid_argument("--precision fp8: " + hw.name + " (" + hw.accel.name + ") has no fp8 tensor cores; use bf16");
   return train;
@@ -27,6 +30,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw) {
   opt.flash_attention = req.flash_attention;
   opt.fp32_main_grads = req.fp32_main_grads;
   opt.dropout = req.dropout;
+  opt.grad_buckets = req.grad_buckets;
   if (hw.is_cpu()) {
     // CPU ranks: no device context or allocator pool to reserve for.
     opt.runtime_reserve_bytes = 0;

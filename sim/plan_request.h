@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/hw_profile.h"
+#include "core/program.h"
 #include "core/status.h"
 #include "core/train_spec.h"
 #include "sim/sim_options.h"
@@ -25,6 +26,7 @@ struct PlanRequest {
   bool flash_attention = true;
   bool fp32_main_grads = false;
   int dropout = -1;  // -1: from the model family, 0 off, 1 on
+  int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };
 
 // Errors name the field: sizes, precision, fp8 on hardware without it, gpus.

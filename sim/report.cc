@@ -147,6 +147,7 @@ Plan make_plan(const Evaluator& eval, const SimResult& r, int world_size) {
   p.train = eval.train();
   p.world_size = world_size;
   p.layout = r.layout;
+  p.grad_buckets = eval.options().grad_buckets;
   p.sim_options_json = sim_options_json(eval.options());
   p.prediction_json = prediction_json(r);
   return p;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/program.h"
+
 namespace loom {
 
 struct SimOptions {
@@ -24,7 +26,7 @@ struct SimOptions {
   // Allocator fragmentation allowance, as a fraction of the tensor bytes.
   double fragmentation_fraction = 0.05;
   // DP gradient buckets per model chunk (buckets overlap backward).
-  int grad_buckets = 4;
+  int grad_buckets = kDefaultGradBuckets;
   // Overlap of TP collectives with GEMMs (userbuffers-style); 0 = exposed.
   double tp_comm_overlap_fraction = 0.0;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.

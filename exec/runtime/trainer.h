@@ -36,7 +36,7 @@ struct TrainerConfig {
   ModelSpec model;
   TrainSpec train;
   Layout layout;
-  int grad_buckets = 4;
+  int grad_buckets = kDefaultGradBuckets;
   bool record_trace = false;
   // Where the math runs: null = a CPU backend of the trainer's own. A device
   // backend (CUDA) must outlive the trainer.

@@ -94,6 +94,25 @@ TEST(Plan, EditedInputsAreDetected) {
   EXPECT_NE(r.status().message().find("hardware.hash"), std::string::npos) << r.status().message();
 }
 
+// The plan carries the program the prediction timed: non-default buckets
+// survive the round trip, enter the plan's hash and the program's.
+TEST(Plan, CarriesTheProgramConfiguration) {
+  Plan p = sample_plan();
+  EXPECT_EQ(p.grad_buckets, kDefaultGradBuckets);
+  const std::string default_hash = p.plan_hash();
+  p.grad_buckets = 3;
+  EXPECT_NE(p.plan_hash(), default_hash);
+  auto j = nlohmann::json::parse(plan_to_json(p));
+  EXPECT_EQ(j["program"]["grad_buckets"], 3);
+  EXPECT_EQ(j["program"]["micro_batches"], p.program_config().micro_batches);
+  EXPECT_EQ(j["program"]["hash"], program_hash(p.program_config()));
+  auto back = parse_plan(plan_to_json(p));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->grad_buckets, 3);
+  EXPECT_EQ(program_hash(back->program_config()), program_hash(p.program_config()));
+  EXPECT_EQ(back->plan_hash(), p.plan_hash());
+}
+
 TEST(Plan, BadPlansAreRefusedWithTheField) {
   std::string good = plan_to_json(sample_plan());
   auto broken = parse_plan(good.substr(0, good.size() / 2), "p.json");
@@ -117,6 +136,14 @@ TEST(Plan, BadPlansAreRefusedWithTheField) {
       {"/train/precision", "fp4", "precision"},
       {"/layout/micro_batch", 1, "plan_hash"},
       {"/train/seq_len", 512, "plan_hash"},
+      // The program section: the buckets enter the plan's hash, the rest
+      // must be what layout and train spec imply, and its own hash must hold.
+      {"/program/grad_buckets", 3, "plan_hash"},
+      {"/program/grad_buckets", 0, "program.grad_buckets = 0 is out of range"},
+      {"/program/micro_batches", 5, "the program section disagrees with the layout and train spec (micro_batches 5 vs"},
+      {"/program/schedule", "gpipe", "schedule \"gpipe\" vs \"interleaved\""},
+      {"/program/hash", "0123456789abcdef", "program.hash 0123456789abcdef does not match"},
+      {"/program/overlap_grad_reduce", "yes", "overlap_grad_reduce must be true or false"},
   };
   for (const Edit& e : edits) {
     auto j = nlohmann::json::parse(good);
@@ -124,6 +151,13 @@ TEST(Plan, BadPlansAreRefusedWithTheField) {
     auto r = parse_plan(j.dump());
     ASSERT_FALSE(r.is_ok()) << e.path;
     EXPECT_NE(r.status().message().find(e.expect), std::string::npos) << e.path << ": " << r.status().message();
+  }
+  {
+    auto j = nlohmann::json::parse(good);
+    j.erase("program");
+    auto r = parse_plan(j.dump());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("'program' is missing"), std::string::npos) << r.status().message();
   }
   auto j = nlohmann::json::parse(good);
   j.erase("layout");
