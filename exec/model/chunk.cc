@@ -1,5 +1,7 @@
 #include "exec/model/chunk.h"
 
+#include "core/program.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -437,52 +439,81 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   return k.status();
 }
 
-Status ModelChunk::backward(int micro, const float* dout, float* dinput,
-                            const std::function<Status(int layer)>& on_layer_done) {
+// A backward in progress between its parts: the micro-batch's saved
+// activations and the gradient flowing down the layers.
+struct ModelChunk::BackwardInFlight {
+  int micro = -1;
+  int next_part = 0;
+  std::unique_ptr<MicroActs> acts;
+  DeviceBuffer dx, dy;
+};
+
+Status ModelChunk::backward(int micro, const float* dout, float* dinput) {
+  return backward_part(micro, dout, dinput, 0, 1);
+}
+
+Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, int part, int num_parts) {
   Kernels& k = backend_->kernels();
-  auto it = saved_.find(micro);
-  if (it == saved_.end())
-    return internal_error("backward of micro-batch " + std::to_string(micro) + " before its forward");
-  std::unique_ptr<MicroActs> acts = std::move(it->second);
-  saved_.erase(it);
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
   const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
   ParamStore& P = *params_;
-  DeviceBuffer dx = make(backend_, Nl * C), dy = make(backend_, Nl * C);
-  if (cfg_.has_head) {
-    const char* wname = d.tied ? "embed.wte" : "lm_head.weight";
-    DeviceBuffer dh_part = make(backend_, N * C);
-    linear_backward(k, acts->dlogits.f32(), acts->hf.f32(), P.param(wname), P.grad(wname), nullptr, dh_part.f32(), N, C,
-                    Vl, false);
-    DeviceBuffer dh = make(backend_, Nl * C);
-    LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
-    if (d.gpt2)
-      k.layernorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->meanf.f32(),
-                              acts->rstdf.f32(), dx.f32(), P.grad("final_norm.weight"), P.grad("final_norm.bias"), Nl,
-                              C);
-    else
-      k.rmsnorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(), dx.f32(),
-                            P.grad("final_norm.weight"), Nl, C);
-  } else {
-    backend_->copy(dx.f32(), dout, size_t(Nl * C) * sizeof(float));
+  if (num_parts < 1 || part < 0 || part >= num_parts)
+    return internal_error("backward part " + std::to_string(part) + " of " + std::to_string(num_parts));
+  if (part == 0) {
+    if (bwd_) return internal_error("backward of micro-batch " + std::to_string(micro) + " while micro-batch " +
+                                    std::to_string(bwd_->micro) + " is still in backward");
+    auto it = saved_.find(micro);
+    if (it == saved_.end())
+      return internal_error("backward of micro-batch " + std::to_string(micro) + " before its forward");
+    bwd_ = std::make_unique<BackwardInFlight>();
+    bwd_->micro = micro;
+    bwd_->acts = std::move(it->second);
+    saved_.erase(it);
+    bwd_->dx = make(backend_, Nl * C);
+    bwd_->dy = make(backend_, Nl * C);
+    MicroActs* acts = bwd_->acts.get();
+    if (cfg_.has_head) {
+      const char* wname = d.tied ? "embed.wte" : "lm_head.weight";
+      DeviceBuffer dh_part = make(backend_, N * C);
+      linear_backward(k, acts->dlogits.f32(), acts->hf.f32(), P.param(wname), P.grad(wname), nullptr, dh_part.f32(), N,
+                      C, Vl, false);
+      DeviceBuffer dh = make(backend_, Nl * C);
+      LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
+      if (d.gpt2)
+        k.layernorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->meanf.f32(),
+                             acts->rstdf.f32(), bwd_->dx.f32(), P.grad("final_norm.weight"), P.grad("final_norm.bias"),
+                             Nl, C);
+      else
+        k.rmsnorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(),
+                           bwd_->dx.f32(), P.grad("final_norm.weight"), Nl, C);
+    } else {
+      backend_->copy(bwd_->dx.f32(), dout, size_t(Nl * C) * sizeof(float));
+    }
+  } else if (!bwd_ || bwd_->micro != micro || bwd_->next_part != part) {
+    return internal_error("backward part " + std::to_string(part) + " of micro-batch " + std::to_string(micro) +
+                          " out of order");
   }
-  for (int i = cfg_.num_layers - 1; i >= 0; --i) {
-    LOOM_RETURN_IF_ERROR(layer_backward(cfg_.first_layer + i, dx.f32(), dy.f32(), acts->layers[i]));
-    std::swap(dx, dy);
-    if (on_layer_done) LOOM_RETURN_IF_ERROR(on_layer_done(cfg_.first_layer + i));
+  BackwardInFlight& b = *bwd_;
+  const LayerRange layers = backward_part_layers(cfg_.num_layers, part, num_parts);
+  for (int i = layers.end - 1; i >= layers.begin; --i) {
+    LOOM_RETURN_IF_ERROR(layer_backward(cfg_.first_layer + i, b.dx.f32(), b.dy.f32(), b.acts->layers[size_t(i)]));
+    std::swap(b.dx, b.dy);
   }
+  b.next_part = part + 1;
+  if (part + 1 < num_parts) return k.status();
   if (cfg_.has_embedding) {
     if (d.gpt2) {
       const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      k.positions_backward(dx.f32(), P.grad("embed.wpe"), Nl, C, T, row0);
+      k.positions_backward(b.dx.f32(), P.grad("embed.wpe"), Nl, C, T, row0);
     }
     DeviceBuffer dfull = make(backend_, N * C);
-    LOOM_RETURN_IF_ERROR(enter_tp(dx.f32(), dfull.f32()));
-    k.embedding_backward(acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl);
+    LOOM_RETURN_IF_ERROR(enter_tp(b.dx.f32(), dfull.f32()));
+    k.embedding_backward(b.acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl);
   } else {
-    backend_->copy(dinput, dx.f32(), size_t(Nl * C) * sizeof(float));
+    backend_->copy(dinput, b.dx.f32(), size_t(Nl * C) * sizeof(float));
   }
+  bwd_.reset();
   return k.status();
 }
 

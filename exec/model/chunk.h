@@ -9,7 +9,6 @@
 // backward(micro) consumes and frees them.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -55,11 +54,14 @@ class ModelChunk {
   // Backward of one micro-batch: `dout` is the gradient of the output (not
   // used on the last chunk); writes `dinput` (not on the first chunk).
   // Gradients accumulate into the ParamStore.
-  // `on_layer_done(layer)` (optional) runs after each layer's backward, when
-  // that layer's (and every later layer's) gradients are final for this
-  // micro-batch: the hook DP uses to start gradient buckets early.
-  Status backward(int micro, const float* dout, float* dinput,
-                  const std::function<Status(int layer)>& on_layer_done = {});
+  Status backward(int micro, const float* dout, float* dinput);
+  // The same in `num_parts` parts run in order (the program's split backward,
+  // core/program.h backward_part_layers): part 0 takes `dout` and runs the
+  // head and the top layers, the last part runs the bottom layers and the
+  // embedding and writes `dinput`; when part k returns, the gradients of its
+  // layers (and of the head after part 0) are final for this micro-batch,
+  // which is what lets gradient bucket k's sync start.
+  Status backward_part(int micro, const float* dout, float* dinput, int part, int num_parts);
 
   // fp16 loss scaling: the gradient of the loss is multiplied by `s` (the
   // reported loss is not).
@@ -70,6 +72,7 @@ class ModelChunk {
  private:
   struct LayerActs;
   struct MicroActs;
+  struct BackwardInFlight;
   Status layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep);
   Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a);
   // TP collectives (no-ops when tp_size == 1).
@@ -86,6 +89,7 @@ class ModelChunk {
   ComputeBackend* backend_;
   Communicator* tp_;
   std::map<int, std::unique_ptr<MicroActs>> saved_;
+  std::unique_ptr<BackwardInFlight> bwd_;
   float grad_scale_ = 1.f;
 };
 

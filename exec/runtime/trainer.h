@@ -1,8 +1,11 @@
 // Trainer: runs training steps of one rank under a plan's layout by walking
-// the same Program the simulator times (core/program.h): forward / backward of
-// model chunks, pipeline send / recv, gradient syncs and parameter gathers
-// (DP, ZeRO 1-3), and the optimizer step (AdamW, warm-up + cosine LR,
-// global-norm clipping across all shards).
+// the same Program the simulator times (core/program.h) and dispatching each
+// op to a module: forward / backward of model chunks (exec/model/chunk.h, in
+// the program's parts), pipeline send / recv (exec/runtime/pipeline.h),
+// gradient syncs and parameter gathers of the ZeRO stage
+// (exec/runtime/data_parallel.h), and the optimizer step
+// (exec/runtime/optimizer.h: AdamW, warm-up + cosine LR, global-norm
+// clipping across all shards, fp16 loss scaling).
 //
 // Every rank of the world constructs a Trainer with the same config; the
 // layout's groups are split from `world`. Losses are reported identically on
@@ -23,6 +26,7 @@
 #include "exec/comm/communicator.h"
 #include "exec/model/chunk.h"
 #include "exec/runtime/loss_scaler.h"
+#include "exec/runtime/optimizer.h"
 #include "exec/runtime/token_source.h"
 
 namespace loom::ckpt {
@@ -36,7 +40,7 @@ struct TrainerConfig {
   ModelSpec model;
   TrainSpec train;
   Layout layout;
-  int grad_buckets = kDefaultGradBuckets;
+  int grad_buckets = kDefaultGradBuckets;  // the plan's (Plan::grad_buckets): the program it predicted
   bool record_trace = false;
   // Where the math runs: null = a CPU backend of the trainer's own. A device
   // backend (CUDA) must outlive the trainer.
@@ -65,10 +69,6 @@ struct StepResult {
   PhaseTimes phases;      // this rank
   size_t peak_memory_bytes = 0;
 };
-
-// Learning rate at `step` (0-based): linear warm-up, then cosine or linear
-// decay to min_lr at train.steps (constant: lr).
-double lr_schedule(const TrainSpec& train, int64_t step);
 
 class Trainer {
  public:

@@ -100,17 +100,17 @@ Status check_same_model(const ckpt::CheckpointReader& r, const ModelSpec& model,
 
 Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) {
   Impl& s = *impl_;
-  const Layout& l = s.cfg.layout;
+  const Optimizer& opt = *s.optimizer;
   out->step = next_step;
   out->light = light;
   Json st;
   st["step"] = next_step;
-  st["adam_step"] = s.adam_step;
+  st["adam_step"] = opt.adam_step();
   st["consumed_samples"] = next_step * s.cfg.train.global_batch;
   st["consumed_tokens"] = next_step * s.cfg.train.tokens_per_step();
   st["lr_schedule_step"] = next_step;
-  st["loss_scale"] = s.scaling ? s.scaler.scale() : 1.0;  // fp32 and bf16: no loss scaling
-  st["loss_scale_good_steps"] = s.scaling ? s.scaler.good_steps() : 0;
+  st["loss_scale"] = opt.loss_scale();  // fp32 and bf16: no loss scaling
+  st["loss_scale_good_steps"] = opt.scaling() ? opt.scaler().good_steps() : 0;
   st["precision"] = precision_name(s.backend->kernels().precision());
   st["rng"] = {{"seed", s.cfg.train.seed}, {"note", "parameters and data derive from (seed, global index)"}};
   st["data"] = Json::parse(s.data ? s.data->state_json() : "{}");
@@ -122,16 +122,16 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   // With ZeRO each rank has updated only its own shard of the parameters (the
   // all-gather of the rest runs at the start of the next step, or ZeRO-3
   // holds only its shard): gather everything first.
-  if (l.zero >= 1 && l.dp > 1)
-    for (int c = 0; c < l.virtual_stages; ++c) LOOM_RETURN_IF_ERROR(s.param_gather(c));
-  LOOM_RETURN_IF_ERROR(s.wait_all_gathers());
+  DataParallel& dp = *s.sharding;
+  LOOM_RETURN_IF_ERROR(dp.wait_all());
+  LOOM_RETURN_IF_ERROR(dp.gather_all_params());
   // Adam moments: whole local arrays, gathered from the ZeRO shards.
   // Device state is staged to host memory here, before the async writer runs.
   const size_t numel = size_t(s.params.numel());
   std::vector<float> m_host, v_host, p_host;
   const float* m = nullptr;
   const float* v = nullptr;
-  if (l.zero >= 1) {
+  if (dp.zero() >= 1) {
     // Gathered straight into host memory on the CPU; through device buffers
     // (then one copy each) on a device backend.
     m_host.resize(numel);
@@ -145,10 +145,8 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
       m_dst = m_full.f32();
       v_dst = v_full.f32();
     }
-    for (const Unit& u : s.units) {
-      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.m.f32() + u.shard_offset, m_dst + u.begin, u.shard));
-      LOOM_RETURN_IF_ERROR(s.dp->all_gather(s.v.f32() + u.shard_offset, v_dst + u.begin, u.shard));
-    }
+    LOOM_RETURN_IF_ERROR(dp.gather_state(opt.exp_avg(), m_dst));
+    LOOM_RETURN_IF_ERROR(dp.gather_state(opt.exp_avg_sq(), v_dst));
     if (!m_full.empty()) {
       s.backend->copy_to_host(m_host.data(), m_full.f32(), numel * sizeof(float));
       s.backend->copy_to_host(v_host.data(), v_full.f32(), numel * sizeof(float));
@@ -156,8 +154,8 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
     m = m_host.data();
     v = v_host.data();
   } else {
-    m = host_view(s.backend, s.m.f32(), numel, &m_host);
-    v = host_view(s.backend, s.v.f32(), numel, &v_host);
+    m = host_view(s.backend, opt.exp_avg(), numel, &m_host);
+    v = host_view(s.backend, opt.exp_avg_sq(), numel, &v_host);
   }
   const float* params = host_view(s.backend, s.params.params(), numel, &p_host);
   // DP replicas hold the same slices: DP rank 0 writes them. The tied
@@ -181,14 +179,14 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
       }
     }
   }
-  if (l.zero == 3 && l.dp > 1)
-    for (int c = 0; c < l.virtual_stages; ++c) s.release(c);
+  for (int c = 0; c < s.cfg.layout.virtual_stages; ++c) dp.release(c);  // ZeRO-3: back to the own shards
   return Status::ok();
 }
 
 Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
   Impl& s = *impl_;
-  const Layout& l = s.cfg.layout;
+  Optimizer& opt = *s.optimizer;
+  DataParallel& dp = *s.sharding;
   if (!r.has_model())
     return invalid_argument("checkpoint " + r.path() + " is a light checkpoint (training state only); resume from a "
                             "full one (they are kept alongside)");
@@ -203,44 +201,36 @@ Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
   const size_t numel = size_t(s.params.numel());
   const bool direct = s.backend->host_visible();
   std::vector<float> m_full, v_full, p_host;
-  if (l.zero >= 1 || !direct) {
+  if (dp.zero() >= 1 || !direct) {
     m_full.assign(numel, 0.f);
     v_full.assign(numel, 0.f);
   }
   if (!direct) p_host.assign(numel, 0.f);
-  LOOM_RETURN_IF_ERROR(s.wait_all_gathers());
-  for (int c = 0; c < l.virtual_stages; ++c) s.reclaim_released(c);
+  LOOM_RETURN_IF_ERROR(dp.wait_all());
+  for (int c = 0; c < s.cfg.layout.virtual_stages; ++c) dp.reclaim_released(c);
   float* params = direct ? s.params.params() : p_host.data();
   for (const ParamInfo& p : s.params.infos()) {
     slice_of(p, &offset, &extent);
     LOOM_RETURN_IF_ERROR(
         r.read(p.name, false, offset, extent, params + p.offset).with_context("checkpoint " + r.path()));
-    float* m = !m_full.empty() ? m_full.data() + p.offset : s.m.f32() + p.offset;
-    float* v = !v_full.empty() ? v_full.data() + p.offset : s.v.f32() + p.offset;
+    float* m = !m_full.empty() ? m_full.data() + p.offset : opt.exp_avg() + p.offset;
+    float* v = !v_full.empty() ? v_full.data() + p.offset : opt.exp_avg_sq() + p.offset;
     LOOM_RETURN_IF_ERROR(r.read("exp_avg/" + p.name, true, offset, extent, m).with_context("checkpoint " + r.path()));
     LOOM_RETURN_IF_ERROR(r.read("exp_avg_sq/" + p.name, true, offset, extent, v).with_context("checkpoint " + r.path()));
   }
   if (!direct) s.backend->copy_to_device(s.params.params(), p_host.data(), numel * sizeof(float));
-  if (l.zero >= 1) {
-    // Keep this rank's ZeRO shards of the moments.
-    for (const Unit& u : s.units) {
-      size_t own = u.begin + size_t(s.coords.dp) * u.shard;
-      s.backend->copy_to_device(s.m.f32() + u.shard_offset, m_full.data() + own, u.shard * sizeof(float));
-      s.backend->copy_to_device(s.v.f32() + u.shard_offset, v_full.data() + own, u.shard * sizeof(float));
-    }
-  } else if (!direct) {
-    s.backend->copy_to_device(s.m.f32(), m_full.data(), numel * sizeof(float));
-    s.backend->copy_to_device(s.v.f32(), v_full.data(), numel * sizeof(float));
+  if (!m_full.empty()) {  // this rank's shards of the moments (or all of them, staged)
+    dp.scatter_state(m_full.data(), opt.exp_avg());
+    dp.scatter_state(v_full.data(), opt.exp_avg_sq());
   }
   s.backend->kernels().weights_changed(s.params.params(), s.params.numel());
-  if (l.zero == 3 && l.dp > 1)
-    for (int c = 0; c < l.virtual_stages; ++c) s.release(c);
-  s.adam_step = st.adam_step;
-  if (s.scaling && st.precision == "fp16" && st.has_loss_scale)
-    s.scaler.restore(st.loss_scale, st.loss_scale_good_steps);
+  for (int c = 0; c < s.cfg.layout.virtual_stages; ++c) dp.release(c);  // ZeRO-3: keep the own shards
+  opt.set_adam_step(st.adam_step);
+  if (opt.scaling() && st.precision == "fp16" && st.has_loss_scale)
+    opt.scaler().restore(st.loss_scale, st.loss_scale_good_steps);
   if (s.data && !st.data_json.empty())
     LOOM_RETURN_IF_ERROR(s.data->restore_state(st.data_json, step * s.cfg.train.global_batch));
-  s.params.zero_grads();
+  dp.clear_grads();
   *next_step = step;
   return Status::ok();
 }

@@ -22,6 +22,7 @@ namespace {
 struct Case {
   const char* layout;
   int ranks;
+  int grad_buckets = kDefaultGradBuckets;  // the program's gradient buckets per chunk
 };
 
 const Case kCases[] = {
@@ -39,6 +40,15 @@ const Case kCases[] = {
     {"dp=2,tp=2,pp=2,zero=1,micro=2", 8},
     {"dp=2,tp=2,pp=2,schedule=interleaved,v=2,sp=1,zero=1,micro=2", 8},
     {"dp=2,pp=2,recompute=full,micro=1", 4},
+    // Other gradient buckets: the chunk's last backward runs in that many
+    // parts and each bucket syncs as its part ends (more buckets than the
+    // chunk has layers leaves some empty); ZeRO with one DP rank is ZeRO-0.
+    {"dp=2", 2, 1},
+    {"dp=2,zero=1", 2, 3},
+    {"dp=2,tp=2,sp=1", 4, 7},
+    {"dp=2,pp=2,schedule=interleaved,v=2,zero=1,micro=1", 4, 3},
+    {"dp=1,zero=1", 1, 2},
+    {"dp=1,zero=3", 1, 2},
 };
 
 // The model families: GPT-2, Llama, and a Qwen3 block with every config field
@@ -137,6 +147,7 @@ int main(int argc, char** argv) {
         for (bool tagless : {false, true}) {
           if (tagless && layout->pp == 1) continue;
           TrainerConfig cfg = config(family, *layout);
+          cfg.grad_buckets = c.grad_buckets;
           TaglessCommunicator in_order(sub->get());
           if (tagless) cfg.device_world = &in_order;
           auto got = train(sub->get(), cfg, data->get());
@@ -157,8 +168,8 @@ int main(int argc, char** argv) {
       world->all_reduce(&flag, 1, ReduceOp::kMax);
       world->all_reduce(&w, 1, ReduceOp::kMax);
       if (world->rank() == 0)
-        std::printf("%-6s %-62s %d ranks  max rel. loss difference %.2e  %s\n", family_name(family), c.layout,
-                    c.ranks, w, flag == 0 ? "ok" : "FAILED");
+        std::printf("%-6s %-62s %d ranks %d buckets  max rel. loss difference %.2e  %s\n", family_name(family),
+                    c.layout, c.ranks, c.grad_buckets, w, flag == 0 ? "ok" : "FAILED");
       if (!error.empty()) std::fprintf(stderr, "rank %d %s: %s\n", world->rank(), c.layout, error.c_str());
       failures += flag != 0;
     }

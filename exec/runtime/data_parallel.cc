@@ -1,0 +1,308 @@
+// The ZeRO stages (exec/runtime/data_parallel.h): the shard arithmetic in the
+// base class, what each stage does at the program's sync and gather ops in
+// one class per stage.
+#include "exec/runtime/data_parallel.h"
+
+#include <algorithm>
+
+namespace loom::exec {
+
+DataParallel::DataParallel(const DataParallelConfig& cfg, ComputeBackend* backend, ParamStore* params,
+                           Communicator* dp, Communicator* tp)
+    : cfg_(cfg), backend_(backend), params_(params), dp_(dp), tp_(tp) {
+  gathers_.resize(size_t(std::max(1, cfg.num_chunks)));
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::add_unit(int chunk, int bucket, bool tied_embedding, const std::function<void()>& add_params) {
+  const size_t before = size_t(params_->numel());
+  add_params();
+  const size_t used = size_t(params_->numel()) - before;
+  const size_t dp = size_t(cfg_.dp_size);
+  const size_t padded = (used + dp - 1) / dp * dp;
+  params_->add_padding(int64_t(padded - used));
+  units_.push_back({before, padded, padded / dp, shard_total_, chunk, bucket, tied_embedding});
+  shard_total_ += padded / dp;
+  summed_.push_back(false);
+}
+
+Status DataParallel::allocate() {
+  if (cfg_.zero >= 1) shard_grad_ = DeviceBuffer(backend_, shard_total_ * sizeof(float));
+  return Status::ok();
+}
+
+size_t DataParallel::state_floats() const { return cfg_.zero >= 1 ? shard_total_ : size_t(params_->numel()); }
+
+const ZeroUnit& DataParallel::unit_of(size_t offset) const {
+  auto it = std::upper_bound(units_.begin(), units_.end(), offset,
+                             [](size_t x, const ZeroUnit& u) { return x < u.begin; });
+  LOOM_CHECK(it != units_.begin(), "a flat offset before the first ZeRO unit");
+  return *std::prev(it);
+}
+
+std::optional<OwnedSlice> DataParallel::owned(const ParamInfo& p) const {
+  const size_t pb = p.offset, pe = p.offset + size_t(p.numel);
+  if (cfg_.zero == 0) return OwnedSlice{pb, pe, pb};
+  const ZeroUnit& u = unit_of(p.offset);
+  const size_t own_b = u.begin + size_t(cfg_.dp_rank) * u.shard, own_e = own_b + u.shard;
+  const size_t b = std::max(own_b, pb), e = std::min(own_e, pe);
+  if (b >= e) return std::nullopt;
+  return OwnedSlice{b, e, u.shard_offset + (b - own_b)};
+}
+
+float* DataParallel::update_grad(const OwnedSlice& s) const {
+  return cfg_.zero == 0 ? params_->grads() + s.begin : shard_grad_.f32() + s.state_offset;
+}
+
+float* DataParallel::update_grad(const ZeroUnit& u, size_t* count) const {
+  *count = cfg_.zero == 0 ? u.size : u.shard;
+  return cfg_.zero == 0 ? params_->grads() + u.begin : shard_grad_.f32() + u.shard_offset;
+}
+
+std::vector<const ZeroUnit*> DataParallel::units_of_chunk(int chunk) const {
+  std::vector<const ZeroUnit*> out;
+  for (const ZeroUnit& u : units_)
+    if (u.chunk == chunk) out.push_back(&u);
+  return out;
+}
+
+std::vector<const ZeroUnit*> DataParallel::units_of(const Op& op) const {
+  if (op.micro >= 0) return units_of_chunk(op.chunk);  // ZeRO-2/3: after every backward, the whole chunk
+  std::vector<const ZeroUnit*> out;
+  for (const ZeroUnit& u : units_)
+    if (u.chunk == op.chunk && u.bucket == op.part) out.push_back(&u);
+  return out;
+}
+
+void DataParallel::before_backward(int chunk) {
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (units_[i].chunk == chunk) summed_[i] = false;
+  reclaim_grads(chunk);
+}
+
+// Gradients several TP ranks hold partial sums of: the replicated parameters
+// under sequence parallelism (each TP rank saw a shard of the tokens).
+Status DataParallel::sum_replicated(const std::vector<const ZeroUnit*>& units) {
+  std::vector<const ParamInfo*> reps;
+  size_t total = 0;
+  for (const ZeroUnit* u : units) {
+    const size_t i = size_t(u - units_.data());
+    if (summed_[i]) continue;
+    summed_[i] = true;
+    if (!cfg_.sum_replicated_over_tp) continue;
+    for (const ParamInfo& p : params_->infos()) {
+      if (p.shard != ShardKind::kReplicated || p.offset < u->begin || p.offset >= u->begin + u->size) continue;
+      reps.push_back(&p);
+      total += size_t(p.numel);
+    }
+  }
+  if (total == 0) return Status::ok();
+  auto packed = DeviceBuffer::uninitialized(backend_, total * sizeof(float));  // written whole below
+  size_t at = 0;
+  for (const ParamInfo* p : reps) {
+    backend_->copy(packed.f32() + at, params_->grads() + p->offset, size_t(p->numel) * sizeof(float));
+    at += size_t(p->numel);
+  }
+  LOOM_RETURN_IF_ERROR(tp_->all_reduce(packed.f32(), total, ReduceOp::kSum));
+  at = 0;
+  for (const ParamInfo* p : reps) {
+    backend_->copy(params_->grads() + p->offset, packed.f32() + at, size_t(p->numel) * sizeof(float));
+    at += size_t(p->numel);
+  }
+  return Status::ok();
+}
+
+// The gathers run in the background (NCCL's stream, or MPI's non-blocking
+// all-gather) while the compute ops before the chunk's next use proceed:
+// ZeRO-3's prefetch, and ZeRO-1/2's overlapped gather of the updated shards.
+Status DataParallel::param_gather(int chunk) {
+  reclaim_released(chunk);
+  for (const ZeroUnit* u : units_of_chunk(chunk)) {
+    if (u->size == 0) continue;
+    float* p = params_->params() + u->begin;
+    LOOM_ASSIGN_OR_RETURN(auto req, dp_->iall_gather(p + size_t(cfg_.dp_rank) * u->shard, p, u->shard));
+    gathers_[size_t(chunk)].push_back(std::move(req));
+  }
+  return Status::ok();
+}
+
+Status DataParallel::wait_gathers(int chunk) {
+  auto& in_flight = gathers_[size_t(chunk)];
+  if (in_flight.empty()) return Status::ok();
+  for (auto& req : in_flight) LOOM_RETURN_IF_ERROR(req->wait());
+  in_flight.clear();
+  for (const ZeroUnit* u : units_of_chunk(chunk))
+    backend_->kernels().weights_changed(params_->params() + u->begin, int64_t(u->size));
+  return Status::ok();
+}
+
+Status DataParallel::wait_all() {
+  for (auto& req : syncs_) LOOM_RETURN_IF_ERROR(req->wait());
+  syncs_.clear();
+  for (int c = 0; c < int(gathers_.size()); ++c) LOOM_RETURN_IF_ERROR(wait_gathers(c));
+  std::vector<const ZeroUnit*> all;
+  for (const ZeroUnit& u : units_) all.push_back(&u);
+  return sum_replicated(all);  // without DP syncs (dp = 1) nothing summed them yet
+}
+
+void DataParallel::clear_grads() {
+  params_->zero_grads();
+  if (!shard_grad_.empty()) backend_->fill_zero(shard_grad_.f32(), shard_grad_.bytes());
+}
+
+void DataParallel::start_step() {}
+
+Status DataParallel::gather_state(const float* state, float* full) {
+  if (cfg_.zero == 0) {
+    backend_->copy(full, state, size_t(params_->numel()) * sizeof(float));
+    return Status::ok();
+  }
+  for (const ZeroUnit& u : units_)
+    if (u.size) LOOM_RETURN_IF_ERROR(dp_->all_gather(state + u.shard_offset, full + u.begin, u.shard));
+  return Status::ok();
+}
+
+void DataParallel::scatter_state(const float* full_host, float* state) {
+  if (cfg_.zero == 0) {
+    backend_->copy_to_device(state, full_host, size_t(params_->numel()) * sizeof(float));
+    return;
+  }
+  for (const ZeroUnit& u : units_) {
+    const size_t own = u.begin + size_t(cfg_.dp_rank) * u.shard;
+    backend_->copy_to_device(state + u.shard_offset, full_host + own, u.shard * sizeof(float));
+  }
+}
+
+Status DataParallel::gather_all_params() {
+  if (cfg_.zero == 0 || cfg_.dp_size == 1) return Status::ok();
+  for (int c = 0; c < int(gathers_.size()); ++c) LOOM_RETURN_IF_ERROR(param_gather(c));
+  for (int c = 0; c < int(gathers_.size()); ++c) LOOM_RETURN_IF_ERROR(wait_gathers(c));
+  return Status::ok();
+}
+
+namespace {
+
+// ZeRO-0: replicated state; each bucket all-reduced while later work runs.
+class Zero0 final : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  Status grad_sync(const Op& op) override {
+    const auto units = units_of(op);
+    LOOM_RETURN_IF_ERROR(sum_replicated(units));
+    for (const ZeroUnit* u : units) {
+      if (u->size == 0) continue;
+      LOOM_ASSIGN_OR_RETURN(auto req, dp_->iall_reduce(params_->grads() + u->begin, u->size, ReduceOp::kSum));
+      syncs_.push_back(std::move(req));
+    }
+    return Status::ok();
+  }
+  Status param_gather(int) override { return Status::ok(); }
+};
+
+// ZeRO-1: each bucket reduce-scattered into the shard gradients once per step.
+class Zero1 : public DataParallel {
+ public:
+  using DataParallel::DataParallel;
+  Status grad_sync(const Op& op) override {
+    const auto units = units_of(op);
+    LOOM_RETURN_IF_ERROR(sum_replicated(units));
+    for (const ZeroUnit* u : units) {
+      if (u->size == 0) continue;
+      float* g = params_->grads() + u->begin;
+      LOOM_RETURN_IF_ERROR(before_reduce(*u));
+      LOOM_RETURN_IF_ERROR(dp_->reduce_scatter(g, shard_grad_.f32() + u->shard_offset, u->shard));
+      after_reduce(*u);
+    }
+    return Status::ok();
+  }
+
+ protected:
+  virtual Status before_reduce(const ZeroUnit&) { return Status::ok(); }
+  virtual void after_reduce(const ZeroUnit& u) { backend_->fill_zero(params_->grads() + u.begin, u.size * sizeof(float)); }
+};
+
+// ZeRO-2: after every micro-batch, accumulating into the shard, and the full
+// gradient's memory given back until the next backward writes it again.
+class Zero2 : public Zero1 {
+ public:
+  using Zero1::Zero1;
+  Status allocate() override {
+    discarded_.assign(gathers_.size(), false);
+    return Zero1::allocate();
+  }
+
+ protected:
+  // Straight into the shard, without a temporary: the shard's running sum is
+  // first added into this rank's own block of the full gradient, so the
+  // reduction carries it along.
+  Status before_reduce(const ZeroUnit& u) override {
+    float* g = params_->grads() + u.begin;
+    backend_->kernels().add_inplace(g + size_t(cfg_.dp_rank) * u.shard, shard_grad_.f32() + u.shard_offset,
+                                    int64_t(u.shard));
+    return Status::ok();
+  }
+  void after_reduce(const ZeroUnit& u) override {
+    backend_->discard(params_->grads() + u.begin, u.size * sizeof(float));
+    discarded_[size_t(u.chunk)] = true;
+  }
+  void reclaim_grads(int chunk) override {
+    if (!discarded_[size_t(chunk)]) return;
+    for (const ZeroUnit* u : units_of_chunk(chunk)) backend_->reclaim(params_->grads() + u->begin, u->size * sizeof(float));
+    discarded_[size_t(chunk)] = false;
+  }
+
+  std::vector<bool> discarded_;
+};
+
+// ZeRO-3: ZeRO-2, and a chunk holds only its own parameter shards between
+// uses (everything else is zeroed, so a missing gather never goes unnoticed).
+class Zero3 final : public Zero2 {
+ public:
+  using Zero2::Zero2;
+  Status allocate() override {
+    released_.assign(gathers_.size(), false);
+    LOOM_RETURN_IF_ERROR(Zero2::allocate());
+    if (cfg_.dp_size > 1)
+      for (int c = 0; c < int(gathers_.size()); ++c) release(c);
+    return Status::ok();
+  }
+  void release(int chunk) override {
+    if (released_[size_t(chunk)] || cfg_.dp_size == 1) return;
+    LOOM_CHECK(gathers_[size_t(chunk)].empty(), "ZeRO-3 release of a chunk whose gather is in flight");
+    released_[size_t(chunk)] = true;
+    for (const ZeroUnit* u : units_of_chunk(chunk)) {
+      float* p = params_->params() + u->begin;
+      const size_t own_b = size_t(cfg_.dp_rank) * u->shard, own_e = own_b + u->shard;
+      backend_->discard(p, own_b * sizeof(float));
+      backend_->discard(p + own_e, (u->size - own_e) * sizeof(float));
+    }
+  }
+  void reclaim_released(int chunk) override {
+    if (!released_[size_t(chunk)]) return;
+    for (const ZeroUnit* u : units_of_chunk(chunk)) {
+      float* p = params_->params() + u->begin;
+      const size_t own_b = size_t(cfg_.dp_rank) * u->shard, own_e = own_b + u->shard;
+      backend_->reclaim(p, own_b * sizeof(float));
+      backend_->reclaim(p + own_e, (u->size - own_e) * sizeof(float));
+    }
+    released_[size_t(chunk)] = false;
+  }
+
+ private:
+  std::vector<bool> released_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> DataParallel::create(const DataParallelConfig& cfg, ComputeBackend* backend,
+                                                   ParamStore* params, Communicator* dp, Communicator* tp) {
+  switch (cfg.zero) {
+    case 0: return std::unique_ptr<DataParallel>(new Zero0(cfg, backend, params, dp, tp));
+    case 1: return std::unique_ptr<DataParallel>(new Zero1(cfg, backend, params, dp, tp));
+    case 2: return std::unique_ptr<DataParallel>(new Zero2(cfg, backend, params, dp, tp));
+    default: return std::unique_ptr<DataParallel>(new Zero3(cfg, backend, params, dp, tp));
+  }
+}
+
+}  // namespace loom::exec

@@ -1,0 +1,104 @@
+#include "exec/runtime/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace loom::exec {
+
+double lr_schedule(const TrainSpec& t, int64_t step) {
+  if (t.warmup_steps > 0 && step < t.warmup_steps) return t.lr * double(step + 1) / double(t.warmup_steps);
+  if (t.lr_schedule == LrSchedule::kConstant || t.steps <= t.warmup_steps) return t.lr;
+  double progress = double(step - t.warmup_steps) / double(std::max<int64_t>(1, t.steps - t.warmup_steps));
+  progress = std::clamp(progress, 0.0, 1.0);
+  double decay = t.lr_schedule == LrSchedule::kCosine ? 0.5 * (1 + std::cos(M_PI * progress)) : 1 - progress;
+  return t.min_lr + (t.lr - t.min_lr) * decay;
+}
+
+Optimizer::Optimizer(const TrainSpec& train, const LossScalerOptions& scaling_options, bool scaling,
+                     ComputeBackend* backend, ParamStore* params, DataParallel* dp, Communicator* world,
+                     Communicator* embedding_pair, std::function<bool(const ParamInfo&)> counts)
+    : train_(train),
+      scaling_options_(scaling_options),
+      scaling_(scaling),
+      scaler_(scaling_options),
+      backend_(backend),
+      params_(params),
+      dp_(dp),
+      world_(world),
+      emb_(embedding_pair),
+      counts_(std::move(counts)) {}
+
+void Optimizer::allocate() {
+  const size_t n = dp_->state_floats();
+  m_ = DeviceBuffer(backend_, n * sizeof(float));
+  v_ = DeviceBuffer(backend_, n * sizeof(float));
+}
+
+Result<OptimizerResult> Optimizer::step(int64_t step) {
+  const TrainSpec& t = train_;
+  Kernels& k = backend_->kernels();
+  OptimizerResult r;
+  // The two copies of a tied embedding (first and last stage) sum their
+  // gradients after the DP sync: whole (ZeRO-0) or shard by shard (their
+  // units shard identically).
+  if (emb_)
+    for (const ZeroUnit& u : dp_->units()) {
+      if (!u.tied_embedding) continue;
+      size_t count = 0;
+      float* g = dp_->update_grad(u, &count);
+      LOOM_RETURN_IF_ERROR(emb_->all_reduce(g, count, ReduceOp::kSum));
+    }
+  // The global gradient norm: every element counted once across all ranks.
+  // Without ZeRO the DP replicas are equal and DP rank 0 counts (the
+  // sharding reports it owning everything on every DP rank, so the caller's
+  // `counts` excludes the other replicas); with ZeRO the shards partition.
+  for (const ParamInfo& p : params_->infos()) {
+    if (!counts_(p)) continue;
+    auto own = dp_->owned(p);
+    if (own) k.add_sum_squares(dp_->update_grad(*own), own->size());
+  }
+  double sq = k.take_sum_squares();
+  LOOM_RETURN_IF_ERROR(world_->all_reduce(&sq, 1, ReduceOp::kSum));
+  r.lr = lr_schedule(t, step);
+  // Every rank holds the same total, so every rank takes the same branch.
+  const bool finite = std::isfinite(sq);
+  const double S = loss_scale();
+  if (scaling_ && !finite && S <= scaling_options_.min_scale)
+    return invalid_argument("fp16 gradients overflow at step " + std::to_string(step + 1) +
+                            " even with the loss scale at its minimum (" + std::to_string(S) +
+                            "): activations or weights exceed fp16's range; train in bf16 (--precision bf16)");
+  if (scaling_ && !scaler_.update(finite)) {
+    // fp16 overflow: drop this step's gradients, keep the weights, and go on
+    // with a smaller scale.
+    r.skipped = true;
+    r.grad_norm = std::numeric_limits<double>::infinity();
+    dp_->clear_grads();
+    LOOM_RETURN_IF_ERROR(k.status());
+    return r;
+  }
+  if (!finite)
+    return invalid_argument("the gradient norm is " + std::to_string(sq) + " at step " + std::to_string(step + 1) +
+                            ": training diverged; lower the learning rate (or warm up longer) and resume from the "
+                            "last checkpoint");
+  const double norm = std::sqrt(sq) / S;
+  r.grad_norm = norm;
+  double clip = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
+  clip /= S;  // one multiplier takes the loss scale out and clips
+  ++adam_step_;
+  for (const ParamInfo& p : params_->infos()) {
+    auto own = dp_->owned(p);
+    if (!own) continue;
+    const float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
+    float* g = dp_->update_grad(*own);
+    if (clip != 1.0) k.scale_inplace(g, float(clip), own->size());
+    k.adamw_update(params_->params() + own->begin, g, m_.f32() + own->state_offset, v_.f32() + own->state_offset,
+                   own->size(), float(r.lr), float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step_);
+  }
+  dp_->clear_grads();
+  for (const ZeroUnit& u : dp_->units()) k.weights_changed(params_->params() + u.begin, int64_t(u.size));
+  LOOM_RETURN_IF_ERROR(k.status());
+  return r;
+}
+
+}  // namespace loom::exec

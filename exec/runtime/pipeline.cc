@@ -1,0 +1,98 @@
+#include "exec/runtime/pipeline.h"
+
+namespace loom::exec {
+
+Result<std::unique_ptr<Pipeline>> Pipeline::create(Communicator& world, int color, const Layout& layout, int stage,
+                                                   ComputeBackend* backend) {
+  std::unique_ptr<Pipeline> p(new Pipeline(layout, stage, backend));
+  LOOM_ASSIGN_OR_RETURN(p->act_, world.split(color, stage, "pp"));
+  LOOM_ASSIGN_OR_RETURN(p->grad_, world.split(color, stage, "pp-grad"));
+  if (layout.virtual_stages > 1 && layout.pp > 1) {
+    LOOM_ASSIGN_OR_RETURN(p->act_wrap_, world.split(color, stage, "pp-wrap"));
+    LOOM_ASSIGN_OR_RETURN(p->grad_wrap_, world.split(color, stage, "pp-grad-wrap"));
+  }
+  return p;
+}
+
+Communicator& Pipeline::channel(const Op& op) {
+  switch (p2p_channel(op, layout_.pp)) {
+    case P2pChannel::kActivation: return *act_;
+    case P2pChannel::kGradient: return *grad_;
+    case P2pChannel::kActivationWrap: return *act_wrap_;
+    case P2pChannel::kGradientWrap: return *grad_wrap_;
+  }
+  return *act_;
+}
+
+Result<const float*> Pipeline::forward_input(int c, int micro) {
+  const Key key{c, micro};
+  if (layout_.pp == 1 && c > 0 && !act_in_.count(key)) {  // the previous chunk on this same stage
+    auto prev = act_out_.find({c - 1, micro});
+    if (prev != act_out_.end()) {
+      act_in_[key] = std::move(prev->second);
+      act_out_.erase(prev);
+    }
+  }
+  auto it = act_in_.find(key);
+  if (it == act_in_.end())
+    return internal_error("forward input of chunk " + std::to_string(c) + " micro-batch " + std::to_string(micro) +
+                          " is missing");
+  return static_cast<const float*>(it->second.f32());
+}
+
+void Pipeline::forward_done(int c, int micro, DeviceBuffer output) {
+  act_in_.erase({c, micro});
+  if (!output.empty()) act_out_[{c, micro}] = std::move(output);
+}
+
+Result<const float*> Pipeline::backward_input(int c, int micro) {
+  const Key key{c, micro};
+  if (layout_.pp == 1 && !grad_in_.count(key)) {  // the next chunk on this same stage
+    auto next = grad_out_.find({c + 1, micro});
+    if (next != grad_out_.end()) {
+      grad_in_[key] = std::move(next->second);
+      grad_out_.erase(next);
+    }
+  }
+  auto it = grad_in_.find(key);
+  if (it == grad_in_.end())
+    return internal_error("backward input of chunk " + std::to_string(c) + " micro-batch " + std::to_string(micro) +
+                          " is missing");
+  return static_cast<const float*>(it->second.f32());
+}
+
+void Pipeline::backward_done(int c, int micro, DeviceBuffer dinput) {
+  grad_in_.erase({c, micro});
+  if (!dinput.empty()) grad_out_[{c, micro}] = std::move(dinput);
+}
+
+Status Pipeline::send(const Op& op) {
+  const bool grad = op.kind == OpKind::kSendGrad;
+  auto& outputs = grad ? grad_out_ : act_out_;
+  auto it = outputs.find({op.chunk, op.micro});
+  if (it == outputs.end())
+    return internal_error(std::string("nothing to send for ") + op_kind_name(op.kind) + " chunk " +
+                          std::to_string(op.chunk) + " micro-batch " + std::to_string(op.micro));
+  DeviceBuffer buf = std::move(it->second);
+  outputs.erase(it);
+  LOOM_ASSIGN_OR_RETURN(auto req, channel(op).isend(buf.f32(), buf.floats(), op.peer_stage, op.tag));
+  sends_.push_back(std::move(req));
+  send_buffers_.push_back(std::move(buf));
+  return Status::ok();
+}
+
+Status Pipeline::recv(const Op& op, size_t floats) {
+  auto buf = DeviceBuffer::uninitialized(backend_, floats * sizeof(float));
+  LOOM_RETURN_IF_ERROR(channel(op).recv(buf.f32(), buf.floats(), op.peer_stage, op.tag));
+  (op.kind == OpKind::kRecvGrad ? grad_in_ : act_in_)[{op.chunk, op.micro}] = std::move(buf);
+  return Status::ok();
+}
+
+Status Pipeline::wait_sends() {
+  for (auto& req : sends_) LOOM_RETURN_IF_ERROR(req->wait());
+  sends_.clear();
+  send_buffers_.clear();
+  return Status::ok();
+}
+
+}  // namespace loom::exec
