@@ -570,5 +570,108 @@ TEST(Program, P2pChannelsSeparateWrapAroundEdges) {
   }
 }
 
+// The program names each transfer's other end and tag, so an interpreter
+// never recomputes them: a recv's peer is its send's stage and chunk, both
+// ends carry one tag, and tags are unique per receiving stage and direction.
+TEST(Program, TransfersNameTheirPeerAndTag) {
+  for (const ProgramConfig& c : {cfg(Schedule::kGpipe, 3, 4), cfg(Schedule::k1F1B, 4, 8),
+                                 cfg(Schedule::kInterleaved, 2, 4, 2), cfg(Schedule::kInterleaved, 4, 8, 3)}) {
+    Program p = build(c);
+    std::set<std::tuple<int, bool, int32_t>> tags;  // (receiving stage, gradient?, tag)
+    int transfers = 0;
+    for (const Op& op : p.ops) {
+      const bool recv = op.kind == OpKind::kRecvActivation || op.kind == OpKind::kRecvGrad;
+      const bool send = op.kind == OpKind::kSendActivation || op.kind == OpKind::kSendGrad;
+      if (!recv && !send) {
+        EXPECT_EQ(op.tag, -1) << p.op_name(op);
+        EXPECT_EQ(op.peer_stage, -1) << p.op_name(op);
+        continue;
+      }
+      ++transfers;
+      ASSERT_GE(op.peer_stage, 0) << p.op_name(op);
+      if (!recv) continue;
+      const Op* from = nullptr;
+      for (int32_t d : p.deps_of(op))
+        if (p.ops[d].kind == OpKind::kSendActivation || p.ops[d].kind == OpKind::kSendGrad) from = &p.ops[d];
+      ASSERT_NE(from, nullptr) << p.op_name(op);
+      EXPECT_EQ(op.peer_stage, from->stage) << p.op_name(op);
+      EXPECT_EQ(op.peer_chunk, from->chunk) << p.op_name(op);
+      EXPECT_EQ(from->peer_stage, op.stage) << p.op_name(*from);
+      EXPECT_EQ(from->peer_chunk, op.chunk) << p.op_name(*from);
+      EXPECT_EQ(from->tag, op.tag) << p.op_name(op);
+      EXPECT_EQ(op.tag, p2p_tag(op.kind == OpKind::kRecvGrad, op.chunk, op.micro));
+      EXPECT_TRUE(tags.insert({op.stage, op.kind == OpKind::kRecvGrad, op.tag}).second) << "tag reused: " << p.op_name(op);
+    }
+    EXPECT_GT(transfers, 0);
+  }
+}
+
+// ZeRO-3 release points, against the rule the executor used before the
+// program carried them: count the gathers issued for each chunk and the uses
+// that consume them; a compute op releases its chunk when no gather issued
+// for the chunk is still waiting for its use.
+TEST(Program, Zero3ReleasesWhenNoGatherOfTheChunkIsOutstanding) {
+  for (bool prefetch : {true, false})
+    for (const ProgramConfig& base : {cfg(Schedule::k1F1B, 2, 4), cfg(Schedule::kInterleaved, 2, 4, 2)}) {
+      ProgramConfig c = base;
+      c.dp_comm = true;
+      c.zero = 3;
+      c.overlap_param_gather = prefetch;
+      Program p = build(c);
+      int releases = 0;
+      for (int s = 0; s < c.pp; ++s) {
+        std::map<int, int> outstanding;
+        for (int32_t id : p.stage_ops[s]) {
+          const Op& op = p.ops[id];
+          if (op.kind == OpKind::kParamGather && op.micro >= 0) ++outstanding[op.chunk];
+          const bool compute = op.kind == OpKind::kForward || op.kind == OpKind::kBackward;
+          if (!compute) {
+            EXPECT_FALSE(op.releases_params) << p.op_name(op);
+            continue;
+          }
+          const bool expect = --outstanding[op.chunk] <= 0;
+          if (expect) outstanding[op.chunk] = 0;
+          EXPECT_EQ(op.releases_params, expect) << p.op_name(op) << (prefetch ? " prefetch" : "");
+          releases += op.releases_params;
+        }
+      }
+      EXPECT_GT(releases, 0);
+    }
+  // Without ZeRO-3 nothing is released.
+  for (const Op& op : build(dp_cfg(2, 1, true, true)).ops) EXPECT_FALSE(op.releases_params);
+}
+
+// Backward parts tile a chunk's layers from the top: disjoint, contiguous,
+// covering every layer once, part 0 the last layers.
+TEST(Program, BackwardPartsTileTheChunkFromTheTop) {
+  for (int layers = 0; layers <= 9; ++layers)
+    for (int parts = 1; parts <= 6; ++parts) {
+      int top = layers;
+      for (int k = 0; k < parts; ++k) {
+        LayerRange r = backward_part_layers(layers, k, parts);
+        EXPECT_EQ(r.end, top) << layers << " layers, part " << k << " of " << parts;
+        EXPECT_LE(r.begin, r.end);
+        EXPECT_LE(r.end - r.begin, (layers + parts - 1) / parts);
+        top = r.begin;
+      }
+      EXPECT_EQ(top, 0) << layers << " layers in " << parts << " parts";
+    }
+}
+
+TEST(Program, ConfigRoundTripsAndHashesWhatDefinesTheProgram) {
+  ProgramConfig c = dp_cfg(1, 3, true, false);
+  auto back = parse_program_config(program_config_to_json(c), "program");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(program_config_diff(c, *back), "");
+  EXPECT_EQ(program_hash(c), program_hash(*back));
+  ProgramConfig other = c;
+  other.grad_buckets = 4;
+  EXPECT_NE(program_hash(c), program_hash(other));
+  EXPECT_EQ(program_config_diff(c, other), "grad_buckets 3 vs 4");
+  auto missing = parse_program_config(R"({"pp":2})", "plan: program");
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("plan: program"), std::string::npos) << missing.status().message();
+}
+
 }  // namespace
 }  // namespace loom

@@ -273,5 +273,29 @@ TEST(ModelChunkConfig, FieldsTheExecutorCannotHonourAreRefused) {
   // A window covering the whole sequence is full causal attention: accepted.
   EXPECT_TRUE(model_dims(tiny_spec("mistral", R"(, "sliding_window": 8)"), 8).is_ok());
 }
+// The program's split backward: the parts, run in order, give exactly the
+// gradients (and input gradient) of one whole backward, whatever the count of
+// parts against the chunk's layers (more parts than layers leaves some empty).
+TEST(ModelChunk, BackwardInPartsEqualsOneBackward) {
+  for (bool gpt2 : {true, false})
+    for (int parts : {2, 3, 5}) {
+      ModelDims d = tiny_dims(gpt2);
+      d.L = 3;
+      Fixture whole(d, Recompute::kNone), split(d, Recompute::kNone);
+      whole.loss_and_grads();
+      split.params.zero_grads();
+      const int micro = split.next_micro;
+      split.loss();
+      for (int k = 0; k < parts; ++k) ASSERT_TRUE(split.chunk->backward_part(micro, nullptr, nullptr, k, parts).is_ok());
+      EXPECT_EQ(split.chunk->in_flight(), 0u);
+      for (int64_t i = 0; i < whole.params.numel(); ++i)
+        ASSERT_EQ(whole.params.grads()[i], split.params.grads()[i]) << (gpt2 ? "gpt2" : "llama") << " parts " << parts;
+      // Out of order is refused, not silently wrong.
+      const int m2 = split.next_micro;
+      split.loss();
+      EXPECT_FALSE(split.chunk->backward_part(m2, nullptr, nullptr, 1, parts).is_ok());
+    }
+}
+
 }  // namespace
 }  // namespace loom::exec
