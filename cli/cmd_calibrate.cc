@@ -20,6 +20,7 @@
 #include "core/hw_profile.h"
 #include "core/json_util.h"
 #include "exec/backend/kernel_bench.h"
+#include "exec/runtime/devices.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/comm/world.h"
 
@@ -352,19 +353,9 @@ int cmd_calibrate(int argc, char** argv) {
   if (a.threads < 1) return fail("calibrate", invalid_argument("--threads must be >= 1"));
   // The kernels come from the compute backend, the collectives from the
   // communicator: a CUDA build adds cuBLAS/NCCL behind the same interfaces.
-  std::unique_ptr<exec::KernelBench> bench;
-  if (a.backend == "cpu") bench = exec::make_cpu_kernel_bench(a.threads);
-  else if (a.backend == "cuda") {
-#ifdef LOOM_HAVE_CUDA
-    auto b = exec::make_cuda_kernel_bench(0);
-    if (!b.is_ok()) return fail("calibrate", b.status());
-    bench = std::move(b).value();
-#else
-    return fail("calibrate", unsupported("--backend cuda: this build has no CUDA toolkit; rebuild where nvcc is "
-                                         "found, or calibrate CPU ranks with --backend cpu"));
-#endif
-  }
-  else return fail("calibrate", invalid_argument("--backend '" + a.backend + "' is not one of: cpu, cuda"));
+  auto made = exec::make_kernel_bench(a.backend, a.threads);
+  if (!made.is_ok()) return fail("calibrate", made.status());
+  std::unique_ptr<exec::KernelBench> bench = std::move(made).value();
   // The profile's path is checked before minutes of measuring (core/output_file.h).
   if (!a.out.empty())
     if (Status s = check_output_path(a.out, "--out"); !s.is_ok()) return fail("calibrate", s);

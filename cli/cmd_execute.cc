@@ -29,13 +29,7 @@
 #include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
 #include "exec/comm/world.h"
-#ifdef LOOM_HAVE_CUDA
-#include "exec/backend/cuda/cuda_backend.h"
-#include "exec/backend/cuda/cuda_ops.h"
-#endif
-#ifdef LOOM_HAVE_NCCL
-#include "exec/comm/nccl_communicator.h"
-#endif
+#include "exec/runtime/devices.h"
 
 namespace loom::cli {
 
@@ -125,68 +119,6 @@ Status check_execute_outputs(const ExecArgs& a) {
   return Status::ok();
 }
 
-// The compute backend and the communicator that moves its buffers: the CPU
-// backend over `world` itself, or a CUDA device (the local rank's, unless
-// --device) with an NCCL communicator over the same ranks, bootstrapped
-// through `world`.
-struct Devices {
-  std::unique_ptr<exec::ComputeBackend> backend;
-  std::unique_ptr<exec::Communicator> world;
-  std::string description;
-  Precision precision = Precision::kFp32;  // what the math really runs in (MFU's peak)
-};
-
-Result<Devices> open_devices(exec::Communicator& world, const ExecArgs& a, Precision plan_precision) {
-  Devices d;
-  if (a.backend == "cpu") {
-    if (!a.precision.empty() && a.precision != "fp32")
-      return invalid_argument("--precision " + a.precision + ": the CPU backend computes in fp32; use --backend cuda");
-    d.description = "cpu (fp32)";
-    return d;
-  }
-  if (a.backend != "cuda") return invalid_argument("--backend " + a.backend + ": expected cpu or cuda");
-#ifdef LOOM_HAVE_CUDA
-  Precision precision = plan_precision;
-  if (!a.precision.empty()) {
-    LOOM_ASSIGN_OR_RETURN(precision, parse_precision(a.precision));
-  }
-  if (precision == Precision::kFp8)
-    return unsupported("the CUDA backend trains in bf16, fp16 (with dynamic loss scaling) or fp32, the plan asks for "
-                       "fp8; pass --precision bf16");
-  const int devices = cuda::device_count();
-  if (devices == 0) return unsupported("--backend cuda: no NVIDIA GPU is visible on this rank; use --backend cpu");
-  const exec::LaunchEnv env = exec::detect_launch_env();
-  // NCCL refuses two ranks on one GPU (it would fail later as "duplicate GPU").
-  if (env.local_world > devices)
-    return invalid_argument("--backend cuda: " + std::to_string(env.local_world) + " ranks on this node but " +
-                            std::to_string(devices) + " GPU(s) visible; NCCL needs one GPU per rank: launch at most " +
-                            std::to_string(devices) + " ranks per node (mpirun -npernode " + std::to_string(devices) +
-                            ")");
-  if (a.device >= devices)
-    return invalid_argument("--device " + std::to_string(a.device) + ": only " + std::to_string(devices) +
-                            " GPU(s) visible");
-  const int device = a.device >= 0 ? a.device : env.local_rank % devices;
-  LOOM_ASSIGN_OR_RETURN(d.backend, exec::make_cuda_backend(device, precision));
-#ifdef LOOM_HAVE_NCCL
-  exec::NcclOptions no;
-  no.timeout_s = a.timeout_s;
-  no.device = device;
-  no.compute_stream = d.backend->native_stream();
-  LOOM_ASSIGN_OR_RETURN(d.world, exec::nccl_world(&world, env.local_rank, no));
-#else
-  return unsupported("--backend cuda needs the NCCL communicator, which this build lacks (NCCL and MPI are found "
-                     "next to the CUDA toolkit at configure time)");
-#endif
-  d.description = cuda::device_description(device) + " (" + precision_name(precision) + ")";
-  d.precision = precision;
-  return d;
-#else
-  (void)world;
-  (void)plan_precision;
-  return unsupported("--backend cuda: this loom was built without CUDA; rebuild with -DLOOM_WITH_CUDA=ON");
-#endif
-}
-
 // Whether any rank failed the checks every rank makes before allocating:
 // every rank learns it at once (a collective), so a problem met by some ranks
 // only (a file missing on one node) ends the whole job together, the message
@@ -238,8 +170,7 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
     LOOM_RETURN_IF_ERROR(validate_layout(cfg.layout, cfg.model, cfg.train, world.size()));
     // The plan's (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
     if (a.backend == "cpu")
-      LOOM_RETURN_IF_ERROR(
-          check_execute_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), false, Precision::kFp32));
+      LOOM_RETURN_IF_ERROR(check_host_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank()));
     return Status::ok();
   }();
   if (int rc = agree_on_failure(world, early); rc != 0) {
@@ -268,7 +199,12 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
   cpu::set_num_threads(threads->threads);
   if (lead && !a.quiet) std::printf("threads: %s\n", threads->describe().c_str());
   if (lead && !threads->warning.empty()) std::fprintf(stderr, "loom execute: warning: %s\n", threads->warning.c_str());
-  auto devices = open_devices(world, a, cfg.train.precision);
+  exec::DeviceRequest dreq;
+  dreq.backend = a.backend;
+  dreq.precision = a.precision;
+  dreq.device = a.device;
+  dreq.timeout_s = a.timeout_s;
+  auto devices = exec::open_devices(world, dreq, cfg.train.precision);
   if (!devices.is_ok()) return say(devices.status());
   // --profile-ops: the per-op profiler in front of the backend's kernel table
   // (the CPU backend is made here instead of by the trainer so it can be wrapped).
@@ -283,9 +219,12 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
   cfg.device_world = devices->world.get();
   if (lead && !a.quiet) std::printf("backend: %s\n", devices->description.c_str());
   if (devices->world) {  // CUDA: this rank's stage against its device's free memory
-    if (Status s = check_execute_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), true, devices->precision);
-        !s.is_ok())
-      return say(s);
+    size_t free_b = 0, total_b = 0;
+    if (exec::device_memory(*devices, &free_b, &total_b))
+      if (Status s = check_device_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), devices->precision,
+                                         free_b, "GPU " + std::to_string(devices->cuda_device) + "'s free memory");
+          !s.is_ok())
+        return say(s);
   }
   auto trainer = exec::Trainer::create(&world, cfg, data->get());
   if (!trainer.is_ok()) return say(trainer.status());

@@ -8,11 +8,6 @@
 #include "exec/comm/communicator.h"
 #include "sim/memory_model.h"
 #include "sim/report.h"
-#ifdef LOOM_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "exec/backend/cuda/cuda_ops.h"
-#endif
 
 namespace loom::cli {
 
@@ -69,35 +64,37 @@ Result<double> host_available_bytes() {
   return not_found("/proc/meminfo: no MemAvailable line");
 }
 
-Status check_execute_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
-                            int rank, bool cuda, Precision precision) {
+namespace {
+
+SimOptions plan_sim_options(const Plan& plan) {
   SimOptions opt;
   if (!plan.sim_options_json.empty()) {
     auto parsed = parse_sim_options(plan.sim_options_json);
     if (parsed.is_ok()) opt = *parsed;
   }
+  return opt;
+}
+
+}  // namespace
+
+Status check_device_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
+                           int rank, Precision precision, size_t free_bytes, const std::string& where) {
   std::string detail;
-  if (cuda) {
-#ifdef LOOM_HAVE_CUDA
-    int device = 0;
-    size_t free_b = 0, total_b = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || !cuda::device_memory(device, &free_b, &total_b)) {
-      (void)cudaGetLastError();
-      return Status::ok();  // nothing to compare with; the allocator reports a shortage itself
-    }
-    const double need = ranks_memory_bytes(model, train, layout, plan.hw, opt, precision, rank, 1, false, &detail);
-    return check_memory_fits(need, double(free_b), 1, "GPU " + std::to_string(device) + "'s free memory", detail);
-#else
-    return Status::ok();
-#endif
-  }
+  const double need =
+      ranks_memory_bytes(model, train, layout, plan.hw, plan_sim_options(plan), precision, rank, 1, false, &detail);
+  return check_memory_fits(need, double(free_bytes), 1, where, detail);
+}
+
+Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
+                         int rank) {
   auto avail = host_available_bytes();
   if (!avail.is_ok()) return Status::ok();  // not Linux: nothing to compare with
   const exec::LaunchEnv env = exec::detect_launch_env();
   const int local = std::max(1, env.local_world);
   const int first = rank / local * local;  // launchers place consecutive ranks on a host
-  const double need = ranks_memory_bytes(model, train, layout, plan.hw, opt, Precision::kFp32, first, local, true,
-                                         &detail);
+  std::string detail;
+  const double need = ranks_memory_bytes(model, train, layout, plan.hw, plan_sim_options(plan), Precision::kFp32,
+                                         first, local, true, &detail);
   return check_memory_fits(need, *avail, local, "this host's available memory (MemAvailable)", detail);
 }
 

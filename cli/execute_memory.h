@@ -34,12 +34,14 @@ Status check_memory_fits(double need_bytes, double available_bytes, int ranks, c
 // MemAvailable from /proc/meminfo in bytes; kNotFound where it cannot be read.
 Result<double> host_available_bytes();
 
-// The whole check for `loom execute` on this rank, before it allocates: the
-// model, train and layout as it will run them (after --scale), the plan's
-// hardware and simulator options. CPU: this host's ranks (the launcher's
-// local_world ranks around `rank`) against MemAvailable; CUDA: this rank's
-// stage against the current device's free memory.
-Status check_execute_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
-                            int rank, bool cuda, Precision precision);
+// The checks for `loom execute` on this rank, before it allocates: the model,
+// train and layout as it will run them (after --scale), the plan's hardware
+// and simulator options. Host: this host's ranks (the launcher's local_world
+// ranks around `rank`) against MemAvailable (ok where it cannot be read).
+// Device: this rank's stage in `precision` against the device's free bytes.
+Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
+                         int rank);
+Status check_device_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
+                           int rank, Precision precision, size_t free_bytes, const std::string& where);
 
 }  // namespace loom::cli

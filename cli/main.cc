@@ -6,12 +6,7 @@
 #include "cli/commands.h"
 #include "core/output_file.h"
 #include "core/plan.h"
-#ifdef LOOM_HAVE_CUDA
-#include "exec/backend/cuda/cuda_ops.h"
-#endif
-#ifdef LOOM_HAVE_NCCL
-#include "exec/comm/nccl_communicator.h"
-#endif
+#include "exec/runtime/devices.h"
 
 namespace loom::cli {
 
@@ -70,17 +65,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "--version" || cmd == "version") {
     std::printf("loom %s\n", loom::loom_version());
-#ifdef LOOM_HAVE_CUDA
-    const int gpus = loom::cuda::device_count();
-    std::printf("%s", loom::cuda::runtime_versions().c_str());
-#ifdef LOOM_HAVE_NCCL
-    std::printf(", NCCL %s", loom::exec::nccl_version().c_str());
-#endif
-    std::printf("\n%d GPU(s)%s", gpus, gpus > 0 ? ":" : "\n");
-    for (int i = 0; i < gpus; ++i) std::printf(" %d %s\n", i, loom::cuda::device_description(i).c_str());
-#else
-    std::printf("built without CUDA (CPU backend only)\n");
-#endif
+    std::printf("%s", loom::exec::accelerator_report().c_str());
     return 0;
   }
   if (cmd == "plan") return loom::cli::cmd_plan(argc - 1, argv + 1);
