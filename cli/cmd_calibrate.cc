@@ -19,6 +19,7 @@
 #include "core/output_file.h"
 #include "core/hw_profile.h"
 #include "core/json_util.h"
+#include "exec/backend/backend_error.h"
 #include "exec/backend/kernel_bench.h"
 #include "exec/runtime/devices.h"
 #include "exec/comm/self_communicator.h"
@@ -361,7 +362,11 @@ int cmd_calibrate(int argc, char** argv) {
     if (Status s = check_output_path(a.out, "--out"); !s.is_ok()) return fail("calibrate", s);
   auto world = exec::open_world(&argc, &argv);
   if (!world.is_ok()) return fail("calibrate", world.status());
-  return calibrate(world->comm(), *bench, a);
+  try {
+    return calibrate(world->comm(), *bench, a);
+  } catch (const exec::BackendError& e) {  // a failed device call (exec/backend/backend_error.h)
+    return fail("calibrate", e.status());
+  }
 }
 
 }  // namespace loom::cli

@@ -12,6 +12,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kRemoteError: return "remote error";
     case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kResourceExhausted: return "out of memory";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

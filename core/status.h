@@ -26,6 +26,7 @@ enum class StatusCode {
   kUnsupported,      // valid input this build or machine cannot do
   kRemoteError,      // a peer rank failed
   kTimeout,          // a peer or device did not answer in time
+  kResourceExhausted,  // out of host or device memory
   kInternal,         // a bug in Loom
 };
 
@@ -56,6 +57,7 @@ inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::mov
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

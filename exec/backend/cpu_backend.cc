@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/backend/backend_error.h"
 #include "exec/backend/compute_backend.h"
 
 namespace loom::exec {
@@ -69,7 +70,11 @@ class CpuBackend final : public ComputeBackend {
     // 64-byte aligned for Eigen's vectorized kernels.
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw std::bad_alloc();
+    if (!p)
+      throw_backend_error(resource_exhausted(
+          "out of host memory: allocating " + std::to_string(rounded >> 20) + " MiB with " +
+          std::to_string(allocated_.load() >> 20) + " MiB of tensors live on this rank; lower the micro-batch, use "
+          "recompute, ZeRO, or more ranks (or more memory per rank)"));
     if (poison_uninitialized()) std::memset(p, 0xFF, rounded);
     add(bytes);
     return p;

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/stage_split.h"
+#include "exec/backend/backend_error.h"
 
 namespace loom::exec {
 
@@ -27,7 +28,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(Communicator* world, const Trai
   impl->cfg = cfg;
   impl->world = world;
   impl->data = data;
-  LOOM_RETURN_IF_ERROR(impl->setup());
+  Impl* raw = impl.get();
+  LOOM_RETURN_IF_ERROR(guard_backend([raw] { return raw->setup(); }, "setting up the trainer"));
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -307,6 +309,17 @@ Status Trainer::Impl::load_batch(int64_t step) {
 }
 
 Result<StepResult> Trainer::step(int64_t step) {
+  StepResult r;
+  Impl& s = *impl_;
+  s.current_op = nullptr;
+  LOOM_RETURN_IF_ERROR(guard_backend([&] { return run_step(step, &r); }, [&] {
+    return "step " + std::to_string(step + 1) +
+           (s.current_op ? " in " + s.program.op_name(*s.current_op) : std::string());
+  }()));
+  return r;
+}
+
+Status Trainer::run_step(int64_t step, StepResult* out) {
   Impl& s = *impl_;
   const Layout& l = s.cfg.layout;
   s.times = PhaseTimes{};
@@ -319,8 +332,12 @@ Result<StepResult> Trainer::step(int64_t step) {
   s.update = OptimizerResult{};
   const double loss_scale = s.optimizer->loss_scale();
   for (auto& chunk : s.chunks) chunk->set_grad_scale(float(loss_scale));
-  for (int32_t id : s.program.stage_ops[size_t(s.coords.pp)]) LOOM_RETURN_IF_ERROR(s.run_op(s.program.ops[size_t(id)]));
-  StepResult r;
+  for (int32_t id : s.program.stage_ops[size_t(s.coords.pp)]) {
+    s.current_op = &s.program.ops[size_t(id)];
+    LOOM_RETURN_IF_ERROR(s.run_op(*s.current_op));
+  }
+  s.current_op = nullptr;
+  StepResult& r = *out;
   r.step = step;
   r.grad_norm = s.update.grad_norm;
   r.lr = s.update.lr;
@@ -336,7 +353,7 @@ Result<StepResult> Trainer::step(int64_t step) {
   r.phases = s.times;
   r.peak_memory_bytes = s.backend->peak_allocated_bytes();
   events_ = s.events;
-  return r;
+  return Status::ok();
 }
 
 }  // namespace loom::exec

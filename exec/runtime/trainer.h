@@ -90,6 +90,8 @@ class Trainer {
   // same model and sets *next_step.
   Status snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out);
   Status restore(const ckpt::CheckpointReader& reader, int64_t* next_step);
+  // Errors of every call: a Status; a backend's out-of-memory is
+  // kResourceExhausted naming the size, what was in use and the op.
 
   // Flat parameters of this rank (for tests).
   const ParamStore& params() const { return *params_; }
@@ -98,6 +100,9 @@ class Trainer {
  private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  Status run_step(int64_t step, StepResult* out);
+  Status snapshot_impl(int64_t next_step, bool light, ckpt::SaveRequest* out);
+  Status restore_impl(const ckpt::CheckpointReader& reader, int64_t* next_step);
   std::unique_ptr<Impl> impl_;
   RankCoords coords_;
   ParamStore* params_ = nullptr;

@@ -39,6 +39,7 @@ struct Trainer::Impl {
 
   // The step in progress.
   int64_t current_step = 0;
+  const Op* current_op = nullptr;  // for errors: the op a backend failure happened in
   double loss_sum = 0;
   OptimizerResult update;
   std::vector<int32_t> tokens, targets;  // this DP rank's samples of the step (host)

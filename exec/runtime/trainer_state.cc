@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/json_util.h"
+#include "exec/backend/backend_error.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/checkpoint/training_state.h"
 #include "exec/runtime/trainer_impl.h"
@@ -99,6 +100,14 @@ Status check_same_model(const ckpt::CheckpointReader& r, const ModelSpec& model,
 }  // namespace
 
 Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) {
+  return guard_backend([&] { return snapshot_impl(next_step, light, out); }, "checkpoint snapshot");
+}
+
+Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
+  return guard_backend([&] { return restore_impl(r, next_step); }, "checkpoint restore");
+}
+
+Status Trainer::snapshot_impl(int64_t next_step, bool light, ckpt::SaveRequest* out) {
   Impl& s = *impl_;
   const Optimizer& opt = *s.optimizer;
   out->step = next_step;
@@ -183,7 +192,7 @@ Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) 
   return Status::ok();
 }
 
-Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
+Status Trainer::restore_impl(const ckpt::CheckpointReader& r, int64_t* next_step) {
   Impl& s = *impl_;
   Optimizer& opt = *s.optimizer;
   DataParallel& dp = *s.sharding;

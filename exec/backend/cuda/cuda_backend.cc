@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/backend/backend_error.h"
 #include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_kernels.h"
 #include "exec/backend/cuda/cuda_op_timer.h"
@@ -29,12 +30,20 @@ namespace loom::exec {
 
 namespace {
 
-void fatal(cudaError_t e, const char* what) {
-  // ComputeBackend's allocation and copy calls have no Status: an out-of-
-  // memory allocation throws bad_alloc (the runtime reports it), anything
-  // else is a broken device and ends the process with the CUDA message.
-  std::fprintf(stderr, "loom: CUDA backend: %s: %s (%s)\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
-  std::exit(1);
+[[noreturn]] void fatal(cudaError_t e, const char* what) {
+  // ComputeBackend's allocation and copy calls have no Status: they throw a
+  // BackendError (exec/backend/backend_error.h) that the trainer's entry
+  // points return as their Status.
+  throw_backend_error(internal_error(std::string("CUDA backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
+                                     cudaGetErrorString(e) +
+                                     "); the device is in an error state: check `nvidia-smi` and rerun with "
+                                     "LOOM_CUDA_SYNC_DEBUG=1 to name the kernel"));
+}
+
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / double(1ull << 30));
+  return b;
 }
 
 bool sync_debug_requested() {
@@ -108,7 +117,14 @@ class CudaBackend final : public ComputeBackend {
         e = cudaMalloc(&p, rounded);
         if (e == cudaErrorMemoryAllocation) {
           (void)cudaGetLastError();
-          throw std::bad_alloc();
+          size_t free_b = 0, total_b = 0;
+          (void)cudaMemGetInfo(&free_b, &total_b);
+          (void)cudaGetLastError();
+          throw_backend_error(resource_exhausted(
+              "out of memory on GPU " + std::to_string(device_) + ": allocating " + gib(double(rounded)) +
+              " with " + gib(double(allocated_.load())) + " of tensors live (peak " + gib(double(peak_.load())) +
+              "), " + gib(double(free_b)) + " free of " + gib(double(total_b)) +
+              "; lower the micro-batch, use recompute=selective or full, ZeRO, or more pipeline / tensor ranks"));
         }
       }
       if (e != cudaSuccess) fatal(e, "cudaMalloc");
@@ -218,10 +234,10 @@ class CudaBackend final : public ComputeBackend {
     if (e == cudaSuccess) return;
     // A fault a kernel raised earlier was named by the table's check already.
     const Status table = kernels().status();
-    std::fprintf(stderr, "loom: LOOM_CUDA_SYNC_DEBUG: CUDA error '%s' (%s) in %s (bytes=%zu)%s%s\n",
-                 cudaGetErrorString(e), cudaGetErrorName(e), what, bytes,
-                 table.is_ok() ? "" : "; first reported: ", table.is_ok() ? "" : table.message().c_str());
-    std::exit(1);
+    throw_backend_error(internal_error(std::string("LOOM_CUDA_SYNC_DEBUG: CUDA error '") + cudaGetErrorString(e) +
+                                       "' (" + cudaGetErrorName(e) + ") in " + what + " (bytes=" +
+                                       std::to_string(bytes) + ")" +
+                                       (table.is_ok() ? std::string() : "; first reported: " + table.message())));
   }
   // 512-byte granularity below 1 MB, 2 MB above (fewer distinct cached sizes).
   static size_t round_up(size_t b) {

@@ -16,19 +16,23 @@
 #include "exec/backend/cuda/cuda_ops.h"
 #include "exec/backend/kernel_bench.h"
 
+#include "exec/backend/backend_error.h"
+
 namespace loom::exec {
 
 namespace {
 
+// A failed call throws a BackendError (exec/backend/backend_error.h) that
+// the calibration's entry point returns as its Status.
 void must(const Status& s) {
-  if (s.is_ok()) return;
-  std::fprintf(stderr, "loom calibrate: CUDA: %s\n", s.message().c_str());
-  std::exit(1);
+  if (!s.is_ok()) throw_backend_error(s.with_context("CUDA"));
 }
 void must(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
-  std::fprintf(stderr, "loom calibrate: CUDA: %s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
+  const Status s = e == cudaErrorMemoryAllocation ? resource_exhausted(std::string("CUDA: ") + what + ": out of device memory")
+                                                  : internal_error(std::string("CUDA: ") + what + ": " +
+                                                                   cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  throw_backend_error(s);
 }
 
 // A device allocation owned by the callables that use it.
