@@ -23,6 +23,11 @@ namespace loom {
 enum class Precision { kFp32, kBf16, kFp16, kFp8 };
 const char* precision_name(Precision p);
 Result<Precision> parse_precision(const std::string& text);
+// Bytes of one activation or 16/32-bit weight element in `p`: 4 in fp32, 2
+// otherwise (fp8 training keeps 16-bit activations and weights; its fp8
+// GEMM copies are costed where they are made). The one definition the
+// simulator's compute, memory and communication models use.
+inline double element_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
 // GEMM efficiency (achieved / peak) as a function of the GEMM's work. Points
 // are (flops, efficiency) sorted by flops; lookups interpolate linearly in

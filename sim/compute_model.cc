@@ -7,7 +7,6 @@ namespace loom {
 
 namespace {
 
-double act_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
 // Memory-bound time of moving `bytes` through HBM, plus kernel overheads.
 double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int kernels) {
@@ -66,7 +65,7 @@ ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfil
 PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
                      const ComputeShape& sh, bool moe_layer) {
   PieceCost c;
-  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = act_bytes(p);
+  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = element_bytes(p);
   const double s = double(sh.seq), b = T / s;
   const double a = m.num_heads, g = m.num_kv_heads, d = double(m.head_dim);
   const double r = sh.sp ? 1.0 / t : 1.0;  // share of replicated elementwise work with SP
@@ -238,7 +237,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
 PieceCost embedding_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
                          const ComputeShape& sh) {
   PieceCost c;
-  const double T = double(sh.tokens), h = double(m.hidden), e = act_bytes(p);
+  const double T = double(sh.tokens), h = double(m.hidden), e = element_bytes(p);
   // Gather rows (+ positions), write the activations; backward scatter-adds.
   double bytes = 3 * T * h * e;
   c.fwd_s = mem_time_s(hw, opt, bytes, 2);
@@ -260,7 +259,7 @@ PieceCost embedding_cost(const ModelSpec& m, const HwProfile& hw, const SimOptio
 PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
                     const ComputeShape& sh) {
   PieceCost c;
-  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = act_bytes(p);
+  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = element_bytes(p);
   const double r = sh.sp ? 1.0 / t : 1.0;
   const double V = double(m.vocab);
   GemmSum gemm{hw, p, opt};

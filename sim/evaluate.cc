@@ -36,7 +36,6 @@ namespace {
 double grad_elem_bytes(Precision p, const SimOptions& opt) {
   return (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
 }
-double weight_elem_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
 void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   sc.fwd_s += pc.fwd_s * count;
@@ -132,7 +131,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   StageParams params = stage_params(model_, l, split, s);
   sc.grad_bytes = params.dense * grad_elem_bytes(p, opt_);
   sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
-  sc.param_bytes_gather = params.total() * weight_elem_bytes(p);
+  sc.param_bytes_gather = params.total() * element_bytes(p);
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params);
 }
@@ -161,7 +160,7 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   edp_shape.ranks = l.dp / l.ep;
   edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
   edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
-  const double w_over_g = weight_elem_bytes(train_.precision) / grad_elem_bytes(train_.precision, opt_);
+  const double w_over_g = element_bytes(train_.precision) / grad_elem_bytes(train_.precision, opt_);
   Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
   d.grad_sync = collective_cost(hw_, grad_coll, dp_shape, sc.grad_bytes);
   d.grad_sync_s = d.grad_sync.time_s;
@@ -187,7 +186,7 @@ double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
   GroupShape pair{2, pp_shape.nodes > 1 ? 2 : 1, pp_shape.nodes > 1 ? 1 : 2};
   // One micro-batch's activation; Megatron's scatter-gather optimization (and
   // sequence parallelism) sends 1/tp of it from each TP rank.
-  double bytes = double(l.micro_batch) * train_.seq_len * model_.hidden * weight_elem_bytes(train_.precision) / l.tp;
+  double bytes = double(l.micro_batch) * train_.seq_len * model_.hidden * element_bytes(train_.precision) / l.tp;
   CollectiveCost c = collective_cost(hw_, Collective::kSendRecv, pair, bytes);
   if (cost) *cost = c;
   return c.time_s;
@@ -231,7 +230,7 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     t.proto[k] = c.proto;
   };
   const ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
-  const double act_bytes = double(shape.tokens) * model_.hidden * weight_elem_bytes(train_.precision);
+  const double act_bytes = double(shape.tokens) * model_.hidden * element_bytes(train_.precision);
   if (l.tp > 1) {
     Collective c = l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce;
     typical(CommKind::kTp, collective_cost(hw_, c, shape.tp_group, act_bytes), act_bytes);

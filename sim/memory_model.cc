@@ -33,12 +33,11 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& 
 }
 
 namespace {
-double act_elem_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 }  // namespace
 
 double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOptions& opt, int64_t seq,
                               Precision precision, bool moe_layer) {
-  const double e = act_elem_bytes(precision), t = l.tp, s = double(seq), b = l.micro_batch;
+  const double e = element_bytes(precision), t = l.tp, s = double(seq), b = l.micro_batch;
   const double T = b * s, h = double(m.hidden), a = m.num_heads;
   const double r = l.sequence_parallel ? 1.0 / t : 1.0;
   const bool dropout = uses_dropout(m, opt);
@@ -88,7 +87,7 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
 
 double layer_checkpoint_bytes(const ModelSpec& m, const Layout& l, int64_t seq, Precision precision) {
   double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;
-  return double(l.micro_batch) * double(seq) * double(m.hidden) * act_elem_bytes(precision) * r;
+  return double(l.micro_batch) * double(seq) * double(m.hidden) * element_bytes(precision) * r;
 }
 
 int64_t in_flight_micro_batches(const Layout& l, int64_t m, int stage) {
@@ -155,7 +154,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // Activations held at the stage's peak.
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
   const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage);
-  const double e = train.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double e = element_bytes(train.precision);
   const double T = double(l.micro_batch) * double(train.seq_len), h = double(m.hidden);
   const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;
   const int layers = sm.layers, moe_layers = split.stage_moe_layers(stage), dense_layers = layers - moe_layers;
