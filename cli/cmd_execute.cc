@@ -28,6 +28,7 @@
 #include "exec/runtime/compute_threads.h"
 #include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
+#include "exec/runtime/trainer_checkpoint.h"
 #include "exec/comm/world.h"
 #include "exec/runtime/devices.h"
 
@@ -239,7 +240,7 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
     }
     auto reader = ckpt::CheckpointReader::open(where);
     if (!reader.is_ok()) return say(reader.status().with_context("--resume " + a.resume));
-    if (Status s = (*trainer)->restore(**reader, &start_step); !s.is_ok()) return say(s);
+    if (Status s = exec::restore_trainer(**trainer, **reader, &start_step); !s.is_ok()) return say(s);
     if (lead)
       std::printf("resumed from %s at step %lld\n", (*reader)->path().c_str(), (long long)start_step);
   }
@@ -263,7 +264,7 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
   install_stop_handlers();
   auto save = [&](int64_t next_step, bool light) -> Status {
     ckpt::SaveRequest req;
-    LOOM_RETURN_IF_ERROR((*trainer)->snapshot(next_step, light, &req));
+    LOOM_RETURN_IF_ERROR(exec::snapshot_trainer(**trainer, next_step, light, &req));
     return checkpointer->save(std::move(req));
   };
 

@@ -35,6 +35,12 @@ class CheckpointReader;
 }  // namespace loom::ckpt
 
 namespace loom::exec {
+class Trainer;
+Status snapshot_trainer(Trainer& trainer, int64_t next_step, bool light, ckpt::SaveRequest* out);
+Status restore_trainer(Trainer& trainer, const ckpt::CheckpointReader& reader, int64_t* next_step);
+}  // namespace loom::exec
+
+namespace loom::exec {
 
 struct TrainerConfig {
   ModelSpec model;
@@ -81,28 +87,18 @@ class Trainer {
   int stage() const { return coords_.pp; }
   // Measured op timings of the last step (program op ids), for the trace.
   const std::vector<TraceEvent>& last_step_events() const { return events_; }
-  // Checkpoints (exec/runtime/trainer_state.cc, target loom_exec_ckpt).
-  // Collective: every rank calls them. snapshot() fills this rank's part of a
-  // checkpoint taken after `next_step` steps: its TP/PP slice of every
-  // parameter and of the Adam moments (ZeRO shards gathered over DP; DP rank 0
-  // of each slice writes it) and its training state. restore() reads the
-  // slices this rank needs from a checkpoint written under ANY layout of the
-  // same model and sets *next_step.
-  Status snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out);
-  Status restore(const ckpt::CheckpointReader& reader, int64_t* next_step);
-  // Errors of every call: a Status; a backend's out-of-memory is
-  // kResourceExhausted naming the size, what was in use and the op.
-
   // Flat parameters of this rank (for tests).
   const ParamStore& params() const { return *params_; }
   double lr_at(int64_t step) const;
 
+  struct Impl;  // exec/runtime/trainer_impl.h, private to exec/runtime
+
  private:
-  struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
   Status run_step(int64_t step, StepResult* out);
-  Status snapshot_impl(int64_t next_step, bool light, ckpt::SaveRequest* out);
-  Status restore_impl(const ckpt::CheckpointReader& reader, int64_t* next_step);
+  // Checkpoints reach the state through these (exec/runtime/trainer_checkpoint.h).
+  friend Status snapshot_trainer(Trainer& trainer, int64_t next_step, bool light, ckpt::SaveRequest* out);
+  friend Status restore_trainer(Trainer& trainer, const ckpt::CheckpointReader& reader, int64_t* next_step);
   std::unique_ptr<Impl> impl_;
   RankCoords coords_;
   ParamStore* params_ = nullptr;

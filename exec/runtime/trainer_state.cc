@@ -8,6 +8,7 @@
 #include "exec/backend/backend_error.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/checkpoint/training_state.h"
+#include "exec/runtime/trainer_checkpoint.h"
 #include "exec/runtime/trainer_impl.h"
 
 namespace loom::exec {
@@ -99,16 +100,9 @@ Status check_same_model(const ckpt::CheckpointReader& r, const ModelSpec& model,
 
 }  // namespace
 
-Status Trainer::snapshot(int64_t next_step, bool light, ckpt::SaveRequest* out) {
-  return guard_backend([&] { return snapshot_impl(next_step, light, out); }, "checkpoint snapshot");
-}
+namespace {
 
-Status Trainer::restore(const ckpt::CheckpointReader& r, int64_t* next_step) {
-  return guard_backend([&] { return restore_impl(r, next_step); }, "checkpoint restore");
-}
-
-Status Trainer::snapshot_impl(int64_t next_step, bool light, ckpt::SaveRequest* out) {
-  Impl& s = *impl_;
+Status snapshot_impl(Trainer::Impl& s, int64_t next_step, bool light, ckpt::SaveRequest* out) {
   const Optimizer& opt = *s.optimizer;
   out->step = next_step;
   out->light = light;
@@ -192,8 +186,7 @@ Status Trainer::snapshot_impl(int64_t next_step, bool light, ckpt::SaveRequest* 
   return Status::ok();
 }
 
-Status Trainer::restore_impl(const ckpt::CheckpointReader& r, int64_t* next_step) {
-  Impl& s = *impl_;
+Status restore_impl(Trainer::Impl& s, const ckpt::CheckpointReader& r, int64_t* next_step) {
   Optimizer& opt = *s.optimizer;
   DataParallel& dp = *s.sharding;
   if (!r.has_model())
@@ -242,6 +235,16 @@ Status Trainer::restore_impl(const ckpt::CheckpointReader& r, int64_t* next_step
   dp.clear_grads();
   *next_step = step;
   return Status::ok();
+}
+
+}  // namespace
+
+Status snapshot_trainer(Trainer& t, int64_t next_step, bool light, ckpt::SaveRequest* out) {
+  return guard_backend([&] { return snapshot_impl(*t.impl_, next_step, light, out); }, "checkpoint snapshot");
+}
+
+Status restore_trainer(Trainer& t, const ckpt::CheckpointReader& r, int64_t* next_step) {
+  return guard_backend([&] { return restore_impl(*t.impl_, r, next_step); }, "checkpoint restore");
 }
 
 }  // namespace loom::exec
