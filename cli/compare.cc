@@ -12,16 +12,12 @@
 
 namespace loom::cli {
 
-namespace {
-
 std::string error_text(double e) {
   if (std::isnan(e)) return "n/a";
   if (std::isinf(e)) return e > 0 ? "+inf" : "-inf";
   const long pct = std::lround(100 * e);
   return (pct > 0 ? "+" : "") + std::to_string(pct) + "%";
 }
-
-}  // namespace
 
 std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other_hardware) {
   auto rows = compare_rows(plan, rec, other_hardware);

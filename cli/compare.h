@@ -14,6 +14,9 @@ namespace loom::cli {
 using loom::ComparisonRow;
 using loom::compare_rows;
 
+// A relative error as text: "+12%", "-3%", "+inf" (a prediction of 0), "n/a" (NaN).
+std::string error_text(double rel_error);
+
 std::string format_comparison(const Plan& plan, const RunRecord& record, bool other_hardware = false);
 // Keyed by figure id: {"step_time": {"predicted", "measured", "unit",
 // "label"}, "step_time_rel_error": x (null when not finite), ...}

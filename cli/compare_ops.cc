@@ -21,13 +21,6 @@ Result<Trace> load_trace(const std::string& path) {
   return t;
 }
 
-std::string error_text(double e) {
-  if (std::isnan(e)) return "n/a";
-  if (std::isinf(e)) return e > 0 ? "+inf" : "-inf";
-  const long pct = std::lround(100 * e);
-  return (pct > 0 ? "+" : "") + std::to_string(pct) + "%";
-}
-
 OrderedJson number_or_null(double x) { return std::isfinite(x) ? OrderedJson(x) : OrderedJson(nullptr); }
 
 std::string ops_json(const OpComparison& c, const std::string& pred, const std::string& meas) {
