@@ -18,6 +18,7 @@
 #include "cli/execute_memory.h"
 #include "core/json_util.h"
 #include "core/output_file.h"
+#include "core/phases.h"
 #include "core/plan.h"
 #include "core/resources.h"
 #include "core/run_record.h"
@@ -75,8 +76,9 @@ struct ExecArgs {
 
 // Every rank's events of the last step, merged into one Chrome trace by rank 0
 // (ranks write part files next to the target; one host or a shared file system).
+// `program_hash` names the program the ops belong to (`loom compare --ops`).
 Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEvent>& mine, const std::string& path,
-                          const std::string& plan_hash) {
+                          const std::string& plan_hash, const std::string& program_hash) {
   Trace part;
   part.kind = "measured";
   part.events = mine;
@@ -89,6 +91,7 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   Trace all;
   all.kind = "measured";
   all.plan_hash = plan_hash;
+  all.program_hash = program_hash;
   for (int r = 0; r < world.size(); ++r) {
     std::string p = base + ".rank" + std::to_string(r);
     LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(p));
@@ -102,6 +105,22 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   }
   for (int i = 0; i < kNumStreams; ++i) all.thread_names.push_back(stream_name(static_cast<Stream>(i)));
   return write_trace(all, path);
+}
+
+// One step of this rank as the typed phases the comparison reads
+// (core/phases.h says what each field holds on the executor's side).
+StepPhases measured_phases(const exec::PhaseTimes& t) {
+  StepPhases p;
+  p.forward_s = t.forward_s;
+  p.backward_s = t.backward_s;
+  // TP collectives run inside a chunk's forward/backward and are not timed
+  // apart (the trainer leaves PhaseTimes::tp_comm_s unset).
+  p.tp_comm_exposed_s = kNotMeasured;
+  p.pipeline_wait_s = t.pp_comm_s;
+  p.dp_comm_exposed_s = t.dp_comm_s;
+  p.optimizer_s = t.optimizer_s;
+  p.data_wait_s = t.data_s;
+  return p;
 }
 
 // Every output is checked before the first step (core/output_file.h): a
@@ -301,7 +320,7 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
   rec.mfu_formula = "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (ranks * peak_flops_per_rank)";
   rec.peak_flops_per_rank = peak;
   rec.warmup_steps = cfg.train.steps - start_step > 3 ? 2 : 0;
-  exec::PhaseTimes sum;
+  StepPhases sum = measured_phases(exec::PhaseTimes{});  // zeros, what is not measured marked so
   double ckpt_stall_s = 0;
   double time_sum = 0;
   int64_t measured = 0;
@@ -330,12 +349,7 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
     if (step - start_step >= rec.warmup_steps) {
       ++measured;
       time_sum += r->step_time_s;
-      sum.forward_s += r->phases.forward_s;
-      sum.backward_s += r->phases.backward_s;
-      sum.pp_comm_s += r->phases.pp_comm_s;
-      sum.dp_comm_s += r->phases.dp_comm_s;
-      sum.optimizer_s += r->phases.optimizer_s;
-      sum.data_s += r->phases.data_s;
+      sum += measured_phases(r->phases);
     }
     if (lead) {
       if (!a.quiet)
@@ -399,20 +413,25 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
     if (lead && !a.quiet) std::printf("checkpoint stall: %.3f s in total over the run\n", ckpt_stall_s);
   }
   rec.checkpoint_stall_s = ckpt_stall_s;
-  // Phases of the slowest rank: each rank's means, the max of their sum wins.
+  // Phases of the critical rank: each rank's means; the rank with the largest
+  // compute (forward + backward) wins.
   double n = double(std::max<int64_t>(1, measured));
-  std::vector<double> mine{sum.forward_s / n, sum.backward_s / n, sum.pp_comm_s / n,
-                           sum.dp_comm_s / n, sum.optimizer_s / n, sum.data_s / n};
-  std::vector<double> all(mine.size() * size_t(world.size()), 0.0), mem(size_t(world.size()), 0.0);
-  for (size_t i = 0; i < mine.size(); ++i) all[size_t(world.rank()) * mine.size() + i] = mine[i];
-  mem[size_t(world.rank())] = double(peak_mem);
+  const size_t rank = size_t(world.rank()), ranks = size_t(world.size());
+  std::vector<double> all(kNumPhases * ranks, 0.0), mem(ranks, 0.0);
+  const PhaseArray mine = flatten(sum / n);
+  std::copy(mine.begin(), mine.end(), all.begin() + ptrdiff_t(rank * kNumPhases));
+  mem[rank] = double(peak_mem);
   if (Status s = world.all_reduce(all.data(), all.size()); !s.is_ok()) return say(s);
   if (Status s = world.all_reduce(mem.data(), mem.size()); !s.is_ok()) return say(s);
-  int crit = 0;
-  auto busy = [&](int r) { return all[size_t(r) * 6] + all[size_t(r) * 6 + 1]; };
-  for (int r = 1; r < world.size(); ++r)
-    if (busy(r) > busy(crit)) crit = r;
-  const double* c = all.data() + size_t(crit) * 6;
+  std::vector<StepPhases> per_rank(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
+    PhaseArray slot;
+    std::copy_n(all.begin() + ptrdiff_t(r * kNumPhases), kNumPhases, slot.begin());
+    per_rank[r] = unflatten(slot);
+  }
+  size_t crit = 0;
+  for (size_t r = 1; r < ranks; ++r)
+    if (per_rank[r].compute_s() > per_rank[crit].compute_s()) crit = r;
   rec.step_time_s = measured ? time_sum / n : (rec.step_times_s.empty() ? 0 : rec.step_times_s.back());
   {
     std::vector<double> t(rec.step_times_s.begin() + std::min<ptrdiff_t>(rec.warmup_steps, ptrdiff_t(rec.step_times_s.size())),
@@ -421,18 +440,15 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
     rec.step_time_median_s = t.empty() ? rec.step_time_s
                                        : (t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]));
   }
-  rec.forward_s = c[0];
-  rec.backward_s = c[1];
-  rec.pp_comm_s = c[2];
-  rec.dp_comm_s = c[3];
-  rec.optimizer_s = c[4];
-  rec.data_wait_s = c[5];
+  rec.phases = per_rank[crit];
   rec.tokens_per_s = rec.step_time_s > 0 ? tokens / rec.step_time_s : 0;
   rec.model_tflops_per_gpu = rec.tokens_per_s * palm / world.size() / 1e12;
   rec.mfu = rec.tokens_per_s * palm / (world.size() * peak);
   rec.peak_memory_bytes = mem;
   if (!a.trace.empty()) {
-    if (Status s = write_merged_trace(world, (*trainer)->last_step_events(), a.trace, rec.plan_hash); !s.is_ok())
+    if (Status s = write_merged_trace(world, (*trainer)->last_step_events(), a.trace, rec.plan_hash,
+                                      program_hash(plan->program_config()));
+        !s.is_ok())
       return say(s);
   }
   if (!lead) return 0;

@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -13,14 +12,21 @@
 
 namespace loom::cli {
 
+std::string error_text(double e) {
+  if (std::isnan(e)) return "n/a";
+  if (std::isinf(e)) return e > 0 ? "+inf" : "-inf";
+  const long pct = std::lround(100 * e);
+  return (pct > 0 ? "+" : "") + std::to_string(pct) + "%";
+}
+
 std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other_hardware) {
   auto rows = compare_rows(plan, rec, other_hardware);
   if (!rows.is_ok()) return "predicted vs measured: " + rows.status().message() + "\n";
-  std::string out = "predicted vs measured (" + rec.layout + ", " + std::to_string(rec.world_size) + " ranks, mean of " +
+  std::string out = "predicted vs measured (" + rec.layout + ", " + std::to_string(rec.world_size) + " ranks, " +
                     std::to_string(std::max<int64_t>(0, rec.steps - rec.warmup_steps)) + " steps after " +
                     std::to_string(rec.warmup_steps) + " warm-up)\n";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "  %-32s %14s %14s %9s\n", "", "predicted", "measured", "error");
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "  %-15s %-30s %14s %14s %9s\n", "figure", "", "predicted", "measured", "error");
   out += buf;
   for (const ComparisonRow& r : *rows) {
     auto fmt = [&](double v) {
@@ -30,10 +36,8 @@ std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other
       else std::snprintf(b, sizeof b, "%.4g", v);
       return std::string(b);
     };
-    std::string err = r.predicted != 0 ? std::to_string(int(std::lround(100 * r.rel_error()))) + "%" : "-";
-    if (r.predicted != 0 && r.rel_error() > 0) err = "+" + err;
-    std::snprintf(buf, sizeof buf, "  %-32s %14s %14s %9s\n", r.name.c_str(), fmt(r.predicted).c_str(),
-                  fmt(r.measured).c_str(), err.c_str());
+    std::snprintf(buf, sizeof buf, "  %-15s %-30s %14s %14s %9s\n", r.id.c_str(), r.label.c_str(),
+                  fmt(r.predicted).c_str(), fmt(r.measured).c_str(), error_text(r.rel_error()).c_str());
     out += buf;
   }
   return out;
@@ -42,23 +46,28 @@ std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other
 std::string comparison_json(const std::vector<ComparisonRow>& rows) {
   OrderedJson j;
   for (const ComparisonRow& r : rows) {
-    std::string key;
-    for (char c : r.name) key += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-    while (!key.empty() && key.back() == '_') key.pop_back();
-    std::string base = key.substr(0, key.find("__"));
-    j[base] = {{"predicted", r.predicted}, {"measured", r.measured}, {"unit", r.unit}};
-    j[base + "_rel_error"] = r.rel_error();
+    j[r.id] = {{"predicted", r.predicted}, {"measured", r.measured}, {"unit", r.unit}, {"label", r.label}};
+    // null when it is not finite (a prediction of 0 against a measured figure)
+    const double e = r.rel_error();
+    j[r.id + "_rel_error"] = std::isfinite(e) ? OrderedJson(e) : OrderedJson(nullptr);
   }
   return j.dump(2);
 }
 
 int cmd_compare(int argc, char** argv) {
-  CLI::App app{"Predicted (plan) vs measured (run record) with relative errors.", "loom compare"};
+  // loom compare --ops PREDICTED_TRACE MEASURED_TRACE: op by op (cli/compare_ops.cc).
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--ops") return cmd_compare_ops(argc, argv);
+  CLI::App app{"Predicted (plan) vs measured (run record) with relative errors; with --ops, a predicted trace vs a "
+               "measured one op by op (`loom compare --ops --help`).",
+               "loom compare"};
   std::string plan_path, record_path;
   bool json = false, other_hardware = false;
   app.add_option("plan", plan_path, "plan JSON")->required();
   app.add_option("run", record_path, "run record JSON written by `loom execute --record`")->required();
-  app.add_flag("--json", json, "print the rows as JSON with *_rel_error keys");
+  app.add_flag("--json", json, "print the figures as JSON keyed by figure id, with <id>_rel_error keys");
+  bool ops_help = false;
+  app.add_flag("--ops", ops_help, "compare PREDICTED_TRACE MEASURED_TRACE op by op instead (see --ops --help)");
   app.add_flag("--other-hardware", other_hardware,
                "the plan is the run's plan made on another hardware profile (a calibrated one, say): model, layout, "
                "ranks and tokens per step must match, the hash need not");

@@ -1,5 +1,7 @@
-// Predicted (a plan's prediction) vs measured (a run record): the rows both
-// sides have, with relative errors (measured / predicted - 1).
+// loom compare: predicted (a plan's prediction) vs measured (a run record),
+// one row per figure of core/figures.h, with relative errors (measured /
+// predicted - 1); and `loom compare --ops`: a predicted trace vs a measured
+// one op by op (core/op_compare.h).
 #pragma once
 
 #include <string>
@@ -12,10 +14,16 @@ namespace loom::cli {
 using loom::ComparisonRow;
 using loom::compare_rows;
 
+// A relative error as text: "+12%", "-3%", "+inf" (a prediction of 0), "n/a" (NaN).
+std::string error_text(double rel_error);
+
 std::string format_comparison(const Plan& plan, const RunRecord& record, bool other_hardware = false);
-// {"step_time_s": {...}, "step_time_rel_error": ..., ...}
+// Keyed by figure id: {"step_time": {"predicted", "measured", "unit",
+// "label"}, "step_time_rel_error": x (null when not finite), ...}
 std::string comparison_json(const std::vector<ComparisonRow>& rows);
 
 int cmd_compare(int argc, char** argv);
+// `loom compare --ops PREDICTED_TRACE MEASURED_TRACE [--top N] [--json]`.
+int cmd_compare_ops(int argc, char** argv);
 
 }  // namespace loom::cli

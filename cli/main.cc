@@ -37,7 +37,7 @@ void usage(std::FILE* out) {
                "commands:\n"
                "  plan      search layouts (or evaluate one) for a model on a cluster; write a plan\n"
                "  execute   train with a plan's layout (mpirun -np N loom execute plan.json)\n"
-               "  compare   predicted (plan) vs measured (run record)\n"
+               "  compare   predicted (plan) vs measured (run record); --ops: two traces op by op\n"
                "  preprocess  tokenize JSONL (plain, .gz, .zst) into Megatron .bin/.idx shards\n"
                "  tokenizer   train a SentencePiece model / encode text\n"
                "  ckpt      inspect / verify / export (safetensors) a checkpoint\n"

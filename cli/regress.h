@@ -19,12 +19,19 @@
 
 #include "core/status.h"
 
+namespace loom {
+struct Plan;
+struct RunRecord;
+}  // namespace loom
+
 namespace loom::cli {
 
 // What one figure was predicted and measured to be.
 struct Figure {
   double predicted = 0, measured = 0;
-  double rel_error() const { return predicted != 0 ? measured / predicted - 1 : 0; }
+  // loom::relative_error (core/figures.h): not finite when only the
+  // prediction is 0, which `loom regress check` fails.
+  double rel_error() const;
 };
 
 struct CaseResult {
@@ -32,8 +39,9 @@ struct CaseResult {
   int ranks = 1;
   std::string error;                    // non-empty: the case did not run
   std::map<std::string, double> tolerances;  // figure -> max |rel_error| (checked)
-  // "step_time" (median step), "step_time_mean", "forward", "backward",
-  // "optimizer", "dp_comm", "pipeline_wait", "tokens_per_s", "peak_memory".
+  // By figure id (core/figures.h): "step_time" (median step), "step_time_mean",
+  // "compute", "forward", "backward", "pipeline_wait", "dp_comm", "optimizer",
+  // "tokens_per_s", "peak_memory".
   std::map<std::string, Figure> figures;
 };
 
@@ -74,6 +82,11 @@ struct Suite {
 // in the small library loom_regress_io with the results reader, so that tests
 // and fuzzers call the parsers without the rest of the CLI.)
 Result<Suite> parse_suite(const std::string& json_text, const std::string& what);
+
+// A case's figures: the rows of compare_rows (core/compare.h) by figure id.
+// Errors: those of compare_rows (a prediction lacking a figure's key among
+// them), which make the case fail. (regress_figures.cc, in loom_regress_io.)
+Result<std::map<std::string, Figure>> case_figures(const Plan& plan, const RunRecord& record);
 
 MachineInfo this_machine();
 std::string results_to_json(const RegressResults& r);

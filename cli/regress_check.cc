@@ -23,6 +23,12 @@ std::string pct(double x) {
   return b;
 }
 
+std::string number(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", x);
+  return b;
+}
+
 struct Baseline {
   std::string commit, date;
   std::map<std::string, double> tokens_per_s;  // case -> measured
@@ -149,11 +155,18 @@ int regress_check(int argc, char** argv) {
         failures.push_back(c.name + ": the tolerance names figure '" + k + "', which the results do not have");
         continue;
       }
-      double e = c.figures.at(k).rel_error();
-      bool ok = std::fabs(e) <= tol;
+      const Figure& f = c.figures.at(k);
+      double e = f.rel_error();
+      // A non-finite error (a prediction of 0 against a measured figure, or a
+      // NaN) fails: it is a figure the prediction lacks, never a pass.
+      bool ok = std::isfinite(e) && std::fabs(e) <= tol;
       std::printf("%-16s %-14s %9s %8s%%  %s\n", c.name.c_str(), k.c_str(), pct(e).c_str(),
                   ("±" + std::to_string(int(std::lround(100 * tol)))).c_str(), ok ? "ok" : "FAIL");
-      if (!ok)
+      if (!std::isfinite(e))
+        failures.push_back(c.name + ": " + k + " predicted " + number(f.predicted) + " but measured " +
+                           number(f.measured) + ": the relative error is not finite, so the prediction lacks this "
+                           "figure; re-create the case's plan with this `loom plan` (re-run `loom regress run`)");
+      else if (!ok)
         failures.push_back(c.name + ": " + k + " predicted " + pct(e) + " off (measured / predicted - 1), allowed ±" +
                            std::to_string(int(std::lround(100 * tol))) + "%");
     }

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/compare.h"
 #include "cli/parse_args.h"
 #include "core/output_file.h"
 #include "cli/regress.h"
@@ -137,26 +136,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   return buf;
-}
-
-// The figures both sides have (cli/compare.h rows, with the median step).
-std::map<std::string, Figure> figures_of(const Plan& plan, const RunRecord& rec) {
-  std::map<std::string, Figure> f;
-  auto rows = compare_rows(plan, rec);
-  if (!rows.is_ok()) return f;
-  for (const ComparisonRow& r : *rows) {
-    std::string key = r.name == "step_time" ? "step_time_mean" : r.name == "step_time_median" ? "step_time" : r.name;
-    if (key.rfind("compute", 0) == 0) key = "compute";
-    else if (key.rfind("backward", 0) == 0) key = "backward";
-    else if (key.rfind("pipeline", 0) == 0) key = "pipeline_wait";
-    else if (key.rfind("peak_memory", 0) == 0) key = "peak_memory";
-    else if (key == "dp comm") key = "dp_comm";
-    f[key] = {r.predicted, r.measured};
-  }
-  // Throughput at the median step, like the step time that is checked.
-  if (f.count("tokens_per_s") && rec.step_time_median_s > 0 && rec.tokens_per_step > 0)
-    f["tokens_per_s"].measured = double(rec.tokens_per_step) / rec.step_time_median_s;
-  return f;
 }
 
 }  // namespace
@@ -284,8 +263,8 @@ int regress_run(int argc, char** argv) {
         auto rec = load_run_record(rec_path);
         if (!plan.is_ok()) cr.error = plan.status().message();
         else if (!rec.is_ok()) cr.error = rec.status().message();
-        else cr.figures = figures_of(*plan, *rec);
-        if (cr.error.empty() && !cr.figures.count("step_time")) cr.error = "the plan has no prediction to compare";
+        else if (auto figures = case_figures(*plan, *rec); !figures.is_ok()) cr.error = figures.status().message();
+        else cr.figures = std::move(figures).value();
       }
     }
     if (!cr.error.empty()) {

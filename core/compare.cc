@@ -59,32 +59,14 @@ Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecor
                             plan.plan_hash() + "; compare a run with the plan it executed (or, for the same plan "
                             "made on another hardware profile, pass --other-hardware)");
   }
-  LOOM_ASSIGN_OR_RETURN(Json p, parse_json(plan.prediction_json, "plan prediction"));
-  if (!p.is_object() || !p.contains("breakdown"))
-    return invalid_argument("compare: the plan has no prediction; re-create it with `loom plan`");
-  const Json& b = p["breakdown"];
-  auto get = [&](const Json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; };
+  Result<PredictedFigures> parsed = parse_predicted_figures(plan.prediction_json);
+  if (!parsed.is_ok()) return parsed.status().with_context("compare");
+  const PredictedFigures& pred = *parsed;
   std::vector<ComparisonRow> rows;
-  rows.push_back({"step_time", "s", get(p, "step_time_s"), rec.step_time_s});
-  rows.push_back({"step_time_median", "s", get(p, "step_time_s"), rec.step_time_median_s});
-  double pred_compute = get(b, "forward_s") + get(b, "backward_s") + get(b, "recompute_s") + get(b, "tp_comm_exposed_s") +
-                        get(b, "ep_comm_exposed_s");
-  rows.push_back({"compute (fwd+bwd+recompute+tp)", "s", pred_compute, rec.forward_s + rec.backward_s});
-  rows.push_back({"forward", "s", get(b, "forward_s"), rec.forward_s});
-  rows.push_back({"backward+recompute", "s", get(b, "backward_s") + get(b, "recompute_s"), rec.backward_s});
-  if (plan.layout.pp > 1)
-    rows.push_back({"pipeline wait (bubble+p2p)", "s", get(b, "bubble_s") + get(b, "pp_comm_exposed_s"), rec.pp_comm_s});
-  if (plan.layout.dp > 1) rows.push_back({"dp comm", "s", get(b, "dp_comm_exposed_s"), rec.dp_comm_s});
-  rows.push_back({"optimizer", "s", get(b, "optimizer_s"), rec.optimizer_s});
-  rows.push_back({"tokens_per_s", "tokens/s", get(p, "tokens_per_s"), rec.tokens_per_s});
-  // Memory: the model's tensors (its runtime-reserve allowance is not
-  // something the CPU backend allocates).
-  double pred_mem = 0;
-  if (p.contains("memory_per_stage") && p["memory_per_stage"].is_array()) {
-    for (const Json& s : p["memory_per_stage"]) pred_mem = std::max(pred_mem, get(s, "total_bytes") - get(s, "overhead_bytes"));
+  for (const FigureSpec& f : comparison_figures()) {
+    if (!f.applies(plan.layout)) continue;
+    rows.push_back({f.id, f.label, f.unit, f.predicted(pred), f.measured(rec)});
   }
-  double meas_mem = rec.peak_memory_bytes.empty() ? 0 : *std::max_element(rec.peak_memory_bytes.begin(), rec.peak_memory_bytes.end());
-  rows.push_back({"peak_memory (tensors)", "bytes", pred_mem, meas_mem});
   return rows;
 }
 

@@ -1,25 +1,31 @@
-// Predicted (a plan's prediction) vs measured (a run record): the rows both
-// sides have, with relative errors (measured / predicted - 1). Used by
-// `loom compare`, `loom regress` and the GUI's measured overlay.
+// Predicted (a plan's prediction) vs measured (a run record): one row per
+// figure of the table in core/figures.h that applies to the layout, with
+// relative errors (measured / predicted - 1). Used by `loom compare`,
+// `loom regress` and the GUI's measured overlay.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "core/figures.h"
 #include "core/plan.h"
 #include "core/run_record.h"
 
 namespace loom {
 
 struct ComparisonRow {
-  std::string name;     // "step_time", "compute", ...
+  std::string id;       // FigureSpec::id: "step_time", "compute", ...
+  std::string label;    // FigureSpec::label: "step time (median)", ...
   std::string unit;     // "s", "tokens/s", "bytes"
   double predicted = 0;
   double measured = 0;
-  double rel_error() const { return predicted != 0 ? measured / predicted - 1 : 0; }
+  // relative_error (core/figures.h): +inf, not 0, when only the prediction is 0.
+  double rel_error() const { return relative_error(predicted, measured); }
 };
 
-// Errors: the prediction is missing or is for another plan (hash mismatch).
+// Errors: the prediction is missing, lacks a key the figures need (named,
+// with the fix: re-create the plan with this `loom plan`), or is for another
+// plan (hash mismatch).
 // With `other_hardware`, the plan may differ from the one the run executed in
 // its hardware profile only (e.g. the same plan made on a calibrated profile):
 // model, layout, world size and tokens per step must still match the record.

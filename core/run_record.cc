@@ -6,9 +6,31 @@
 
 namespace loom {
 
+namespace {
+
+// Version 1 "phases": forward_s, backward_s, pp_comm_s (all time in pipeline
+// send/recv ops: now pipeline_wait_s), dp_comm_s (now dp_comm_exposed_s),
+// optimizer_s, data_wait_s; absent keys were 0. TP was never timed apart.
+Result<StepPhases> parse_v1_phases(const Json& j, const std::string& what) {
+  StepPhases p;
+  p.tp_comm_exposed_s = kNotMeasured;
+  if (!j.contains("phases")) return p;
+  const Json& ph = j["phases"];
+  const std::string w = what + ": phases";
+  LOOM_ASSIGN_OR_RETURN(p.forward_s, json_number_or(ph, "forward_s", 0, w));
+  LOOM_ASSIGN_OR_RETURN(p.backward_s, json_number_or(ph, "backward_s", 0, w));
+  LOOM_ASSIGN_OR_RETURN(p.pipeline_wait_s, json_number_or(ph, "pp_comm_s", 0, w));
+  LOOM_ASSIGN_OR_RETURN(p.dp_comm_exposed_s, json_number_or(ph, "dp_comm_s", 0, w));
+  LOOM_ASSIGN_OR_RETURN(p.optimizer_s, json_number_or(ph, "optimizer_s", 0, w));
+  LOOM_ASSIGN_OR_RETURN(p.data_wait_s, json_number_or(ph, "data_wait_s", 0, w));
+  return p;
+}
+
+}  // namespace
+
 std::string run_record_to_json(const RunRecord& r) {
   OrderedJson j;
-  j["schema_version"] = r.schema_version;
+  j["schema_version"] = kRunRecordSchemaVersion;
   j["loom_version"] = r.loom_version;
   j["plan_hash"] = r.plan_hash;
   j["model"] = r.model_name;
@@ -22,8 +44,7 @@ std::string run_record_to_json(const RunRecord& r) {
   j["warmup_steps"] = r.warmup_steps;
   j["step_time_s"] = r.step_time_s;
   j["step_time_median_s"] = r.step_time_median_s;
-  j["phases"] = {{"forward_s", r.forward_s},   {"backward_s", r.backward_s},   {"pp_comm_s", r.pp_comm_s},
-                 {"dp_comm_s", r.dp_comm_s},   {"optimizer_s", r.optimizer_s}, {"data_wait_s", r.data_wait_s}};
+  j["phases"] = OrderedJson::parse(phases_to_json(r.phases));
   j["checkpoint_stall_s"] = r.checkpoint_stall_s;
   j["tokens_per_s"] = r.tokens_per_s;
   j["model_tflops_per_gpu"] = r.model_tflops_per_gpu;
@@ -43,9 +64,11 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
     return invalid_argument(what + " is a plan, not a run record: give the file `loom execute --record` wrote");
   RunRecord r;
   LOOM_ASSIGN_OR_RETURN(int64_t version, json_int(j, "schema_version", what));
-  if (version != kRunRecordSchemaVersion)
-    return invalid_argument(what + ": schema_version " + std::to_string(version) + " is not supported (this Loom reads " +
-                            std::to_string(kRunRecordSchemaVersion) + ")");
+  if (version != 1 && version != kRunRecordSchemaVersion)
+    return invalid_argument(what + ": schema_version " + std::to_string(version) +
+                            " is not supported (this Loom reads 1 and " + std::to_string(kRunRecordSchemaVersion) +
+                            "); read it with the Loom that wrote it (loom_version), or re-run `loom execute --record`");
+  r.schema_version = int(version);
   LOOM_ASSIGN_OR_RETURN(r.loom_version, json_string_or(j, "loom_version", "", what));
   LOOM_ASSIGN_OR_RETURN(r.plan_hash, json_string(j, "plan_hash", what));
   LOOM_ASSIGN_OR_RETURN(r.model_name, json_string_or(j, "model", "", what));
@@ -65,15 +88,14 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
   LOOM_ASSIGN_OR_RETURN(r.warmup_steps, json_int_or(j, "warmup_steps", 1, what));
   LOOM_ASSIGN_OR_RETURN(r.step_time_s, json_number(j, "step_time_s", what));
   LOOM_ASSIGN_OR_RETURN(r.step_time_median_s, json_number_or(j, "step_time_median_s", r.step_time_s, what));
-  if (j.contains("phases")) {
-    const Json& p = j["phases"];
-    const std::string w = what + ": phases";
-    LOOM_ASSIGN_OR_RETURN(r.forward_s, json_number_or(p, "forward_s", 0, w));
-    LOOM_ASSIGN_OR_RETURN(r.backward_s, json_number_or(p, "backward_s", 0, w));
-    LOOM_ASSIGN_OR_RETURN(r.pp_comm_s, json_number_or(p, "pp_comm_s", 0, w));
-    LOOM_ASSIGN_OR_RETURN(r.dp_comm_s, json_number_or(p, "dp_comm_s", 0, w));
-    LOOM_ASSIGN_OR_RETURN(r.optimizer_s, json_number_or(p, "optimizer_s", 0, w));
-    LOOM_ASSIGN_OR_RETURN(r.data_wait_s, json_number_or(p, "data_wait_s", 0, w));
+  if (version == 1) {
+    LOOM_ASSIGN_OR_RETURN(r.phases, parse_v1_phases(j, what));
+  } else {
+    if (!j.contains("phases") || !j["phases"].is_object())
+      return invalid_argument(what + ": phases is missing (an object of phase times); the record is incomplete, "
+                              "re-run `loom execute --record`");
+    LOOM_ASSIGN_OR_RETURN(r.phases, parse_phases(j["phases"].dump(), what + ": phases",
+                                                 "the record is incomplete, re-run `loom execute --record`"));
   }
   LOOM_ASSIGN_OR_RETURN(r.checkpoint_stall_s, json_number_or(j, "checkpoint_stall_s", 0, what));
   LOOM_ASSIGN_OR_RETURN(r.tokens_per_s, json_number_or(j, "tokens_per_s", 0, what));

@@ -7,13 +7,20 @@
 #include <string>
 #include <vector>
 
+#include "core/phases.h"
 #include "core/status.h"
 
 namespace loom {
 
-inline constexpr int kRunRecordSchemaVersion = 1;
+// 2: "phases" holds the typed StepPhases (core/phases.h): pipeline_wait_s,
+// dp_comm_exposed_s and tp_comm_exposed_s (null: the executor does not time it
+// apart) instead of version 1's pp_comm_s and dp_comm_s. Version-1 records are
+// still read (their phases mapped; parse_run_record upgrades them in memory).
+inline constexpr int kRunRecordSchemaVersion = 2;
 
 struct RunRecord {
+  // The version the record was read from (1 or 2); what a record holds is
+  // always the current structure, and it is written as the current version.
   int schema_version = kRunRecordSchemaVersion;
   std::string loom_version;
   std::string plan_hash;
@@ -34,7 +41,8 @@ struct RunRecord {
   // Median of the same steps: robust to the odd step a shared machine stalls
   // (what `loom regress` checks).
   double step_time_median_s = 0;
-  double forward_s = 0, backward_s = 0, pp_comm_s = 0, dp_comm_s = 0, optimizer_s = 0, data_wait_s = 0;
+  // Mean phase times of the same steps on the critical rank.
+  StepPhases phases;
   double checkpoint_stall_s = 0;       // training-thread time spent starting checkpoint saves, whole run
   double tokens_per_s = 0;
   double model_tflops_per_gpu = 0;
@@ -44,7 +52,9 @@ struct RunRecord {
   std::vector<double> peak_memory_bytes;  // per rank
 };
 
+// Always writes the current schema version.
 std::string run_record_to_json(const RunRecord& r);
+// Reads versions 1 and 2; the result is a current (version 2) record.
 Result<RunRecord> parse_run_record(const std::string& json_text, const std::string& what = "run record");
 Result<RunRecord> load_run_record(const std::string& path);
 

@@ -193,6 +193,8 @@ std::string trace_to_json(const Trace& trace) {
   put_string(out, trace.kind);
   out += ",\"plan_hash\":";
   put_string(out, trace.plan_hash);
+  out += ",\"program_hash\":";
+  put_string(out, trace.program_hash);
   out += "}}\n";
   return out;
 }
@@ -210,6 +212,8 @@ Result<Trace> parse_trace(const std::string& json_text) {
       if (other.contains("kind") && other["kind"].is_string()) trace.kind = other["kind"].get<std::string>();
       if (other.contains("plan_hash") && other["plan_hash"].is_string())
         trace.plan_hash = other["plan_hash"].get<std::string>();
+      if (other.contains("program_hash") && other["program_hash"].is_string())
+        trace.program_hash = other["program_hash"].get<std::string>();
     }
   } else {
     return parse_error("trace: expected an object with a \"traceEvents\" array (or a bare array of events)");

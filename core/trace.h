@@ -4,7 +4,9 @@
 // pid = global rank (or pipeline stage for a predicted per-stage trace),
 // tid = stream (0 compute, 1 pp-comm, 2 dp-comm), complete events ("X") with
 // microsecond timestamps, `args.op_id` = the Program op id, so the two kinds
-// of trace join on op ids. Metadata events name processes and threads.
+// of trace join on op ids (`loom compare --ops`, core/op_compare.h);
+// otherData carries kind, plan_hash and program_hash. Metadata events name
+// processes and threads.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,10 @@ struct Trace {
   std::vector<std::string> thread_names;   // index = tid
   std::vector<TraceEvent> events;
   std::string plan_hash;
+  // program_hash(ProgramConfig) of the op program the events are ops of:
+  // traces with the same one join one to one on op_id. Empty in traces
+  // written before it was recorded.
+  std::string program_hash;
 };
 
 std::string trace_to_json(const Trace& trace);

@@ -425,7 +425,9 @@ bool MainWindow::export_trace(const QString& path) {
     error("Cannot export the trace", QString::fromStdString(plan.status().message()));
     return false;
   }
-  if (Status s = write_trace(predicted_trace(*session_.result(), plan->plan_hash()), path.toStdString()); !s.is_ok()) {
+  if (Status s = write_trace(predicted_trace(*session_.result(), plan->plan_hash(), program_hash(plan->program_config())),
+                             path.toStdString());
+      !s.is_ok()) {
     error("Cannot export the trace", QString::fromStdString(s.message()));
     return false;
   }
@@ -490,7 +492,7 @@ bool MainWindow::load_run_record(const QString& path) {
     return false;
   }
   std::vector<std::tuple<std::string, double, double>> v;
-  for (const ComparisonRow& r : *rows) v.emplace_back(r.name, r.predicted, r.measured);
+  for (const ComparisonRow& r : *rows) v.emplace_back(r.id, r.predicted, r.measured);
   measured_->show_rows(v, QString::fromStdString(rec->layout));
   tabs_->setCurrentWidget(measured_);
   return true;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/figures.h"
 #include "gui/views.h"
 #include "sim/report.h"
 
@@ -137,14 +138,17 @@ void MeasuredView::show_rows(const std::vector<std::tuple<std::string, double, d
     auto fmt = [&](double v) { return memory ? hb(v) : tokens ? QString::number(v, 'f', 0) : hs(v); };
     table_->setItem(row, 1, cell(fmt(p)));
     table_->setItem(row, 2, cell(fmt(m)));
-    const double err = p != 0 ? m / p - 1 : 0;
-    auto* e = cell(p != 0 ? QString("%1%2%").arg(err >= 0 ? "+" : "").arg(100 * err, 0, 'f', 0) : "-");
-    if (std::fabs(err) > 0.2) e->setForeground(QColor(0xb0, 0x00, 0x20));
+    // core/figures.h: not finite when only the prediction is 0 (never a silent 0).
+    const double err = relative_error(p, m);
+    const QString err_text =
+        std::isfinite(err) ? QString("%1%2%").arg(err >= 0 ? "+" : "").arg(100 * err, 0, 'f', 0) : QString("inf");
+    auto* e = cell(err_text);
+    if (!std::isfinite(err) || std::fabs(err) > 0.2) e->setForeground(QColor(0xb0, 0x00, 0x20));
     table_->setItem(row, 3, e);
     if (!memory && !tokens) {
       *pred << p * 1e3;
       *meas << m * 1e3;
-      cats << QString("%1\n%2%3%").arg(QString::fromStdString(name)).arg(err >= 0 ? "+" : "").arg(100 * err, 0, 'f', 0);
+      cats << QString("%1\n%2").arg(QString::fromStdString(name)).arg(err_text);
       top = std::max({top, p * 1e3, m * 1e3});
       ++bars_;
     }

@@ -61,6 +61,7 @@ std::string prediction_json(const SimResult& r, int indent) {
   j["memory_capacity_bytes"] = r.memory.capacity_bytes;
   if (!r.memory.fits) j["does_not_fit"] = r.memory.why_not();
   j["critical_stage"] = r.critical_stage;
+  j["phases"] = OrderedJson::parse(phases_to_json(r.phases));
   j["breakdown"] = breakdown_json(r.time);
   j["closed_form"] = {{"step_time_s", r.closed_form.time.step_time_s},
                       {"breakdown", breakdown_json(r.closed_form.time)}};

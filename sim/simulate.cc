@@ -86,6 +86,17 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     tb.bubble_s = free_p2p.idle[crit].pipeline_s + free_p2p.idle[crit].tail_s;
   }
 
+  // The phases predicted vs measured compares: forward and backward as the
+  // compute ops' durations (TP/EP inside, as the executor times them).
+  StepPhases& ph = r.phases;
+  ph.forward_s = double(m) * c.fwd_s;
+  ph.backward_s = double(m) * (c.bwd_s + c.recompute_s);
+  ph.tp_comm_exposed_s = tb.tp_comm_s + tb.ep_comm_s;
+  ph.pipeline_wait_s = tb.bubble_s + tb.pp_comm_s;
+  ph.dp_comm_exposed_s = tb.dp_comm_s;
+  ph.optimizer_s = tb.optimizer_s;
+  ph.data_wait_s = 0;
+
   double flops_micro = 0;
   for (const StageCosts& sc : r.stages) flops_micro += sc.flops_per_micro;
   r.figures = eval.figures(l, tb.step_time_s, flops_micro * double(m) * l.dp * l.tp);
@@ -93,10 +104,11 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   return r;
 }
 
-Trace predicted_trace(const SimResult& r, const std::string& plan_hash) {
+Trace predicted_trace(const SimResult& r, const std::string& plan_hash, const std::string& program_hash) {
   Trace t;
   t.kind = "predicted";
   t.plan_hash = plan_hash;
+  t.program_hash = program_hash;
   for (int s = 0; s < r.layout.pp; ++s) t.process_names.push_back("stage " + std::to_string(s));
   for (int i = 0; i < kNumStreams; ++i) t.thread_names.push_back(stream_name(static_cast<Stream>(i)));
   t.events.reserve(r.program.ops.size());

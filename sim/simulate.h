@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/phases.h"
 #include "core/program.h"
 #include "core/trace.h"
 #include "sim/evaluate.h"
@@ -19,6 +20,7 @@ struct SimResult {
   Layout layout;
   MemoryReport memory;
   StepBreakdown time;      // from the event engine
+  StepPhases phases;       // the same, as the phases predicted vs measured compares (core/phases.h)
   Figures figures;
   Traffic traffic;
   Estimate closed_form;    // the search's estimate, for comparison
@@ -34,6 +36,8 @@ struct SimResult {
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& layout);
 
 // The predicted timeline as a Chrome trace: pid = pipeline stage, tid = stream.
-Trace predicted_trace(const SimResult& result, const std::string& plan_hash);
+// `program_hash` (program_hash(plan.program_config())) is what `loom compare
+// --ops` checks against the measured trace's.
+Trace predicted_trace(const SimResult& result, const std::string& plan_hash, const std::string& program_hash);
 
 }  // namespace loom

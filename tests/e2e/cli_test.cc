@@ -564,3 +564,79 @@ TEST_F(LoomExecuteChecks, ComparingAPlanWithAPlanSaysSo) {
   EXPECT_EQ(r.exit_code, 2) << describe(r);
   EXPECT_NE(r.err.find("is a plan, not a run record"), std::string::npos) << describe(r);
 }
+
+// --- issue #15: predicted vs measured never passes silently ----------------------
+
+// A run record of plan.json written by hand (the executor's keys, version 2).
+json record_of(const json& plan, const std::string& model) {
+  json phases = {{"forward_s", 0.01},         {"backward_s", 0.02},        {"tp_comm_exposed_s", nullptr},
+                 {"pipeline_wait_s", 0.0},    {"dp_comm_exposed_s", 0.0},  {"optimizer_s", 0.005},
+                 {"data_wait_s", 0.0001}};
+  return {{"schema_version", 2}, {"plan_hash", plan["plan_hash"]}, {"model", model}, {"layout", "x"},
+          {"world_size", 1},     {"steps", 6},                       {"tokens_per_step", 64},
+          {"warmup_steps", 2},   {"step_time_s", 0.04},              {"step_time_median_s", 0.039},
+          {"phases", phases},    {"tokens_per_s", 1600},             {"peak_memory_bytes", {1e6}}};
+}
+
+// A renamed prediction key is refused by `loom compare` naming it and the fix;
+// a version-1 record (pp_comm_s, dp_comm_s) still compares.
+TEST_F(LoomExecuteChecks, CompareRefusesAPredictionLackingAFigure) {
+  plan("llama-3-8b");
+  const json p = parse_or_fail(read_file(path("plan.json")), "plan.json");
+  const std::string model = p["model"]["name"];
+  write_file(path("run.json"), record_of(p, model).dump(2));
+  Outcome ok = loom({"compare", path("plan.json").string(), path("run.json").string(), "--json"});
+  ASSERT_EQ(ok.exit_code, 0) << describe(ok);
+  json rows = parse_or_fail(ok.out, "compare --json");
+  for (const char* id : {"step_time", "step_time_mean", "compute", "forward", "backward", "optimizer",
+                         "tokens_per_s", "peak_memory"})
+    EXPECT_TRUE(rows.contains(id) && rows.contains(std::string(id) + "_rel_error")) << id << "\n" << ok.out;
+  EXPECT_EQ(rows["step_time"]["measured"], 0.039) << "step_time is the median step";
+  EXPECT_EQ(rows["step_time_mean"]["measured"], 0.04);
+
+  json renamed = p;
+  renamed["prediction"]["phases"]["forward_compute_s"] = renamed["prediction"]["phases"]["forward_s"];
+  renamed["prediction"]["phases"].erase("forward_s");
+  write_file(path("renamed.json"), renamed.dump(2));
+  Outcome r = loom({"compare", path("renamed.json").string(), path("run.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("forward_s"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("re-create it with this `loom plan`"), std::string::npos) << describe(r);
+
+  json v1 = record_of(p, model);
+  v1["schema_version"] = 1;
+  v1["phases"] = {{"forward_s", 0.01}, {"backward_s", 0.02}, {"pp_comm_s", 0.0},
+                  {"dp_comm_s", 0.0},  {"optimizer_s", 0.005}, {"data_wait_s", 0.0001}};
+  write_file(path("v1.json"), v1.dump(2));
+  Outcome old = loom({"compare", path("plan.json").string(), path("v1.json").string()});
+  EXPECT_EQ(old.exit_code, 0) << describe(old);
+  EXPECT_NE(old.out.find("step_time "), std::string::npos) << describe(old);
+}
+
+// `loom regress check` fails a figure predicted as 0 but measured (an infinite
+// error) instead of passing it, naming the figure.
+TEST_F(LoomCli, RegressCheckFailsAFigurePredictedAsZero) {
+  auto results = [](double dp_predicted) {
+    json fig = {{"predicted", 0.1}, {"measured", 0.1}};
+    json c = {{"name", "dp2"},
+              {"ranks", 2},
+              {"layout", "dp=2"},
+              {"tolerances", {{"step_time", 0.2}, {"dp_comm", 0.5}}},
+              {"figures", {{"step_time", fig}, {"dp_comm", {{"predicted", dp_predicted}, {"measured", 0.01}}}}}};
+    return json{{"schema_version", 1},
+                {"suite", "t"},
+                {"machine", {{"key", "test-machine"}}},
+                {"cases", json::array({c})}}
+        .dump(2);
+  };
+  write_file(path("good.json"), results(0.01));
+  Outcome good = loom({"regress", "check", path("good.json").string(), "--baselines", path("base").string()});
+  EXPECT_EQ(good.exit_code, 0) << describe(good);
+  write_file(path("zero.json"), results(0.0));
+  Outcome r = loom({"regress", "check", path("zero.json").string(), "--baselines", path("base").string()});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_NE(r.err.find("dp2: dp_comm predicted 0 but measured 0.01: the relative error is not finite"),
+            std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << describe(r);
+}

@@ -22,8 +22,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     r.step_times_s = {0.5, 0.3, 0.31, 0.29};
     r.step_time_s = 0.3;
     r.step_time_median_s = 0.3;
-    r.forward_s = 0.1;
-    r.backward_s = 0.15;
+    r.phases.forward_s = 0.1;
+    r.phases.backward_s = 0.15;
     r.tokens_per_s = 3400;
     r.mfu = 0.2;
     r.mfu_formula = "palm";
