@@ -29,6 +29,7 @@
 #include "exec/runtime/compute_threads.h"
 #include "exec/runtime/dataset_source.h"
 #include "exec/runtime/trainer.h"
+#include "exec/runtime/run_driver.h"
 #include "exec/runtime/trainer_checkpoint.h"
 #include "exec/comm/world.h"
 #include "exec/runtime/devices.h"
@@ -107,22 +108,6 @@ Status write_merged_trace(exec::Communicator& world, const std::vector<TraceEven
   return write_trace(all, path);
 }
 
-// One step of this rank as the typed phases the comparison reads
-// (core/phases.h says what each field holds on the executor's side).
-StepPhases measured_phases(const exec::PhaseTimes& t) {
-  StepPhases p;
-  p.forward_s = t.forward_s;
-  p.backward_s = t.backward_s;
-  // TP collectives run inside a chunk's forward/backward and are not timed
-  // apart (the trainer leaves PhaseTimes::tp_comm_s unset).
-  p.tp_comm_exposed_s = kNotMeasured;
-  p.pipeline_wait_s = t.pp_comm_s;
-  p.dp_comm_exposed_s = t.dp_comm_s;
-  p.optimizer_s = t.optimizer_s;
-  p.data_wait_s = t.data_s;
-  return p;
-}
-
 // Every output is checked before the first step (core/output_file.h): a
 // missing directory, a FIFO or a device must not cost a whole run.
 Status check_execute_outputs(const ExecArgs& a) {
@@ -154,49 +139,52 @@ int agree_on_failure(exec::Communicator& world, const Status& mine) {
   return int(worst);
 }
 
-int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
-  const bool lead = world.rank() == 0;
-  // Errors a single rank can meet alone (its data, its memory, a peer) are
-  // printed by that rank; the checks before allocating end every rank
-  // together (agree_on_failure).
-  auto say = [&](const Status& s) {
-    return fail("execute", lead ? s : s.with_context("rank " + std::to_string(world.rank())));
-  };
-  Result<Plan> plan = internal_error("the plan was not read");
+// What one `loom execute` holds between its stages.
+struct Session {
+  Plan plan;
   exec::TrainerConfig cfg;
-  const Status early = [&]() -> Status {
-    plan = load_plan(a.plan_path);
-    if (!plan.is_ok()) return plan.status();
-    // The launch must match the plan before anything is allocated.
-    if (plan->world_size != world.size())
-      return invalid_argument("the plan is for " + std::to_string(plan->world_size) + " ranks but " +
-                              std::to_string(world.size()) + " were launched; run `mpirun -np " +
-                              std::to_string(plan->world_size) + " loom execute " + a.plan_path + "`");
-    LOOM_RETURN_IF_ERROR(check_execute_outputs(a));
-    cfg.model = plan->model;
-    cfg.train = plan->train;
-    cfg.layout = plan->layout;
-    cfg.grad_buckets = plan->grad_buckets;  // the program the prediction timed
-    cfg.record_trace = !a.trace.empty();
-    if (!a.scale.empty()) {
-      auto scale = parse_model_scale(a.scale);
-      if (!scale.is_ok()) return scale.status();
-      auto scaled = scale_model(plan->model, *scale);
-      if (!scaled.is_ok()) return scaled.status();
-      cfg.model = *scaled;
-    }
-    if (a.steps >= 0) cfg.train.steps = a.steps;
-    if (cfg.train.steps <= 0) cfg.train.steps = 20;
-    LOOM_RETURN_IF_ERROR(validate_layout(cfg.layout, cfg.model, cfg.train, world.size()));
-    // The plan's (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
-    if (a.backend == "cpu")
-      LOOM_RETURN_IF_ERROR(check_host_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank()));
-    return Status::ok();
-  }();
-  if (int rc = agree_on_failure(world, early); rc != 0) {
-    *failed_together = true;
-    return rc;
+  std::unique_ptr<exec::TokenSource> data;
+  exec::Devices devices;
+  exec::KernelProfiler* profiler = nullptr;
+  std::unique_ptr<exec::Trainer> trainer;
+  int64_t start_step = 0;
+  std::unique_ptr<ckpt::Checkpointer> checkpointer;
+  std::unique_ptr<std::ofstream> metrics_file;
+  std::ostream* metrics = nullptr;
+};
+
+// The checks every rank makes before allocating anything: the plan, the
+// launch against it, the outputs, the (scaled) model and its host memory.
+Status read_plan(exec::Communicator& world, const ExecArgs& a, Session& s) {
+  LOOM_ASSIGN_OR_RETURN(s.plan, load_plan(a.plan_path));
+  if (s.plan.world_size != world.size())
+    return invalid_argument("the plan is for " + std::to_string(s.plan.world_size) + " ranks but " +
+                            std::to_string(world.size()) + " were launched; run `mpirun -np " +
+                            std::to_string(s.plan.world_size) + " loom execute " + a.plan_path + "`");
+  LOOM_RETURN_IF_ERROR(check_execute_outputs(a));
+  exec::TrainerConfig& cfg = s.cfg;
+  cfg.model = s.plan.model;
+  cfg.train = s.plan.train;
+  cfg.layout = s.plan.layout;
+  cfg.grad_buckets = s.plan.grad_buckets;  // the program the prediction timed
+  cfg.record_trace = !a.trace.empty();
+  if (!a.scale.empty()) {
+    LOOM_ASSIGN_OR_RETURN(ModelScale scale, parse_model_scale(a.scale));
+    LOOM_ASSIGN_OR_RETURN(cfg.model, scale_model(s.plan.model, scale));
   }
+  if (a.steps >= 0) cfg.train.steps = a.steps;
+  if (cfg.train.steps <= 0) cfg.train.steps = 20;
+  LOOM_RETURN_IF_ERROR(validate_layout(cfg.layout, cfg.model, cfg.train, world.size()));
+  // The (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
+  if (a.backend == "cpu") LOOM_RETURN_IF_ERROR(check_host_memory(s.plan, cfg.model, cfg.train, cfg.layout, world.rank()));
+  return Status::ok();
+}
+
+// Data, compute threads, the device and its communicator, the profiler, then
+// the trainer (which allocates).
+Status open_trainer(exec::Communicator& world, const ExecArgs& a, Session& s) {
+  const bool say = world.rank() == 0 && !a.quiet;
+  exec::TrainerConfig& cfg = s.cfg;
   exec::DataSpecOptions dopt;
   dopt.seq_len = cfg.train.seq_len;
   dopt.global_batch = cfg.train.global_batch;
@@ -208,261 +196,188 @@ int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
   std::string data_spec = a.data;
   if (data_spec.empty()) {
     auto corpus = default_corpus();
-    if (!corpus.is_ok()) return say(corpus.status().with_context("--data not given"));
+    if (!corpus.is_ok()) return corpus.status().with_context("--data not given");
     data_spec = *corpus;
-    if (lead && !a.quiet) std::printf("data: %s (the sample corpus; --data names yours)\n", data_spec.c_str());
+    if (say) std::printf("data: %s (the sample corpus; --data names yours)\n", data_spec.c_str());
   }
-  auto data = exec::open_training_data(data_spec, dopt);
-  if (!data.is_ok()) return say(data.status());
-  auto threads = exec::compute_threads(a.threads, exec::detect_launch_env().local_world);
-  if (!threads.is_ok()) return say(threads.status());
-  cpu::set_num_threads(threads->threads);
-  if (lead && !a.quiet) std::printf("threads: %s\n", threads->describe().c_str());
-  if (lead && !threads->warning.empty()) std::fprintf(stderr, "loom execute: warning: %s\n", threads->warning.c_str());
+  LOOM_ASSIGN_OR_RETURN(s.data, exec::open_training_data(data_spec, dopt));
+  LOOM_ASSIGN_OR_RETURN(exec::ComputeThreads threads, exec::compute_threads(a.threads, exec::detect_launch_env().local_world));
+  cpu::set_num_threads(threads.threads);
+  if (say) std::printf("threads: %s\n", threads.describe().c_str());
+  if (world.rank() == 0 && !threads.warning.empty())
+    std::fprintf(stderr, "loom execute: warning: %s\n", threads.warning.c_str());
   exec::DeviceRequest dreq;
   dreq.backend = a.backend;
   dreq.precision = a.precision;
   dreq.device = a.device;
   dreq.timeout_s = a.timeout_s;
-  auto devices = exec::open_devices(world, dreq, cfg.train.precision);
-  if (!devices.is_ok()) return say(devices.status());
+  LOOM_ASSIGN_OR_RETURN(s.devices, exec::open_devices(world, dreq, cfg.train.precision));
   // --profile-ops: the per-op profiler in front of the backend's kernel table
   // (the CPU backend is made here instead of by the trainer so it can be wrapped).
-  exec::KernelProfiler* profiler = nullptr;
   if (a.profile_ops || !a.profile_ops_json.empty()) {
-    if (!devices->backend) devices->backend = exec::make_cpu_backend();
-    auto p = exec::install_kernel_profiler(*devices->backend);
-    if (!p.is_ok()) return say(p.status());
-    profiler = *p;
+    if (!s.devices.backend) s.devices.backend = exec::make_cpu_backend();
+    LOOM_ASSIGN_OR_RETURN(s.profiler, exec::install_kernel_profiler(*s.devices.backend));
   }
-  cfg.backend = devices->backend.get();
-  cfg.device_world = devices->world.get();
-  if (lead && !a.quiet) std::printf("backend: %s\n", devices->description.c_str());
-  if (devices->world) {  // CUDA: this rank's stage against its device's free memory
-    size_t free_b = 0, total_b = 0;
-    if (exec::device_memory(*devices, &free_b, &total_b))
-      if (Status s = check_device_memory(*plan, cfg.model, cfg.train, cfg.layout, world.rank(), devices->precision,
-                                         free_b, "GPU " + std::to_string(devices->cuda_device) + "'s free memory");
-          !s.is_ok())
-        return say(s);
-  }
-  auto trainer = exec::Trainer::create(&world, cfg, data->get());
-  if (!trainer.is_ok()) return say(trainer.status());
+  cfg.backend = s.devices.backend.get();
+  cfg.device_world = s.devices.world.get();
+  if (say) std::printf("backend: %s\n", s.devices.description.c_str());
+  size_t free_b = 0, total_b = 0;  // CUDA: this rank's stage against its device's free memory
+  if (exec::device_memory(s.devices, &free_b, &total_b))
+    LOOM_RETURN_IF_ERROR(check_device_memory(s.plan, cfg.model, cfg.train, cfg.layout, world.rank(),
+                                             s.devices.precision, free_b,
+                                             "GPU " + std::to_string(s.devices.cuda_device) + "'s free memory"));
+  LOOM_ASSIGN_OR_RETURN(s.trainer, exec::Trainer::create(&world, cfg, s.data.get()));
+  return Status::ok();
+}
 
-  // Resume: any layout's checkpoint of this model; every rank reads its slices.
-  int64_t start_step = 0;
+// --resume: any layout's checkpoint of this model; every rank reads its
+// slices. Then the checkpointer of --ckpt-dir.
+Status open_checkpoints(exec::Communicator& world, const ExecArgs& a, Session& s) {
   if (!a.resume.empty()) {
     std::string where = a.resume;
     if (where == "latest") {
-      if (a.ckpt_dir.empty()) return say(invalid_argument("--resume latest needs --ckpt-dir DIR"));
+      if (a.ckpt_dir.empty()) return invalid_argument("--resume latest needs --ckpt-dir DIR");
       where = a.ckpt_dir;
     }
     auto reader = ckpt::CheckpointReader::open(where);
-    if (!reader.is_ok()) return say(reader.status().with_context("--resume " + a.resume));
-    if (Status s = exec::restore_trainer(**trainer, **reader, &start_step); !s.is_ok()) return say(s);
-    if (lead)
-      std::printf("resumed from %s at step %lld\n", (*reader)->path().c_str(), (long long)start_step);
+    if (!reader.is_ok()) return reader.status().with_context("--resume " + a.resume);
+    LOOM_RETURN_IF_ERROR(exec::restore_trainer(*s.trainer, **reader, &s.start_step));
+    if (world.rank() == 0)
+      std::printf("resumed from %s at step %lld\n", (*reader)->path().c_str(), (long long)s.start_step);
   }
-  std::unique_ptr<ckpt::Checkpointer> checkpointer;
-  if (!a.ckpt_dir.empty()) {
-    ckpt::CheckpointOptions co;
-    co.dir = a.ckpt_dir;
-    co.async = !a.sync_save;
-    co.keep_last = a.keep_last;
-    co.keep_every = a.keep_every;
-    OrderedJson meta;
-    meta["model"] = OrderedJson::parse(model_spec_to_json(cfg.model));
-    meta["model_name"] = cfg.model.name;
-    meta["layout"] = OrderedJson::parse(layout_to_json(cfg.layout));
-    meta["train"] = OrderedJson::parse(train_spec_to_json(cfg.train));
-    meta["plan_hash"] = plan->plan_hash();
-    auto c = ckpt::Checkpointer::create(co, world.rank(), world.size(), meta.dump());
-    if (!c.is_ok()) return say(c.status());
-    checkpointer = std::move(c).value();
-  }
-  install_stop_handlers();
-  auto save = [&](int64_t next_step, bool light) -> Status {
-    ckpt::SaveRequest req;
-    LOOM_RETURN_IF_ERROR(exec::snapshot_trainer(**trainer, next_step, light, &req));
-    return checkpointer->save(std::move(req));
-  };
+  if (a.ckpt_dir.empty()) return Status::ok();
+  ckpt::CheckpointOptions co;
+  co.dir = a.ckpt_dir;
+  co.async = !a.sync_save;
+  co.keep_last = a.keep_last;
+  co.keep_every = a.keep_every;
+  OrderedJson meta;
+  meta["model"] = OrderedJson::parse(model_spec_to_json(s.cfg.model));
+  meta["model_name"] = s.cfg.model.name;
+  meta["layout"] = OrderedJson::parse(layout_to_json(s.cfg.layout));
+  meta["train"] = OrderedJson::parse(train_spec_to_json(s.cfg.train));
+  meta["plan_hash"] = s.plan.plan_hash();
+  LOOM_ASSIGN_OR_RETURN(s.checkpointer, ckpt::Checkpointer::create(co, world.rank(), world.size(), meta.dump()));
+  return Status::ok();
+}
 
-  // Metrics stream line by line (no temporary + rename): to the symlink's
-  // target, or stdout for `-`; a failed write ends the run (a full disk).
-  std::unique_ptr<std::ofstream> metrics_file;
-  std::ostream* metrics = nullptr;
-  if (lead && !a.metrics.empty()) {
-    if (is_stdout_path(a.metrics)) {
-      metrics = &std::cout;
-    } else {
-      auto target = resolve_output_path(a.metrics, "--metrics");
-      if (!target.is_ok()) return say(target.status());
-      metrics_file = std::make_unique<std::ofstream>(*target);
-      if (!*metrics_file) return say(write_error("open", a.metrics, errno));
-      metrics = metrics_file.get();
-    }
+// Metrics stream line by line (no temporary + rename) from rank 0: to the
+// symlink's target, or stdout for `-`; a failed write ends the run (a full disk).
+Status open_metrics(exec::Communicator& world, const ExecArgs& a, Session& s) {
+  if (world.rank() != 0 || a.metrics.empty()) return Status::ok();
+  if (is_stdout_path(a.metrics)) {
+    s.metrics = &std::cout;
+    return Status::ok();
   }
-  const double tokens = double(cfg.train.tokens_per_step());
-  const double palm = cfg.model.model_flops_per_token_palm(cfg.train.seq_len);
-  // MFU against the plan's hardware peak in the precision the run computes in.
-  const double peak = plan->hw.accel.peak_flops(devices->precision);
+  LOOM_ASSIGN_OR_RETURN(std::string target, resolve_output_path(a.metrics, "--metrics"));
+  s.metrics_file = std::make_unique<std::ofstream>(target);
+  if (!*s.metrics_file) return write_error("open", a.metrics, errno);
+  s.metrics = s.metrics_file.get();
+  return Status::ok();
+}
+
+// Rank 0's line per step and its metrics record.
+Status report_step(const ExecArgs& a, Session& s, const exec::StepFigures& f) {
+  const exec::StepResult& r = *f.result;
+  const bool fp16 = s.devices.precision == Precision::kFp16;
+  if (!a.quiet)
+    std::printf("step %4lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%%s\n",
+                (long long)f.step, (long long)f.steps, r.loss, r.lr, r.grad_norm, r.step_time_s * 1e3, f.tokens_per_s,
+                100 * f.mfu,
+                fp16 ? (std::string(" | loss scale ") + std::to_string(int64_t(r.loss_scale)) +
+                        (r.skipped ? " | skipped: fp16 overflow" : ""))
+                           .c_str()
+                     : "");
+  if (!s.metrics) return Status::ok();
+  OrderedJson j;
+  j["step"] = f.step;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["grad_norm"] = r.grad_norm;
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = f.tokens_per_s;
+  j["mfu"] = f.mfu;
+  j["data_wait_s"] = r.phases.data_wait_s;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  if (fp16) {
+    j["loss_scale"] = r.loss_scale;
+    j["skipped"] = r.skipped;
+  }
+  *s.metrics << j.dump() << "\n";
+  s.metrics->flush();
+  if (!*s.metrics) return write_error("write", a.metrics, errno);
+  return Status::ok();
+}
+
+// After the run: the merged trace (every rank), then rank 0's record,
+// comparison with the prediction and per-op profile.
+Status report_run(exec::Communicator& world, const ExecArgs& a, Session& s, const RunRecord& rec) {
+  if (!a.trace.empty())
+    LOOM_RETURN_IF_ERROR(write_merged_trace(world, s.trainer->last_step_events(), a.trace, rec.plan_hash,
+                                            program_hash(s.plan.program_config())));
+  if (world.rank() != 0) return Status::ok();
+  if (!a.record.empty()) LOOM_RETURN_IF_ERROR(write_text_file(a.record, run_record_to_json(rec)));
+  std::printf("\n%s", format_comparison(s.plan, rec).c_str());
+  if (s.profiler) {
+    const auto rows = s.profiler->report();
+    if (a.profile_ops) std::printf("\n%s", exec::format_op_profile(rows, s.profiler->steps()).c_str());
+    if (!a.profile_ops_json.empty())
+      LOOM_RETURN_IF_ERROR(write_text_file(a.profile_ops_json, exec::op_profile_json(rows, s.profiler->steps())));
+  }
+  return Status::ok();
+}
+
+int run(exec::Communicator& world, const ExecArgs& a, bool* failed_together) {
+  const bool lead = world.rank() == 0;
+  // Errors a single rank can meet alone (its data, its memory, a peer) are
+  // printed by that rank; the checks before allocating end every rank
+  // together (agree_on_failure).
+  auto say = [&](const Status& s) {
+    return fail("execute", lead ? s : s.with_context("rank " + std::to_string(world.rank())));
+  };
+  Session s;
+  if (int rc = agree_on_failure(world, read_plan(world, a, s)); rc != 0) {
+    *failed_together = true;
+    return rc;
+  }
+  for (auto stage : {open_trainer, open_checkpoints, open_metrics})
+    if (Status st = stage(world, a, s); !st.is_ok()) return say(st);
+  install_stop_handlers();
   RunRecord rec;
   rec.loom_version = loom_version();
-  rec.plan_hash = plan->plan_hash();
-  rec.model_name = cfg.model.name;
-  rec.model_config = model_spec_to_json(cfg.model);
-  rec.hardware_name = plan->hw.name;
-  rec.backend = devices->description;
-  rec.layout = cfg.layout.to_string();
+  rec.plan_hash = s.plan.plan_hash();
+  rec.model_name = s.cfg.model.name;
+  rec.model_config = model_spec_to_json(s.cfg.model);
+  rec.hardware_name = s.plan.hw.name;
+  rec.backend = s.devices.description;
+  rec.layout = s.cfg.layout.to_string();
   rec.world_size = world.size();
-  rec.steps = cfg.train.steps - start_step;
-  rec.tokens_per_step = int64_t(tokens);
-  rec.mfu_formula = "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (ranks * peak_flops_per_rank)";
-  rec.peak_flops_per_rank = peak;
-  rec.warmup_steps = cfg.train.steps - start_step > 3 ? 2 : 0;
-  StepPhases sum = measured_phases(exec::PhaseTimes{});  // zeros, what is not measured marked so
-  double ckpt_stall_s = 0;
-  double time_sum = 0;
-  int64_t measured = 0;
-  size_t peak_mem = 0;
-  for (int64_t step = start_step; step < cfg.train.steps; ++step) {
-    auto r = (*trainer)->step(step);
-    if (!r.is_ok()) return say(r.status());
-    if (profiler) {
-      profiler->step_done();
-      if (step - start_step + 1 == rec.warmup_steps) profiler->reset();  // the measured steps only
-    }
-    if (a.test_slowdown > 1.0) {
-      // Test-only injected slowdown (tests/e2e/regress.sh proves `loom regress
-      // check` catches it): every rank idles the same extra time, counted as
-      // forward compute.
-      const double extra = (a.test_slowdown - 1.0) * r->step_time_s;
-      std::this_thread::sleep_for(std::chrono::duration<double>(extra));
-      r->step_time_s += extra;
-      r->phases.forward_s += extra;
-    }
-    rec.losses.push_back(r->loss);
-    rec.step_times_s.push_back(r->step_time_s);
-    peak_mem = std::max(peak_mem, r->peak_memory_bytes);
-    double tps = tokens / r->step_time_s;
-    double mfu = tps * palm / (world.size() * peak);
-    if (step - start_step >= rec.warmup_steps) {
-      ++measured;
-      time_sum += r->step_time_s;
-      sum += measured_phases(r->phases);
-    }
-    if (lead) {
-      if (!a.quiet)
-        std::printf("step %4lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%%s\n",
-                    (long long)step + 1, (long long)cfg.train.steps, r->loss, r->lr, r->grad_norm,
-                    r->step_time_s * 1e3, tps, 100 * mfu,
-                    devices->precision == Precision::kFp16
-                        ? (std::string(" | loss scale ") + std::to_string(int64_t(r->loss_scale)) +
-                           (r->skipped ? " | skipped: fp16 overflow" : ""))
-                              .c_str()
-                        : "");
-      if (metrics) {
-        OrderedJson j;
-        j["step"] = step + 1;
-        j["loss"] = r->loss;
-        j["lr"] = r->lr;
-        j["grad_norm"] = r->grad_norm;
-        j["step_time_s"] = r->step_time_s;
-        j["tokens_per_s"] = tps;
-        j["mfu"] = mfu;
-        j["data_wait_s"] = r->phases.data_s;
-        j["peak_memory_bytes"] = r->peak_memory_bytes;
-        if (devices->precision == Precision::kFp16) {
-          j["loss_scale"] = r->loss_scale;
-          j["skipped"] = r->skipped;
-        }
-        *metrics << j.dump() << "\n";
-        metrics->flush();
-        if (!*metrics) return say(write_error("write", a.metrics, errno));
-      }
-    }
-    // Checkpoints after step + 1 completed steps; a stop signal on any rank
-    // stops every rank after the same step, with a final (synchronous) save.
-    const bool planned_stop = a.stop_after > 0 && step + 1 >= a.stop_after && step + 1 < cfg.train.steps;
-    double stop = (g_stop_requested || planned_stop) ? 1 : 0;
-    if (Status s = world.all_reduce(&stop, 1, exec::ReduceOp::kMax); !s.is_ok()) return say(s);
-    if (checkpointer) {
-      const int64_t done = step + 1;
-      const bool full = stop > 0 || (a.save_every > 0 && done % a.save_every == 0) || done == cfg.train.steps;
-      const bool light = !full && a.light_every > 0 && done % a.light_every == 0;
-      if (full || light) {
-        // The training thread's stall: the snapshot copy, plus waiting for the
-        // previous save still in flight.
-        auto t0 = std::chrono::steady_clock::now();
-        if (Status s = save(done, light); !s.is_ok()) return say(s);
-        ckpt_stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      }
-    }
-    if (stop > 0) {
-      if (checkpointer) {
-        if (Status s = checkpointer->wait(); !s.is_ok()) return say(s);
-      }
-      if (lead)
-        std::fprintf(stderr, "loom execute: stopped %s after step %lld%s\n", planned_stop ? "as asked" : "by a signal",
-                     (long long)step + 1, checkpointer ? "; checkpoint saved, continue with --resume latest" : "");
-      return planned_stop ? 0 : 143;
-    }
+  exec::RunControl control;
+  control.start_step = s.start_step;
+  control.checkpointer = s.checkpointer.get();
+  control.save_every = a.save_every;
+  control.light_every = a.light_every;
+  control.stop_after = a.stop_after;
+  control.stop_requested = &g_stop_requested;
+  control.profiler = s.profiler;
+  control.test_slowdown = a.test_slowdown;
+  control.on_step = [&](const exec::StepFigures& f) { return lead ? report_step(a, s, f) : Status::ok(); };
+  // MFU against the plan's hardware peak in the precision the run computes in.
+  auto outcome = exec::drive_run(world, *s.trainer, s.cfg.train,
+                                 s.cfg.model.model_flops_per_token_palm(s.cfg.train.seq_len),
+                                 s.plan.hw.accel.peak_flops(s.devices.precision), control, &rec);
+  if (!outcome.is_ok()) return say(outcome.status());
+  if (outcome->end != exec::RunEnd::kCompleted) {
+    const bool planned = outcome->end == exec::RunEnd::kStoppedAsAsked;
+    if (lead)
+      std::fprintf(stderr, "loom execute: stopped %s after step %lld%s\n", planned ? "as asked" : "by a signal",
+                   (long long)outcome->steps_done,
+                   s.checkpointer ? "; checkpoint saved, continue with --resume latest" : "");
+    return planned ? 0 : 143;
   }
-  if (checkpointer) {
-    if (Status s = checkpointer->wait(); !s.is_ok()) return say(s);
-    if (lead && !a.quiet) std::printf("checkpoint stall: %.3f s in total over the run\n", ckpt_stall_s);
-  }
-  rec.checkpoint_stall_s = ckpt_stall_s;
-  // Phases of the critical rank: each rank's means; the rank with the largest
-  // compute (forward + backward) wins.
-  double n = double(std::max<int64_t>(1, measured));
-  const size_t rank = size_t(world.rank()), ranks = size_t(world.size());
-  std::vector<double> all(kNumPhases * ranks, 0.0), mem(ranks, 0.0);
-  const PhaseArray mine = flatten(sum / n);
-  std::copy(mine.begin(), mine.end(), all.begin() + ptrdiff_t(rank * kNumPhases));
-  mem[rank] = double(peak_mem);
-  if (Status s = world.all_reduce(all.data(), all.size()); !s.is_ok()) return say(s);
-  if (Status s = world.all_reduce(mem.data(), mem.size()); !s.is_ok()) return say(s);
-  std::vector<StepPhases> per_rank(ranks);
-  for (size_t r = 0; r < ranks; ++r) {
-    PhaseArray slot;
-    std::copy_n(all.begin() + ptrdiff_t(r * kNumPhases), kNumPhases, slot.begin());
-    per_rank[r] = unflatten(slot);
-  }
-  size_t crit = 0;
-  for (size_t r = 1; r < ranks; ++r)
-    if (per_rank[r].compute_s() > per_rank[crit].compute_s()) crit = r;
-  rec.step_time_s = measured ? time_sum / n : (rec.step_times_s.empty() ? 0 : rec.step_times_s.back());
-  {
-    std::vector<double> t(rec.step_times_s.begin() + std::min<ptrdiff_t>(rec.warmup_steps, ptrdiff_t(rec.step_times_s.size())),
-                          rec.step_times_s.end());
-    std::sort(t.begin(), t.end());
-    rec.step_time_median_s = t.empty() ? rec.step_time_s
-                                       : (t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]));
-  }
-  rec.phases = per_rank[crit];
-  rec.tokens_per_s = rec.step_time_s > 0 ? tokens / rec.step_time_s : 0;
-  rec.model_tflops_per_gpu = rec.tokens_per_s * palm / world.size() / 1e12;
-  rec.mfu = rec.tokens_per_s * palm / (world.size() * peak);
-  rec.peak_memory_bytes = mem;
-  if (!a.trace.empty()) {
-    if (Status s = write_merged_trace(world, (*trainer)->last_step_events(), a.trace, rec.plan_hash,
-                                      program_hash(plan->program_config()));
-        !s.is_ok())
-      return say(s);
-  }
-  if (!lead) return 0;
-  if (!a.record.empty()) {
-    if (Status s = write_text_file(a.record, run_record_to_json(rec)); !s.is_ok()) return fail("execute", s);
-  }
-  std::printf("\n%s", format_comparison(*plan, rec).c_str());
-  if (profiler) {
-    const auto rows = profiler->report();
-    if (a.profile_ops) std::printf("\n%s", exec::format_op_profile(rows, profiler->steps()).c_str());
-    if (!a.profile_ops_json.empty())
-      if (Status s = write_text_file(a.profile_ops_json, exec::op_profile_json(rows, profiler->steps())); !s.is_ok())
-        return fail("execute", s);
-  }
+  if (s.checkpointer && lead && !a.quiet)
+    std::printf("checkpoint stall: %.3f s in total over the run\n", rec.checkpoint_stall_s);
+  if (Status st = report_run(world, a, s, rec); !st.is_ok()) return say(st);
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "sim/evaluate.h"
 
+#include "core/throughput.h"
+
 #include <algorithm>
 #include <atomic>
 #include <string>
@@ -199,12 +201,12 @@ Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_
   const double world = l.world();
   const double tokens = double(train_.tokens_per_step());
   const double peak = hw_.accel.peak_flops(train_.precision);
-  f.tokens_per_s = tokens / step_time_s;
+  const Throughput t = throughput(tokens, step_time_s, palm_flops_per_token_, l.world(), peak);
+  f.tokens_per_s = t.tokens_per_s;
   f.tokens_per_s_per_gpu = f.tokens_per_s / world;
-  double model_flops = palm_flops_per_token_ * tokens;
-  f.model_tflops_per_gpu = model_flops / step_time_s / world / 1e12;
+  f.model_tflops_per_gpu = t.model_tflops_per_rank;
   f.hardware_tflops_per_gpu = executed_flops_per_step / step_time_s / world / 1e12;
-  f.mfu = f.model_tflops_per_gpu * 1e12 / peak;
+  f.mfu = t.mfu;
   f.hfu = f.hardware_tflops_per_gpu * 1e12 / peak;
   return f;
 }

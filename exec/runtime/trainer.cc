@@ -238,7 +238,7 @@ Status Trainer::Impl::run_op(const Op& op) {
   // Waiting for a chunk's parameter gathers (or, before the update, for every
   // sync in flight) is DP communication, not the op's own time.
   auto wait_dp = [&](const Status& waited) {
-    times.dp_comm_s += seconds_since(t0);
+    times.dp_comm_exposed_s += seconds_since(t0);
     t0 = Clock::now();
     return waited;
   };
@@ -258,23 +258,25 @@ Status Trainer::Impl::run_op(const Op& op) {
     case OpKind::kSendActivation:
     case OpKind::kSendGrad:
       LOOM_RETURN_IF_ERROR(pipeline->send(op));
-      times.pp_comm_s += op_seconds();
+      times.pipeline_wait_s += op_seconds();
       break;
     case OpKind::kRecvActivation:
     case OpKind::kRecvGrad:
       LOOM_RETURN_IF_ERROR(pipeline->recv(op, size_t(chunks[size_t(op.chunk)]->activation_floats())));
-      times.pp_comm_s += op_seconds();
+      times.pipeline_wait_s += op_seconds();
       break;
     case OpKind::kGradSync:
       LOOM_RETURN_IF_ERROR(sharding->grad_sync(op));
-      times.dp_comm_s += op_seconds();
+      times.dp_comm_exposed_s += op_seconds();
       break;
     case OpKind::kParamGather:
       LOOM_RETURN_IF_ERROR(sharding->param_gather(op.chunk));
-      times.dp_comm_s += op_seconds();
+      times.dp_comm_exposed_s += op_seconds();
       break;
     case OpKind::kOptimizer:
-      LOOM_RETURN_IF_ERROR(pipeline->wait_sends());
+      LOOM_RETURN_IF_ERROR(pipeline->wait_sends());  // the stage's last sends: pipeline time
+      times.pipeline_wait_s += seconds_since(t0);
+      t0 = Clock::now();
       LOOM_RETURN_IF_ERROR(wait_dp(sharding->wait_all()));
       LOOM_RETURN_IF_ERROR(optimizer_step(op));
       times.optimizer_s += op_seconds();
@@ -322,11 +324,12 @@ Result<StepResult> Trainer::step(int64_t step) {
 Status Trainer::run_step(int64_t step, StepResult* out) {
   Impl& s = *impl_;
   const Layout& l = s.cfg.layout;
-  s.times = PhaseTimes{};
+  s.times = StepPhases{};
+  s.times.tp_comm_exposed_s = kNotMeasured;
   s.events.clear();
   s.step_start = Clock::now();
   LOOM_RETURN_IF_ERROR(s.load_batch(step));
-  s.times.data_s = seconds_since(s.step_start);
+  s.times.data_wait_s = seconds_since(s.step_start);
   s.loss_sum = 0;
   s.current_step = step;
   s.update = OptimizerResult{};

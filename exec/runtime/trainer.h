@@ -19,6 +19,7 @@
 
 #include "core/layout.h"
 #include "core/model_spec.h"
+#include "core/phases.h"
 #include "core/program.h"
 #include "core/train_spec.h"
 #include "core/trace.h"
@@ -59,11 +60,6 @@ struct TrainerConfig {
   LossScalerOptions loss_scaling;
 };
 
-// Seconds spent per phase during one step on this rank.
-struct PhaseTimes {
-  double forward_s = 0, backward_s = 0, pp_comm_s = 0, dp_comm_s = 0, tp_comm_s = 0, optimizer_s = 0, data_s = 0;
-};
-
 struct StepResult {
   int64_t step = 0;
   double loss = 0;        // mean token loss of the global batch
@@ -72,7 +68,12 @@ struct StepResult {
   bool skipped = false;   // fp16: the gradients overflowed, no update was made
   double loss_scale = 1;  // the loss scale this step ran with (fp16), else 1
   double step_time_s = 0; // max over ranks
-  PhaseTimes phases;      // this rank
+  // This rank's time per phase (core/phases.h says what each holds on the
+  // executor's side): forward and backward ops, pipeline send/recv, DP syncs,
+  // gathers and waits for them, the optimizer op less its waits, reading the
+  // step's samples. The TP collectives run inside forward/backward and are
+  // not timed apart (tp_comm_exposed_s is kNotMeasured).
+  StepPhases phases;
   size_t peak_memory_bytes = 0;
 };
 

@@ -44,7 +44,7 @@ struct Trainer::Impl {
   OptimizerResult update;
   std::vector<int32_t> tokens, targets;  // this DP rank's samples of the step (host)
   DeviceBuffer tokens_dev, targets_dev;  // ... in the backend's memory
-  PhaseTimes times;
+  StepPhases times;
   std::vector<TraceEvent> events;
   Clock::time_point step_start;
 
