@@ -87,186 +87,190 @@ struct Point {
   double flops, flops_per_s;
 };
 
-}  // namespace
-
-static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
-  const bool lead = w.rank() == 0;
-  const int n = w.size();
-  if (bench.sm_arch() > 0 && n > 1)
-    return fail("calibrate", unsupported("--backend cuda measures one GPU; collectives between GPUs need the NCCL "
-                                         "communicator, which is not built yet: run it without mpirun"));
-  double spread_ = 0;
-  const double min_s = a.quick ? 0.05 : 0.25;
-  const double sample_s = a.quick ? 0.004 : 0.02;
-  double worst_spread = 0;
-  auto note = [&](double s) { worst_spread = std::max(worst_spread, s); };
-
-  // --- GEMM throughput over transformer shapes (tokens x out x in) --------------
-  // A training step runs each weight GEMM three ways (forward, input and
-  // weight gradient): time the three with the same work and take their mean.
-  // In a layer one operand of each GEMM was just produced by the kernel before
-  // it and is in cache (x forward, dy backward) while the other and the output
-  // were last touched a layer ago: the bench keeps the first hot and rotates
-  // the others through bench.cold_set_bytes(). Timing one hot set of matrices
-  // overstated small GEMMs by 10-25% here; all-cold understated them.
-  auto timed = [&](const exec::KernelBench::Run& run, double budget) {
-    return time_it(w, [&] { run(); return Status::ok(); }, budget, &spread_, sample_s, &bench);
-  };
-  std::vector<Point> points;
-  const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
-  for (int64_t m : {64, 256, 1024, 4096}) {
-    for (int64_t nk : dims) {
-      for (int64_t k : {nk, 4 * nk}) {
-        if (m * nk * k > (a.quick ? 1LL << 31 : 1LL << 33)) continue;
-        exec::KernelBench::GemmRuns g = bench.gemm(m, nk, k, bench.cold_set_bytes());
-        double total = 0;
-        for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
-          auto t = timed(*run, min_s / 8);
-          if (!t.is_ok()) return fail("calibrate", t.status());
-          note(spread_);
-          total += *t;
-        }
-        points.push_back({2.0 * m * nk * k, 3 * 2.0 * m * nk * k / total});
-      }
-    }
-  }
-  double peak = 0;
-  for (const Point& p : points) peak = std::max(peak, p.flops_per_s);
-  // GPU backends: the fp32 (CUDA-core) rate of one large GEMM.
-  double fp32_peak = 0;
-  if (exec::KernelBench::Run f32 = bench.gemm_fp32(4096, 4096, 4096)) {
-    auto t = timed(f32, min_s);
-    if (!t.is_ok()) return fail("calibrate", t.status());
-    fp32_peak = 2.0 * 4096 * 4096 * 4096 / *t;
-  }
-  std::sort(points.begin(), points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
-  // Efficiency table: the median efficiency in each factor-of-4 band of GEMM size.
-  OrderedJson table = OrderedJson::array();
-  for (size_t i = 0; i < points.size();) {
-    size_t j = i;
-    std::vector<double> eff;
-    while (j < points.size() && points[j].flops < points[i].flops * 4) eff.push_back(points[j++].flops_per_s / peak);
-    std::sort(eff.begin(), eff.end());
-    double gflop = points[(i + j - 1) / 2].flops / 1e9;
-    if (table.empty() || gflop > table.back()["gflop"].get<double>())
-      table.push_back({{"gflop", gflop}, {"efficiency", std::min(1.0, eff[eff.size() / 2])}});
-    i = j;
-  }
-
-  // --- memory bandwidth (triad: 2 reads + 1 write) --------------------------------
-  const size_t elems = size_t(a.quick ? 1 << 22 : 1 << 24);
-  auto tri = timed(bench.triad(elems), min_s);
-  if (!tri.is_ok()) return fail("calibrate", tri.status());
-  note(spread_);
-  const double mem_bw = 3.0 * elems * sizeof(float) / *tri;
-
-  // --- elementwise kernels as a layer runs them ------------------------------------
-  // The simulator prices norms, residual adds and the activation function by
-  // the bytes they move (sim/compute_model.cc: norm 2 N C, add 3 N C, GELU 2 N F
-  // elements forward; backward twice that) at memory_bw x memory_bw_efficiency.
-  // On a CPU these kernels are bound by arithmetic (tanh, rsqrt) as much as by
-  // memory, so time the executor's own kernels on a micro-batch-sized layer and
-  // keep the bandwidth they achieve under that same byte count as the efficiency.
-  double elem_bw = 0;
-  {
-    const int64_t N = 2048, C = 256, F = 4 * C;
-    exec::KernelBench::FwdBwd layer = bench.layer_elementwise(N, C, F);
-    auto tf = timed(layer.forward, min_s / 2);
-    if (!tf.is_ok()) return fail("calibrate", tf.status());
-    note(spread_);
-    auto tb = timed(layer.backward, min_s / 2);
-    if (!tb.is_ok()) return fail("calibrate", tb.status());
-    note(spread_);
-    const double fwd_bytes = double(sizeof(float)) * (2 * 2 * N * C + 2 * 3 * N * C + 2 * N * F);
-    elem_bw = 3 * fwd_bytes / (*tf + *tb);  // forward bytes + backward (twice as many)
-  }
-
-  // --- the optimizer step: grad norm, AdamW, grad zeroing (fp32) --------------------
-  // Priced by the simulator at 32 bytes per parameter (sim/compute_model.cc).
-  double opt_bw = 0;
-  {
-    const int64_t np = a.quick ? (1 << 20) : (1 << 22);
-    auto t_opt = timed(bench.optimizer_step(np), min_s / 2);
-    if (!t_opt.is_ok()) return fail("calibrate", t_opt.status());
-    note(spread_);
-    opt_bw = 32.0 * double(np) / *t_opt;
-  }
-  // The profile's bandwidth is the best streaming rate seen (kernels running in
-  // cache can beat the triad), so bandwidth x efficiency reproduces each
-  // measured rate exactly instead of clamping it.
-  const double stream_bw = std::max({mem_bw, elem_bw, opt_bw});
-  const double mem_bw_eff = std::clamp(elem_bw / stream_bw, 0.01, 1.0);
-  const double opt_bw_eff = std::clamp(opt_bw / stream_bw, 0.01, 1.0);
-
-  // --- the attention kernel (causal, fused softmax), forward + backward ------------
-  // Keyed like the simulator looks it up: one head's forward FLOP with the
-  // causal share, 4 s^2 d (s+1)/(2s); the efficiency is the forward's, and the
-  // backward's time is kept as a ratio to it (the median over the shapes).
-  std::vector<Point> att_points;
-  std::vector<double> att_bwd_ratio;  // backward / forward time
-  for (auto [S, D] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {128, 32}, {128, 64}, {256, 64}, {512, 64},
-                      {1024, 64}, {2048, 128}}) {
-    if ((a.quick && S > 512) || !bench.has_attention()) continue;
-    const int64_t H = 4;
-    const double head_flops = 4.0 * S * S * D * double(S + 1) / double(2 * S);
-    const int64_t B = std::max<int64_t>(1, int64_t(std::ceil(6e7 / head_flops / H)));
-    exec::KernelBench::FwdBwd att = bench.attention(B, S, H, D);
-    auto tf = timed(att.forward, min_s / 8);
-    if (!tf.is_ok()) return fail("calibrate", tf.status());
-    note(spread_);
-    auto tb = timed(att.backward, min_s / 8);
-    if (!tb.is_ok()) return fail("calibrate", tb.status());
-    note(spread_);
-    att_points.push_back({head_flops, head_flops * double(B * H) / *tf});
-    att_bwd_ratio.push_back(*tb / *tf);
-  }
-  std::sort(att_bwd_ratio.begin(), att_bwd_ratio.end());
-  const double att_ratio = att_bwd_ratio.empty() ? 0 : att_bwd_ratio[att_bwd_ratio.size() / 2];
-  std::sort(att_points.begin(), att_points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+// What the sweeps measured, per rank.
+struct Measured {
+  std::vector<Point> gemm;         // (FLOPs, FLOP/s) of each GEMM shape, sorted by FLOPs
+  double peak = 0;                 // the best GEMM rate (bf16 on a GPU)
+  double fp32_peak = 0;            // GPU: one large fp32 GEMM
+  OrderedJson gemm_table = OrderedJson::array();
+  double triad_bw = 0, elem_bw = 0, opt_bw = 0;
   OrderedJson att_table = OrderedJson::array();
-  for (const Point& pt : att_points)
-    if (att_table.empty() || pt.flops / 1e9 > att_table.back()["gflop"].get<double>())
-      att_table.push_back({{"gflop", pt.flops / 1e9}, {"efficiency", std::clamp(pt.flops_per_s / peak, 1e-3, 1.0)}});
-
-  // --- collectives among the local ranks ------------------------------------------
+  double att_bwd_ratio = 0;
   OrderedJson colls = OrderedJson::array();
-  OrderedJson measured = {{"ranks", n}};  // per collective: [{bytes, time_us}]
+  OrderedJson colls_measured;      // per collective: [{bytes, time_us}]
   double busbw_large = 0, latency_small = 0, p2p_bw = 0;
-  if (n > 1) {
-    for (size_t bytes = 4096; bytes <= (a.quick ? (4u << 20) : (64u << 20)); bytes *= 4) {
-      size_t count = bytes / sizeof(float);
+  double worst_spread = 0;
+  double stream_bw() const { return std::max({triad_bw, elem_bw, opt_bw}); }
+};
+
+// The sweeps of `loom calibrate`, one method each; every rank runs them in
+// lock step (time_it's barriers and collectives).
+class Calibrator {
+ public:
+  Calibrator(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a)
+      : w_(w), bench_(bench), a_(a), min_s_(a.quick ? 0.05 : 0.25), sample_s_(a.quick ? 0.004 : 0.02) {}
+
+  Status run(Measured* m) {
+    LOOM_RETURN_IF_ERROR(gemms(m));
+    LOOM_RETURN_IF_ERROR(bandwidths(m));
+    LOOM_RETURN_IF_ERROR(attention(m));
+    LOOM_RETURN_IF_ERROR(collectives(m));
+    m->worst_spread = worst_spread_;
+    return Status::ok();
+  }
+
+ private:
+  Result<double> timed(const exec::KernelBench::Run& run, double budget) {
+    double spread = 0;
+    auto t = time_it(w_, [&] { run(); return Status::ok(); }, budget, &spread, sample_s_, &bench_);
+    worst_spread_ = std::max(worst_spread_, spread);
+    return t;
+  }
+
+  // GEMM throughput over transformer shapes (tokens x out x in). A training
+  // step runs each weight GEMM three ways (forward, input and weight
+  // gradient): time the three with the same work and take their mean. In a
+  // layer one operand of each GEMM was just produced by the kernel before it
+  // and is in cache (x forward, dy backward) while the other and the output
+  // were last touched a layer ago: the bench keeps the first hot and rotates
+  // the others through bench.cold_set_bytes(). Timing one hot set of
+  // matrices overstated small GEMMs by 10-25% here; all-cold understated them.
+  Status gemms(Measured* m) {
+    const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
+    for (int64_t rows : {64, 256, 1024, 4096})
+      for (int64_t nk : dims)
+        for (int64_t k : {nk, 4 * nk}) {
+          if (rows * nk * k > (a_.quick ? 1LL << 31 : 1LL << 33)) continue;
+          exec::KernelBench::GemmRuns g = bench_.gemm(rows, nk, k, bench_.cold_set_bytes());
+          double total = 0;
+          for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
+            LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8));
+            total += t;
+          }
+          m->gemm.push_back({2.0 * rows * nk * k, 3 * 2.0 * rows * nk * k / total});
+        }
+    for (const Point& p : m->gemm) m->peak = std::max(m->peak, p.flops_per_s);
+    if (exec::KernelBench::Run f32 = bench_.gemm_fp32(4096, 4096, 4096)) {  // GPU: the CUDA-core rate
+      LOOM_ASSIGN_OR_RETURN(double t, timed(f32, min_s_));
+      m->fp32_peak = 2.0 * 4096 * 4096 * 4096 / t;
+    }
+    std::sort(m->gemm.begin(), m->gemm.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+    // Efficiency table: the median efficiency in each factor-of-4 band of GEMM size.
+    const auto& pts = m->gemm;
+    for (size_t i = 0; i < pts.size();) {
+      size_t j = i;
+      std::vector<double> eff;
+      while (j < pts.size() && pts[j].flops < pts[i].flops * 4) eff.push_back(pts[j++].flops_per_s / m->peak);
+      std::sort(eff.begin(), eff.end());
+      const double gflop = pts[(i + j - 1) / 2].flops / 1e9;
+      if (m->gemm_table.empty() || gflop > m->gemm_table.back()["gflop"].get<double>())
+        m->gemm_table.push_back({{"gflop", gflop}, {"efficiency", std::min(1.0, eff[eff.size() / 2])}});
+      i = j;
+    }
+    return Status::ok();
+  }
+
+  // Memory bandwidth three ways. The triad (2 reads + 1 write). The
+  // elementwise kernels as a layer runs them: the simulator prices norms,
+  // residual adds and the activation function by the bytes they move
+  // (sim/compute_model.cc: norm 2 N C, add 3 N C, GELU 2 N F elements forward;
+  // backward twice that) at memory_bw x memory_bw_efficiency; on a CPU these
+  // kernels are bound by arithmetic (tanh, rsqrt) as much as by memory, so the
+  // executor's own kernels are timed on a micro-batch-sized layer. The
+  // optimizer step (grad norm, AdamW, zeroing), priced at 32 bytes per
+  // parameter.
+  Status bandwidths(Measured* m) {
+    const size_t elems = size_t(a_.quick ? 1 << 22 : 1 << 24);
+    LOOM_ASSIGN_OR_RETURN(double tri, timed(bench_.triad(elems), min_s_));
+    m->triad_bw = 3.0 * elems * sizeof(float) / tri;
+    const int64_t N = 2048, C = 256, F = 4 * C;
+    exec::KernelBench::FwdBwd layer = bench_.layer_elementwise(N, C, F);
+    LOOM_ASSIGN_OR_RETURN(double tf, timed(layer.forward, min_s_ / 2));
+    LOOM_ASSIGN_OR_RETURN(double tb, timed(layer.backward, min_s_ / 2));
+    const double fwd_bytes = double(sizeof(float)) * (2 * 2 * N * C + 2 * 3 * N * C + 2 * N * F);
+    m->elem_bw = 3 * fwd_bytes / (tf + tb);  // forward bytes + backward (twice as many)
+    const int64_t np = a_.quick ? (1 << 20) : (1 << 22);
+    LOOM_ASSIGN_OR_RETURN(double t_opt, timed(bench_.optimizer_step(np), min_s_ / 2));
+    m->opt_bw = 32.0 * double(np) / t_opt;
+    return Status::ok();
+  }
+
+  // The attention kernel (causal, fused softmax), forward + backward, keyed
+  // like the simulator looks it up: one head's forward FLOP with the causal
+  // share, 4 s^2 d (s+1)/(2s); the efficiency is the forward's, and the
+  // backward's time is kept as a ratio to it (the median over the shapes).
+  Status attention(Measured* m) {
+    std::vector<Point> points;
+    std::vector<double> ratios;  // backward / forward time
+    for (auto [S, D] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {128, 32}, {128, 64}, {256, 64}, {512, 64},
+                        {1024, 64}, {2048, 128}}) {
+      if ((a_.quick && S > 512) || !bench_.has_attention()) continue;
+      const int64_t H = 4;
+      const double head_flops = 4.0 * S * S * D * double(S + 1) / double(2 * S);
+      const int64_t B = std::max<int64_t>(1, int64_t(std::ceil(6e7 / head_flops / H)));
+      exec::KernelBench::FwdBwd att = bench_.attention(B, S, H, D);
+      LOOM_ASSIGN_OR_RETURN(double tf, timed(att.forward, min_s_ / 8));
+      LOOM_ASSIGN_OR_RETURN(double tb, timed(att.backward, min_s_ / 8));
+      points.push_back({head_flops, head_flops * double(B * H) / tf});
+      ratios.push_back(tb / tf);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    m->att_bwd_ratio = ratios.empty() ? 0 : ratios[ratios.size() / 2];
+    std::sort(points.begin(), points.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+    for (const Point& pt : points)
+      if (m->att_table.empty() || pt.flops / 1e9 > m->att_table.back()["gflop"].get<double>())
+        m->att_table.push_back(
+            {{"gflop", pt.flops / 1e9}, {"efficiency", std::clamp(pt.flops_per_s / m->peak, 1e-3, 1.0)}});
+    return Status::ok();
+  }
+
+  // Collectives among the local ranks, nccl-tests style, by message size.
+  Status collectives(Measured* m) {
+    const int n = w_.size();
+    m->colls_measured = {{"ranks", n}};
+    if (n < 2) return Status::ok();
+    auto t_of = [&](auto&& fn) { return time_it(w_, fn, min_s_ / 2, nullptr, sample_s_); };
+    for (size_t bytes = 4096; bytes <= (a_.quick ? (4u << 20) : (64u << 20)); bytes *= 4) {
+      const size_t count = bytes / sizeof(float), part = count / size_t(n);
       std::vector<float> buf(count * size_t(n), 1.f), out(count * size_t(n), 0.f);
-      auto ar = time_it(w, [&] { return w.all_reduce(buf.data(), count); }, min_s / 2, nullptr, sample_s);
-      auto rs = time_it(w, [&] { return w.reduce_scatter(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr, sample_s);
-      auto ag = time_it(w, [&] { return w.all_gather(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr, sample_s);
-      auto a2a = time_it(w, [&] { return w.all_to_all(buf.data(), out.data(), count / size_t(n)); }, min_s / 2, nullptr, sample_s);
+      LOOM_ASSIGN_OR_RETURN(double ar, t_of([&] { return w_.all_reduce(buf.data(), count); }));
+      LOOM_ASSIGN_OR_RETURN(double rs, t_of([&] { return w_.reduce_scatter(buf.data(), out.data(), part); }));
+      LOOM_ASSIGN_OR_RETURN(double ag, t_of([&] { return w_.all_gather(buf.data(), out.data(), part); }));
+      LOOM_ASSIGN_OR_RETURN(double a2a, t_of([&] { return w_.all_to_all(buf.data(), out.data(), part); }));
       // send/recv between ranks 0 and 1 (the others idle at the barrier)
-      auto sr = time_it(w, [&]() -> Status {
-        if (w.rank() == 0) return w.send(buf.data(), count, 1, 7);
-        if (w.rank() == 1) return w.recv(out.data(), count, 0, 7);
+      LOOM_ASSIGN_OR_RETURN(double sr, t_of([&]() -> Status {
+        if (w_.rank() == 0) return w_.send(buf.data(), count, 1, 7);
+        if (w_.rank() == 1) return w_.recv(out.data(), count, 0, 7);
         return Status::ok();
-      }, min_s / 2, nullptr, sample_s);
-      for (auto* r : {&ar, &rs, &ag, &a2a, &sr})
-        if (!r->is_ok()) return fail("calibrate", r->status());
+      }));
       const double S = double(bytes), f = double(n - 1) / n;
       OrderedJson row;
       row["bytes"] = bytes;
-      row["all_reduce"] = {{"time_us", *ar * 1e6}, {"algbw_gb_per_s", S / *ar / 1e9}, {"busbw_gb_per_s", 2 * f * S / *ar / 1e9}};
-      row["reduce_scatter"] = {{"time_us", *rs * 1e6}, {"busbw_gb_per_s", f * S / *rs / 1e9}};
-      row["all_gather"] = {{"time_us", *ag * 1e6}, {"busbw_gb_per_s", f * S / *ag / 1e9}};
-      row["all_to_all"] = {{"time_us", *a2a * 1e6}, {"busbw_gb_per_s", f * S / *a2a / 1e9}};
-      row["send_recv"] = {{"time_us", *sr * 1e6}, {"busbw_gb_per_s", S / *sr / 1e9}};
-      colls.push_back(row);
-      for (auto [name, t] : {std::pair<const char*, double>{"all_reduce", *ar}, {"reduce_scatter", *rs},
-                             {"all_gather", *ag}, {"all_to_all", *a2a}, {"send_recv", *sr}})
-        measured[name].push_back({{"bytes", bytes}, {"time_us", t * 1e6}});
-      if (bytes == 4096) latency_small = *ar / (2.0 * (n - 1));  // per ring step
-      busbw_large = 2 * f * S / *ar;
-      p2p_bw = std::max(p2p_bw, S / *sr);  // the link: the best point-to-point rate seen
+      row["all_reduce"] = {{"time_us", ar * 1e6}, {"algbw_gb_per_s", S / ar / 1e9}, {"busbw_gb_per_s", 2 * f * S / ar / 1e9}};
+      row["reduce_scatter"] = {{"time_us", rs * 1e6}, {"busbw_gb_per_s", f * S / rs / 1e9}};
+      row["all_gather"] = {{"time_us", ag * 1e6}, {"busbw_gb_per_s", f * S / ag / 1e9}};
+      row["all_to_all"] = {{"time_us", a2a * 1e6}, {"busbw_gb_per_s", f * S / a2a / 1e9}};
+      row["send_recv"] = {{"time_us", sr * 1e6}, {"busbw_gb_per_s", S / sr / 1e9}};
+      m->colls.push_back(row);
+      for (auto [name, t] : {std::pair<const char*, double>{"all_reduce", ar}, {"reduce_scatter", rs},
+                             {"all_gather", ag}, {"all_to_all", a2a}, {"send_recv", sr}})
+        m->colls_measured[name].push_back({{"bytes", bytes}, {"time_us", t * 1e6}});
+      if (bytes == 4096) m->latency_small = ar / (2.0 * (n - 1));  // per ring step
+      m->busbw_large = 2 * f * S / ar;
+      m->p2p_bw = std::max(m->p2p_bw, S / sr);  // the link: the best point-to-point rate seen
     }
+    return Status::ok();
   }
 
-  if (!lead) return 0;
+  exec::Communicator& w_;
+  exec::KernelBench& bench_;
+  const CalibArgs& a_;
+  const double min_s_, sample_s_;
+  double worst_spread_ = 0;
+};
+
+// The measurements as a hardware profile (docs/formats/hwprofile.md).
+OrderedJson profile_json(const Measured& m, const exec::KernelBench& bench, const CalibArgs& a, int n) {
   char host[256] = "unknown";
   ::gethostname(host, sizeof host);
   std::time_t now = std::time(nullptr);
@@ -274,10 +278,14 @@ static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const Cali
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   const double ram_gib = double(pages) * double(page) / double(1ull << 30);
-  std::string src = std::string("measured by `loom calibrate` on ") + host + " on " + date + " with " +
-                    std::to_string(n) + " ranks x " + std::to_string(a.threads) +
-                    " threads running at once (figures per rank); worst interquartile spread of repeated runs " +
-                    std::to_string(int(std::lround(100 * worst_spread))) + "%";
+  const std::string src = std::string("measured by `loom calibrate` on ") + host + " on " + date + " with " +
+                          std::to_string(n) + " ranks x " + std::to_string(a.threads) +
+                          " threads running at once (figures per rank); worst interquartile spread of repeated runs " +
+                          std::to_string(int(std::lround(100 * m.worst_spread))) + "%";
+  // The profile's bandwidth is the best streaming rate seen (kernels running
+  // in cache can beat the triad), so bandwidth x efficiency reproduces each
+  // measured rate exactly instead of clamping it.
+  const double stream_bw = m.stream_bw();
   OrderedJson j;
   j["name"] = a.name;
   j["description"] = std::string("This machine (") + host + ") as " + std::to_string(n) + " MPI ranks of " +
@@ -285,52 +293,75 @@ static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const Cali
   j["nccl_version"] = "none (MPI over shared memory)";
   const bool gpu = bench.sm_arch() > 0;
   j["accelerator"] = {{"name", gpu ? bench.name() : std::string("cpu rank")}, {"sm_arch", bench.sm_arch()},
-                      {"peak_fp32_tflops", (gpu ? fp32_peak : peak) / 1e12},
+                      {"peak_fp32_tflops", (gpu ? m.fp32_peak : m.peak) / 1e12},
                       {"memory_gib", gpu ? bench.memory_bytes() / double(1ull << 30) : ram_gib / n},
-                      {"memory_bw_gb_per_s", stream_bw / 1e9}, {"memory_bw_efficiency", mem_bw_eff},
-                      {"optimizer_bw_efficiency", opt_bw_eff}, {"gemm_efficiency", table}};
+                      {"memory_bw_gb_per_s", stream_bw / 1e9},
+                      {"memory_bw_efficiency", std::clamp(m.elem_bw / stream_bw, 0.01, 1.0)},
+                      {"optimizer_bw_efficiency", std::clamp(m.opt_bw / stream_bw, 0.01, 1.0)},
+                      {"gemm_efficiency", m.gemm_table}};
   // GPU GEMMs run in bf16 (the training precision): that is the table's peak.
-  if (gpu) j["accelerator"]["peak_bf16_tflops"] = peak / 1e12;
-  if (!att_table.empty()) {
-    j["accelerator"]["attention_efficiency"] = att_table;
-    j["accelerator"]["attention_backward_ratio"] = att_ratio;
+  if (gpu) j["accelerator"]["peak_bf16_tflops"] = m.peak / 1e12;
+  if (!m.att_table.empty()) {
+    j["accelerator"]["attention_efficiency"] = m.att_table;
+    j["accelerator"]["attention_backward_ratio"] = m.att_bwd_ratio;
   }
   j["accelerator"]["source"] = src;
   j["node"] = {{"devices_per_node", n},
                {"fabric", gpu ? "pcie" : "shm"},
                // A ring cannot beat its link: on a loaded machine the send/recv
                // sweep can read slower than the all-reduce did.
-               {"intra_bw_gb_per_s", n > 1 ? std::max(p2p_bw, busbw_large) / 1e9 : mem_bw / 1e9},
-               {"intra_ring_busbw_gb_per_s", n > 1 ? busbw_large / 1e9 : mem_bw / 1e9},
-               {"intra_latency_us", n > 1 ? latency_small * 1e6 : 1.0},
+               {"intra_bw_gb_per_s", n > 1 ? std::max(m.p2p_bw, m.busbw_large) / 1e9 : m.triad_bw / 1e9},
+               {"intra_ring_busbw_gb_per_s", n > 1 ? m.busbw_large / 1e9 : m.triad_bw / 1e9},
+               {"intra_latency_us", n > 1 ? m.latency_small * 1e6 : 1.0},
                {"nvls", false},
                {"nvlink_domain_size", 0},
                {"source", src}};
   // The sweep itself: the simulator interpolates it by message size (latency
   // and bandwidth per size range) instead of one latency and one bandwidth.
-  if (n > 1) j["node"]["measured_collectives"] = measured;
+  if (n > 1) j["node"]["measured_collectives"] = m.colls_measured;
   j["network"] = {{"nics_per_node", 1}, {"nic_bw_gbit_per_s", 10}, {"latency_us", 30}, {"topology", "single host"},
                   {"cpu_vendor", "intel"}, {"source", "not measured: one host"}};
   j["calibration"] = {{"ranks", n}, {"threads_per_rank", a.threads}, {"date", date}, {"host", host},
-                      {"gemm_points", points.size()}, {"triad_gb_per_s", mem_bw / 1e9},
-                      {"elementwise_gb_per_s", elem_bw / 1e9}, {"optimizer_gb_per_s", opt_bw / 1e9}, {"collectives", colls}};
-  // The profile must load like any other.
-  auto check = parse_hw_profile(j.dump(), a.name);
-  if (!check.is_ok()) return fail("calibrate", check.status().with_context("internal: the measured profile"));
+                      {"gemm_points", m.gemm.size()}, {"triad_gb_per_s", m.triad_bw / 1e9},
+                      {"elementwise_gb_per_s", m.elem_bw / 1e9}, {"optimizer_gb_per_s", m.opt_bw / 1e9},
+                      {"collectives", m.colls}};
+  return j;
+}
+
+void print_summary(const Measured& m, int n) {
+  const double stream_bw = m.stream_bw();
   std::printf("GEMM peak per rank %.1f GFLOP/s; memory bandwidth per rank %.1f GB/s (triad); elementwise layer "
-              "kernels %.1f GB/s (efficiency %.2f); optimizer %.1f GB/s (%.2f)\n", peak / 1e9, mem_bw / 1e9, elem_bw / 1e9,
-              mem_bw_eff, opt_bw / 1e9, opt_bw_eff);
+              "kernels %.1f GB/s (efficiency %.2f); optimizer %.1f GB/s (%.2f)\n",
+              m.peak / 1e9, m.triad_bw / 1e9, m.elem_bw / 1e9, std::clamp(m.elem_bw / stream_bw, 0.01, 1.0),
+              m.opt_bw / 1e9, std::clamp(m.opt_bw / stream_bw, 0.01, 1.0));
   if (n > 1) {
     std::printf("%12s %12s %12s %12s %12s %12s  (busbw GB/s, nccl-tests convention)\n", "bytes", "all_reduce",
                 "reduce_scat", "all_gather", "all_to_all", "send_recv");
-    for (const auto& r : colls)
+    for (const auto& r : m.colls)
       std::printf("%12zu %12.2f %12.2f %12.2f %12.2f %12.2f\n", r["bytes"].get<size_t>(),
                   r["all_reduce"]["busbw_gb_per_s"].get<double>(), r["reduce_scatter"]["busbw_gb_per_s"].get<double>(),
                   r["all_gather"]["busbw_gb_per_s"].get<double>(), r["all_to_all"]["busbw_gb_per_s"].get<double>(),
                   r["send_recv"]["busbw_gb_per_s"].get<double>());
   }
-  std::printf("noise: worst interquartile spread of repeated measurements %.0f%%\n", 100 * worst_spread);
-  std::string text = j.dump(2) + "\n";
+  std::printf("noise: worst interquartile spread of repeated measurements %.0f%%\n", 100 * m.worst_spread);
+}
+
+}  // namespace
+
+static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
+  const int n = w.size();
+  if (bench.sm_arch() > 0 && n > 1)
+    return fail("calibrate", unsupported("--backend cuda measures one GPU; collectives between GPUs need the NCCL "
+                                         "communicator, which is not built yet: run it without mpirun"));
+  Measured m;
+  if (Status s = Calibrator(w, bench, a).run(&m); !s.is_ok()) return fail("calibrate", s);
+  if (w.rank() != 0) return 0;
+  const OrderedJson j = profile_json(m, bench, a, n);
+  // The profile must load like any other.
+  auto check = parse_hw_profile(j.dump(), a.name);
+  if (!check.is_ok()) return fail("calibrate", check.status().with_context("internal: the measured profile"));
+  print_summary(m, n);
+  const std::string text = j.dump(2) + "\n";
   if (a.out.empty()) {
     std::printf("%s", text.c_str());
   } else {
