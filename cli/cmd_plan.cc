@@ -116,6 +116,152 @@ Status write_outputs(const PlanArgs& a, const Evaluator& eval, const SimResult& 
   return Status::ok();
 }
 
+struct PlanInputs {
+  ModelSpec model;
+  HwProfile hw;
+  TrainSpec train;
+  SimOptions opt;
+};
+
+// The model (scaled), hardware, train spec and simulator options of the
+// request; every output path checked before the search (core/output_file.h).
+Result<PlanInputs> read_inputs(const PlanArgs& a) {
+  if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed")
+    return invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron or deepspeed");
+  if (!a.export_kind.empty() && a.json)
+    return invalid_argument("--export and --json both print to stdout; use one of them");
+  PlanInputs in;
+  LOOM_ASSIGN_OR_RETURN(in.model, load_model_spec(a.model));
+  if (!a.scale.empty()) {
+    LOOM_ASSIGN_OR_RETURN(ModelScale scale, parse_model_scale(a.scale));
+    LOOM_ASSIGN_OR_RETURN(in.model, scale_model(in.model, scale));
+  }
+  LOOM_ASSIGN_OR_RETURN(in.hw, load_hw_profile(a.hw));
+  PlanRequest req;
+  req.gpus = a.gpus;
+  req.global_batch = a.global_batch;
+  req.seq = a.seq;
+  req.precision = a.precision;
+  req.steps = a.steps;
+  req.lr = a.lr;
+  req.warmup = a.warmup;
+  req.seed = a.seed;
+  req.flash_attention = !a.no_flash;
+  req.fp32_main_grads = a.fp32_main_grads;
+  req.dropout = a.dropout;
+  req.grad_buckets = a.grad_buckets;
+  LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
+  in.opt = make_sim_options(req, in.hw);
+  // A calibrated CPU profile holds per-rank figures for the number of ranks
+  // that shared the machine while it was measured; another count shares the
+  // cores differently.
+  const HwProfile& hw = in.hw;
+  if (hw.is_cpu() && hw.node.fabric == "shm" && hw.node.source.rfind("measured by `loom calibrate`", 0) == 0 &&
+      a.gpus != hw.node.devices_per_node)
+    std::fprintf(stderr,
+                 "loom plan: warning: %s was calibrated as %d rank(s) sharing one machine, not %d; per-rank speed "
+                 "differs with the number of ranks: calibrate with `mpirun -np %d loom calibrate`\n",
+                 hw.name.c_str(), hw.node.devices_per_node, a.gpus, a.gpus);
+  if (a.top < 0 || a.pick < 0) return invalid_argument("--top and --pick must be >= 0");
+  if (!a.out.empty()) LOOM_RETURN_IF_ERROR(check_output_path(a.out, "--out"));
+  if (!a.trace.empty()) LOOM_RETURN_IF_ERROR(check_output_path(a.trace, "--trace"));
+  return in;
+}
+
+void print_header(const PlanArgs& a, const PlanInputs& in) {
+  std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s\n", in.model.name.c_str(), a.gpus,
+              in.hw.accel.name.c_str(), in.hw.name.c_str(), (long long)a.global_batch, (long long)a.seq,
+              precision_name(in.train.precision));
+}
+
+// --layout: evaluate one layout. Exit 3 when it does not fit.
+int plan_one(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
+  auto layout = parse_layout(a.layout);
+  if (!layout.is_ok()) return fail("plan", layout.status());
+  if (Status s = validate_layout(*layout, in.model, in.train, a.gpus); !s.is_ok()) return fail("plan", s);
+  auto r = simulate_layout(eval, *layout);
+  if (!r.is_ok()) return fail("plan", r.status());
+  if (a.json) {
+    std::printf("%s\n", prediction_json(*r, 2).c_str());
+  } else {
+    print_header(a, in);
+    std::printf("%s", format_result(*r, in.hw).c_str());
+  }
+  if (!r->memory.fits) {
+    std::fprintf(stderr, "loom plan: layout %s does not fit: %s; no plan written\n", layout->to_string().c_str(),
+                 r->memory.why_not().c_str());
+    return 3;
+  }
+  if (Status s = write_outputs(a, eval, *r); !s.is_ok()) return fail("plan", s);
+  return 0;
+}
+
+void print_search_json(const PlanArgs& a, const PlanInputs& in, const SearchResult& res, const SimResult& chosen) {
+  OrderedJson j;
+  j["model"] = in.model.name;
+  j["hardware"] = in.hw.name;
+  j["gpus"] = a.gpus;
+  j["search"] = {{"enumerated", res.enumerated}, {"fitting", res.fitting}, {"elapsed_s", res.elapsed_s}};
+  j["layout"] = OrderedJson::parse(layout_to_json(chosen.layout));
+  j["prediction"] = OrderedJson::parse(prediction_json(chosen));
+  OrderedJson cands = OrderedJson::array();
+  for (int i = 0; i < std::min<int>(a.top, int(res.ranked.size())); ++i) {
+    const Candidate& c = res.ranked[i];
+    const Figures& f = i < int(res.refined.size()) ? res.refined[i].figures : c.estimate.figures;
+    cands.push_back({{"layout", OrderedJson::parse(layout_to_json(c.layout))},
+                     {"step_time_s", f.step_time_s},
+                     {"tokens_per_s", f.tokens_per_s},
+                     {"mfu", f.mfu},
+                     {"peak_memory_bytes", c.estimate.peak_memory_bytes},
+                     {"pareto", c.pareto}});
+  }
+  j["candidates"] = cands;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// The search: every valid layout, the best (or --pick) written. Exit 3 when
+// none fits.
+int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
+  SearchSpace space;
+  space.world = a.gpus;
+  space.threads = a.threads;
+  space.refine_top = std::max(8, a.pick + 1);
+  if (Status s = apply_fix(a.fix, space); !s.is_ok()) return fail("plan", s);
+  auto res = search_layouts(eval, space);
+  if (!res.is_ok()) return fail("plan", res.status());
+  if (res->ranked.empty()) {
+    std::string msg = "no layout of " + in.model.name + " fits on " + std::to_string(a.gpus) + " x " +
+                      in.hw.accel.name + " (" + std::to_string(res->valid) + " valid layouts tried)";
+    if (res->closest) msg += "; closest: " + res->closest->layout.to_string() + ": " + res->closest_why;
+    msg += "; use more GPUs, a smaller global batch or sequence, or a GPU with more memory";
+    std::fprintf(stderr, "loom plan: %s\n", msg.c_str());
+    return 3;
+  }
+  if (a.pick >= int(res->ranked.size()))
+    return fail("plan", invalid_argument("--pick " + std::to_string(a.pick) + ": only " +
+                                         std::to_string(res->ranked.size()) + " layouts fit"));
+  SimResult chosen;
+  if (a.pick < int(res->refined.size())) {
+    chosen = res->refined[a.pick];
+  } else {
+    auto r = simulate_layout(eval, res->ranked[a.pick].layout);
+    if (!r.is_ok()) return fail("plan", r.status());
+    chosen = std::move(r).value();
+  }
+  if (a.json) {
+    print_search_json(a, in, *res, chosen);
+  } else {
+    print_header(a, in);
+    std::printf("searched %lld valid layouts in %.3f s: %lld fit in memory (* = on the Pareto front)\n\n",
+                (long long)res->enumerated, res->elapsed_s, (long long)res->fitting);
+    std::printf("%s\n", format_candidates(*res, a.top).c_str());
+    std::printf("%s\n", format_pareto(*res, a.top).c_str());
+    std::printf("chosen (#%d):\n%s", a.pick, format_result(chosen, in.hw).c_str());
+  }
+  if (Status s = write_outputs(a, eval, chosen); !s.is_ok()) return fail("plan", s);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
@@ -151,138 +297,10 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "LR warm-up steps recorded in the plan");
   app.add_option("--seed", a.seed, "seed recorded in the plan");
   if (int rc = parse_args(app, "plan", argc, argv); rc >= 0) return rc;
-
-  if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed")
-    return fail("plan", invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron or deepspeed"));
-  if (!a.export_kind.empty() && a.json)
-    return fail("plan", invalid_argument("--export and --json both print to stdout; use one of them"));
-  auto model = load_model_spec(a.model);
-  if (!model.is_ok()) return fail("plan", model.status());
-  if (!a.scale.empty()) {
-    auto scale = parse_model_scale(a.scale);
-    if (!scale.is_ok()) return fail("plan", scale.status());
-    auto scaled = scale_model(*model, *scale);
-    if (!scaled.is_ok()) return fail("plan", scaled.status());
-    model = std::move(scaled);
-  }
-  auto hw = load_hw_profile(a.hw);
-  if (!hw.is_ok()) return fail("plan", hw.status());
-  PlanRequest req;
-  req.gpus = a.gpus;
-  req.global_batch = a.global_batch;
-  req.seq = a.seq;
-  req.precision = a.precision;
-  req.steps = a.steps;
-  req.lr = a.lr;
-  req.warmup = a.warmup;
-  req.seed = a.seed;
-  req.flash_attention = !a.no_flash;
-  req.fp32_main_grads = a.fp32_main_grads;
-  req.dropout = a.dropout;
-  req.grad_buckets = a.grad_buckets;
-  auto train_r = make_train_spec(req, *hw);
-  if (!train_r.is_ok()) return fail("plan", train_r.status());
-  const TrainSpec train = *train_r;
-  // A calibrated CPU profile holds per-rank figures for the number of ranks
-  // that shared the machine while it was measured; another count shares the
-  // cores differently.
-  if (hw->is_cpu() && hw->node.fabric == "shm" && hw->node.source.rfind("measured by `loom calibrate`", 0) == 0 &&
-      a.gpus != hw->node.devices_per_node)
-    std::fprintf(stderr,
-                 "loom plan: warning: %s was calibrated as %d rank(s) sharing one machine, not %d; per-rank speed "
-                 "differs with the number of ranks: calibrate with `mpirun -np %d loom calibrate`\n",
-                 hw->name.c_str(), hw->node.devices_per_node, a.gpus, a.gpus);
-  if (a.top < 0 || a.pick < 0) return fail("plan", invalid_argument("--top and --pick must be >= 0"));
-  // Outputs are checked before the search (core/output_file.h).
-  if (!a.out.empty())
-    if (Status s = check_output_path(a.out, "--out"); !s.is_ok()) return fail("plan", s);
-  if (!a.trace.empty())
-    if (Status s = check_output_path(a.trace, "--trace"); !s.is_ok()) return fail("plan", s);
-  const SimOptions opt = make_sim_options(req, *hw);
-  Evaluator eval(*model, *hw, train, opt);
-
-  if (!a.layout.empty()) {
-    auto layout = parse_layout(a.layout);
-    if (!layout.is_ok()) return fail("plan", layout.status());
-    if (Status s = validate_layout(*layout, *model, train, a.gpus); !s.is_ok()) return fail("plan", s);
-    auto r = simulate_layout(eval, *layout);
-    if (!r.is_ok()) return fail("plan", r.status());
-    if (a.json) {
-      std::printf("%s\n", prediction_json(*r, 2).c_str());
-    } else {
-      std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s\n", model->name.c_str(), a.gpus,
-                  hw->accel.name.c_str(), hw->name.c_str(), (long long)a.global_batch, (long long)a.seq,
-                  precision_name(train.precision));
-      std::printf("%s", format_result(*r, *hw).c_str());
-    }
-    if (!r->memory.fits) {
-      std::fprintf(stderr, "loom plan: layout %s does not fit: %s; no plan written\n", layout->to_string().c_str(),
-                   r->memory.why_not().c_str());
-      return 3;
-    }
-    if (Status s = write_outputs(a, eval, *r); !s.is_ok()) return fail("plan", s);
-    return 0;
-  }
-
-  SearchSpace space;
-  space.world = a.gpus;
-  space.threads = a.threads;
-  space.refine_top = std::max(8, a.pick + 1);
-  if (Status s = apply_fix(a.fix, space); !s.is_ok()) return fail("plan", s);
-  auto res = search_layouts(eval, space);
-  if (!res.is_ok()) return fail("plan", res.status());
-  if (res->ranked.empty()) {
-    std::string msg = "no layout of " + model->name + " fits on " + std::to_string(a.gpus) + " x " +
-                      hw->accel.name + " (" + std::to_string(res->valid) + " valid layouts tried)";
-    if (res->closest) msg += "; closest: " + res->closest->layout.to_string() + ": " + res->closest_why;
-    msg += "; use more GPUs, a smaller global batch or sequence, or a GPU with more memory";
-    std::fprintf(stderr, "loom plan: %s\n", msg.c_str());
-    return 3;
-  }
-  if (a.pick >= int(res->ranked.size()))
-    return fail("plan", invalid_argument("--pick " + std::to_string(a.pick) + ": only " +
-                                         std::to_string(res->ranked.size()) + " layouts fit"));
-  SimResult chosen;
-  if (a.pick < int(res->refined.size())) {
-    chosen = res->refined[a.pick];
-  } else {
-    auto r = simulate_layout(eval, res->ranked[a.pick].layout);
-    if (!r.is_ok()) return fail("plan", r.status());
-    chosen = std::move(r).value();
-  }
-  if (a.json) {
-    OrderedJson j;
-    j["model"] = model->name;
-    j["hardware"] = hw->name;
-    j["gpus"] = a.gpus;
-    j["search"] = {{"enumerated", res->enumerated}, {"fitting", res->fitting}, {"elapsed_s", res->elapsed_s}};
-    j["layout"] = OrderedJson::parse(layout_to_json(chosen.layout));
-    j["prediction"] = OrderedJson::parse(prediction_json(chosen));
-    OrderedJson cands = OrderedJson::array();
-    for (int i = 0; i < std::min<int>(a.top, int(res->ranked.size())); ++i) {
-      const Candidate& c = res->ranked[i];
-      const Figures& f = i < int(res->refined.size()) ? res->refined[i].figures : c.estimate.figures;
-      cands.push_back({{"layout", OrderedJson::parse(layout_to_json(c.layout))},
-                       {"step_time_s", f.step_time_s},
-                       {"tokens_per_s", f.tokens_per_s},
-                       {"mfu", f.mfu},
-                       {"peak_memory_bytes", c.estimate.peak_memory_bytes},
-                       {"pareto", c.pareto}});
-    }
-    j["candidates"] = cands;
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s\n", model->name.c_str(), a.gpus,
-                hw->accel.name.c_str(), hw->name.c_str(), (long long)a.global_batch, (long long)a.seq,
-                precision_name(train.precision));
-    std::printf("searched %lld valid layouts in %.3f s: %lld fit in memory (* = on the Pareto front)\n\n",
-                (long long)res->enumerated, res->elapsed_s, (long long)res->fitting);
-    std::printf("%s\n", format_candidates(*res, a.top).c_str());
-    std::printf("%s\n", format_pareto(*res, a.top).c_str());
-    std::printf("chosen (#%d):\n%s", a.pick, format_result(chosen, *hw).c_str());
-  }
-  if (Status s = write_outputs(a, eval, chosen); !s.is_ok()) return fail("plan", s);
-  return 0;
+  auto in = read_inputs(a);
+  if (!in.is_ok()) return fail("plan", in.status());
+  const Evaluator eval(in->model, in->hw, in->train, in->opt);
+  return a.layout.empty() ? plan_search(a, eval, *in) : plan_one(a, eval, *in);
 }
 
 }  // namespace loom::cli
