@@ -142,28 +142,21 @@ std::string utc_now() {
 
 void print_results_table(const RegressResults& r);  // regress_check.cc
 
-int regress_run(int argc, char** argv) {
-  CLI::App app{"Run a predicted-vs-measured suite: calibrate, plan and execute every case, record the figures.",
-               "loom regress run"};
-  std::string suite_arg, out = "regress-results.json", profiles, launcher = default_launcher(), only;
-  double slowdown = 1.0, timeout_s = 900;
-  int64_t steps = 0;
-  app.add_option("suite", suite_arg, "suite file, or a name in bench/suites/ (ci, bench)")->required();
-  app.add_option("--out", out, "results file")->capture_default_str();
-  app.add_option("--profiles", profiles,
-                 "directory of calibrated profiles cal<N>.json to reuse (missing ones are measured into it); "
-                 "default: <out>.d/");
-  app.add_option("--launcher", launcher, "MPI launcher; {n} is the rank count (else -np N is appended)")
-      ->capture_default_str();
-  app.add_option("--cases", only, "comma-separated case names to run (default: all)");
-  app.add_option("--steps", steps, "override the suite's steps per case");
-  app.add_option("--timeout", timeout_s, "seconds per command before it is killed")->capture_default_str();
-  app.add_option("--test-slowdown", slowdown, "test only: passed to loom execute to slow every step by this factor")
-      ->group("");
-  if (int rc = parse_args(app, "regress run", argc, argv); rc >= 0) return rc;
-  auto suite = load_suite(suite_arg);
-  if (!suite.is_ok()) return fail("regress run", suite.status());
-  if (steps > 0) suite->steps = std::max<int64_t>(4, steps);
+namespace {
+
+// What every command of a suite run shares.
+struct RunEnv {
+  std::string self;      // this loom binary
+  std::string launcher;  // MPI launcher template
+  std::string threads;   // compute threads per rank
+  std::string work;      // plans, run records, logs
+  double timeout_s = 900;
+  double slowdown = 1.0;
+  int64_t steps = 16;
+};
+
+// --cases: the names asked for, each of which the suite must have.
+Result<std::set<std::string>> wanted_cases(const std::string& only, const Suite& suite) {
   std::set<std::string> wanted;
   for (std::istringstream in(only); in.good();) {
     std::string n;
@@ -171,21 +164,129 @@ int regress_run(int argc, char** argv) {
     if (!n.empty()) wanted.insert(n);
   }
   for (const std::string& n : wanted) {
-    bool known = std::any_of(suite->cases.begin(), suite->cases.end(), [&](const SuiteCase& c) { return c.name == n; });
-    if (!known) return fail("regress run", invalid_argument("--cases: no case '" + n + "' in suite " + suite->name));
+    bool known = std::any_of(suite.cases.begin(), suite.cases.end(), [&](const SuiteCase& c) { return c.name == n; });
+    if (!known) return invalid_argument("--cases: no case '" + n + "' in suite " + suite.name);
   }
+  return wanted;
+}
+
+// Each world size is calibrated as itself (ranks x threads running at once),
+// reusing profiles already in `profiles`.
+Result<std::map<int, std::string>> calibrated_profiles(const RunEnv& env, const std::set<int>& sizes,
+                                                       const std::string& profiles) {
+  std::map<int, std::string> profile_of;
+  std::error_code ec;
+  for (int n : sizes) {
+    std::string prof = profiles + "/cal" + std::to_string(n) + ".json";
+    profile_of[n] = prof;
+    if (fs::exists(prof)) {
+      std::printf("regress: reusing %s\n", prof.c_str());
+      continue;
+    }
+    std::printf("regress: calibrating %d rank(s) -> %s\n", n, prof.c_str());
+    std::fflush(stdout);
+    auto cmd = launcher_argv(env.launcher, n);
+    for (std::string a : {env.self, std::string("calibrate"), std::string("--threads"), env.threads,
+                          std::string("--out"), prof})
+      cmd.push_back(a);
+    std::string log = env.work + "/calibrate" + std::to_string(n) + ".log";
+    fs::remove(log, ec);
+    if (int rc = run_logged(cmd, log, env.timeout_s); rc != 0)
+      return internal_error("`" + join(cmd) + "` exited " + std::to_string(rc) + ":\n" + tail_of(log));
+  }
+  return profile_of;
+}
+
+// One case: plan it on its calibrated profile, execute it, read the figures;
+// a failure is recorded in the result, not returned.
+CaseResult run_case(const RunEnv& env, const SuiteCase& c, const std::string& profile) {
+  CaseResult cr;
+  cr.name = c.name;
+  cr.ranks = c.ranks;
+  cr.layout = c.layout;
+  cr.model = c.model + (c.scale.empty() ? "" : " (" + c.scale + ")");
+  cr.tolerances = c.tolerances;
+  std::printf("regress: %-16s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
+  std::fflush(stdout);
+  const std::string plan_path = env.work + "/" + c.name + ".plan.json",
+                    rec_path = env.work + "/" + c.name + ".run.json", log = env.work + "/" + c.name + ".log";
+  std::error_code ec;
+  fs::remove(log, ec);
+  fs::remove(rec_path, ec);
+  std::vector<std::string> plan_cmd = {env.self, "plan", "--model", c.model, "--hw", profile, "--gpus",
+                                       std::to_string(c.ranks), "--global-batch", std::to_string(c.global_batch),
+                                       "--seq", std::to_string(c.seq), "--precision", c.precision, "--layout",
+                                       c.layout, "--steps", std::to_string(env.steps), "--out", plan_path};
+  if (!c.scale.empty()) {
+    plan_cmd.push_back("--scale");
+    plan_cmd.push_back(c.scale);
+  }
+  if (int rc = run_logged(plan_cmd, log, env.timeout_s); rc != 0) {
+    cr.error = "loom plan exited " + std::to_string(rc) + ": " + tail_of(log);
+    return cr;
+  }
+  auto cmd = launcher_argv(env.launcher, c.ranks);
+  for (std::string a : {env.self, std::string("execute"), plan_path, std::string("--threads"), env.threads,
+                        std::string("--quiet"), std::string("--record"), rec_path})
+    cmd.push_back(a);
+  if (env.slowdown != 1.0) {
+    cmd.push_back("--test-slowdown");
+    cmd.push_back(std::to_string(env.slowdown));
+  }
+  if (int rc = run_logged(cmd, log, env.timeout_s); rc != 0) {
+    cr.error = "loom execute exited " + std::to_string(rc) + (rc == 124 ? " (timed out)" : "") + ": " + tail_of(log);
+    return cr;
+  }
+  auto plan = load_plan(plan_path);
+  auto rec = load_run_record(rec_path);
+  if (!plan.is_ok()) cr.error = plan.status().message();
+  else if (!rec.is_ok()) cr.error = rec.status().message();
+  else if (auto figures = case_figures(*plan, *rec); !figures.is_ok()) cr.error = figures.status().message();
+  else cr.figures = std::move(figures).value();
+  return cr;
+}
+
+}  // namespace
+
+int regress_run(int argc, char** argv) {
+  CLI::App app{"Run a predicted-vs-measured suite: calibrate, plan and execute every case, record the figures.",
+               "loom regress run"};
+  std::string suite_arg, out = "regress-results.json", profiles, only;
+  RunEnv env;
+  env.launcher = default_launcher();
+  int64_t steps = 0;
+  app.add_option("suite", suite_arg, "suite file, or a name in bench/suites/ (ci, bench)")->required();
+  app.add_option("--out", out, "results file")->capture_default_str();
+  app.add_option("--profiles", profiles,
+                 "directory of calibrated profiles cal<N>.json to reuse (missing ones are measured into it); "
+                 "default: <out>.d/");
+  app.add_option("--launcher", env.launcher, "MPI launcher; {n} is the rank count (else -np N is appended)")
+      ->capture_default_str();
+  app.add_option("--cases", only, "comma-separated case names to run (default: all)");
+  app.add_option("--steps", steps, "override the suite's steps per case");
+  app.add_option("--timeout", env.timeout_s, "seconds per command before it is killed")->capture_default_str();
+  app.add_option("--test-slowdown", env.slowdown, "test only: passed to loom execute to slow every step by this factor")
+      ->group("");
+  if (int rc = parse_args(app, "regress run", argc, argv); rc >= 0) return rc;
+  auto suite = load_suite(suite_arg);
+  if (!suite.is_ok()) return fail("regress run", suite.status());
+  if (steps > 0) suite->steps = std::max<int64_t>(4, steps);
+  auto wanted = wanted_cases(only, *suite);
+  if (!wanted.is_ok()) return fail("regress run", wanted.status());
   // The results file is checked before the suite runs (core/output_file.h).
   if (Status s = check_output_path(out, "--out", false); !s.is_ok()) return fail("regress run", s);
-  const std::string work = out + ".d";
-  if (profiles.empty()) profiles = work;
+  env.work = out + ".d";
+  if (profiles.empty()) profiles = env.work;
   std::error_code ec;
-  fs::create_directories(work, ec);
+  fs::create_directories(env.work, ec);
   fs::create_directories(profiles, ec);
   if (ec) return fail("regress run", io_error("cannot create " + profiles + ": " + ec.message()));
-  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-  if (ec) self = argv[0];
+  env.self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) env.self = argv[0];
+  env.threads = std::to_string(suite->threads);
+  env.steps = suite->steps;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-  ::setenv("OMP_NUM_THREADS", std::to_string(suite->threads).c_str(), 1);
+  ::setenv("OMP_NUM_THREADS", env.threads.c_str(), 1);
 
   RegressResults res;
   res.suite = suite->name;
@@ -196,77 +297,17 @@ int regress_run(int argc, char** argv) {
   res.commit = git_commit();
   res.date = utc_now();
   res.loom_version = loom_version();
-  res.launcher = launcher;
-  const std::string threads = std::to_string(suite->threads);
-
-  // Each world size is calibrated as itself: ranks x threads running at once.
+  res.launcher = env.launcher;
+  auto chosen = [&](const SuiteCase& c) { return wanted->empty() || wanted->count(c.name); };
   std::set<int> sizes;
   for (const SuiteCase& c : suite->cases)
-    if (wanted.empty() || wanted.count(c.name)) sizes.insert(c.ranks);
-  std::map<int, std::string> profile_of;
-  for (int n : sizes) {
-    std::string prof = profiles + "/cal" + std::to_string(n) + ".json";
-    profile_of[n] = prof;
-    if (fs::exists(prof)) {
-      std::printf("regress: reusing %s\n", prof.c_str());
-      continue;
-    }
-    std::printf("regress: calibrating %d rank(s) -> %s\n", n, prof.c_str());
-    std::fflush(stdout);
-    auto cmd = launcher_argv(launcher, n);
-    for (std::string a : {self, std::string("calibrate"), std::string("--threads"), threads, std::string("--out"), prof})
-      cmd.push_back(a);
-    std::string log = work + "/calibrate" + std::to_string(n) + ".log";
-    fs::remove(log, ec);
-    if (int rc = run_logged(cmd, log, timeout_s); rc != 0)
-      return fail("regress run", internal_error("`" + join(cmd) + "` exited " + std::to_string(rc) + ":\n" + tail_of(log)));
-  }
-
+    if (chosen(c)) sizes.insert(c.ranks);
+  auto profile_of = calibrated_profiles(env, sizes, profiles);
+  if (!profile_of.is_ok()) return fail("regress run", profile_of.status());
   bool all_ran = true;
   for (const SuiteCase& c : suite->cases) {
-    if (!wanted.empty() && !wanted.count(c.name)) continue;
-    CaseResult cr;
-    cr.name = c.name;
-    cr.ranks = c.ranks;
-    cr.layout = c.layout;
-    cr.model = c.model + (c.scale.empty() ? "" : " (" + c.scale + ")");
-    cr.tolerances = c.tolerances;
-    std::printf("regress: %-16s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
-    std::fflush(stdout);
-    const std::string plan_path = work + "/" + c.name + ".plan.json", rec_path = work + "/" + c.name + ".run.json",
-                      log = work + "/" + c.name + ".log";
-    fs::remove(log, ec);
-    fs::remove(rec_path, ec);
-    std::vector<std::string> plan_cmd = {self, "plan", "--model", c.model, "--hw", profile_of[c.ranks], "--gpus",
-                                         std::to_string(c.ranks), "--global-batch", std::to_string(c.global_batch),
-                                         "--seq", std::to_string(c.seq), "--precision", c.precision, "--layout",
-                                         c.layout, "--steps", std::to_string(suite->steps), "--out", plan_path};
-    if (!c.scale.empty()) {
-      plan_cmd.push_back("--scale");
-      plan_cmd.push_back(c.scale);
-    }
-    if (int rc = run_logged(plan_cmd, log, timeout_s); rc != 0) {
-      cr.error = "loom plan exited " + std::to_string(rc) + ": " + tail_of(log);
-    } else {
-      auto cmd = launcher_argv(launcher, c.ranks);
-      for (std::string a : {self, std::string("execute"), plan_path, std::string("--threads"), threads,
-                            std::string("--quiet"), std::string("--record"), rec_path})
-        cmd.push_back(a);
-      if (slowdown != 1.0) {
-        cmd.push_back("--test-slowdown");
-        cmd.push_back(std::to_string(slowdown));
-      }
-      if (int rc = run_logged(cmd, log, timeout_s); rc != 0) {
-        cr.error = "loom execute exited " + std::to_string(rc) + (rc == 124 ? " (timed out)" : "") + ": " + tail_of(log);
-      } else {
-        auto plan = load_plan(plan_path);
-        auto rec = load_run_record(rec_path);
-        if (!plan.is_ok()) cr.error = plan.status().message();
-        else if (!rec.is_ok()) cr.error = rec.status().message();
-        else if (auto figures = case_figures(*plan, *rec); !figures.is_ok()) cr.error = figures.status().message();
-        else cr.figures = std::move(figures).value();
-      }
-    }
+    if (!chosen(c)) continue;
+    CaseResult cr = run_case(env, c, (*profile_of)[c.ranks]);
     if (!cr.error.empty()) {
       all_ran = false;
       std::fprintf(stderr, "regress: case %s failed: %s\n", c.name.c_str(), cr.error.c_str());
@@ -276,7 +317,7 @@ int regress_run(int argc, char** argv) {
   if (Status s = write_text_file(out, results_to_json(res)); !s.is_ok()) return fail("regress run", s);
   print_results_table(res);
   std::printf("results written to %s (plans, run records and logs in %s/); check them with `loom regress check %s`\n",
-              out.c_str(), work.c_str(), out.c_str());
+              out.c_str(), env.work.c_str(), out.c_str());
   return all_ran ? 0 : 1;
 }
 
