@@ -351,8 +351,8 @@ void print_summary(const Measured& m, int n) {
 static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
   const int n = w.size();
   if (bench.sm_arch() > 0 && n > 1)
-    return fail("calibrate", unsupported("--backend cuda measures one GPU; collectives between GPUs need the NCCL "
-                                         "communicator, which is not built yet: run it without mpirun"));
+    return fail("calibrate", unsupported("--backend cuda measures the kernels of one GPU (its collectives are not "
+                                         "measured yet): run it without mpirun"));
   Measured m;
   if (Status s = Calibrator(w, bench, a).run(&m); !s.is_ok()) return fail("calibrate", s);
   if (w.rank() != 0) return 0;

@@ -1,7 +1,7 @@
 // StepPhases: one optimizer step's time split into named phases, the same
 // struct on both sides of predicted vs measured. The simulator fills it for
 // its critical stage (sim/simulate.cc, written as the prediction's "phases",
-// docs/formats/plan.md); the executor for its critical rank (cli/cmd_execute.cc,
+// docs/formats/plan.md); the executor for its critical rank (exec/runtime/run_driver.cc,
 // the run record's "phases", docs/formats/run_record.md). Exposed times (what
 // the step waits for) and waits are named apart; each field says what the
 // simulator and the executor put in it.

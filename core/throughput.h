@@ -8,7 +8,7 @@
 namespace loom {
 
 inline constexpr const char* kMfuFormula =
-    "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (ranks * peak_flops_per_rank)";
+    "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (ranks * peak_flops_per_rank); N = active non-embedding params + LM head";
 
 struct Throughput {
   double tokens_per_s = 0;

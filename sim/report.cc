@@ -1,5 +1,7 @@
 #include "sim/report.h"
 
+#include "core/throughput.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -55,7 +57,7 @@ std::string prediction_json(const SimResult& r, int indent) {
   j["hardware_tflops_per_gpu"] = f.hardware_tflops_per_gpu;
   j["mfu"] = f.mfu;
   j["hfu"] = f.hfu;
-  j["mfu_formula"] = "PaLM: (6*N + 12*L*H*Q*T) * tokens/s / (gpus * peak); N = active non-embedding params + LM head";
+  j["mfu_formula"] = kMfuFormula;
   j["fits"] = r.memory.fits;
   j["peak_memory_bytes"] = r.memory.peak_bytes();
   j["memory_capacity_bytes"] = r.memory.capacity_bytes;

@@ -2,8 +2,8 @@
 // (allocation, copies, synchronization: DeviceBuffer's constructor cannot
 // return one): it throws BackendError, and the executor's entry points
 // (Trainer::create / step / snapshot / restore, the calibration benches)
-// catch it and return its Status. It never crosses a library boundary, so
-// callers of those entry points see Status only. Out of memory is
+// catch it and return its Status, so callers of those entry points see
+// Status only. Out of memory is
 // kResourceExhausted with the size asked for and what was in use; a broken
 // device is kInternal with the CUDA error.
 #pragma once

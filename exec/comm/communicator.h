@@ -1,5 +1,5 @@
 // Communicator: collectives and point-to-point transfers among a group of
-// ranks. One interface, one folder per backend (mpi/ now, nccl/ later), chosen
+// ranks. One interface, one folder per backend (MPI, TCP, NCCL, a single process), chosen
 // at run time; the runtime never includes a backend header.
 //
 // Buffers are float32 unless stated; counts are elements. Every call returns

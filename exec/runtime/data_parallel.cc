@@ -151,8 +151,6 @@ void DataParallel::clear_grads() {
   if (!shard_grad_.empty()) backend_->fill_zero(shard_grad_.f32(), shard_grad_.bytes());
 }
 
-void DataParallel::start_step() {}
-
 Status DataParallel::gather_state(const float* state, float* full) {
   if (cfg_.zero == 0) {
     backend_->copy(full, state, size_t(params_->numel()) * sizeof(float));

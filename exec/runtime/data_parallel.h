@@ -106,9 +106,6 @@ class DataParallel {
   Status wait_all();
   // After the update (or a skipped step): gradients back to zero.
   void clear_grads();
-  // A new step's backward writes fresh gradients (the sums of the last step
-  // were consumed).
-  void start_step();
 
   // Checkpoints. Whole local tensors of a per-rank state buffer (`state`,
   // state_floats() long): gathered over DP into `full` (params.numel() floats,
