@@ -1,5 +1,5 @@
 // The run driver: the step loop of a training run around a Trainer, the same
-// for every caller (today `loom execute`, cli/cmd_execute.cc): steps
+// for every caller (`loom execute`; tests/unit/exec/run_driver_test.cc in-process): steps
 // from a start step to the train spec's last, the per-step figures, the
 // checkpoint cadence, stopping on request (a signal on any rank, or a planned
 // stop) with every rank stopping after the same step, and the run record's
