@@ -88,6 +88,90 @@ void print_results_table(const RegressResults& r) {
   std::printf("(step time: median of the measured steps; error = measured / predicted - 1)\n");
 }
 
+namespace {
+
+// --tolerance FIGURE=FRACTION overrides and --tolerance-scale, applied to every case.
+Status apply_tolerances(const std::vector<std::string>& overrides_text, double scale, RegressResults* res) {
+  std::map<std::string, double> overrides;
+  for (const std::string& o : overrides_text) {
+    auto eq = o.find('=');
+    double v = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stod(o.substr(eq + 1));
+    } catch (...) {
+    }
+    if (eq == std::string::npos || eq == 0 || !(v > 0))
+      return invalid_argument("--tolerance '" + o + "' must be FIGURE=FRACTION, e.g. step_time=0.2");
+    overrides[o.substr(0, eq)] = v;
+  }
+  if (!(scale > 0)) return invalid_argument("--tolerance-scale must be positive, e.g. 1.75");
+  for (CaseResult& c : res->cases) {
+    for (const auto& [k, v] : overrides) c.tolerances[k] = v;
+    for (auto& [k, v] : c.tolerances) v *= scale;
+  }
+  return Status::ok();
+}
+
+// Each tolerance of a case against its figure's error; adds to `failures`.
+void check_figures(const CaseResult& c, std::vector<std::string>* failures) {
+  for (const auto& [k, tol] : c.tolerances) {
+    if (!c.figures.count(k)) {
+      failures->push_back(c.name + ": the tolerance names figure '" + k + "', which the results do not have");
+      continue;
+    }
+    const Figure& f = c.figures.at(k);
+    double e = f.rel_error();
+    // A non-finite error (a prediction of 0 against a measured figure, or a
+    // NaN) fails: it is a figure the prediction lacks, never a pass.
+    bool ok = std::isfinite(e) && std::fabs(e) <= tol;
+    std::printf("%-16s %-14s %9s %8s%%  %s\n", c.name.c_str(), k.c_str(), pct(e).c_str(),
+                ("±" + std::to_string(int(std::lround(100 * tol)))).c_str(), ok ? "ok" : "FAIL");
+    if (!std::isfinite(e))
+      failures->push_back(c.name + ": " + k + " predicted " + number(f.predicted) + " but measured " +
+                          number(f.measured) + ": the relative error is not finite, so the prediction lacks this "
+                          "figure; re-create the case's plan with this `loom plan` (re-run `loom regress run`)");
+    else if (!ok)
+      failures->push_back(c.name + ": " + k + " predicted " + pct(e) + " off (measured / predicted - 1), allowed ±" +
+                          std::to_string(int(std::lround(100 * tol))) + "%");
+  }
+}
+
+// A case's measured throughput against this machine's baseline.
+void check_throughput(const CaseResult& c, const Baseline& base, double margin, std::vector<std::string>* failures) {
+  if (!base.tokens_per_s.count(c.name) || !c.figures.count("tokens_per_s")) return;
+  double was = base.tokens_per_s.at(c.name), now = c.figures.at("tokens_per_s").measured;
+  double change = now / was - 1;
+  bool ok = change >= -margin;
+  std::printf("%-16s %-14s %9s %8s%%  %s (baseline %.0f tok/s, commit %s)\n", c.name.c_str(), "throughput",
+              pct(change).c_str(), ("-" + std::to_string(int(std::lround(100 * margin)))).c_str(), ok ? "ok" : "FAIL",
+              was, base.commit.c_str());
+  if (!ok)
+    failures->push_back(c.name + ": measured throughput " + std::to_string(int(now)) + " tokens/s is " + pct(change) +
+                        " against this machine's baseline " + std::to_string(int(was)) + " (commit " + base.commit +
+                        ", " + base.date + "); allowed -" + std::to_string(int(std::lround(100 * margin))) + "%");
+}
+
+// Starts this machine's baseline from a clean run without one, or replaces
+// it with --update-baseline.
+Status update_baseline(const RegressResults& res, const std::string& base_path, bool have_base, const Baseline& base,
+                       bool update) {
+  const bool all_ran = std::all_of(res.cases.begin(), res.cases.end(), [](const CaseResult& c) { return c.error.empty(); });
+  if (!have_base && all_ran) {
+    update = true;
+    std::printf("no throughput baseline for machine %s and suite %s yet: this run starts it (%s)\n",
+                res.machine.key.c_str(), res.suite.c_str(), base_path.c_str());
+  } else if (!have_base) {
+    std::printf("no throughput baseline for machine %s yet; not starting one from a run with failed cases\n",
+                res.machine.key.c_str());
+  }
+  if (!update) return Status::ok();
+  LOOM_RETURN_IF_ERROR(save_baseline(base_path, res, base));
+  if (have_base) std::printf("baseline updated: %s\n", base_path.c_str());
+  return Status::ok();
+}
+
+}  // namespace
+
 int regress_check(int argc, char** argv) {
   CLI::App app{"Check a `loom regress run` results file: prediction errors against their tolerances, measured "
                "throughput against this machine's stored baseline. Exit 0 pass, 1 fail, 2 bad input.",
@@ -111,38 +195,20 @@ int regress_check(int argc, char** argv) {
   if (!text.is_ok()) return fail("regress check", text.status());
   auto res = parse_results(*text, "results " + path);
   if (!res.is_ok()) return fail("regress check", res.status());
-  std::map<std::string, double> overrides;
-  for (const std::string& o : tol_overrides) {
-    auto eq = o.find('=');
-    double v = 0;
-    try {
-      v = eq == std::string::npos ? 0 : std::stod(o.substr(eq + 1));
-    } catch (...) {
-    }
-    if (eq == std::string::npos || eq == 0 || !(v > 0))
-      return fail("regress check", invalid_argument("--tolerance '" + o + "' must be FIGURE=FRACTION, e.g. step_time=0.2"));
-    overrides[o.substr(0, eq)] = v;
-  }
-  if (!(tol_scale > 0)) return fail("regress check", invalid_argument("--tolerance-scale must be positive, e.g. 1.75"));
-  for (CaseResult& c : res->cases) {
-    for (const auto& [k, v] : overrides) c.tolerances[k] = v;
-    for (auto& [k, v] : c.tolerances) v *= tol_scale;
-  }
+  if (Status s = apply_tolerances(tol_overrides, tol_scale, &*res); !s.is_ok()) return fail("regress check", s);
   if (margin < 0) margin = res->throughput_margin;
   if (!(margin > 0 && margin < 1)) return fail("regress check", invalid_argument("--margin must be in (0, 1), e.g. 0.25"));
 
   print_results_table(*res);
   if (!res->tolerance_note.empty()) std::printf("tolerances: %s\n", res->tolerance_note.c_str());
-
   const std::string base_path = baselines + "/" + res->machine.key + "/" + res->suite + ".json";
   Baseline base;
-  bool have_base = fs::exists(base_path);
+  const bool have_base = fs::exists(base_path);
   if (have_base) {
     auto b = load_baseline(base_path);
     if (!b.is_ok()) return fail("regress check", b.status());
     base = *b;
   }
-
   std::vector<std::string> failures;
   std::printf("\n%-16s %-14s %9s %9s  %s\n", "case", "figure", "error", "allowed", "verdict");
   for (const CaseResult& c : res->cases) {
@@ -150,58 +216,13 @@ int regress_check(int argc, char** argv) {
       failures.push_back(c.name + ": did not run (" + c.error.substr(0, 200) + ")");
       continue;
     }
-    for (const auto& [k, tol] : c.tolerances) {
-      if (!c.figures.count(k)) {
-        failures.push_back(c.name + ": the tolerance names figure '" + k + "', which the results do not have");
-        continue;
-      }
-      const Figure& f = c.figures.at(k);
-      double e = f.rel_error();
-      // A non-finite error (a prediction of 0 against a measured figure, or a
-      // NaN) fails: it is a figure the prediction lacks, never a pass.
-      bool ok = std::isfinite(e) && std::fabs(e) <= tol;
-      std::printf("%-16s %-14s %9s %8s%%  %s\n", c.name.c_str(), k.c_str(), pct(e).c_str(),
-                  ("±" + std::to_string(int(std::lround(100 * tol)))).c_str(), ok ? "ok" : "FAIL");
-      if (!std::isfinite(e))
-        failures.push_back(c.name + ": " + k + " predicted " + number(f.predicted) + " but measured " +
-                           number(f.measured) + ": the relative error is not finite, so the prediction lacks this "
-                           "figure; re-create the case's plan with this `loom plan` (re-run `loom regress run`)");
-      else if (!ok)
-        failures.push_back(c.name + ": " + k + " predicted " + pct(e) + " off (measured / predicted - 1), allowed ±" +
-                           std::to_string(int(std::lround(100 * tol))) + "%");
-    }
-    if (have_base && base.tokens_per_s.count(c.name) && c.figures.count("tokens_per_s")) {
-      double was = base.tokens_per_s.at(c.name), now = c.figures.at("tokens_per_s").measured;
-      double change = now / was - 1;
-      bool ok = change >= -margin;
-      std::printf("%-16s %-14s %9s %8s%%  %s (baseline %.0f tok/s, commit %s)\n", c.name.c_str(), "throughput",
-                  pct(change).c_str(), ("-" + std::to_string(int(std::lround(100 * margin)))).c_str(), ok ? "ok" : "FAIL",
-                  was, base.commit.c_str());
-      if (!ok)
-        failures.push_back(c.name + ": measured throughput " + std::to_string(int(now)) + " tokens/s is " +
-                           pct(change) + " against this machine's baseline " + std::to_string(int(was)) +
-                           " (commit " + base.commit + ", " + base.date + "); allowed -" +
-                           std::to_string(int(std::lround(100 * margin))) + "%");
-    }
+    check_figures(c, &failures);
+    if (have_base) check_throughput(c, base, margin, &failures);
   }
-
   if (plot.empty()) plot = (path.size() > 5 && path.substr(path.size() - 5) == ".json" ? path.substr(0, path.size() - 5) : path) + ".svg";
   if (Status s = write_text_file(plot, results_svg(*res)); !s.is_ok()) return fail("regress check", s);
   std::printf("\nplot: %s\n", plot.c_str());
-
-  const bool all_ran = std::all_of(res->cases.begin(), res->cases.end(), [](const CaseResult& c) { return c.error.empty(); });
-  if (!have_base && all_ran) {
-    update = true;
-    std::printf("no throughput baseline for machine %s and suite %s yet: this run starts it (%s)\n",
-                res->machine.key.c_str(), res->suite.c_str(), base_path.c_str());
-  } else if (!have_base) {
-    std::printf("no throughput baseline for machine %s yet; not starting one from a run with failed cases\n",
-                res->machine.key.c_str());
-  }
-  if (update) {
-    if (Status s = save_baseline(base_path, *res, base); !s.is_ok()) return fail("regress check", s);
-    if (have_base) std::printf("baseline updated: %s\n", base_path.c_str());
-  }
+  if (Status s = update_baseline(*res, base_path, have_base, base, update); !s.is_ok()) return fail("regress check", s);
   if (!failures.empty()) {
     std::fprintf(stderr, "loom regress check: %zu failure(s):\n", failures.size());
     for (const std::string& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());
