@@ -194,6 +194,18 @@ double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
   return c.time_s;
 }
 
+void split_compute(const StageCosts& c, int64_t m, StepBreakdown* tb) {
+  tb->tp_comm_s = double(m) * c.tp_s;
+  tb->ep_comm_s = double(m) * c.ep_s;
+  const double per_micro = c.fwd_s + c.bwd_s + c.recompute_s;
+  const double compute_total = double(m) * per_micro - tb->tp_comm_s - tb->ep_comm_s;
+  if (per_micro > 0) {
+    tb->forward_s = compute_total * (c.fwd_s / per_micro);
+    tb->backward_s = compute_total * (c.bwd_s / per_micro);
+    tb->recompute_s = c.recompute_s > 0 ? compute_total - tb->forward_s - tb->backward_s : 0.0;
+  }
+}
+
 Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_flops_per_step) const {
   Figures f;
   f.step_time_s = step_time_s;
@@ -375,15 +387,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // exposed collectives of fwd + bwd + recompute, already inside those times).
   const StageCosts& c = stages[crit];
   StepBreakdown& tb = est.time;
-  tb.tp_comm_s = double(m) * c.tp_s;
-  tb.ep_comm_s = double(m) * c.ep_s;
-  const double per_micro = c.fwd_s + c.bwd_s + c.recompute_s;
-  const double compute_total = double(m) * per_micro - tb.tp_comm_s - tb.ep_comm_s;
-  if (per_micro > 0) {
-    tb.forward_s = compute_total * (c.fwd_s / per_micro);
-    tb.backward_s = compute_total * (c.bwd_s / per_micro);
-    tb.recompute_s = c.recompute_s > 0 ? compute_total - tb.forward_s - tb.backward_s : 0.0;
-  }
+  split_compute(c, m, &tb);
   tb.pp_comm_s = l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p : 0;
   tb.bubble_s = std::max(0.0, pipe - double(m) * t_max - tb.pp_comm_s);
   tb.dp_comm_s = dp_exposed;

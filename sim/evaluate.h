@@ -90,6 +90,12 @@ struct StageCosts {
   Traffic traffic_per_micro;                     // TP and EP traffic of one micro-batch
 };
 
+// The compute part of a step breakdown from the critical stage's costs and
+// the micro-batch count: forward, backward and recompute net of the exposed
+// TP / EP collectives, which are reported apart (tp_comm_s, ep_comm_s). One
+// rule for the closed form (Evaluator) and the event engine (simulate.cc).
+void split_compute(const StageCosts& critical, int64_t micro_batches, StepBreakdown* breakdown);
+
 struct DpCollectives {
   double grad_sync_s = 0;    // all-reduce (ZeRO 0) or reduce-scatter of the stage's grads
   double param_gather_s = 0; // all-gather of the stage's weights (ZeRO 1/2 per step, 3 per use)

@@ -61,15 +61,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   const StageCosts& c = r.stages[crit];
   StepBreakdown& tb = r.time;
   tb.step_time_s = r.timeline.step_time_s;
-  tb.tp_comm_s = double(m) * c.tp_s;
-  tb.ep_comm_s = double(m) * c.ep_s;
-  const double per_micro = c.fwd_s + c.bwd_s + c.recompute_s;
-  const double compute_total = double(m) * per_micro - tb.tp_comm_s - tb.ep_comm_s;
-  if (per_micro > 0) {
-    tb.forward_s = compute_total * (c.fwd_s / per_micro);
-    tb.backward_s = compute_total * (c.bwd_s / per_micro);
-    tb.recompute_s = c.recompute_s > 0 ? compute_total - tb.forward_s - tb.backward_s : 0.0;
-  }
+  split_compute(c, m, &tb);
   tb.optimizer_s = c.optimizer_s;
   // Separate pipeline p2p from the bubble proper: time the same program with
   // free p2p transfers; the step time it saves is the exposed p2p time.
