@@ -12,7 +12,7 @@ namespace loom {
 enum class LrSchedule { kConstant, kCosine, kLinear };
 
 struct TrainSpec {
-  int64_t global_batch = 0;  // sequences per optimizer step (B)
+  int64_t global_batch = 0;  // sequences per optimizer step over all DP ranks (the kernels' B is the micro-batch)
   int64_t seq_len = 0;       // tokens per sequence (s)
   Precision precision = Precision::kBf16;
   std::string optimizer = "adamw";

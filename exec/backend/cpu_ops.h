@@ -2,7 +2,7 @@
 //
 // Every function works on contiguous row-major float arrays whose shapes are
 // given in the comments with these letters:
-//   N  rows (tokens: batch * sequence), B batch, T sequence length,
+//   N  rows (tokens: B * T), B micro-batch (sequences per micro-batch), T sequence length,
 //   C  channels (hidden), F  MLP intermediate, V  (local) vocabulary,
 //   Hq query heads, Hk key/value heads (GQA: Hq % Hk == 0), D head dim.
 // Backward functions ACCUMULATE into parameter gradients (dw += ...) and

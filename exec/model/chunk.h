@@ -26,7 +26,7 @@ struct ChunkConfig {
   int num_layers = 0;
   bool has_embedding = false;
   bool has_head = false;
-  int64_t micro_batch = 1;  // B
+  int64_t micro_batch = 1;  // B: sequences per micro-batch (cpu_ops.h letters)
   int64_t seq = 0;          // T
   int tp_size = 1, tp_rank = 0;
   bool sequence_parallel = false;
