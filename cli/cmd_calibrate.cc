@@ -115,6 +115,7 @@ class Calibrator {
     LOOM_RETURN_IF_ERROR(bandwidths(m));
     LOOM_RETURN_IF_ERROR(attention(m));
     LOOM_RETURN_IF_ERROR(collectives(m));
+    LOOM_RETURN_IF_ERROR(bench_.status());  // a device's failed launch, never a silent rate
     m->worst_spread = worst_spread_;
     return Status::ok();
   }

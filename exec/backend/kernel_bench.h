@@ -1,7 +1,7 @@
-// KernelBench: the microbenchmarks `loom calibrate` times, one implementation
-// per compute backend (CPU now; the CUDA backend adds cuBLAS GEMMs and its own
-// kernels behind the same calls). Collectives are timed through the
-// Communicator interface (MPI now, NCCL with the CUDA backend).
+// KernelBench: the microbenchmarks `loom calibrate` times, run through a
+// compute backend's kernel table (table_kernel_bench.cc) so that what is
+// measured is what the executor calls, on every backend. Collectives are
+// timed through the Communicator interface.
 //
 // Each factory call allocates what its kernel needs and returns callables
 // that run ONE call of it; they own their buffers. On an asynchronous device
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "exec/backend/compute_backend.h"
 
 namespace loom::exec {
 
@@ -78,13 +79,24 @@ class KernelBench {
   virtual bool has_attention() const { return true; }
   virtual FwdBwd attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) = 0;
   virtual void synchronize() = 0;
+  // The first failure of the calls so far (a device's sticky error).
+  virtual Status status() { return Status::ok(); }
 };
 
-// The CPU backend's kernels (exec/backend/cpu_ops.h) on `threads` threads.
-std::unique_ptr<KernelBench> make_cpu_kernel_bench(int threads);
-// The CUDA backend's (cuBLAS bf16 GEMMs, exec/backend/cuda/cuda_ops.h) on
-// `device`; kUnsupported without a visible GPU. Only in CUDA builds
-// (LOOM_HAVE_CUDA).
-Result<std::unique_ptr<KernelBench>> make_cuda_kernel_bench(int device);
+// What the profile records of the device a bench runs on.
+struct KernelBenchDevice {
+  std::string name = "cpu";     // "cpu", "cuda:0 NVIDIA H200 (...)"
+  int sm_arch = 0;              // GPU compute capability (90 = sm_90); 0 on the CPU
+  double memory_bytes = 0;      // GPU memory; 0 on the CPU
+  size_t cold_set_bytes = 0;    // see KernelBench::cold_set_bytes
+};
+// The CPU's: 4x L2, the L3, at least 8 MiB.
+size_t host_cold_set_bytes();
+
+// The bench over `backend`'s kernel table; `fp32_backend` (may be null) is
+// the same device computing in fp32, for gemm_fp32 (a GPU's CUDA-core peak).
+std::unique_ptr<KernelBench> make_table_kernel_bench(std::unique_ptr<ComputeBackend> backend,
+                                                     const KernelBenchDevice& device,
+                                                     std::unique_ptr<ComputeBackend> fp32_backend = nullptr);
 
 }  // namespace loom::exec

@@ -1,5 +1,9 @@
 #include "exec/runtime/devices.h"
 
+#include <algorithm>
+
+#include "exec/backend/cpu_ops.h"
+
 #ifdef LOOM_HAVE_CUDA
 #include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -73,10 +77,28 @@ bool device_memory(const Devices& d, size_t* free_bytes, size_t* total_bytes) {
 }
 
 Result<std::unique_ptr<KernelBench>> make_kernel_bench(const std::string& backend, int threads) {
-  if (backend == "cpu") return make_cpu_kernel_bench(threads);
+  if (backend == "cpu") {
+    cpu::set_num_threads(std::max(1, threads));
+    KernelBenchDevice dev;
+    dev.cold_set_bytes = host_cold_set_bytes();
+    return make_table_kernel_bench(make_cpu_backend(), dev);
+  }
   if (backend == "cuda") {
 #ifdef LOOM_HAVE_CUDA
-    return make_cuda_kernel_bench(0);
+    if (cuda::device_count() == 0)
+      return unsupported("--backend cuda: no CUDA device is visible (no NVIDIA driver or GPU on this machine); "
+                         "calibrate CPU ranks with --backend cpu");
+    // The training precision's table (bf16 GEMMs, as the executor runs them)
+    // and an fp32 one for the CUDA-core peak.
+    LOOM_ASSIGN_OR_RETURN(auto bf16, make_cuda_backend(0, Precision::kBf16));
+    LOOM_ASSIGN_OR_RETURN(auto fp32, make_cuda_backend(0, Precision::kFp32));
+    KernelBenchDevice dev;
+    dev.name = "cuda:0 " + cuda::device_description(0);
+    dev.sm_arch = cuda::device_sm_arch(0);
+    size_t free_b = 0, total_b = 0;
+    if (cuda::device_memory(0, &free_b, &total_b)) dev.memory_bytes = double(total_b);
+    dev.cold_set_bytes = std::max<size_t>(4 * cuda::device_l2_bytes(0), 64u << 20);
+    return make_table_kernel_bench(std::move(bf16), dev, std::move(fp32));
 #else
     return unsupported("--backend cuda: this build has no CUDA toolkit; rebuild where nvcc is found, or calibrate CPU "
                        "ranks with --backend cpu");

@@ -24,6 +24,27 @@ std::string device_description(int device) {
   return buf;
 }
 
+int device_sm_arch(int device) {
+  int major = 0, minor = 0;
+  if (device < 0 || device >= device_count() ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 10 * major + minor;
+}
+
+size_t device_l2_bytes(int device) {
+  int l2 = 0;
+  if (device < 0 || device >= device_count() ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return size_t(l2);
+}
+
 bool device_memory(int device, size_t* free_bytes, size_t* total_bytes) {
   if (device < 0 || device >= device_count()) return false;
   int previous = 0;

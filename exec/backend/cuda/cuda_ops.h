@@ -30,6 +30,10 @@ std::string device_description(int device);
 std::string runtime_versions();
 // Free and total bytes of `device` (cudaMemGetInfo on it); false without one.
 bool device_memory(int device, size_t* free_bytes, size_t* total_bytes);
+// Compute capability as 10 * major + minor (90 = sm_90) and L2 cache bytes;
+// 0 when `device` does not exist.
+int device_sm_arch(int device);
+size_t device_l2_bytes(int device);
 
 // y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N).
 Status layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
