@@ -151,18 +151,19 @@ void check_throughput(const CaseResult& c, const Baseline& base, double margin, 
                         ", " + base.date + "); allowed -" + std::to_string(int(std::lround(100 * margin))) + "%");
 }
 
-// Starts this machine's baseline from a clean run without one, or replaces
-// it with --update-baseline.
+// Starts this machine's baseline from a run without one that passed its
+// check (a stalled run would set the bar low), or replaces it with
+// --update-baseline.
 Status update_baseline(const RegressResults& res, const std::string& base_path, bool have_base, const Baseline& base,
-                       bool update) {
+                       bool update, bool check_passed) {
   const bool all_ran = std::all_of(res.cases.begin(), res.cases.end(), [](const CaseResult& c) { return c.error.empty(); });
-  if (!have_base && all_ran) {
+  if (!have_base && all_ran && check_passed) {
     update = true;
     std::printf("no throughput baseline for machine %s and suite %s yet: this run starts it (%s)\n",
                 res.machine.key.c_str(), res.suite.c_str(), base_path.c_str());
   } else if (!have_base) {
-    std::printf("no throughput baseline for machine %s yet; not starting one from a run with failed cases\n",
-                res.machine.key.c_str());
+    std::printf("no throughput baseline for machine %s yet; not starting one from a run %s\n", res.machine.key.c_str(),
+                all_ran ? "that failed its check" : "with failed cases");
   }
   if (!update) return Status::ok();
   LOOM_RETURN_IF_ERROR(save_baseline(base_path, res, base));
@@ -222,7 +223,8 @@ int regress_check(int argc, char** argv) {
   if (plot.empty()) plot = (path.size() > 5 && path.substr(path.size() - 5) == ".json" ? path.substr(0, path.size() - 5) : path) + ".svg";
   if (Status s = write_text_file(plot, results_svg(*res)); !s.is_ok()) return fail("regress check", s);
   std::printf("\nplot: %s\n", plot.c_str());
-  if (Status s = update_baseline(*res, base_path, have_base, base, update); !s.is_ok()) return fail("regress check", s);
+  if (Status s = update_baseline(*res, base_path, have_base, base, update, failures.empty()); !s.is_ok())
+    return fail("regress check", s);
   if (!failures.empty()) {
     std::fprintf(stderr, "loom regress check: %zu failure(s):\n", failures.size());
     for (const std::string& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());

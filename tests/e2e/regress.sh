@@ -14,7 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
 # 1. The suite, then the check. A shared 2-core machine can stall a run, so a
-#    failed check gets one more run before the test gives up.
+#    failed check gets one more run before the test gives up (a failed check
+#    starts no baseline, so the retry still starts this machine's).
 ok=0
 for attempt in 1 2; do
   "$loom" regress run ci --out "$tmp/r.json" --profiles "$tmp/prof" --launcher "$launcher" >"$tmp/run.out" 2>&1 ||
