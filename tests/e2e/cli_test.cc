@@ -639,4 +639,14 @@ TEST_F(LoomCli, RegressCheckFailsAFigurePredictedAsZero) {
             std::string::npos)
       << describe(r);
   EXPECT_NE(r.out.find("FAIL"), std::string::npos) << describe(r);
+  // A failed check starts no baseline (a stalled run would set the bar low);
+  // the next passing one does.
+  Outcome fresh = loom({"regress", "check", path("zero.json").string(), "--baselines", path("base2").string()});
+  EXPECT_EQ(fresh.exit_code, 1) << describe(fresh);
+  EXPECT_NE(fresh.out.find("not starting one from a run that failed its check"), std::string::npos) << describe(fresh);
+  EXPECT_FALSE(std::filesystem::exists(path("base2") / "test-machine" / "t.json"));
+  Outcome start = loom({"regress", "check", path("good.json").string(), "--baselines", path("base2").string()});
+  EXPECT_EQ(start.exit_code, 0) << describe(start);
+  EXPECT_NE(start.out.find("this run starts it"), std::string::npos) << describe(start);
+  EXPECT_TRUE(std::filesystem::exists(path("base2") / "test-machine" / "t.json"));
 }
