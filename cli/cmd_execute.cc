@@ -15,7 +15,6 @@
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "cli/compare.h"
-#include "cli/execute_memory.h"
 #include "core/json_util.h"
 #include "core/output_file.h"
 #include "core/phases.h"
@@ -33,6 +32,7 @@
 #include "exec/runtime/trainer_checkpoint.h"
 #include "exec/comm/world.h"
 #include "exec/runtime/devices.h"
+#include "exec/runtime/memory_check.h"
 
 namespace loom::cli {
 
@@ -176,7 +176,7 @@ Status read_plan(exec::Communicator& world, const ExecArgs& a, Session& s) {
   if (cfg.train.steps <= 0) cfg.train.steps = 20;
   LOOM_RETURN_IF_ERROR(validate_layout(cfg.layout, cfg.model, cfg.train, world.size()));
   // The (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
-  if (a.backend == "cpu") LOOM_RETURN_IF_ERROR(check_host_memory(s.plan, cfg.model, cfg.train, cfg.layout, world.rank()));
+  if (a.backend == "cpu") LOOM_RETURN_IF_ERROR(exec::check_host_memory(s.plan, cfg.model, cfg.train, cfg.layout, world.rank()));
   return Status::ok();
 }
 
@@ -223,7 +223,7 @@ Status open_trainer(exec::Communicator& world, const ExecArgs& a, Session& s) {
   if (say) std::printf("backend: %s\n", s.devices.description.c_str());
   size_t free_b = 0, total_b = 0;  // CUDA: this rank's stage against its device's free memory
   if (exec::device_memory(s.devices, &free_b, &total_b))
-    LOOM_RETURN_IF_ERROR(check_device_memory(s.plan, cfg.model, cfg.train, cfg.layout, world.rank(),
+    LOOM_RETURN_IF_ERROR(exec::check_device_memory(s.plan, cfg.model, cfg.train, cfg.layout, world.rank(),
                                              s.devices.precision, free_b,
                                              "GPU " + std::to_string(s.devices.cuda_device) + "'s free memory"));
   LOOM_ASSIGN_OR_RETURN(s.trainer, exec::Trainer::create(&world, cfg, s.data.get()));

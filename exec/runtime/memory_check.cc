@@ -1,4 +1,4 @@
-#include "cli/execute_memory.h"
+#include "exec/runtime/memory_check.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "sim/memory_model.h"
 #include "sim/report.h"
 
-namespace loom::cli {
+namespace loom::exec {
 
 double ranks_memory_bytes(const ModelSpec& model, const TrainSpec& train, const Layout& layout, const HwProfile& hw,
                           const SimOptions& opt, Precision precision, int first_rank, int count, bool host,
@@ -89,7 +89,7 @@ Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSp
                          int rank) {
   auto avail = host_available_bytes();
   if (!avail.is_ok()) return Status::ok();  // not Linux: nothing to compare with
-  const exec::LaunchEnv env = exec::detect_launch_env();
+  const LaunchEnv env = detect_launch_env();
   const int local = std::max(1, env.local_world);
   const int first = rank / local * local;  // launchers place consecutive ranks on a host
   std::string detail;
@@ -98,4 +98,4 @@ Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSp
   return check_memory_fits(need, *avail, local, "this host's available memory (MemAvailable)", detail);
 }
 
-}  // namespace loom::cli
+}  // namespace loom::exec

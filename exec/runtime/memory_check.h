@@ -1,8 +1,11 @@
-// The executor's memory check: before `loom execute` allocates anything, the
-// plan's (possibly --scale'd) model under its layout is costed with the
-// simulator's memory model (sim/memory_model.h) and compared with what the
-// machine has: MemAvailable of /proc/meminfo for the ranks of this host on the
-// CPU backend, the device's free memory (cudaMemGetInfo) for a CUDA rank.
+// The executor's memory check (library loom_exec_run, which links the
+// simulator for it): before a run allocates anything, the plan's (possibly
+// --scale'd) model under its layout is costed with the simulator's memory
+// model (sim/memory_model.h) and compared with what the machine has:
+// MemAvailable of /proc/meminfo for the ranks of this host on the CPU
+// backend, the device's free memory for a CUDA rank (exec/runtime/devices.h
+// device_memory). With Trainer::create's own checks (layout, tags) this is
+// the "can it run" answer given before the first allocation.
 #pragma once
 
 #include <string>
@@ -15,7 +18,7 @@
 #include "core/train_spec.h"
 #include "sim/sim_options.h"
 
-namespace loom::cli {
+namespace loom::exec {
 
 // Bytes world ranks [first_rank, first_rank + count) need together: each
 // rank's pipeline stage's peak in the memory model, in `precision`; without
@@ -44,4 +47,4 @@ Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSp
 Status check_device_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
                            int rank, Precision precision, size_t free_bytes, const std::string& where);
 
-}  // namespace loom::cli
+}  // namespace loom::exec
