@@ -13,12 +13,16 @@ namespace loom::exec {
 
 namespace {
 
-// A device buffer of n floats filled with `value` (host-filled then copied).
-std::shared_ptr<DeviceBuffer> filled(ComputeBackend* be, size_t n, float value) {
-  auto b = std::make_shared<DeviceBuffer>(DeviceBuffer::uninitialized(be, n * sizeof(float)));
-  std::vector<float> host(n, value);
-  be->copy_to_device(b->f32(), host.data(), n * sizeof(float));
+// A device buffer holding `host`.
+std::shared_ptr<DeviceBuffer> uploaded(ComputeBackend* be, const std::vector<float>& host) {
+  auto b = std::make_shared<DeviceBuffer>(DeviceBuffer::uninitialized(be, host.size() * sizeof(float)));
+  be->copy_to_device(b->f32(), host.data(), host.size() * sizeof(float));
   return b;
+}
+
+// A device buffer of n floats, each `value`.
+std::shared_ptr<DeviceBuffer> filled(ComputeBackend* be, size_t n, float value) {
+  return uploaded(be, std::vector<float>(n, value));
 }
 
 class TableKernelBench final : public KernelBench {
@@ -130,12 +134,7 @@ class TableKernelBench final : public KernelBench {
       kk[i] = float(int(i % 11) - 5) / 8.f;
       v[i] = float(int(i % 7) - 3) / 8.f;
     }
-    auto upload = [&](const std::vector<float>& h) {
-      auto d = filled(be, n, 0.f);
-      be->copy_to_device(d->f32(), h.data(), n * sizeof(float));
-      return d;
-    };
-    auto dq = upload(q), dk = upload(kk), dv = upload(v), o = filled(be, n, 0.f), dout = filled(be, n, 0.01f),
+    auto dq = uploaded(be, q), dk = uploaded(be, kk), dv = uploaded(be, v), o = filled(be, n, 0.f), dout = filled(be, n, 0.01f),
          gq = filled(be, n, 0.f), gk = filled(be, n, 0.f), gv = filled(be, n, 0.f),
          lse = filled(be, size_t(B * H * S), 0.f);
     Kernels* k = &be->kernels();

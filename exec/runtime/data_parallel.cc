@@ -28,6 +28,12 @@ void DataParallel::add_unit(int chunk, int bucket, bool tied_embedding, const st
 }
 
 Status DataParallel::allocate() {
+  chunk_units_.assign(gathers_.size(), {});
+  replicated_.assign(units_.size(), {});
+  for (const ZeroUnit& u : units_) chunk_units_[size_t(u.chunk)].push_back(&u);
+  if (cfg_.sum_replicated_over_tp)
+    for (const ParamInfo& p : params_->infos())
+      if (p.shard == ShardKind::kReplicated) replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
   if (cfg_.zero >= 1) shard_grad_ = DeviceBuffer(backend_, shard_total_ * sizeof(float));
   return Status::ok();
 }
@@ -45,7 +51,7 @@ std::optional<OwnedSlice> DataParallel::owned(const ParamInfo& p) const {
   const size_t pb = p.offset, pe = p.offset + size_t(p.numel);
   if (cfg_.zero == 0) return OwnedSlice{pb, pe, pb};
   const ZeroUnit& u = unit_of(p.offset);
-  const size_t own_b = u.begin + size_t(cfg_.dp_rank) * u.shard, own_e = own_b + u.shard;
+  const size_t own_b = u.begin + own_range(u).first, own_e = u.begin + own_range(u).second;
   const size_t b = std::max(own_b, pb), e = std::min(own_e, pe);
   if (b >= e) return std::nullopt;
   return OwnedSlice{b, e, u.shard_offset + (b - own_b)};
@@ -58,13 +64,6 @@ float* DataParallel::update_grad(const OwnedSlice& s) const {
 float* DataParallel::update_grad(const ZeroUnit& u, size_t* count) const {
   *count = cfg_.zero == 0 ? u.size : u.shard;
   return cfg_.zero == 0 ? params_->grads() + u.begin : shard_grad_.f32() + u.shard_offset;
-}
-
-std::vector<const ZeroUnit*> DataParallel::units_of_chunk(int chunk) const {
-  std::vector<const ZeroUnit*> out;
-  for (const ZeroUnit& u : units_)
-    if (u.chunk == chunk) out.push_back(&u);
-  return out;
 }
 
 std::vector<const ZeroUnit*> DataParallel::units_of(const Op& op) const {
@@ -90,11 +89,9 @@ Status DataParallel::sum_replicated(const std::vector<const ZeroUnit*>& units) {
     const size_t i = size_t(u - units_.data());
     if (summed_[i]) continue;
     summed_[i] = true;
-    if (!cfg_.sum_replicated_over_tp) continue;
-    for (const ParamInfo& p : params_->infos()) {
-      if (p.shard != ShardKind::kReplicated || p.offset < u->begin || p.offset >= u->begin + u->size) continue;
-      reps.push_back(&p);
-      total += size_t(p.numel);
+    for (const ParamInfo* p : replicated_[i]) {
+      reps.push_back(p);
+      total += size_t(p->numel);
     }
   }
   if (total == 0) return Status::ok();
@@ -121,7 +118,7 @@ Status DataParallel::param_gather(int chunk) {
   for (const ZeroUnit* u : units_of_chunk(chunk)) {
     if (u->size == 0) continue;
     float* p = params_->params() + u->begin;
-    LOOM_ASSIGN_OR_RETURN(auto req, dp_->iall_gather(p + size_t(cfg_.dp_rank) * u->shard, p, u->shard));
+    LOOM_ASSIGN_OR_RETURN(auto req, dp_->iall_gather(p + own_range(*u).first, p, u->shard));
     gathers_[size_t(chunk)].push_back(std::move(req));
   }
   return Status::ok();
@@ -166,10 +163,8 @@ void DataParallel::scatter_state(const float* full_host, float* state) {
     backend_->copy_to_device(state, full_host, size_t(params_->numel()) * sizeof(float));
     return;
   }
-  for (const ZeroUnit& u : units_) {
-    const size_t own = u.begin + size_t(cfg_.dp_rank) * u.shard;
-    backend_->copy_to_device(state + u.shard_offset, full_host + own, u.shard * sizeof(float));
-  }
+  for (const ZeroUnit& u : units_)
+    backend_->copy_to_device(state + u.shard_offset, full_host + u.begin + own_range(u).first, u.shard * sizeof(float));
 }
 
 Status DataParallel::gather_all_params() {
@@ -236,8 +231,7 @@ class Zero2 : public Zero1 {
   // reduction carries it along.
   Status before_reduce(const ZeroUnit& u) override {
     float* g = params_->grads() + u.begin;
-    backend_->kernels().add_inplace(g + size_t(cfg_.dp_rank) * u.shard, shard_grad_.f32() + u.shard_offset,
-                                    int64_t(u.shard));
+    backend_->kernels().add_inplace(g + own_range(u).first, shard_grad_.f32() + u.shard_offset, int64_t(u.shard));
     return Status::ok();
   }
   void after_reduce(const ZeroUnit& u) override {
@@ -269,25 +263,27 @@ class Zero3 final : public Zero2 {
     if (released_[size_t(chunk)] || cfg_.dp_size == 1) return;
     LOOM_CHECK(gathers_[size_t(chunk)].empty(), "ZeRO-3 release of a chunk whose gather is in flight");
     released_[size_t(chunk)] = true;
-    for (const ZeroUnit* u : units_of_chunk(chunk)) {
-      float* p = params_->params() + u->begin;
-      const size_t own_b = size_t(cfg_.dp_rank) * u->shard, own_e = own_b + u->shard;
-      backend_->discard(p, own_b * sizeof(float));
-      backend_->discard(p + own_e, (u->size - own_e) * sizeof(float));
-    }
+    for_each_foreign(chunk, [this](float* p, size_t bytes) { backend_->discard(p, bytes); });
   }
   void reclaim_released(int chunk) override {
     if (!released_[size_t(chunk)]) return;
-    for (const ZeroUnit* u : units_of_chunk(chunk)) {
-      float* p = params_->params() + u->begin;
-      const size_t own_b = size_t(cfg_.dp_rank) * u->shard, own_e = own_b + u->shard;
-      backend_->reclaim(p, own_b * sizeof(float));
-      backend_->reclaim(p + own_e, (u->size - own_e) * sizeof(float));
-    }
+    for_each_foreign(chunk, [this](float* p, size_t bytes) { backend_->reclaim(p, bytes); });
     released_[size_t(chunk)] = false;
   }
 
  private:
+  // The parameter ranges of a chunk this rank does not own (before and after
+  // its shard in every unit).
+  template <class Fn>
+  void for_each_foreign(int chunk, Fn&& fn) {
+    for (const ZeroUnit* u : units_of_chunk(chunk)) {
+      float* p = params_->params() + u->begin;
+      const auto [own_b, own_e] = own_range(*u);
+      fn(p, own_b * sizeof(float));
+      fn(p + own_e, (u->size - own_e) * sizeof(float));
+    }
+  }
+
   std::vector<bool> released_;
 };
 

@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/program.h"
@@ -73,7 +74,8 @@ class DataParallel {
   // Layout, while the ParamStore is filled: `add_params` adds the unit's
   // parameters; the unit is padded after them.
   void add_unit(int chunk, int bucket, bool tied_embedding, const std::function<void()>& add_params);
-  // After ParamStore::materialize: the buffers the sharding needs.
+  // After ParamStore::materialize (the layout is final): the buffers and
+  // per-chunk lists the sharding needs.
   virtual Status allocate();
 
   int zero() const { return cfg_.zero; }
@@ -122,9 +124,13 @@ class DataParallel {
   // Sums the replicated gradients of `units` over TP (sequence parallelism),
   // once per backward of their chunk.
   Status sum_replicated(const std::vector<const ZeroUnit*>& units);
+  // This rank's elements [begin, end) of a unit, relative to its start.
+  std::pair<size_t, size_t> own_range(const ZeroUnit& u) const {
+    return {size_t(cfg_.dp_rank) * u.shard, size_t(cfg_.dp_rank + 1) * u.shard};
+  }
   // The units a grad-sync op covers.
   std::vector<const ZeroUnit*> units_of(const Op& op) const;
-  std::vector<const ZeroUnit*> units_of_chunk(int chunk) const;
+  const std::vector<const ZeroUnit*>& units_of_chunk(int chunk) const { return chunk_units_[size_t(chunk)]; }
   // ZeRO-2/3 gave a chunk's full gradients back: account them again.
   virtual void reclaim_grads(int chunk) { (void)chunk; }
 
@@ -138,6 +144,8 @@ class DataParallel {
   DeviceBuffer shard_grad_;      // ZeRO >= 1
   std::vector<std::vector<std::unique_ptr<CommRequest>>> gathers_;  // in flight, per chunk
   std::vector<std::unique_ptr<CommRequest>> syncs_;                 // non-blocking reductions in flight
+  std::vector<std::vector<const ZeroUnit*>> chunk_units_;         // per chunk (after allocate())
+  std::vector<std::vector<const ParamInfo*>> replicated_;         // per unit: its TP-replicated parameters
   std::vector<bool> summed_;     // per unit: replicated gradients summed over TP this backward
 };
 

@@ -19,6 +19,8 @@
 #include <fstream>
 #include <string>
 #include <unistd.h>
+#include <initializer_list>
+#include <vector>
 
 #ifndef LOOM_SOURCE_DIR
 #define LOOM_SOURCE_DIR "."
@@ -36,6 +38,25 @@
   } while (0)
 
 namespace loom::fuzz {
+
+// Shipped models (models/) by name, loaded once; a missing one aborts (the
+// harness cannot run without them).
+template <class Spec, class Load>
+const std::vector<Spec>& shipped_models(std::initializer_list<const char*> names, Load load, const char* harness) {
+  static const std::vector<Spec> ms = [&] {
+    std::vector<Spec> v;
+    for (const char* n : names) {
+      auto m = load(n);
+      if (!m.is_ok()) {
+        std::fprintf(stderr, "%s: %s\n", harness, m.status().to_string().c_str());
+        std::abort();
+      }
+      v.push_back(*m);
+    }
+    return v;
+  }();
+  return ms;
+}
 
 // A private scratch directory for this process (removed at exit).
 inline const std::string& scratch_dir() {

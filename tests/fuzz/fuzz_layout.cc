@@ -13,19 +13,8 @@ using namespace loom;
 
 namespace {
 const std::vector<ModelSpec>& models() {
-  static const std::vector<ModelSpec> ms = [] {
-    std::vector<ModelSpec> v;
-    for (const char* n : {"gpt2-124m", "llama-3-8b", "mixtral-8x7b", "deepseek-v3"}) {
-      auto m = load_model_spec(n);
-      if (!m.is_ok()) {
-        std::fprintf(stderr, "fuzz_layout: %s\n", m.status().to_string().c_str());
-        std::abort();
-      }
-      v.push_back(*m);
-    }
-    return v;
-  }();
-  return ms;
+  return fuzz::shipped_models<ModelSpec>({"gpt2-124m", "llama-3-8b", "mixtral-8x7b", "deepseek-v3"}, [](const char* n) { return load_model_spec(n); },
+                                         "fuzz_layout");
 }
 }  // namespace
 
