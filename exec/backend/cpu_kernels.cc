@@ -6,7 +6,10 @@
 
 namespace loom::exec {
 
-void CpuKernels::to_16bit(const float* x, uint16_t* y, int64_t n) {
+void CpuKernels::to_16bit(const To16bit& a) {
+  const float* x = a.x;
+  uint16_t* y = a.y;
+  const int64_t n = a.n;
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, &x[i], 4);
@@ -19,7 +22,10 @@ void CpuKernels::to_16bit(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
-void CpuKernels::from_16bit(const uint16_t* x, float* y, int64_t n) {
+void CpuKernels::from_16bit(const From16bit& a) {
+  const uint16_t* x = a.x;
+  float* y = a.y;
+  const int64_t n = a.n;
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = uint32_t(x[i]) << 16;
     std::memcpy(&y[i], &u, 4);

@@ -19,53 +19,15 @@
 
 namespace loom::exec {
 
-// Every op of the table (Kernels' virtuals other than precision(), status(),
-// set_weights() and weights_changed(), which do no device work).
-enum class KernelOp : uint8_t {
-  kGemm,
-  kLayernormForward,
-  kLayernormBackward,
-  kRmsnormForward,
-  kRmsnormBackward,
-  kGeluForward,
-  kGeluBackward,
-  kSwigluForward,
-  kSwigluBackward,
-  kRopeForward,
-  kRopeBackward,
-  kAttentionForward,
-  kAttentionBackward,
-  kEmbeddingForward,
-  kEmbeddingBackward,
-  kAddPositions,
-  kPositionsBackward,
-  kFillColumns,
-  kXentRowMax,
-  kXentSumexpAndTarget,
-  kXentLoss,
-  kXentBackward,
-  kAdamwUpdate,
-  kAddInplace,
-  kAddBias,
-  kBiasBackward,
-  kScaleInplace,
-  kTo16bit,
-  kFrom16bit,
-  kSum,
-  kAddSumSquares,
-  kTakeSumSquares,
-};
-inline constexpr int kNumKernelOps = int(KernelOp::kTakeSumSquares) + 1;
-
-// The virtual's name: "attention_backward".
-const char* kernel_op_name(KernelOp op);
+// The op enum, generated from the op list (exec/backend/kernel_ops.h).
+enum class KernelOp : uint8_t;
 
 struct KernelCall {
   struct Dim {
     const char* name = nullptr;
     int64_t value = 0;
   };
-  KernelOp op = KernelOp::kGemm;
+  KernelOp op{};
   double flops = 0;
   double bytes = 0;
   std::array<Dim, 6> dims{};  // the shape arguments, in the virtual's order

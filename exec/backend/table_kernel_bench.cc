@@ -40,7 +40,7 @@ class TableKernelBench final : public KernelBench {
     if (!fp32_) return {};
     ComputeBackend* be = fp32_.get();
     auto a = filled(be, size_t(m * k), 0.5f), b = filled(be, size_t(n * k), 0.25f), c = filled(be, size_t(m * n), 0);
-    return [=] { be->kernels().gemm(false, true, m, n, k, 1.f, a->f32(), b->f32(), 0.f, c->f32()); };
+    return [=] { be->kernels().gemm({false, true, m, n, k, 1.f, a->f32(), b->f32(), 0.f, c->f32()}); };
   }
 
   // One buffer size fits every mode's operands: A (hot) is x (m x k) or dy
@@ -68,7 +68,7 @@ class TableKernelBench final : public KernelBench {
     Kernels* table = &kt;
     auto run = [s, table](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float beta) {
       const size_t i = s->next++ % s->copies;
-      table->gemm(ta, tb, M, N, K, 1.f, s->a->f32(), s->b->f32() + i * s->b_size, beta, s->c->f32() + i * s->c_size);
+      table->gemm({ta, tb, M, N, K, 1.f, s->a->f32(), s->b->f32() + i * s->b_size, beta, s->c->f32() + i * s->c_size});
     };
     GemmRuns r;
     r.forward = [=] { run(false, true, m, n, k, 0.f); };  // y = x W^T
@@ -82,7 +82,7 @@ class TableKernelBench final : public KernelBench {
   Run triad(size_t elems) override {
     auto x = filled(be_.get(), elems, 1.f), y = filled(be_.get(), elems, 2.f);
     Kernels* k = &be_->kernels();
-    return [=] { k->add_inplace(y->f32(), x->f32(), int64_t(elems)); };
+    return [=] { k->add_inplace({y->f32(), x->f32(), int64_t(elems)}); };
   }
 
   FwdBwd layer_elementwise(int64_t N, int64_t C, int64_t F) override {
@@ -94,16 +94,16 @@ class TableKernelBench final : public KernelBench {
     FwdBwd r;
     r.forward = [=] {
       for (int i = 0; i < 2; ++i)
-        k->layernorm_forward(xa->f32(), w->f32(), b->f32(), xc->f32(), mean->f32(), rstd->f32(), N, C, 1e-5f);
-      for (int i = 0; i < 2; ++i) k->add_inplace(xc->f32(), xb->f32(), N * C);
-      k->gelu_forward(xa->f32(), xc->f32(), N * F);
+        k->layernorm_forward({xa->f32(), w->f32(), b->f32(), xc->f32(), mean->f32(), rstd->f32(), N, C, 1e-5f});
+      for (int i = 0; i < 2; ++i) k->add_inplace({xc->f32(), xb->f32(), N * C});
+      k->gelu_forward({xa->f32(), xc->f32(), N * F});
     };
     r.backward = [=] {
       for (int i = 0; i < 2; ++i)
-        k->layernorm_backward(xb->f32(), xa->f32(), w->f32(), mean->f32(), rstd->f32(), xc->f32(), dw->f32(),
-                              db->f32(), N, C);
-      for (int i = 0; i < 2; ++i) k->add_inplace(xc->f32(), xb->f32(), N * C);
-      k->gelu_backward(xb->f32(), xa->f32(), xc->f32(), N * F);
+        k->layernorm_backward({xb->f32(), xa->f32(), w->f32(), mean->f32(), rstd->f32(), xc->f32(), dw->f32(),
+                              db->f32(), N, C});
+      for (int i = 0; i < 2; ++i) k->add_inplace({xc->f32(), xb->f32(), N * C});
+      k->gelu_backward({xb->f32(), xa->f32(), xc->f32(), N * F});
     };
     return r;
   }
@@ -117,10 +117,10 @@ class TableKernelBench final : public KernelBench {
     auto step = std::make_shared<int64_t>(0);
     Kernels* k = &be->kernels();
     return [=] {
-      k->add_sum_squares(g->f32(), np);
-      volatile double sq = k->take_sum_squares();
+      k->add_sum_squares({g->f32(), np});
+      volatile double sq = k->take_sum_squares({});
       (void)sq;
-      k->adamw_update(p->f32(), g->f32(), m1->f32(), m2->f32(), np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++*step);
+      k->adamw_update({p->f32(), g->f32(), m1->f32(), m2->f32(), np, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++*step});
       be->fill_zero(g->f32(), size_t(np) * sizeof(float));
     };
   }
@@ -139,10 +139,10 @@ class TableKernelBench final : public KernelBench {
          lse = filled(be, size_t(B * H * S), 0.f);
     Kernels* k = &be->kernels();
     FwdBwd r;
-    r.forward = [=] { k->attention_forward(dq->f32(), dk->f32(), dv->f32(), o->f32(), lse->f32(), B, S, H, H, D); };
+    r.forward = [=] { k->attention_forward({dq->f32(), dk->f32(), dv->f32(), o->f32(), lse->f32(), B, S, H, H, D}); };
     r.backward = [=] {
-      k->attention_backward(dout->f32(), dq->f32(), dk->f32(), dv->f32(), o->f32(), lse->f32(), gq->f32(), gk->f32(),
-                            gv->f32(), B, S, H, H, D);
+      k->attention_backward({dout->f32(), dq->f32(), dk->f32(), dv->f32(), o->f32(), lse->f32(), gq->f32(), gk->f32(),
+                            gv->f32(), B, S, H, H, D});
     };
     return r;
   }

@@ -75,14 +75,14 @@ void pack(ComputeBackend* be, DeviceBuffer& b) {
   if (b.empty()) return;
   const int64_t n = int64_t(b.floats());
   DeviceBuffer h = DeviceBuffer::uninitialized(be, size_t(n) * sizeof(uint16_t));
-  be->kernels().to_16bit(b.f32(), reinterpret_cast<uint16_t*>(h.f32()), n);
+  be->kernels().to_16bit({b.f32(), reinterpret_cast<uint16_t*>(h.f32()), n});
   b = std::move(h);
 }
 void unpack(ComputeBackend* be, DeviceBuffer& b) {
   if (b.empty()) return;
   const int64_t n = int64_t(b.bytes() / sizeof(uint16_t));
   DeviceBuffer f = make(be, n);
-  be->kernels().from_16bit(reinterpret_cast<const uint16_t*>(b.f32()), f.f32(), n);
+  be->kernels().from_16bit({reinterpret_cast<const uint16_t*>(b.f32()), f.f32(), n});
   b = std::move(f);
 }
 std::string L(int layer) { return "layers." + std::to_string(layer) + "."; }
@@ -92,28 +92,28 @@ std::string L(int layer) { return "layers." + std::to_string(layer) + "."; }
 void rope(Kernels& k, const ModelDims& d, float* x, int64_t B, int64_t T, int64_t H, bool backward) {
   if (d.rope_inv_freq.empty()) {
     if (backward)
-      k.rope_backward(x, B, T, H, d.D, d.rope_theta, 0);
+      k.rope_backward({x, B, T, H, d.D, d.rope_theta, 0});
     else
-      k.rope_forward(x, B, T, H, d.D, d.rope_theta, 0);
+      k.rope_forward({x, B, T, H, d.D, d.rope_theta, 0});
   } else {
     if (backward)
-      k.rope_freqs_backward(x, B, T, H, d.D, d.rope_inv_freq.data(), 0);
+      k.rope_freqs_backward({x, B, T, H, d.D, d.rope_inv_freq.data(), 0});
     else
-      k.rope_freqs_forward(x, B, T, H, d.D, d.rope_inv_freq.data(), 0);
+      k.rope_freqs_forward({x, B, T, H, d.D, d.rope_inv_freq.data(), 0});
   }
 }
 
 // y(N,out) = x(N,in) W(out,in)^T (+ b)
 void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in, int64_t out) {
-  k.gemm(false, true, N, out, in, 1.f, x, W, 0.f, y);
-  if (b) k.add_bias(y, b, N, out);
+  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y});
+  if (b) k.add_bias({y, b, N, out});
 }
 // dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W
 void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db, float* dx, int64_t N,
                      int64_t in, int64_t out, bool accumulate_dx) {
-  k.gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dW);
-  if (db) k.bias_backward(dy, db, N, out);
-  if (dx) k.gemm(false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx);
+  k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW});
+  if (db) k.bias_backward({dy, db, N, out});
+  if (dx) k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx});
 }
 }  // namespace
 
@@ -165,10 +165,10 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   if (d.gpt2) a.mean1 = make(backend_, Nl);  // LayerNorm only
   a.rstd1 = make(backend_, Nl);
   if (d.gpt2)
-    k.layernorm_forward(x_in, P.param(p + "ln1.weight"), P.param(p + "ln1.bias"), h_loc.f32(), a.mean1.f32(),
-                           a.rstd1.f32(), Nl, C, d.norm_eps);
+    k.layernorm_forward({x_in, P.param(p + "ln1.weight"), P.param(p + "ln1.bias"), h_loc.f32(), a.mean1.f32(),
+                           a.rstd1.f32(), Nl, C, d.norm_eps});
   else
-    k.rmsnorm_forward(x_in, P.param(p + "ln1.weight"), h_loc.f32(), a.rstd1.f32(), Nl, C, d.norm_eps);
+    k.rmsnorm_forward({x_in, P.param(p + "ln1.weight"), h_loc.f32(), a.rstd1.f32(), Nl, C, d.norm_eps});
   a.h1 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h1.f32()));
   a.q = make(backend_, N * Hq * D);
@@ -189,40 +189,40 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
       a.k = make(backend_, N * Hk * D);
       a.q_rstd = make(backend_, N * Hq);
       a.k_rstd = make(backend_, N * Hk);
-      k.rmsnorm_forward(a.qn_in.f32(), P.param(p + "attn.q_norm.weight"), a.q.f32(), a.q_rstd.f32(), N * Hq, D,
-                        d.norm_eps);
-      k.rmsnorm_forward(a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k.f32(), a.k_rstd.f32(), N * Hk, D,
-                        d.norm_eps);
+      k.rmsnorm_forward({a.qn_in.f32(), P.param(p + "attn.q_norm.weight"), a.q.f32(), a.q_rstd.f32(), N * Hq, D,
+                        d.norm_eps});
+      k.rmsnorm_forward({a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k.f32(), a.k_rstd.f32(), N * Hk, D,
+                        d.norm_eps});
     }
     rope(k, d, a.q.f32(), B, T, Hq, false);
     rope(k, d, a.k.f32(), B, T, Hk, false);
   }
   a.ctx = make(backend_, N * Hq * D);
   a.lse = make(backend_, B * Hq * T);
-  k.attention_forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D);
+  k.attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D});
   DeviceBuffer part = make(backend_, N * C);
   linear(k, a.ctx.f32(), P.param(p + "attn.o.weight"), nullptr, part.f32(), N, Hq * D, C);
   DeviceBuffer o = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
-  if (d.gpt2 || d.o_bias) k.add_bias(o.f32(), P.param(p + "attn.o.bias"), Nl, C);
+  if (d.gpt2 || d.o_bias) k.add_bias({o.f32(), P.param(p + "attn.o.bias"), Nl, C});
   a.x_mid = make(backend_, Nl * C);
   backend_->copy(a.x_mid.f32(), x_in, size_t(Nl * C) * sizeof(float));
-  k.add_inplace(a.x_mid.f32(), o.f32(), Nl * C);
+  k.add_inplace({a.x_mid.f32(), o.f32(), Nl * C});
   // MLP block
   if (d.gpt2) a.mean2 = make(backend_, Nl);
   a.rstd2 = make(backend_, Nl);
   if (d.gpt2)
-    k.layernorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(),
-                           a.mean2.f32(), a.rstd2.f32(), Nl, C, d.norm_eps);
+    k.layernorm_forward({a.x_mid.f32(), P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(),
+                           a.mean2.f32(), a.rstd2.f32(), Nl, C, d.norm_eps});
   else
-    k.rmsnorm_forward(a.x_mid.f32(), P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps);
+    k.rmsnorm_forward({a.x_mid.f32(), P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps});
   a.h2 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h2.f32()));
   a.a = make(backend_, N * F);
   a.g = make(backend_, N * F);
   if (d.gpt2) {
     linear(k, a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F);
-    k.gelu_forward(a.a.f32(), a.g.f32(), N * F);
+    k.gelu_forward({a.a.f32(), a.g.f32(), N * F});
     linear(k, a.g.f32(), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C);
   } else {
     linear(k, a.h2.f32(), P.param(p + "mlp.gate.weight"), d.mlp_bias ? P.param(p + "mlp.gate.bias") : nullptr,
@@ -230,14 +230,14 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
     linear(k, a.h2.f32(), P.param(p + "mlp.up.weight"), d.mlp_bias ? P.param(p + "mlp.up.bias") : nullptr, a.g.f32(),
            N, C, F);
     a.s = make(backend_, N * F);
-    k.swiglu_forward(a.a.f32(), a.g.f32(), a.s.f32(), N * F);
+    k.swiglu_forward({a.a.f32(), a.g.f32(), a.s.f32(), N * F});
     linear(k, a.s.f32(), P.param(p + "mlp.down.weight"), nullptr, part.f32(), N, F, C);
   }
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
-  if (d.gpt2) k.add_bias(o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C);
-  if (!d.gpt2 && d.mlp_bias) k.add_bias(o.f32(), P.param(p + "mlp.down.bias"), Nl, C);
+  if (d.gpt2) k.add_bias({o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C});
+  if (!d.gpt2 && d.mlp_bias) k.add_bias({o.f32(), P.param(p + "mlp.down.bias"), Nl, C});
   backend_->copy(x_out, a.x_mid.f32(), size_t(Nl * C) * sizeof(float));
-  k.add_inplace(x_out, o.f32(), Nl * C);
+  k.add_inplace({x_out, o.f32(), Nl * C});
   if (!keep) {
     // Full recompute keeps only the layer input; selective drops the
     // attention core (recomputed from q, k, v).
@@ -276,12 +276,12 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   } else if (a.ctx.empty()) {
     a.ctx = make(backend_, N * Hq * D);
     a.lse = make(backend_, B * Hq * T);
-    k.attention_forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D);
+    k.attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D});
   }
   // MLP block
   DeviceBuffer dfull = make(backend_, N * C);
-  if (d.gpt2) k.bias_backward(dx_out, P.grad(p + "mlp.fc2.bias"), Nl, C);
-  if (!d.gpt2 && d.mlp_bias) k.bias_backward(dx_out, P.grad(p + "mlp.down.bias"), Nl, C);
+  if (d.gpt2) k.bias_backward({dx_out, P.grad(p + "mlp.fc2.bias"), Nl, C});
+  if (!d.gpt2 && d.mlp_bias) k.bias_backward({dx_out, P.grad(p + "mlp.down.bias"), Nl, C});
   LOOM_RETURN_IF_ERROR(enter_tp(dx_out, dfull.f32()));
   DeviceBuffer dh_part = make(backend_, N * C);
   if (d.gpt2) {
@@ -289,7 +289,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     linear_backward(k, dfull.f32(), a.g.f32(), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
                     dg.f32(), N, F, C, false);
     DeviceBuffer da = make(backend_, N * F);
-    k.gelu_backward(dg.f32(), a.a.f32(), da.f32(), N * F);
+    k.gelu_backward({dg.f32(), a.a.f32(), da.f32(), N * F});
     linear_backward(k, da.f32(), a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
                     P.grad(p + "mlp.fc1.bias"), dh_part.f32(), N, C, F, false);
   } else {
@@ -297,7 +297,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     linear_backward(k, dfull.f32(), a.s.f32(), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"), nullptr,
                     ds.f32(), N, F, C, false);
     DeviceBuffer dgate = make(backend_, N * F), dup = make(backend_, N * F);
-    k.swiglu_backward(ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F);
+    k.swiglu_backward({ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F});
     linear_backward(k, dgate.f32(), a.h2.f32(), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"),
                     d.mlp_bias ? P.grad(p + "mlp.gate.bias") : nullptr, dh_part.f32(), N, C, F, false);
     linear_backward(k, dup.f32(), a.h2.f32(), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"),
@@ -307,21 +307,21 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   DeviceBuffer dx_mid = make(backend_, Nl * C);
   if (d.gpt2)
-    k.layernorm_backward(dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.mean2.f32(), a.rstd2.f32(),
-                            dx_mid.f32(), P.grad(p + "ln2.weight"), P.grad(p + "ln2.bias"), Nl, C);
+    k.layernorm_backward({dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.mean2.f32(), a.rstd2.f32(),
+                            dx_mid.f32(), P.grad(p + "ln2.weight"), P.grad(p + "ln2.bias"), Nl, C});
   else
-    k.rmsnorm_backward(dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.rstd2.f32(), dx_mid.f32(),
-                          P.grad(p + "ln2.weight"), Nl, C);
-  k.add_inplace(dx_mid.f32(), dx_out, Nl * C);
+    k.rmsnorm_backward({dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.rstd2.f32(), dx_mid.f32(),
+                          P.grad(p + "ln2.weight"), Nl, C});
+  k.add_inplace({dx_mid.f32(), dx_out, Nl * C});
   // attention block
-  if (d.gpt2 || d.o_bias) k.bias_backward(dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C);
+  if (d.gpt2 || d.o_bias) k.bias_backward({dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C});
   LOOM_RETURN_IF_ERROR(enter_tp(dx_mid.f32(), dfull.f32()));
   DeviceBuffer dctx = make(backend_, N * Hq * D);
   linear_backward(k, dfull.f32(), a.ctx.f32(), P.param(p + "attn.o.weight"), P.grad(p + "attn.o.weight"), nullptr,
                   dctx.f32(), N, Hq * D, C, false);
   DeviceBuffer dq = make(backend_, N * Hq * D), dk = make(backend_, N * Hk * D), dv = make(backend_, N * Hk * D);
-  k.attention_backward(dctx.f32(), a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq.f32(), dk.f32(),
-                          dv.f32(), B, T, Hq, Hk, D);
+  k.attention_backward({dctx.f32(), a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq.f32(), dk.f32(),
+                          dv.f32(), B, T, Hq, Hk, D});
   if (!d.gpt2) {
     rope(k, d, dq.f32(), B, T, Hq, true);
     rope(k, d, dk.f32(), B, T, Hk, true);
@@ -340,14 +340,14 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
         dwk = dw.f32() + D;
       }
       DeviceBuffer dq_in = make(backend_, N * Hq * D), dk_in = make(backend_, N * Hk * D);
-      k.rmsnorm_backward(dq.f32(), a.qn_in.f32(), P.param(p + "attn.q_norm.weight"), a.q_rstd.f32(), dq_in.f32(), dwq,
-                         N * Hq, D);
-      k.rmsnorm_backward(dk.f32(), a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k_rstd.f32(), dk_in.f32(), dwk,
-                         N * Hk, D);
+      k.rmsnorm_backward({dq.f32(), a.qn_in.f32(), P.param(p + "attn.q_norm.weight"), a.q_rstd.f32(), dq_in.f32(), dwq,
+                         N * Hq, D});
+      k.rmsnorm_backward({dk.f32(), a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k_rstd.f32(), dk_in.f32(), dwk,
+                         N * Hk, D});
       if (sum_here) {
         LOOM_RETURN_IF_ERROR(tp_all_reduce(dw.f32(), 2 * D));
-        k.add_inplace(P.grad(p + "attn.q_norm.weight"), dw.f32(), D);
-        k.add_inplace(P.grad(p + "attn.k_norm.weight"), dw.f32() + D, D);
+        k.add_inplace({P.grad(p + "attn.q_norm.weight"), dw.f32(), D});
+        k.add_inplace({P.grad(p + "attn.k_norm.weight"), dw.f32() + D, D});
       }
       dq = std::move(dq_in);
       dk = std::move(dk_in);
@@ -361,12 +361,12 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
                   qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
-    k.layernorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
-                            P.grad(p + "ln1.weight"), P.grad(p + "ln1.bias"), Nl, C);
+    k.layernorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
+                            P.grad(p + "ln1.weight"), P.grad(p + "ln1.bias"), Nl, C});
   else
-    k.rmsnorm_backward(dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.rstd1.f32(), dx_in,
-                          P.grad(p + "ln1.weight"), Nl, C);
-  k.add_inplace(dx_in, dx_mid.f32(), Nl * C);
+    k.rmsnorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.rstd1.f32(), dx_in,
+                          P.grad(p + "ln1.weight"), Nl, C});
+  k.add_inplace({dx_in, dx_mid.f32(), Nl * C});
   a = LayerActs{};
   return Status::ok();
 }
@@ -385,11 +385,11 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
     acts->tokens = DeviceBuffer::uninitialized(backend_, size_t(N) * sizeof(int32_t));
     backend_->copy(acts->tokens.i32(), tokens, size_t(N) * sizeof(int32_t));
     DeviceBuffer part = make(backend_, N * C);
-    k.embedding_forward(tokens, P.param("embed.wte"), part.f32(), N, C, v_begin, Vl);
+    k.embedding_forward({tokens, P.param("embed.wte"), part.f32(), N, C, v_begin, Vl});
     LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), x.f32()));
     if (d.gpt2) {
       const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      k.add_positions(x.f32(), P.param("embed.wpe"), Nl, C, T, row0);
+      k.add_positions({x.f32(), P.param("embed.wpe"), Nl, C, T, row0});
     }
   } else {
     backend_->copy(x.f32(), input, size_t(Nl * C) * sizeof(float));
@@ -409,11 +409,11 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   if (d.gpt2) acts->meanf = make(backend_, Nl);
   acts->rstdf = make(backend_, Nl);
   if (d.gpt2)
-    k.layernorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), P.param("final_norm.bias"),
-                           hf_loc.f32(), acts->meanf.f32(), acts->rstdf.f32(), Nl, C, d.norm_eps);
+    k.layernorm_forward({acts->head_in.f32(), P.param("final_norm.weight"), P.param("final_norm.bias"),
+                           hf_loc.f32(), acts->meanf.f32(), acts->rstdf.f32(), Nl, C, d.norm_eps});
   else
-    k.rmsnorm_forward(acts->head_in.f32(), P.param("final_norm.weight"), hf_loc.f32(), acts->rstdf.f32(), Nl, C,
-                         d.norm_eps);
+    k.rmsnorm_forward({acts->head_in.f32(), P.param("final_norm.weight"), hf_loc.f32(), acts->rstdf.f32(), Nl, C,
+                         d.norm_eps});
   acts->hf = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(hf_loc.f32(), acts->hf.f32()));
   const float* W = P.param(d.tied ? "embed.wte" : "lm_head.weight");
@@ -421,20 +421,20 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   float* logits = acts->dlogits.f32();
   linear(k, acts->hf.f32(), W, nullptr, logits, N, C, Vl);
   // Padded vocabulary columns take no part in the softmax.
-  if (v_begin + Vl > d.V) k.fill_columns(logits, N, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f);
+  if (v_begin + Vl > d.V) k.fill_columns({logits, N, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f});
   DeviceBuffer row_max = make(backend_, N), sumexp = make(backend_, N), target_logit = make(backend_, N),
                loss = make(backend_, N);
-  k.xent_row_max(logits, row_max.f32(), N, Vl);
+  k.xent_row_max({logits, row_max.f32(), N, Vl});
   if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max.f32(), size_t(N), ReduceOp::kMax));
-  k.xent_sumexp_and_target(logits, targets, row_max.f32(), sumexp.f32(), target_logit.f32(), N, Vl, v_begin);
+  k.xent_sumexp_and_target({logits, targets, row_max.f32(), sumexp.f32(), target_logit.f32(), N, Vl, v_begin});
   if (tp > 1) {
     LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp.f32(), size_t(N), ReduceOp::kSum));
     LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(N), ReduceOp::kSum));
   }
-  k.xent_loss(row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), N);
-  *loss_sum += k.sum(loss.f32(), N) * loss_scale;
+  k.xent_loss({row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), N});
+  *loss_sum += k.sum({loss.f32(), N}) * loss_scale;
   // The gradient of the logits now, in place: the logits are not needed again.
-  k.xent_backward(logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale * grad_scale_);
+  k.xent_backward({logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale * grad_scale_});
   saved_[micro] = std::move(acts);
   return k.status();
 }
@@ -481,12 +481,12 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
       DeviceBuffer dh = make(backend_, Nl * C);
       LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
       if (d.gpt2)
-        k.layernorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->meanf.f32(),
+        k.layernorm_backward({dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->meanf.f32(),
                              acts->rstdf.f32(), bwd_->dx.f32(), P.grad("final_norm.weight"), P.grad("final_norm.bias"),
-                             Nl, C);
+                             Nl, C});
       else
-        k.rmsnorm_backward(dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(),
-                           bwd_->dx.f32(), P.grad("final_norm.weight"), Nl, C);
+        k.rmsnorm_backward({dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(),
+                           bwd_->dx.f32(), P.grad("final_norm.weight"), Nl, C});
     } else {
       backend_->copy(bwd_->dx.f32(), dout, size_t(Nl * C) * sizeof(float));
     }
@@ -505,11 +505,11 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
   if (cfg_.has_embedding) {
     if (d.gpt2) {
       const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      k.positions_backward(b.dx.f32(), P.grad("embed.wpe"), Nl, C, T, row0);
+      k.positions_backward({b.dx.f32(), P.grad("embed.wpe"), Nl, C, T, row0});
     }
     DeviceBuffer dfull = make(backend_, N * C);
     LOOM_RETURN_IF_ERROR(enter_tp(b.dx.f32(), dfull.f32()));
-    k.embedding_backward(b.acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl);
+    k.embedding_backward({b.acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl});
   } else {
     backend_->copy(dinput, b.dx.f32(), size_t(Nl * C) * sizeof(float));
   }

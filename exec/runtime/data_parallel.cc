@@ -231,7 +231,7 @@ class Zero2 : public Zero1 {
   // reduction carries it along.
   Status before_reduce(const ZeroUnit& u) override {
     float* g = params_->grads() + u.begin;
-    backend_->kernels().add_inplace(g + own_range(u).first, shard_grad_.f32() + u.shard_offset, int64_t(u.shard));
+    backend_->kernels().add_inplace({g + own_range(u).first, shard_grad_.f32() + u.shard_offset, int64_t(u.shard)});
     return Status::ok();
   }
   void after_reduce(const ZeroUnit& u) override {

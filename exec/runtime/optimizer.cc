@@ -56,9 +56,9 @@ Result<OptimizerResult> Optimizer::step(int64_t step) {
   for (const ParamInfo& p : params_->infos()) {
     if (!counts_(p)) continue;
     auto own = dp_->owned(p);
-    if (own) k.add_sum_squares(dp_->update_grad(*own), own->size());
+    if (own) k.add_sum_squares({dp_->update_grad(*own), own->size()});
   }
-  double sq = k.take_sum_squares();
+  double sq = k.take_sum_squares({});
   LOOM_RETURN_IF_ERROR(world_->all_reduce(&sq, 1, ReduceOp::kSum));
   r.lr = lr_schedule(t, step);
   // Every rank holds the same total, so every rank takes the same branch.
@@ -91,9 +91,9 @@ Result<OptimizerResult> Optimizer::step(int64_t step) {
     if (!own) continue;
     const float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
     float* g = dp_->update_grad(*own);
-    if (clip != 1.0) k.scale_inplace(g, float(clip), own->size());
-    k.adamw_update(params_->params() + own->begin, g, m_.f32() + own->state_offset, v_.f32() + own->state_offset,
-                   own->size(), float(r.lr), float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step_);
+    if (clip != 1.0) k.scale_inplace({g, float(clip), own->size()});
+    k.adamw_update({params_->params() + own->begin, g, m_.f32() + own->state_offset, v_.f32() + own->state_offset,
+                   own->size(), float(r.lr), float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step_});
   }
   dp_->clear_grads();
   for (const ZeroUnit& u : dp_->units()) k.weights_changed(params_->params() + u.begin, int64_t(u.size));

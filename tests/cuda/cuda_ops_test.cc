@@ -470,8 +470,8 @@ TEST(CudaOps, PositionsMaskScaleAndSumMatchCpu) {
   ASSERT_TRUE(cuda::add_positions(dx.p, dw.p, R, C, T, row0, nullptr).is_ok());
   ASSERT_TRUE(cuda::positions_backward(dx.p, ddw.p, R, C, T, row0, nullptr).is_ok());
   auto want_x = x, want_dw = dwpe0;
-  cpu->add_positions(want_x.data(), wpe.data(), R, C, T, row0);
-  cpu->positions_backward(want_x.data(), want_dw.data(), R, C, T, row0);
+  cpu->add_positions({want_x.data(), wpe.data(), R, C, T, row0});
+  cpu->positions_backward({want_x.data(), want_dw.data(), R, C, T, row0});
   expect_close(dx.host(), want_x, 1e-6, "add_positions");
   expect_close(ddw.host(), want_dw, 1e-5, "positions_backward");
 
@@ -480,8 +480,8 @@ TEST(CudaOps, PositionsMaskScaleAndSumMatchCpu) {
   Dev<float> dl(logits);
   ASSERT_TRUE(cuda::fill_columns(dl.p, N, V, 50, V, -1e30f, nullptr).is_ok());
   ASSERT_TRUE(cuda::scale_inplace(dl.p, 0.5f, N * 50, nullptr).is_ok());
-  cpu->fill_columns(logits.data(), N, V, 50, V, -1e30f);
-  cpu->scale_inplace(logits.data(), 0.5f, N * 50);
+  cpu->fill_columns({logits.data(), N, V, 50, V, -1e30f});
+  cpu->scale_inplace({logits.data(), 0.5f, N * 50});
   EXPECT_EQ(dl.host(), logits);
 
   auto v = random_vec(100003, 5);
@@ -490,7 +490,7 @@ TEST(CudaOps, PositionsMaskScaleAndSumMatchCpu) {
   ASSERT_TRUE(cuda::sum(dv.p, int64_t(v.size()), out.p, nullptr).is_ok());
   ASSERT_TRUE(cuda::sum_squares(dv.p, int64_t(v.size()), out.p + 1, nullptr).is_ok());
   auto got = out.host();
-  EXPECT_NEAR(got[0], cpu->sum(v.data(), int64_t(v.size())), 1e-9 * v.size());
+  EXPECT_NEAR(got[0], cpu->sum({v.data(), int64_t(v.size())}), 1e-9 * v.size());
   EXPECT_NEAR(got[1], cpu::sum_squares(v.data(), int64_t(v.size())), 1e-9 * v.size());
 }
 
@@ -544,7 +544,7 @@ TEST(CudaBackend, AsyncCopiesAreStagedAndOrderedBeforeKernels) {
     b.copy_to_device_async(x.f32(), h.data(), 4 * h.size());
     std::fill(h.begin(), h.end(), -1.f);  // the staging copy was taken already
     b.fill_zero(y.f32(), y.bytes());
-    b.kernels().add_inplace(y.f32(), x.f32(), 100000);
+    b.kernels().add_inplace({y.f32(), x.f32(), 100000});
     b.copy_to_host(back.data(), y.f32(), 4 * back.size());
     for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], float(i % 97) + round) << "round " << round;
   }

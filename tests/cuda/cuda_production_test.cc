@@ -72,9 +72,9 @@ void check_attention(const AttentionCase& c) {
   std::vector<float> out(nq), lse(nl), dq(nq), dk(nk), dv(nk);
   auto cpu = make_cpu_kernels();
   auto t0 = std::chrono::steady_clock::now();
-  cpu->attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D);
-  cpu->attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(), dk.data(),
-                          dv.data(), B, T, Hq, Hk, D);
+  cpu->attention_forward({q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D});
+  cpu->attention_backward({dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(), dk.data(),
+                          dv.data(), B, T, Hq, Hk, D});
   std::printf("attention B=%lld T=%lld Hq=%lld Hk=%lld D=%lld: CPU reference %.2f s\n", (long long)B, (long long)T,
               (long long)Hq, (long long)Hk, (long long)D, seconds_since(t0));
 
@@ -96,8 +96,8 @@ void check_attention(const AttentionCase& c) {
         gq(*be, nans(nq)), gk(*be, nans(nk)), gv(*be, nans(nk));
     be->synchronize();
     t0 = std::chrono::steady_clock::now();
-    kt.attention_forward(q_.p(), k_.p(), v_.p(), o_.p(), l_.p(), B, T, Hq, Hk, D);
-    kt.attention_backward(do_.p(), q_.p(), k_.p(), v_.p(), o_.p(), l_.p(), gq.p(), gk.p(), gv.p(), B, T, Hq, Hk, D);
+    kt.attention_forward({q_.p(), k_.p(), v_.p(), o_.p(), l_.p(), B, T, Hq, Hk, D});
+    kt.attention_backward({do_.p(), q_.p(), k_.p(), v_.p(), o_.p(), l_.p(), gq.p(), gk.p(), gv.p(), B, T, Hq, Hk, D});
     be->synchronize();
     std::printf(" %s: GPU forward + backward %.1f ms\n", var.name, 1e3 * seconds_since(t0));
     ASSERT_TRUE(kt.status().is_ok()) << kt.status().to_string();
@@ -163,12 +163,12 @@ void check_xent(int64_t N, int64_t real_vocab, int64_t v_begin, int64_t V) {
   auto cpu = make_cpu_kernels();
   std::vector<float> ref = logits, mx(static_cast<size_t>(N)), se(static_cast<size_t>(N)), tl(static_cast<size_t>(N)), loss(static_cast<size_t>(N));
   auto t0 = std::chrono::steady_clock::now();
-  if (masked) cpu->fill_columns(ref.data(), N, V, mask_from, V, -1e30f);
+  if (masked) cpu->fill_columns({ref.data(), N, V, mask_from, V, -1e30f});
   const std::vector<float> masked_ref = ref;
-  cpu->xent_row_max(ref.data(), mx.data(), N, V);
-  cpu->xent_sumexp_and_target(ref.data(), targets.data(), mx.data(), se.data(), tl.data(), N, V, v_begin);
-  cpu->xent_loss(mx.data(), se.data(), tl.data(), loss.data(), N);
-  cpu->xent_backward(ref.data(), targets.data(), mx.data(), se.data(), ref.data(), N, V, v_begin, scale);  // in place
+  cpu->xent_row_max({ref.data(), mx.data(), N, V});
+  cpu->xent_sumexp_and_target({ref.data(), targets.data(), mx.data(), se.data(), tl.data(), N, V, v_begin});
+  cpu->xent_loss({mx.data(), se.data(), tl.data(), loss.data(), N});
+  cpu->xent_backward({ref.data(), targets.data(), mx.data(), se.data(), ref.data(), N, V, v_begin, scale});  // in place
   std::printf("cross-entropy N=%lld V=%lld (v_begin %lld, real vocabulary %lld): CPU reference %.2f s\n",
               (long long)N, (long long)V, (long long)v_begin, (long long)real_vocab, seconds_since(t0));
 
@@ -177,12 +177,12 @@ void check_xent(int64_t N, int64_t real_vocab, int64_t v_begin, int64_t V) {
   Dev<float> lg(*be, logits), dmx(*be, nans(static_cast<size_t>(N))), dse(*be, nans(static_cast<size_t>(N))), dtl(*be, nans(static_cast<size_t>(N))),
       dloss(*be, nans(static_cast<size_t>(N)));
   Dev<int32_t> dt(*be, targets);
-  if (masked) k.fill_columns(lg.p(), N, V, mask_from, V, -1e30f);
+  if (masked) k.fill_columns({lg.p(), N, V, mask_from, V, -1e30f});
   if (masked) expect_close(lg.get(), masked_ref, kExact, "masked logits");
-  k.xent_row_max(lg.p(), dmx.p(), N, V);
-  k.xent_sumexp_and_target(lg.p(), dt.p(), dmx.p(), dse.p(), dtl.p(), N, V, v_begin);
-  k.xent_loss(dmx.p(), dse.p(), dtl.p(), dloss.p(), N);
-  k.xent_backward(lg.p(), dt.p(), dmx.p(), dse.p(), lg.p(), N, V, v_begin, scale);
+  k.xent_row_max({lg.p(), dmx.p(), N, V});
+  k.xent_sumexp_and_target({lg.p(), dt.p(), dmx.p(), dse.p(), dtl.p(), N, V, v_begin});
+  k.xent_loss({dmx.p(), dse.p(), dtl.p(), dloss.p(), N});
+  k.xent_backward({lg.p(), dt.p(), dmx.p(), dse.p(), lg.p(), N, V, v_begin, scale});
   be->synchronize();
   ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
   expect_close(dmx.get(), mx, kExact, "row max");
@@ -266,15 +266,15 @@ TEST(CudaProductionCasts, Bf16RoundTripOver2To28ElementsMatchesTheCpuTable) {
   auto cpu = make_cpu_kernels();
   std::vector<uint16_t> want16(x.size());
   std::vector<float> want_back(x.size());
-  cpu->to_16bit(x.data(), want16.data(), kHuge);
-  cpu->from_16bit(want16.data(), want_back.data(), kHuge);
+  cpu->to_16bit({x.data(), want16.data(), kHuge});
+  cpu->from_16bit({want16.data(), want_back.data(), kHuge});
 
   auto be = cuda_backend(Precision::kBf16);
   Kernels& k = be->kernels();
   Dev<float> dx(*be, x), dback(*be, size_t(kHuge));
   Dev<uint16_t> dh(*be, size_t(kHuge));
-  k.to_16bit(dx.p(), dh.p(), kHuge);
-  k.from_16bit(dh.p(), dback.p(), kHuge);
+  k.to_16bit({dx.p(), dh.p(), kHuge});
+  k.from_16bit({dh.p(), dback.p(), kHuge});
   be->synchronize();
   ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
   const std::vector<uint16_t> got16 = dh.get();
@@ -314,8 +314,8 @@ TEST(CudaProductionCasts, Fp16RoundTripOver2To28ElementsMatchesIeeeHalf) {
   Kernels& k = be->kernels();
   Dev<float> dx(*be, x), dback(*be, size_t(kHuge));
   Dev<uint16_t> dh(*be, size_t(kHuge));
-  k.to_16bit(dx.p(), dh.p(), kHuge);
-  k.from_16bit(dh.p(), dback.p(), kHuge);
+  k.to_16bit({dx.p(), dh.p(), kHuge});
+  k.from_16bit({dh.p(), dback.p(), kHuge});
   be->synchronize();
   ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
   const std::vector<uint16_t> got16 = dh.get();
@@ -350,10 +350,10 @@ TEST(CudaProductionColumnSums, BiasAndNormWeightGradientsOver2To28Elements) {
   {  // bias
     std::vector<float> dbias = acc0;
     auto t0 = std::chrono::steady_clock::now();
-    cpu->bias_backward(dy.data(), dbias.data(), N, C);
+    cpu->bias_backward({dy.data(), dbias.data(), N, C});
     std::printf("bias_backward N=%lld C=%lld: CPU reference %.2f s\n", (long long)N, (long long)C, seconds_since(t0));
     g0.set(acc0);
-    k.bias_backward(ddy.p(), g0.p(), N, C);
+    k.bias_backward({ddy.p(), g0.p(), N, C});
     be->synchronize();
     ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
     expect_close(g0.get(), dbias, Tol{1e-4, 1e-4, 0}, "bias_backward dbias (accumulated)");
@@ -361,11 +361,11 @@ TEST(CudaProductionColumnSums, BiasAndNormWeightGradientsOver2To28Elements) {
   {  // LayerNorm
     std::vector<float> y(nc), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dxr(nc), gw = acc0, gb = acc1;
     auto t0 = std::chrono::steady_clock::now();
-    cpu->layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C, 1e-5f);
-    cpu->layernorm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dxr.data(), gw.data(), gb.data(),
-                            N, C);
+    cpu->layernorm_forward({x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C, 1e-5f});
+    cpu->layernorm_backward({dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dxr.data(), gw.data(), gb.data(),
+                            N, C});
     std::printf("layernorm N=%lld C=%lld: CPU reference %.2f s\n", (long long)N, (long long)C, seconds_since(t0));
-    k.layernorm_forward(dx_.p(), dw_.p(), db_.p(), out.p(), dmean.p(), drstd.p(), N, C, 1e-5f);
+    k.layernorm_forward({dx_.p(), dw_.p(), db_.p(), out.p(), dmean.p(), drstd.p(), N, C, 1e-5f});
     be->synchronize();
     ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
     expect_close(out.get(), y, Tol{1e-5, 1e-5, 0}, "layernorm y");
@@ -373,7 +373,7 @@ TEST(CudaProductionColumnSums, BiasAndNormWeightGradientsOver2To28Elements) {
     expect_close(drstd.get(), rstd, Tol{1e-5, 1e-5, 0}, "layernorm rstd");
     g0.set(acc0);
     g1.set(acc1);
-    k.layernorm_backward(ddy.p(), dx_.p(), dw_.p(), dmean.p(), drstd.p(), out.p(), g0.p(), g1.p(), N, C);
+    k.layernorm_backward({ddy.p(), dx_.p(), dw_.p(), dmean.p(), drstd.p(), out.p(), g0.p(), g1.p(), N, C});
     be->synchronize();
     ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
     expect_close(out.get(), dxr, Tol{1e-5, 1e-5, 0}, "layernorm dx");
@@ -383,16 +383,16 @@ TEST(CudaProductionColumnSums, BiasAndNormWeightGradientsOver2To28Elements) {
   {  // RMSNorm
     std::vector<float> y(nc), rstd(static_cast<size_t>(N)), dxr(nc), gw = acc1;
     auto t0 = std::chrono::steady_clock::now();
-    cpu->rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), N, C, 1e-6f);
-    cpu->rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), dxr.data(), gw.data(), N, C);
+    cpu->rmsnorm_forward({x.data(), w.data(), y.data(), rstd.data(), N, C, 1e-6f});
+    cpu->rmsnorm_backward({dy.data(), x.data(), w.data(), rstd.data(), dxr.data(), gw.data(), N, C});
     std::printf("rmsnorm N=%lld C=%lld: CPU reference %.2f s\n", (long long)N, (long long)C, seconds_since(t0));
-    k.rmsnorm_forward(dx_.p(), dw_.p(), out.p(), drstd.p(), N, C, 1e-6f);
+    k.rmsnorm_forward({dx_.p(), dw_.p(), out.p(), drstd.p(), N, C, 1e-6f});
     be->synchronize();
     ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
     expect_close(out.get(), y, Tol{1e-5, 1e-5, 0}, "rmsnorm y");
     expect_close(drstd.get(), rstd, Tol{1e-5, 1e-5, 0}, "rmsnorm rstd");
     g0.set(acc1);
-    k.rmsnorm_backward(ddy.p(), dx_.p(), dw_.p(), drstd.p(), out.p(), g0.p(), N, C);
+    k.rmsnorm_backward({ddy.p(), dx_.p(), dw_.p(), drstd.p(), out.p(), g0.p(), N, C});
     be->synchronize();
     ASSERT_TRUE(k.status().is_ok()) << k.status().to_string();
     expect_close(out.get(), dxr, Tol{1e-5, 1e-5, 0}, "rmsnorm dx");

@@ -41,8 +41,8 @@ class CudaKernels final : public Kernels {
     if (std::find(stale_.begin(), stale_.end(), r) == stale_.end()) stale_.push_back(r);
   }
 
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
-            float beta, float* C) override {
+  void gemm(const Gemm& a) override {
+    const auto [ta, tb, M, N, K, alpha, A, B, beta, C] = a;
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
       if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));
@@ -61,114 +61,96 @@ class CudaKernels final : public Kernels {
     else
       note(cuda::gemm_fp16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
   }
-  void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                         int64_t N, int64_t C, float eps) override {
-    note(cuda::layernorm_forward(x, w, b, y, mean, rstd, N, C, eps, s_));
+  void layernorm_forward(const LayernormForward& a) override {
+    note(cuda::layernorm_forward(a.x, a.w, a.b, a.y, a.mean, a.rstd, a.N, a.C, a.eps, s_));
   }
-  void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
-                          float* dx, float* dw, float* db, int64_t N, int64_t C) override {
-    note(cuda::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, N, C, s_));
+  void layernorm_backward(const LayernormBackward& a) override {
+    note(cuda::layernorm_backward(a.dy, a.x, a.w, a.mean, a.rstd, a.dx, a.dw, a.db, a.N, a.C, s_));
   }
-  void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
-                       float eps) override {
-    note(cuda::rmsnorm_forward(x, w, y, rstd, N, C, eps, s_));
+  void rmsnorm_forward(const RmsnormForward& a) override {
+    note(cuda::rmsnorm_forward(a.x, a.w, a.y, a.rstd, a.N, a.C, a.eps, s_));
   }
-  void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                        int64_t N, int64_t C) override {
-    note(cuda::rmsnorm_backward(dy, x, w, rstd, dx, dw, N, C, s_));
+  void rmsnorm_backward(const RmsnormBackward& a) override {
+    note(cuda::rmsnorm_backward(a.dy, a.x, a.w, a.rstd, a.dx, a.dw, a.N, a.C, s_));
   }
-  void gelu_forward(const float* x, float* y, int64_t n) override { note(cuda::gelu_forward(x, y, n, s_)); }
-  void gelu_backward(const float* dy, const float* x, float* dx, int64_t n) override {
-    note(cuda::gelu_backward(dy, x, dx, n, s_));
+  void gelu_forward(const GeluForward& a) override { note(cuda::gelu_forward(a.x, a.y, a.n, s_)); }
+  void gelu_backward(const GeluBackward& a) override { note(cuda::gelu_backward(a.dy, a.x, a.dx, a.n, s_)); }
+  void swiglu_forward(const SwigluForward& a) override { note(cuda::swiglu_forward(a.gate, a.up, a.y, a.n, s_)); }
+  void swiglu_backward(const SwigluBackward& a) override {
+    note(cuda::swiglu_backward(a.dy, a.gate, a.up, a.dgate, a.dup, a.n, s_));
   }
-  void swiglu_forward(const float* gate, const float* up, float* y, int64_t n) override {
-    note(cuda::swiglu_forward(gate, up, y, n, s_));
+  void rope_forward(const RopeForward& a) override {
+    note(cuda::rope_forward(a.x, a.B, a.T, a.H, a.D, a.theta, a.pos_offset, s_));
   }
-  void swiglu_backward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
-                       int64_t n) override {
-    note(cuda::swiglu_backward(dy, gate, up, dgate, dup, n, s_));
+  void rope_backward(const RopeBackward& a) override {
+    note(cuda::rope_backward(a.dx, a.B, a.T, a.H, a.D, a.theta, a.pos_offset, s_));
   }
-  void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos) override {
-    note(cuda::rope_forward(x, B, T, H, D, theta, pos, s_));
+  void rope_freqs_forward(const RopeFreqsForward& a) override {
+    note(cuda::rope_freqs_forward(a.x, a.B, a.T, a.H, a.D, a.inv_freq, a.pos_offset, s_));
   }
-  void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, float theta, int64_t pos) override {
-    note(cuda::rope_backward(dx, B, T, H, D, theta, pos, s_));
+  void rope_freqs_backward(const RopeFreqsBackward& a) override {
+    note(cuda::rope_freqs_backward(a.dx, a.B, a.T, a.H, a.D, a.inv_freq, a.pos_offset, s_));
   }
-  void rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, const double* f,
-                          int64_t pos) override {
-    note(cuda::rope_freqs_forward(x, B, T, H, D, f, pos, s_));
+  void attention_forward(const AttentionForward& a) override {
+    if (fused_attention_)
+      return note(cuda::attention_forward(a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D, s_));
+    note(cuda::attention_forward_gemm(blas_, input_, a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D,
+                                      attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), s_));
   }
-  void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* f,
-                           int64_t pos) override {
-    note(cuda::rope_freqs_backward(dx, B, T, H, D, f, pos, s_));
+  void attention_backward(const AttentionBackward& a) override {
+    if (fused_attention_)
+      return note(cuda::attention_backward(a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B, a.T, a.Hq,
+                                           a.Hk, a.D, s_));
+    note(cuda::attention_backward_gemm(blas_, input_, a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B,
+                                       a.T, a.Hq, a.Hk, a.D, attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), s_));
   }
-  void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
-                         int64_t T, int64_t Hq, int64_t Hk, int64_t D) override {
-    if (fused_attention_) return note(cuda::attention_forward(q, k, v, out, lse, B, T, Hq, Hk, D, s_));
-    note(cuda::attention_forward_gemm(blas_, input_, q, k, v, out, lse, B, T, Hq, Hk, D,
-                                      attention_scratch(B, T, Hq, Hk, D), s_));
+  void embedding_forward(const EmbeddingForward& a) override {
+    note(cuda::embedding_forward(a.tokens, a.wte, a.out, a.N, a.C, a.v_begin, a.V, s_));
   }
-  void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
-                          const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
-                          int64_t Hk, int64_t D) override {
-    if (fused_attention_) return note(cuda::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D, s_));
-    note(cuda::attention_backward_gemm(blas_, input_, dout, q, k, v, out, lse, dq, dk, dv, B, T, Hq, Hk, D,
-                                       attention_scratch(B, T, Hq, Hk, D), s_));
+  void embedding_backward(const EmbeddingBackward& a) override {
+    note(cuda::embedding_backward(a.tokens, a.dout, a.dwte, a.N, a.C, a.v_begin, a.V, s_));
   }
-  void embedding_forward(const int32_t* tokens, const float* wte, float* out, int64_t N, int64_t C,
-                         int64_t v_begin, int64_t V) override {
-    note(cuda::embedding_forward(tokens, wte, out, N, C, v_begin, V, s_));
+  void add_positions(const AddPositions& a) override {
+    note(cuda::add_positions(a.x, a.wpe, a.R, a.C, a.T, a.row0, s_));
   }
-  void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, int64_t N, int64_t C,
-                          int64_t v_begin, int64_t V) override {
-    note(cuda::embedding_backward(tokens, dout, dwte, N, C, v_begin, V, s_));
+  void positions_backward(const PositionsBackward& a) override {
+    note(cuda::positions_backward(a.dx, a.dwpe, a.R, a.C, a.T, a.row0, s_));
   }
-  void add_positions(float* x, const float* wpe, int64_t R, int64_t C, int64_t T, int64_t row0) override {
-    note(cuda::add_positions(x, wpe, R, C, T, row0, s_));
+  void fill_columns(const FillColumns& a) override {
+    note(cuda::fill_columns(a.x, a.R, a.ld, a.c_begin, a.c_end, a.value, s_));
   }
-  void positions_backward(const float* dx, float* dwpe, int64_t R, int64_t C, int64_t T, int64_t row0) override {
-    note(cuda::positions_backward(dx, dwpe, R, C, T, row0, s_));
+  void xent_row_max(const XentRowMax& a) override { note(cuda::xent_row_max(a.logits, a.row_max, a.N, a.V, s_)); }
+  void xent_sumexp_and_target(const XentSumexpAndTarget& a) override {
+    note(cuda::xent_sumexp_and_target(a.logits, a.targets, a.row_max, a.row_sumexp, a.target_logit, a.N, a.V,
+                                      a.v_begin, s_));
   }
-  void fill_columns(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t c_end, float value) override {
-    note(cuda::fill_columns(x, R, ld, c_begin, c_end, value, s_));
+  void xent_loss(const XentLoss& a) override {
+    note(cuda::xent_loss(a.row_max, a.row_sumexp, a.target_logit, a.loss, a.N, s_));
   }
-  void xent_row_max(const float* logits, float* row_max, int64_t N, int64_t V) override {
-    note(cuda::xent_row_max(logits, row_max, N, V, s_));
+  void xent_backward(const XentBackward& a) override {
+    note(cuda::xent_backward(a.logits, a.targets, a.row_max, a.row_sumexp, a.dlogits, a.N, a.V, a.v_begin, a.scale,
+                             s_));
   }
-  void xent_sumexp_and_target(const float* logits, const int32_t* targets, const float* row_max, float* row_sumexp,
-                              float* target_logit, int64_t N, int64_t V, int64_t v_begin) override {
-    note(cuda::xent_sumexp_and_target(logits, targets, row_max, row_sumexp, target_logit, N, V, v_begin, s_));
+  void adamw_update(const AdamwUpdate& a) override {
+    note(cuda::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
+                            s_));
   }
-  void xent_loss(const float* row_max, const float* row_sumexp, const float* target_logit, float* loss,
-                 int64_t N) override {
-    note(cuda::xent_loss(row_max, row_sumexp, target_logit, loss, N, s_));
+  void add_inplace(const AddInplace& a) override { note(cuda::add_inplace(a.y, a.x, a.n, s_)); }
+  void add_bias(const AddBias& a) override { note(cuda::add_bias(a.y, a.bias, a.N, a.C, s_)); }
+  void bias_backward(const BiasBackward& a) override { note(cuda::bias_backward(a.dy, a.dbias, a.N, a.C, s_)); }
+  void scale_inplace(const ScaleInplace& a) override { note(cuda::scale_inplace(a.y, a.s, a.n, s_)); }
+  double sum(const Sum& a) override {
+    return host_result([&](double* out) { return cuda::sum(a.x, a.n, out, s_); });
   }
-  void xent_backward(const float* logits, const int32_t* targets, const float* row_max, const float* row_sumexp,
-                     float* dlogits, int64_t N, int64_t V, int64_t v_begin, float scale) override {
-    note(cuda::xent_backward(logits, targets, row_max, row_sumexp, dlogits, N, V, v_begin, scale, s_));
+  void to_16bit(const To16bit& a) override {
+    note(precision_ == Precision::kFp16 ? cuda::cast_to_fp16(a.x, a.y, a.n, s_)
+                                        : cuda::cast_to_bf16(a.x, a.y, a.n, s_));
   }
-  void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int64_t step) override {
-    note(cuda::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, s_));
+  void from_16bit(const From16bit& a) override {
+    note(precision_ == Precision::kFp16 ? cuda::cast_from_fp16(a.x, a.y, a.n, s_)
+                                        : cuda::cast_from_bf16(a.x, a.y, a.n, s_));
   }
-  void add_inplace(float* y, const float* x, int64_t n) override { note(cuda::add_inplace(y, x, n, s_)); }
-  void add_bias(float* y, const float* bias, int64_t N, int64_t C) override {
-    note(cuda::add_bias(y, bias, N, C, s_));
-  }
-  void bias_backward(const float* dy, float* dbias, int64_t N, int64_t C) override {
-    note(cuda::bias_backward(dy, dbias, N, C, s_));
-  }
-  void scale_inplace(float* y, float s, int64_t n) override { note(cuda::scale_inplace(y, s, n, s_)); }
-  double sum(const float* x, int64_t n) override {
-    return host_result([&](double* out) { return cuda::sum(x, n, out, s_); });
-  }
-  void to_16bit(const float* x, uint16_t* y, int64_t n) override {
-    note(precision_ == Precision::kFp16 ? cuda::cast_to_fp16(x, y, n, s_) : cuda::cast_to_bf16(x, y, n, s_));
-  }
-  void from_16bit(const uint16_t* x, float* y, int64_t n) override {
-    note(precision_ == Precision::kFp16 ? cuda::cast_from_fp16(x, y, n, s_) : cuda::cast_from_bf16(x, y, n, s_));
-  }
-  void add_sum_squares(const float* x, int64_t n) override {
+  void add_sum_squares(const AddSumSquares& a) override {
     // One device double per piece; take_sum_squares() reads them all back.
     if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {
       DeviceBuffer bigger(be_, std::max<size_t>(256, 2 * (pieces_n_ + 1)) * sizeof(double));
@@ -176,9 +158,9 @@ class CudaKernels final : public Kernels {
       pieces_ = std::move(bigger);
     }
     auto* out = reinterpret_cast<double*>(pieces_.f32()) + pieces_n_++;
-    note(cuda::sum_squares(x, n, out, s_));
+    note(cuda::sum_squares(a.x, a.n, out, s_));
   }
-  double take_sum_squares() override {
+  double take_sum_squares(const TakeSumSquares&) override {
     std::vector<double> host(pieces_n_);
     if (pieces_n_) be_->copy_to_host(host.data(), pieces_.f32(), pieces_n_ * sizeof(double));
     pieces_n_ = 0;

@@ -644,8 +644,8 @@ TEST(CpuKernels, Bf16StorageRoundsToNearestEven) {
                                 std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
   std::vector<uint16_t> h(x.size());
   std::vector<float> back(x.size());
-  k->to_16bit(x.data(), h.data(), int64_t(x.size()));
-  k->from_16bit(h.data(), back.data(), int64_t(x.size()));
+  k->to_16bit({x.data(), h.data(), int64_t(x.size())});
+  k->from_16bit({h.data(), back.data(), int64_t(x.size())});
   EXPECT_EQ(h[0], 0x3f80);
   EXPECT_EQ(back[1], 1.0f) << "halfway: ties to even (down)";
   EXPECT_EQ(back[2], 1.015625f) << "halfway: ties to even (up)";

@@ -67,8 +67,8 @@ TEST(KernelProfile, ProfiledTableGivesBitIdenticalResults) {
   const int64_t M = 37, N = 29, K = 53;
   auto a = random_vec(size_t(M * K), 1), b = random_vec(size_t(K * N), 2), c0 = random_vec(size_t(M * N), 3);
   std::vector<float> c1 = c0, c2 = c0;
-  prof.gemm(false, true, M, N, K, 0.5f, a.data(), b.data(), 0.25f, c1.data());
-  plain->gemm(false, true, M, N, K, 0.5f, a.data(), b.data(), 0.25f, c2.data());
+  prof.gemm({false, true, M, N, K, 0.5f, a.data(), b.data(), 0.25f, c1.data()});
+  plain->gemm({false, true, M, N, K, 0.5f, a.data(), b.data(), 0.25f, c2.data()});
   EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)));
 
   const int64_t B = 2, T = 33, Hq = 4, Hk = 2, D = 16;
@@ -78,9 +78,9 @@ TEST(KernelProfile, ProfiledTableGivesBitIdenticalResults) {
   for (int i = 0; i < 2; ++i) {
     Kernels& t = i == 0 ? prof : *plain;
     out[i].resize(nq), lse[i].resize(nl), dq[i].resize(nq), dk[i].resize(nk), dv[i].resize(nk);
-    t.attention_forward(q.data(), k.data(), v.data(), out[i].data(), lse[i].data(), B, T, Hq, Hk, D);
-    t.attention_backward(dout.data(), q.data(), k.data(), v.data(), out[i].data(), lse[i].data(), dq[i].data(),
-                         dk[i].data(), dv[i].data(), B, T, Hq, Hk, D);
+    t.attention_forward({q.data(), k.data(), v.data(), out[i].data(), lse[i].data(), B, T, Hq, Hk, D});
+    t.attention_backward({dout.data(), q.data(), k.data(), v.data(), out[i].data(), lse[i].data(), dq[i].data(),
+                         dk[i].data(), dv[i].data(), B, T, Hq, Hk, D});
   }
   EXPECT_EQ(out[0], out[1]);
   EXPECT_EQ(lse[0], lse[1]);
@@ -94,7 +94,7 @@ TEST(KernelProfile, ProfiledTableGivesBitIdenticalResults) {
   for (int i = 0; i < 2; ++i) {
     Kernels& t = i == 0 ? prof : *plain;
     y[i].resize(x.size()), mean[i].resize(size_t(R)), rstd[i].resize(size_t(R));
-    t.layernorm_forward(x.data(), w.data(), bias.data(), y[i].data(), mean[i].data(), rstd[i].data(), R, C, 1e-5f);
+    t.layernorm_forward({x.data(), w.data(), bias.data(), y[i].data(), mean[i].data(), rstd[i].data(), R, C, 1e-5f});
   }
   EXPECT_EQ(y[0], y[1]);
   EXPECT_EQ(rstd[0], rstd[1]);
@@ -106,14 +106,14 @@ TEST(KernelProfile, ProfiledTableGivesBitIdenticalResults) {
     Kernels& t = i == 0 ? prof : *plain;
     mx[i].resize(size_t(R)), se[i].resize(size_t(R)), tl[i].resize(size_t(R)), loss[i].resize(size_t(R));
     dl[i] = x;
-    t.xent_row_max(x.data(), mx[i].data(), R, C);
-    t.xent_sumexp_and_target(x.data(), targets.data(), mx[i].data(), se[i].data(), tl[i].data(), R, C, 0);
-    t.xent_loss(mx[i].data(), se[i].data(), tl[i].data(), loss[i].data(), R);
-    t.xent_backward(dl[i].data(), targets.data(), mx[i].data(), se[i].data(), dl[i].data(), R, C, 0, 0.125f);
+    t.xent_row_max({x.data(), mx[i].data(), R, C});
+    t.xent_sumexp_and_target({x.data(), targets.data(), mx[i].data(), se[i].data(), tl[i].data(), R, C, 0});
+    t.xent_loss({mx[i].data(), se[i].data(), tl[i].data(), loss[i].data(), R});
+    t.xent_backward({dl[i].data(), targets.data(), mx[i].data(), se[i].data(), dl[i].data(), R, C, 0, 0.125f});
   }
   EXPECT_EQ(loss[0], loss[1]);
   EXPECT_EQ(dl[0], dl[1]);
-  EXPECT_EQ(prof.sum(x.data(), int64_t(x.size())), plain->sum(x.data(), int64_t(x.size())));
+  EXPECT_EQ(prof.sum({x.data(), int64_t(x.size())}), plain->sum({x.data(), int64_t(x.size())}));
 
   const auto rows = (*profiler)->report();
   const OpProfileRow* g = find(rows, "gemm");
@@ -130,19 +130,19 @@ TEST(KernelProfile, CountsCallsFlopsAndBytesFromTheArguments) {
   KernelProfiler p(*plain, std::make_unique<FixedTimer>(1e-3, &takes));
   const int64_t M = 64, N = 48, K = 32;
   std::vector<float> a(size_t(M * K), 1.f), b(size_t(K * N), 1.f), c(size_t(M * N), 0.f);
-  p.gemm(false, false, M, N, K, 1.f, a.data(), b.data(), 0.f, c.data());
-  p.gemm(true, false, K, N, M, 1.f, a.data(), c.data(), 1.f, b.data());  // (K,M)^T... shapes only matter here
+  p.gemm({false, false, M, N, K, 1.f, a.data(), b.data(), 0.f, c.data()});
+  p.gemm({true, false, K, N, M, 1.f, a.data(), c.data(), 1.f, b.data()});  // (K,M)^T... shapes only matter here
   const int64_t B = 2, T = 16, Hq = 4, Hk = 2, D = 8;
   const size_t nq = size_t(B * T * Hq * D), nk = size_t(B * T * Hk * D), nl = size_t(B * Hq * T);
   auto q = random_vec(nq, 1), k = random_vec(nk, 2), v = random_vec(nk, 3), g = random_vec(nq, 4);
   std::vector<float> out(nq), lse(nl), dq(nq), dk(nk), dv(nk);
-  p.attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D);
+  p.attention_forward({q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D});
   p.step_done();
-  p.attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D);
-  p.attention_backward(g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(), dk.data(),
-                       dv.data(), B, T, Hq, Hk, D);
+  p.attention_forward({q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, Hq, Hk, D});
+  p.attention_backward({g.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(), dk.data(),
+                       dv.data(), B, T, Hq, Hk, D});
   std::vector<float> x(1000, 1.f), y(1000, 2.f);
-  p.add_inplace(y.data(), x.data(), 1000);
+  p.add_inplace({y.data(), x.data(), 1000});
   p.step_done();
   EXPECT_EQ(takes, 2) << "timings are read back once per step";
   EXPECT_EQ(p.steps(), 2);
@@ -202,7 +202,7 @@ TEST(KernelProfile, ReadsTimingsBackWhenManyCallsArePending) {
   int takes = 0;
   KernelProfiler p(*plain, std::make_unique<FixedTimer>(1e-6, &takes));
   std::vector<float> x(16, 1.f);
-  for (int i = 0; i < 40000; ++i) p.scale_inplace(x.data(), 1.f, 16);
+  for (int i = 0; i < 40000; ++i) p.scale_inplace({x.data(), 1.f, 16});
   EXPECT_EQ(takes, 1) << "a bounded number of event pairs in flight";
   const auto rows = p.report();
   EXPECT_EQ(takes, 2);
@@ -221,7 +221,7 @@ TEST(KernelSyncCheck, NamesTheOpAFailureComesFrom) {
                  : Status::ok();
   }, "TEST_SYNC_DEBUG");
   std::vector<float> a(64, 1.f), b(64, 1.f), c(64, 0.f);
-  k.gemm(false, false, 8, 8, 8, 1.f, a.data(), b.data(), 0.f, c.data());
+  k.gemm({false, false, 8, 8, 8, 1.f, a.data(), b.data(), 0.f, c.data()});
   EXPECT_TRUE(k.status().is_ok());
   EXPECT_EQ(waits, 1) << "one wait per op";
   EXPECT_EQ(c[0], 8.f) << "forwarded";
@@ -229,12 +229,12 @@ TEST(KernelSyncCheck, NamesTheOpAFailureComesFrom) {
   const int64_t B = 1, T = 4, Hq = 2, Hk = 1, D = 8;
   std::vector<float> q(size_t(B * T * Hq * D), 0.5f), kv(size_t(B * T * Hk * D), 0.25f), out(q.size()),
       lse(size_t(B * Hq * T)), dq(q.size()), dk(kv.size()), dv(kv.size());
-  k.attention_forward(q.data(), kv.data(), kv.data(), out.data(), lse.data(), B, T, Hq, Hk, D);
+  k.attention_forward({q.data(), kv.data(), kv.data(), out.data(), lse.data(), B, T, Hq, Hk, D});
   fault = true;
   testing::internal::CaptureStderr();
-  k.attention_backward(q.data(), q.data(), kv.data(), kv.data(), out.data(), lse.data(), dq.data(), dk.data(),
-                       dv.data(), B, T, Hq, Hk, D);
-  k.add_inplace(c.data(), a.data(), 64);  // later ops keep the first failure
+  k.attention_backward({q.data(), q.data(), kv.data(), kv.data(), out.data(), lse.data(), dq.data(), dk.data(),
+                       dv.data(), B, T, Hq, Hk, D});
+  k.add_inplace({c.data(), a.data(), 64});  // later ops keep the first failure
   const std::string err = testing::internal::GetCapturedStderr();
   const std::string want =
       "CUDA error 'an illegal memory access was encountered' (cudaErrorIllegalAddress) in attention_backward "

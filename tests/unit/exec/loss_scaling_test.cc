@@ -39,22 +39,24 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheWindow) {
 class Fp16Kernels final : public CpuKernels {
  public:
   Precision precision() const override { return Precision::kFp16; }
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
-            float beta, float* C) override {
-    auto a = half(A, M * K), b = half(B, K * N);
-    CpuKernels::gemm(ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
+  void gemm(const Gemm& g) override {
+    auto a = half(g.A, g.M * g.K), b = half(g.B, g.K * g.N);
+    Gemm rounded = g;
+    rounded.A = a.data();
+    rounded.B = b.data();
+    CpuKernels::gemm(rounded);
   }
-  void to_16bit(const float* x, uint16_t* y, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const _Float16 h = static_cast<_Float16>(x[i]);
-      std::memcpy(&y[i], &h, 2);
+  void to_16bit(const To16bit& a) override {
+    for (int64_t i = 0; i < a.n; ++i) {
+      const _Float16 h = static_cast<_Float16>(a.x[i]);
+      std::memcpy(&a.y[i], &h, 2);
     }
   }
-  void from_16bit(const uint16_t* x, float* y, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
+  void from_16bit(const From16bit& a) override {
+    for (int64_t i = 0; i < a.n; ++i) {
       _Float16 h;
-      std::memcpy(&h, &x[i], 2);
-      y[i] = static_cast<float>(h);
+      std::memcpy(&h, &a.x[i], 2);
+      a.y[i] = static_cast<float>(h);
     }
   }
 

@@ -1,0 +1,168 @@
+// Each op's description: its shape (the arguments that size it, in field
+// order) and its work (exec/backend/kernel_call.h: flops as written, the
+// bytes it must move at least; accumulated outputs count a read and a write).
+#include "exec/backend/kernel_ops.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+namespace loom::exec {
+
+const char* kernel_op_name(KernelOp op) {
+  switch (op) {
+#define LOOM_KERNEL_OP_NAME(Type, name) \
+  case KernelOp::k##Type:               \
+    return #name;
+    LOOM_KERNEL_OPS(LOOM_KERNEL_OP_NAME)
+#undef LOOM_KERNEL_OP_NAME
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kF32 = 4;  // bytes of an fp32 (or int32) element
+
+KernelCall call(KernelOp op, std::initializer_list<KernelCall::Dim> dims, double flops, double bytes) {
+  KernelCall c;
+  c.op = op;
+  c.flops = flops;
+  c.bytes = bytes;
+  for (const KernelCall::Dim& d : dims) {
+    if (c.num_dims == int(c.dims.size())) break;
+    c.dims[size_t(c.num_dims++)] = d;
+  }
+  return c;
+}
+
+// RoPE, either frequency source: each element read and written once.
+KernelCall rope(KernelOp op, int64_t B, int64_t T, int64_t H, int64_t D, int64_t pos_offset) {
+  return call(op, {{"B", B}, {"T", T}, {"H", H}, {"D", D}, {"pos_offset", pos_offset}}, 0,
+              kF32 * 2 * double(B) * double(T) * double(H) * double(D));
+}
+
+}  // namespace
+
+KernelCall Gemm::describe(Precision p) const {
+  const double m = double(M), n = double(N), k = double(K);
+  const double operand = p == Precision::kFp32 ? 4 : 2;  // 16-bit operands on mixed-precision tables
+  return call(kOp, {{"M", M}, {"N", N}, {"K", K}, {"trans_a", trans_a}, {"trans_b", trans_b}}, 2 * m * n * k,
+              operand * (m * k + k * n) + kF32 * m * n * (beta != 0.f ? 2 : 1));
+}
+
+KernelCall LayernormForward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (2 * n * ch + 2 * ch + 2 * n));
+}
+
+KernelCall LayernormBackward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  // dy, x read, dx written; w read, dw and db accumulated; mean, rstd read.
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (3 * n * ch + 5 * ch + 2 * n));
+}
+
+KernelCall RmsnormForward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (2 * n * ch + ch + n));
+}
+
+KernelCall RmsnormBackward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (3 * n * ch + 3 * ch + n));
+}
+
+KernelCall GeluForward::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 2 * double(n)); }
+KernelCall GeluBackward::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 3 * double(n)); }
+KernelCall SwigluForward::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 3 * double(n)); }
+KernelCall SwigluBackward::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 5 * double(n)); }
+
+KernelCall RopeForward::describe(Precision) const { return rope(kOp, B, T, H, D, pos_offset); }
+KernelCall RopeBackward::describe(Precision) const { return rope(kOp, B, T, H, D, pos_offset); }
+KernelCall RopeFreqsForward::describe(Precision) const { return rope(kOp, B, T, H, D, pos_offset); }
+KernelCall RopeFreqsBackward::describe(Precision) const { return rope(kOp, B, T, H, D, pos_offset); }
+
+KernelCall AttentionForward::describe(Precision) const {
+  const double b = double(B), t = double(T), hq = double(Hq), hk = double(Hk), d = double(D);
+  // S = Q K^T and O = P V over the causal half of the scores.
+  const double flops = 2 * (2 * b * hq * t * t * d / 2);
+  const double bytes = kF32 * (2 * b * t * hq * d + 2 * b * t * hk * d + b * hq * t);
+  return call(kOp, {{"B", B}, {"T", T}, {"Hq", Hq}, {"Hk", Hk}, {"D", D}}, flops, bytes);
+}
+
+KernelCall AttentionBackward::describe(Precision) const {
+  const double b = double(B), t = double(T), hq = double(Hq), hk = double(Hk), d = double(D);
+  // S again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: five causal halves.
+  const double flops = 5 * (2 * b * hq * t * t * d / 2);
+  // dout, q, out read and dq written (Hq heads); k, v read and dk, dv written; lse read.
+  const double bytes = kF32 * (4 * b * t * hq * d + 4 * b * t * hk * d + b * hq * t);
+  return call(kOp, {{"B", B}, {"T", T}, {"Hq", Hq}, {"Hk", Hk}, {"D", D}}, flops, bytes);
+}
+
+KernelCall EmbeddingForward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  return call(kOp, {{"N", N}, {"C", C}, {"v_begin", v_begin}, {"V", V}}, 0, kF32 * (n + 2 * n * ch));
+}
+
+KernelCall EmbeddingBackward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  // Tokens and dout read; a row of dwte accumulated per token (at most N rows).
+  return call(kOp, {{"N", N}, {"C", C}, {"v_begin", v_begin}, {"V", V}}, 0, kF32 * (n + 3 * n * ch));
+}
+
+KernelCall AddPositions::describe(Precision) const {
+  const double r = double(R), ch = double(C), rows = double(std::min(R, T));
+  return call(kOp, {{"R", R}, {"C", C}, {"T", T}, {"row0", row0}}, 0, kF32 * (2 * r * ch + rows * ch));
+}
+
+KernelCall PositionsBackward::describe(Precision) const {
+  const double r = double(R), ch = double(C), rows = double(std::min(R, T));
+  return call(kOp, {{"R", R}, {"C", C}, {"T", T}, {"row0", row0}}, 0, kF32 * (r * ch + 2 * rows * ch));
+}
+
+KernelCall FillColumns::describe(Precision) const {
+  return call(kOp, {{"R", R}, {"ld", ld}, {"c_begin", c_begin}, {"c_end", c_end}}, 0,
+              kF32 * double(R) * double(std::max<int64_t>(0, c_end - c_begin)));
+}
+
+KernelCall XentRowMax::describe(Precision) const {
+  const double n = double(N), v = double(V);
+  return call(kOp, {{"N", N}, {"V", V}}, 0, kF32 * (n * v + n));
+}
+
+KernelCall XentSumexpAndTarget::describe(Precision) const {
+  const double n = double(N), v = double(V);
+  return call(kOp, {{"N", N}, {"V", V}, {"v_begin", v_begin}}, 0, kF32 * (n * v + 4 * n));
+}
+
+KernelCall XentLoss::describe(Precision) const { return call(kOp, {{"N", N}}, 0, kF32 * 4 * double(N)); }
+
+KernelCall XentBackward::describe(Precision) const {
+  const double n = double(N), v = double(V);
+  return call(kOp, {{"N", N}, {"V", V}, {"v_begin", v_begin}}, 0, kF32 * (2 * n * v + 3 * n));
+}
+
+KernelCall AdamwUpdate::describe(Precision) const {
+  // param, grad, m, v read; param, m, v written.
+  return call(kOp, {{"n", n}, {"step", step}}, 0, kF32 * 7 * double(n));
+}
+
+KernelCall AddInplace::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 3 * double(n)); }
+
+KernelCall AddBias::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (2 * n * ch + ch));
+}
+
+KernelCall BiasBackward::describe(Precision) const {
+  const double n = double(N), ch = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (n * ch + 2 * ch));
+}
+
+KernelCall ScaleInplace::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 2 * double(n)); }
+KernelCall To16bit::describe(Precision) const { return call(kOp, {{"n", n}}, 0, 6 * double(n)); }
+KernelCall From16bit::describe(Precision) const { return call(kOp, {{"n", n}}, 0, 6 * double(n)); }
+KernelCall Sum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
+KernelCall AddSumSquares::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
+KernelCall TakeSumSquares::describe(Precision) const { return call(kOp, {}, 0, 0); }
+
+}  // namespace loom::exec

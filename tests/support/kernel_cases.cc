@@ -1,0 +1,777 @@
+// The cases of every kernel op, and the runner (kernel_cases.h). Sizes are
+// moderate: large enough to cross a GPU kernel's block and chunk boundaries
+// (odd element counts, rows past 256, columns past a warp), small enough for
+// the CPU reference to run them all in about a second. Inputs a backward op
+// needs from its forward (mean, rstd, lse, out, row_max...) are made with the
+// cpu:: reference here, so every case calls one op.
+#include "tests/support/kernel_cases.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "exec/backend/cpu_ops.h"
+
+namespace loom::exec::kernel_cases {
+
+using test::kExact;
+using test::random_vec;
+using test::splitmix;
+
+namespace {
+
+constexpr Tol kF32{1e-5, 1e-5, 0};             // another summation order, fp32
+constexpr Tol kF32Accumulated{1e-4, 1e-5, 0};  // column sums over hundreds of rows
+constexpr Tol kXent{1e-6, 1e-6, 0};
+
+std::vector<float> zeros(size_t n) { return std::vector<float>(n, 0.f); }
+
+// Tokens in [0, range): with a slice [v_begin, v_begin + V) inside, some
+// fall outside it (vocab parallel).
+std::vector<int32_t> tokens(size_t n, uint64_t seed, int64_t range) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = int32_t(splitmix(i + seed) % uint64_t(range));
+  return t;
+}
+
+Case make(KernelOp op, std::string label) {
+  Case c;
+  c.op = op;
+  c.label = std::move(label);
+  return c;
+}
+
+}  // namespace
+
+size_t Array::bytes() const {
+  switch (kind) {
+    case Kind::kF32: return f32.size() * sizeof(float);
+    case Kind::kI32: return i32.size() * sizeof(int32_t);
+    case Kind::kU16: return u16.size() * sizeof(uint16_t);
+  }
+  return 0;
+}
+
+const void* Array::data() const {
+  switch (kind) {
+    case Kind::kF32: return f32.data();
+    case Kind::kI32: return i32.data();
+    case Kind::kU16: return u16.data();
+  }
+  return nullptr;
+}
+
+int Case::in(std::string name, std::vector<float> v) {
+  Array a;
+  a.name = std::move(name);
+  a.f32 = std::move(v);
+  arrays.push_back(std::move(a));
+  return int(arrays.size()) - 1;
+}
+
+int Case::in(std::string name, std::vector<int32_t> v) {
+  Array a;
+  a.name = std::move(name);
+  a.kind = Array::Kind::kI32;
+  a.i32 = std::move(v);
+  arrays.push_back(std::move(a));
+  return int(arrays.size()) - 1;
+}
+
+int Case::in(std::string name, std::vector<uint16_t> v) {
+  Array a;
+  a.name = std::move(name);
+  a.kind = Array::Kind::kU16;
+  a.u16 = std::move(v);
+  arrays.push_back(std::move(a));
+  return int(arrays.size()) - 1;
+}
+
+int Case::inout(std::string name, std::vector<float> v, Tol tol) {
+  const int i = in(std::move(name), std::move(v));
+  arrays[size_t(i)].checked = true;
+  arrays[size_t(i)].tol = tol;
+  return i;
+}
+
+int Case::out(std::string name, size_t n, Tol tol) {
+  const int i = inout(std::move(name), std::vector<float>(n, std::nanf("")), tol);
+  arrays[size_t(i)].overwritten = true;
+  return i;
+}
+
+int Case::out16(std::string name, size_t n) {
+  const int i = in(std::move(name), std::vector<uint16_t>(n, 0xFFFFu));
+  arrays[size_t(i)].checked = true;
+  arrays[size_t(i)].overwritten = true;
+  return i;
+}
+
+// ---------------------------------------------------------------------------
+// The cases, op by op
+
+template <>
+std::vector<Case> cases<Gemm>() {
+  std::vector<Case> all;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.f, 0.5f}) {
+        const int64_t M = 67, N = 129, K = 96;
+        Case c = make(KernelOp::kGemm, std::string("gemm (") + (ta ? "T" : "N") + (tb ? "T" : "N") +
+                                           (beta != 0 ? ", beta 0.5)" : ")"));
+        const int a = c.in("A", random_vec(size_t(M * K), 1)), b = c.in("B", random_vec(size_t(K * N), 2));
+        const int o = beta != 0 ? c.inout("C", random_vec(size_t(M * N), 3), kF32) : c.out("C", size_t(M * N), kF32);
+        c.run = [=](Kernels& k, const Bound& p) {
+          k.gemm({ta, tb, M, N, K, 0.75f, p.f(a), p.f(b), beta, p.f(o)});
+          return std::vector<double>{};
+        };
+        all.push_back(std::move(c));
+      }
+  for (float beta : {0.f, 0.5f}) {  // K = 0: C = beta C (C = 0 for beta 0, even over NaN)
+    Case c = make(KernelOp::kGemm, beta != 0 ? "gemm (K = 0: C = beta C)" : "gemm (K = 0, beta 0: C = 0)");
+    const int o = beta != 0 ? c.inout("C", random_vec(50, 4), kExact) : c.out("C", 50, kExact);
+    c.run = [=](Kernels& k, const Bound& p) {
+      k.gemm({false, false, 5, 10, 0, 1.f, nullptr, nullptr, beta, p.f(o)});
+      return std::vector<double>{};
+    };
+    all.push_back(std::move(c));
+  }
+  return all;
+}
+
+template <>
+std::vector<Case> cases<LayernormForward>() {
+  const int64_t N = 300, C = 768;
+  Case c = make(KernelOp::kLayernormForward, "layernorm_forward");
+  const int x = c.in("x", random_vec(size_t(N * C), 5, -2, 3)), w = c.in("w", random_vec(size_t(C), 6)),
+            b = c.in("b", random_vec(size_t(C), 7));
+  const int y = c.out("y", size_t(N * C), kF32), mean = c.out("mean", size_t(N), kF32),
+            rstd = c.out("rstd", size_t(N), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.layernorm_forward({p.f(x), p.f(w), p.f(b), p.f(y), p.f(mean), p.f(rstd), N, C, 1e-5f});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<LayernormBackward>() {
+  const int64_t N = 300, C = 768;
+  auto xv = random_vec(size_t(N * C), 5, -2, 3), wv = random_vec(size_t(C), 6), bv = random_vec(size_t(C), 7);
+  std::vector<float> yv(xv.size()), meanv(static_cast<size_t>(N)), rstdv(static_cast<size_t>(N));
+  cpu::layernorm_forward(xv.data(), wv.data(), bv.data(), yv.data(), meanv.data(), rstdv.data(), N, C, 1e-5f);
+  Case c = make(KernelOp::kLayernormBackward, "layernorm_backward");
+  const int dy = c.in("dy", random_vec(size_t(N * C), 8)), x = c.in("x", xv), w = c.in("w", wv),
+            mean = c.in("mean", meanv), rstd = c.in("rstd", rstdv);
+  const int dx = c.out("dx", xv.size(), kF32), dw = c.inout("dw", std::vector<float>(size_t(C), 0.5f), kF32Accumulated),
+            db = c.inout("db", std::vector<float>(size_t(C), -0.25f), kF32Accumulated);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.layernorm_backward({p.f(dy), p.f(x), p.f(w), p.f(mean), p.f(rstd), p.f(dx), p.f(dw), p.f(db), N, C});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<RmsnormForward>() {
+  const int64_t N = 300, C = 1000;
+  Case c = make(KernelOp::kRmsnormForward, "rmsnorm_forward");
+  const int x = c.in("x", random_vec(size_t(N * C), 9, -2, 2)), w = c.in("w", random_vec(size_t(C), 10));
+  const int y = c.out("y", size_t(N * C), kF32), rstd = c.out("rstd", size_t(N), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.rmsnorm_forward({p.f(x), p.f(w), p.f(y), p.f(rstd), N, C, 1e-6f});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<RmsnormBackward>() {
+  const int64_t N = 300, C = 1000;
+  auto xv = random_vec(size_t(N * C), 9, -2, 2), wv = random_vec(size_t(C), 10);
+  std::vector<float> yv(xv.size()), rstdv(static_cast<size_t>(N));
+  cpu::rmsnorm_forward(xv.data(), wv.data(), yv.data(), rstdv.data(), N, C, 1e-6f);
+  Case c = make(KernelOp::kRmsnormBackward, "rmsnorm_backward");
+  const int dy = c.in("dy", random_vec(size_t(N * C), 11)), x = c.in("x", xv), w = c.in("w", wv),
+            rstd = c.in("rstd", rstdv);
+  const int dx = c.out("dx", xv.size(), kF32),
+            dw = c.inout("dw", std::vector<float>(size_t(C), 0.5f), kF32Accumulated);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.rmsnorm_backward({p.f(dy), p.f(x), p.f(w), p.f(rstd), p.f(dx), p.f(dw), N, C});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+constexpr int64_t kElementwise = 100003;  // odd: a tail past every vector width
+
+template <>
+std::vector<Case> cases<GeluForward>() {
+  const int64_t n = kElementwise;
+  Case c = make(KernelOp::kGeluForward, "gelu_forward");
+  const int x = c.in("x", random_vec(size_t(n), 12, -6, 6)), y = c.out("y", size_t(n), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.gelu_forward({p.f(x), p.f(y), n});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<GeluBackward>() {
+  const int64_t n = kElementwise;
+  Case c = make(KernelOp::kGeluBackward, "gelu_backward");
+  const int dy = c.in("dy", random_vec(size_t(n), 14)), x = c.in("x", random_vec(size_t(n), 12, -6, 6)),
+            dx = c.out("dx", size_t(n), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.gelu_backward({p.f(dy), p.f(x), p.f(dx), n});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<SwigluForward>() {
+  const int64_t n = kElementwise;
+  Case c = make(KernelOp::kSwigluForward, "swiglu_forward");
+  const int g = c.in("gate", random_vec(size_t(n), 12, -6, 6)), u = c.in("up", random_vec(size_t(n), 13)),
+            y = c.out("y", size_t(n), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.swiglu_forward({p.f(g), p.f(u), p.f(y), n});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<SwigluBackward>() {
+  const int64_t n = kElementwise;
+  Case c = make(KernelOp::kSwigluBackward, "swiglu_backward");
+  const int dy = c.in("dy", random_vec(size_t(n), 14)), g = c.in("gate", random_vec(size_t(n), 12, -6, 6)),
+            u = c.in("up", random_vec(size_t(n), 13));
+  const int dg = c.out("dgate", size_t(n), kF32), du = c.out("dup", size_t(n), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.swiglu_backward({p.f(dy), p.f(g), p.f(u), p.f(dg), p.f(du), n});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// RoPE: B=2, T=300 at offset 7, 3 heads of 64, Llama-3's theta.
+constexpr int64_t kRopeB = 2, kRopeT = 300, kRopeH = 3, kRopeD = 64, kRopeOffset = 7;
+constexpr float kRopeTheta = 500000.f;
+
+template <>
+std::vector<Case> cases<RopeForward>() {
+  Case c = make(KernelOp::kRopeForward, "rope_forward");
+  const int x = c.inout("x", random_vec(size_t(kRopeB * kRopeT * kRopeH * kRopeD), 15), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.rope_forward({p.f(x), kRopeB, kRopeT, kRopeH, kRopeD, kRopeTheta, kRopeOffset});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<RopeBackward>() {
+  Case c = make(KernelOp::kRopeBackward, "rope_backward");
+  const int dx = c.inout("dx", random_vec(size_t(kRopeB * kRopeT * kRopeH * kRopeD), 16), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.rope_backward({p.f(dx), kRopeB, kRopeT, kRopeH, kRopeD, kRopeTheta, kRopeOffset});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// Llama-3.1-style scaled frequencies (a factor 8 on the low ones), in host
+// memory as the op takes them.
+std::shared_ptr<std::vector<double>> scaled_inv_freq() {
+  auto f = std::make_shared<std::vector<double>>(size_t(kRopeD / 2));
+  for (int64_t i = 0; i < kRopeD / 2; ++i) {
+    const double base = std::pow(double(kRopeTheta), -2.0 * double(i) / double(kRopeD));
+    (*f)[size_t(i)] = i >= kRopeD / 4 ? base / 8 : base;
+  }
+  return f;
+}
+
+template <>
+std::vector<Case> cases<RopeFreqsForward>() {
+  Case c = make(KernelOp::kRopeFreqsForward, "rope_freqs_forward");
+  const int x = c.inout("x", random_vec(size_t(kRopeB * kRopeT * kRopeH * kRopeD), 17), kF32);
+  auto freqs = scaled_inv_freq();
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.rope_freqs_forward({p.f(x), kRopeB, kRopeT, kRopeH, kRopeD, freqs->data(), kRopeOffset});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<RopeFreqsBackward>() {
+  Case c = make(KernelOp::kRopeFreqsBackward, "rope_freqs_backward");
+  const int dx = c.inout("dx", random_vec(size_t(kRopeB * kRopeT * kRopeH * kRopeD), 18), kF32);
+  auto freqs = scaled_inv_freq();
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.rope_freqs_backward({p.f(dx), kRopeB, kRopeT, kRopeH, kRopeD, freqs->data(), kRopeOffset});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// Attention: GQA (2 query heads per KV head), T not a multiple of any tile.
+constexpr int64_t kAttB = 2, kAttT = 77, kAttHq = 4, kAttHk = 2, kAttD = 32;
+constexpr size_t kAttQ = size_t(kAttB * kAttT * kAttHq * kAttD), kAttK = size_t(kAttB * kAttT * kAttHk * kAttD),
+                 kAttL = size_t(kAttB * kAttHq * kAttT);
+
+template <>
+std::vector<Case> cases<AttentionForward>() {
+  Case c = make(KernelOp::kAttentionForward, "attention_forward");
+  const int q = c.in("q", random_vec(kAttQ, 19)), k_ = c.in("k", random_vec(kAttK, 20)),
+            v = c.in("v", random_vec(kAttK, 21));
+  const int out = c.out("out", kAttQ, test::kAttentionFp32), lse = c.out("lse", kAttL, test::kAttentionFp32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.attention_forward({p.f(q), p.f(k_), p.f(v), p.f(out), p.f(lse), kAttB, kAttT, kAttHq, kAttHk, kAttD});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<AttentionBackward>() {
+  auto qv = random_vec(kAttQ, 19), kv = random_vec(kAttK, 20), vv = random_vec(kAttK, 21);
+  std::vector<float> outv(kAttQ), lsev(kAttL);
+  cpu::attention_forward(qv.data(), kv.data(), vv.data(), outv.data(), lsev.data(), kAttB, kAttT, kAttHq, kAttHk,
+                         kAttD);
+  Case c = make(KernelOp::kAttentionBackward, "attention_backward");
+  const int dout = c.in("dout", random_vec(kAttQ, 22)), q = c.in("q", qv), k_ = c.in("k", kv), v = c.in("v", vv),
+            out = c.in("out", outv), lse = c.in("lse", lsev);
+  const int dq = c.out("dq", kAttQ, test::kAttentionFp32), dk = c.out("dk", kAttK, test::kAttentionFp32),
+            dv = c.out("dv", kAttK, test::kAttentionFp32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.attention_backward({p.f(dout), p.f(q), p.f(k_), p.f(v), p.f(out), p.f(lse), p.f(dq), p.f(dk), p.f(dv), kAttB,
+                          kAttT, kAttHq, kAttHk, kAttD});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// Embedding over the slice [250, 750) of a 750-token vocabulary: a third of
+// the tokens fall outside it.
+constexpr int64_t kEmbN = 640, kEmbC = 48, kEmbV = 500, kEmbBegin = 250;
+
+template <>
+std::vector<Case> cases<EmbeddingForward>() {
+  Case c = make(KernelOp::kEmbeddingForward, "embedding_forward");
+  const int t = c.in("tokens", tokens(size_t(kEmbN), 7, kEmbBegin + kEmbV)),
+            wte = c.in("wte", random_vec(size_t(kEmbV * kEmbC), 23));
+  const int out = c.out("out", size_t(kEmbN * kEmbC), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.embedding_forward({p.i(t), p.f(wte), p.f(out), kEmbN, kEmbC, kEmbBegin, kEmbV});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<EmbeddingBackward>() {
+  Case c = make(KernelOp::kEmbeddingBackward, "embedding_backward");
+  const int t = c.in("tokens", tokens(size_t(kEmbN), 7, kEmbBegin + kEmbV)),
+            dout = c.in("dout", random_vec(size_t(kEmbN * kEmbC), 24));
+  // Rows in token order, as the CPU adds them: bit for bit.
+  const int dwte = c.inout("dwte", std::vector<float>(size_t(kEmbV * kEmbC), 0.25f), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.embedding_backward({p.i(t), p.f(dout), p.f(dwte), kEmbN, kEmbC, kEmbBegin, kEmbV});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// Learned positions over 53 rows starting at global row 7 of T = 16.
+constexpr int64_t kPosR = 3 * 16 + 5, kPosC = 48, kPosT = 16, kPosRow0 = 7;
+
+template <>
+std::vector<Case> cases<AddPositions>() {
+  Case c = make(KernelOp::kAddPositions, "add_positions");
+  const int x = c.inout("x", random_vec(size_t(kPosR * kPosC), 25), kExact),
+            wpe = c.in("wpe", random_vec(size_t(kPosT * kPosC), 26));
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.add_positions({p.f(x), p.f(wpe), kPosR, kPosC, kPosT, kPosRow0});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<PositionsBackward>() {
+  Case c = make(KernelOp::kPositionsBackward, "positions_backward");
+  const int dx = c.in("dx", random_vec(size_t(kPosR * kPosC), 27)),
+            dwpe = c.inout("dwpe", random_vec(size_t(kPosT * kPosC), 28), kF32);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.positions_backward({p.f(dx), p.f(dwpe), kPosR, kPosC, kPosT, kPosRow0});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// Cross-entropy over the slice [250, 750) of a vocabulary of 700 real tokens
+// padded to 750: columns past 700 - 250 are masked.
+constexpr int64_t kXentN = 64, kXentV = 500, kXentBegin = 250, kXentReal = 700;
+
+struct XentInputs {
+  std::vector<float> logits, row_max, row_sumexp, target_logit;
+  std::vector<int32_t> targets;
+};
+XentInputs xent_inputs() {
+  XentInputs in;
+  in.logits = random_vec(size_t(kXentN * kXentV), 29, -8, 8);
+  for (int64_t r = 0; r < kXentN; ++r)
+    for (int64_t col = kXentReal - kXentBegin; col < kXentV; ++col) in.logits[size_t(r * kXentV + col)] = -1e30f;
+  in.targets = tokens(size_t(kXentN), 8, kXentReal);
+  in.row_max.resize(size_t(kXentN));
+  in.row_sumexp.resize(size_t(kXentN));
+  in.target_logit.resize(size_t(kXentN));
+  cpu::xent_row_max(in.logits.data(), in.row_max.data(), kXentN, kXentV);
+  cpu::xent_sumexp_and_target(in.logits.data(), in.targets.data(), in.row_max.data(), in.row_sumexp.data(),
+                              in.target_logit.data(), kXentN, kXentV, kXentBegin);
+  return in;
+}
+
+template <>
+std::vector<Case> cases<FillColumns>() {
+  Case c = make(KernelOp::kFillColumns, "fill_columns");
+  const int x = c.inout("x", random_vec(size_t(kXentN * kXentV), 29, -8, 8), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.fill_columns({p.f(x), kXentN, kXentV, kXentReal - kXentBegin, kXentV, -1e30f});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<XentRowMax>() {
+  const XentInputs in = xent_inputs();
+  Case c = make(KernelOp::kXentRowMax, "xent_row_max");
+  const int l = c.in("logits", in.logits), m = c.out("row_max", size_t(kXentN), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.xent_row_max({p.f(l), p.f(m), kXentN, kXentV});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<XentSumexpAndTarget>() {
+  const XentInputs in = xent_inputs();
+  Case c = make(KernelOp::kXentSumexpAndTarget, "xent_sumexp_and_target");
+  const int l = c.in("logits", in.logits), t = c.in("targets", in.targets), m = c.in("row_max", in.row_max);
+  const int se = c.out("row_sumexp", size_t(kXentN), Tol{0, 1e-6, 1e-6}),
+            tl = c.out("target_logit", size_t(kXentN), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.xent_sumexp_and_target({p.f(l), p.i(t), p.f(m), p.f(se), p.f(tl), kXentN, kXentV, kXentBegin});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<XentLoss>() {
+  const XentInputs in = xent_inputs();
+  Case c = make(KernelOp::kXentLoss, "xent_loss");
+  const int m = c.in("row_max", in.row_max), se = c.in("row_sumexp", in.row_sumexp),
+            tl = c.in("target_logit", in.target_logit), loss = c.out("loss", size_t(kXentN), kXent);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.xent_loss({p.f(m), p.f(se), p.f(tl), p.f(loss), kXentN});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<XentBackward>() {
+  std::vector<Case> all;
+  for (bool in_place : {false, true}) {
+    const XentInputs in = xent_inputs();
+    Case c = make(KernelOp::kXentBackward, in_place ? "xent_backward (in place)" : "xent_backward");
+    const int t = c.in("targets", in.targets), m = c.in("row_max", in.row_max),
+              se = c.in("row_sumexp", in.row_sumexp);
+    const int l = in_place ? c.inout("logits / dlogits", in.logits, kXent) : c.in("logits", in.logits);
+    const int d = in_place ? l : c.out("dlogits", in.logits.size(), kXent);
+    c.run = [=](Kernels& k, const Bound& p) {
+      k.xent_backward({p.f(l), p.i(t), p.f(m), p.f(se), p.f(d), kXentN, kXentV, kXentBegin, 1.f / 64});
+      return std::vector<double>{};
+    };
+    all.push_back(std::move(c));
+  }
+  return all;
+}
+
+template <>
+std::vector<Case> cases<AdamwUpdate>() {
+  const int64_t n = 50001;
+  Case c = make(KernelOp::kAdamwUpdate, "adamw_update (3 steps)");
+  const int param = c.inout("param", random_vec(size_t(n), 30), kXent), m = c.inout("m", zeros(size_t(n)), kXent),
+            v = c.inout("v", zeros(size_t(n)), kXent);
+  std::vector<int> grads;
+  for (int step = 1; step <= 3; ++step) grads.push_back(c.in("grad", random_vec(size_t(n), uint64_t(30 + step))));
+  c.run = [=](Kernels& k, const Bound& p) {
+    for (int64_t step = 1; step <= 3; ++step)
+      k.adamw_update({p.f(param), p.f(grads[size_t(step - 1)]), p.f(m), p.f(v), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                      step});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+constexpr int64_t kRowsN = 3000, kRowsC = 45;  // column sums over 3000 rows
+
+template <>
+std::vector<Case> cases<AddInplace>() {
+  const int64_t n = kRowsN * kRowsC;
+  Case c = make(KernelOp::kAddInplace, "add_inplace");
+  const int y = c.inout("y", random_vec(size_t(n), 40), kExact), x = c.in("x", random_vec(size_t(n), 41));
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.add_inplace({p.f(y), p.f(x), n});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<AddBias>() {
+  Case c = make(KernelOp::kAddBias, "add_bias");
+  const int y = c.inout("y", random_vec(size_t(kRowsN * kRowsC), 42), kExact),
+            b = c.in("bias", random_vec(size_t(kRowsC), 43));
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.add_bias({p.f(y), p.f(b), kRowsN, kRowsC});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<BiasBackward>() {
+  Case c = make(KernelOp::kBiasBackward, "bias_backward");
+  const int dy = c.in("dy", random_vec(size_t(kRowsN * kRowsC), 44)),
+            db = c.inout("dbias", std::vector<float>(size_t(kRowsC), 0.25f), kF32Accumulated);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.bias_backward({p.f(dy), p.f(db), kRowsN, kRowsC});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<ScaleInplace>() {
+  const int64_t n = kElementwise;
+  Case c = make(KernelOp::kScaleInplace, "scale_inplace");
+  const int y = c.inout("y", random_vec(size_t(n), 45), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.scale_inplace({p.f(y), 0.375f, n});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// 16-bit storage: finite values over a wide range, halfway cases, and the
+// non-finite ones (NaN stays NaN, infinities stay infinite).
+std::vector<float> sixteen_bit_inputs() {
+  auto x = random_vec(size_t(kElementwise), 46, -1e3f, 1e3f);
+  const float special[] = {1.00390625f, 1.01171875f, -0.f, 1e-40f, 65504.f, 3e38f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::nanf("")};
+  for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); ++i) x[i * 97] = special[i];
+  return x;
+}
+
+template <>
+std::vector<Case> cases<To16bit>() {
+  Case c = make(KernelOp::kTo16bit, "to_16bit");
+  const int x = c.in("x", sixteen_bit_inputs()), y = c.out16("y", size_t(kElementwise));
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.to_16bit({p.f(x), p.u(y), kElementwise});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<From16bit>() {
+  std::vector<uint16_t> h(static_cast<size_t>(kElementwise));
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(splitmix(i + 47) & 0xFFFFu);  // every pattern, NaNs too
+  Case c = make(KernelOp::kFrom16bit, "from_16bit");
+  const int x = c.in("x", h), y = c.out("y", h.size(), kExact);
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.from_16bit({p.u(x), p.f(y), kElementwise});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+// |x| summed: the scale of a sum's rounding error.
+double abs_sum(const std::vector<float>& x) {
+  double s = 0;
+  for (float v : x) s += std::fabs(v);
+  return s;
+}
+
+template <>
+std::vector<Case> cases<Sum>() {
+  auto xv = random_vec(size_t(kElementwise), 48, -1e3f, 1e3f);
+  Case c = make(KernelOp::kSum, "sum");
+  c.host_tol = {1e-12 * abs_sum(xv)};
+  const int x = c.in("x", std::move(xv));
+  c.run = [=](Kernels& k, const Bound& p) { return std::vector<double>{k.sum({p.f(x), kElementwise})}; };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<AddSumSquares>() {
+  auto xv = random_vec(size_t(kElementwise), 49, -1e3f, 1e3f);
+  double squares = 0;
+  for (float v : xv) squares += double(v) * v;
+  Case c = make(KernelOp::kAddSumSquares, "add_sum_squares (3 pieces), take_sum_squares twice");
+  c.host_tol = {1e-12 * squares, 0};
+  const int x = c.in("x", std::move(xv));
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.add_sum_squares({p.f(x), 1000});
+    k.add_sum_squares({p.f(x) + 1000, 50000});
+    k.add_sum_squares({p.f(x) + 51000, kElementwise - 51000});
+    const double total = k.take_sum_squares({});
+    return std::vector<double>{total, k.take_sum_squares({})};  // the second: nothing pending
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<TakeSumSquares>() {
+  Case c = make(KernelOp::kTakeSumSquares, "take_sum_squares (nothing pending)");
+  c.host_tol = {0};
+  c.run = [](Kernels& k, const Bound&) { return std::vector<double>{k.take_sum_squares({})}; };
+  return {c};
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> all;
+#define LOOM_APPEND_CASES(Type, name)                     \
+  for (Case& c : cases<Type>()) {                         \
+    LOOM_CHECK(c.op == KernelOp::k##Type, c.label);       \
+    all.push_back(std::move(c));                          \
+  }
+  LOOM_KERNEL_OPS(LOOM_APPEND_CASES)
+#undef LOOM_APPEND_CASES
+  return all;
+}
+
+// ---------------------------------------------------------------------------
+// Running and comparing
+
+Outcome run_on(const Case& c, ComputeBackend& be, Kernels& k) {
+  std::vector<DeviceBuffer> bufs;
+  std::vector<void*> ptrs;
+  for (const Array& a : c.arrays) {
+    bufs.push_back(DeviceBuffer::uninitialized(&be, std::max<size_t>(a.bytes(), 4)));
+    be.copy_to_device(bufs.back().f32(), a.data(), a.bytes());
+    ptrs.push_back(bufs.back().f32());
+  }
+  Outcome o;
+  o.host = c.run(k, Bound(ptrs));
+  be.synchronize();
+  for (size_t i = 0; i < c.arrays.size(); ++i) {
+    o.arrays.emplace_back(c.arrays[i].bytes());
+    be.copy_to_host(o.arrays.back().data(), bufs[i].f32(), c.arrays[i].bytes());
+  }
+  return o;
+}
+
+Outcome run_reference(const Case& c) {
+  // 64-byte aligned host copies, as the CPU backend allocates: Eigen's
+  // vectorized exp() peels an unaligned head into scalar code that rounds
+  // differently, so the CPU kernels are bit for bit the same only at the same
+  // alignment.
+  std::vector<std::unique_ptr<void, decltype(&std::free)>> mem;
+  std::vector<void*> ptrs;
+  for (const Array& a : c.arrays) {
+    const size_t bytes = (std::max<size_t>(a.bytes(), 1) + 63) / 64 * 64;
+    mem.emplace_back(std::aligned_alloc(64, bytes), &std::free);
+    std::memcpy(mem.back().get(), a.data(), a.bytes());
+    ptrs.push_back(mem.back().get());
+  }
+  auto k = make_cpu_kernels();
+  Outcome o;
+  o.host = c.run(*k, Bound(ptrs));
+  for (size_t i = 0; i < c.arrays.size(); ++i) {
+    const auto* p = static_cast<const uint8_t*>(ptrs[i]);
+    o.arrays.emplace_back(p, p + c.arrays[i].bytes());
+  }
+  return o;
+}
+
+namespace {
+
+std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
+  std::vector<float> f(bytes.size() / sizeof(float));
+  std::memcpy(f.data(), bytes.data(), f.size() * sizeof(float));
+  return f;
+}
+
+// Elements that are NaN in `got` where `want` has a number.
+int64_t new_nans(const std::vector<float>& got, const std::vector<float>& want) {
+  int64_t n = 0;
+  for (size_t i = 0; i < got.size(); ++i) n += std::isnan(got[i]) && !std::isnan(want[i]) ? 1 : 0;
+  return n;
+}
+
+// bf16 elements that differ, counting any two NaN (whatever their payload:
+// CUDA's cast makes the canonical one) as equal.
+int64_t bf16_mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  if (got.size() != want.size()) return -1;
+  std::vector<uint16_t> g(got.size() / 2), w(want.size() / 2);
+  std::memcpy(g.data(), got.data(), g.size() * 2);
+  std::memcpy(w.data(), want.data(), w.size() * 2);
+  auto is_nan = [](uint16_t h) { return (h & 0x7fffu) > 0x7f80u; };
+  int64_t n = 0;
+  for (size_t i = 0; i < g.size(); ++i) n += g[i] == w[i] || (is_nan(g[i]) && is_nan(w[i])) ? 0 : 1;
+  return n;
+}
+
+}  // namespace
+
+void expect_match(const Case& c, const Outcome& got, const Outcome& want, bool exact) {
+  ASSERT_EQ(got.arrays.size(), c.arrays.size()) << c.label;
+  ASSERT_EQ(want.arrays.size(), c.arrays.size()) << c.label;
+  for (size_t i = 0; i < c.arrays.size(); ++i) {
+    const Array& a = c.arrays[i];
+    if (!a.checked) continue;
+    const std::string what = c.label + ": " + a.name;
+    if (a.overwritten && a.kind == Array::Kind::kF32) {
+      const std::vector<float> w = as_floats(want.arrays[i]);
+      int64_t unwritten = 0;
+      for (float v : w) unwritten += std::isnan(v) ? 1 : 0;
+      // The reference's own NaN are the inputs' (from_16bit of NaN patterns).
+      if (c.op != KernelOp::kFrom16bit) EXPECT_EQ(unwritten, 0) << what << ": the reference left elements unwritten";
+      EXPECT_EQ(new_nans(as_floats(got.arrays[i]), w), 0) << what << ": elements left unwritten (NaN)";
+    }
+    if (exact || a.kind == Array::Kind::kI32) {
+      EXPECT_TRUE(got.arrays[i] == want.arrays[i]) << what << ": not bit for bit the reference";
+      continue;
+    }
+    if (a.kind == Array::Kind::kU16) {  // bf16 (the fp32 tables' 16-bit format): equal, or NaN in both
+      EXPECT_EQ(bf16_mismatches(got.arrays[i], want.arrays[i]), 0) << what;
+      continue;
+    }
+    test::expect_close(as_floats(got.arrays[i]), as_floats(want.arrays[i]), a.tol, what);
+  }
+  ASSERT_EQ(got.host.size(), want.host.size()) << c.label;
+  for (size_t i = 0; i < got.host.size(); ++i) {
+    if (exact) {
+      EXPECT_EQ(got.host[i], want.host[i]) << c.label << ": host result " << i;
+    } else {
+      const double tol = i < c.host_tol.size() ? c.host_tol[i] : 0;
+      EXPECT_NEAR(got.host[i], want.host[i], tol) << c.label << ": host result " << i;
+    }
+  }
+}
+
+}  // namespace loom::exec::kernel_cases

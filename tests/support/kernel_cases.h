@@ -1,0 +1,97 @@
+// Every op of the kernel table (exec/backend/kernel_ops.h) as test cases that
+// any backend can run, ggml's test-backend-ops in spirit: a case holds its
+// arrays (contents before the op, which are checked after it, and with what
+// tolerance) and calls the table; the runner copies the arrays into a
+// backend's memory, runs the case through that backend's table, copies them
+// back and compares them with the CPU reference table's run on host memory.
+//
+// all_cases() is generated from LOOM_KERNEL_OPS: an op added to the list
+// without cases<Op>() in kernel_cases.cc does not link, and the tests check
+// at run time that every op was called (a profiler in front of the table).
+//
+// Arrays a case marks overwritten start as NaN, so an element the op fails to
+// write shows up (in the reference too: that is the op's contract).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "exec/backend/compute_backend.h"
+#include "exec/backend/kernels.h"
+#include "tests/support/close.h"
+
+namespace loom::exec::kernel_cases {
+
+using test::Tol;
+
+// One array of a case.
+struct Array {
+  enum class Kind { kF32, kI32, kU16 };
+  std::string name;
+  Kind kind = Kind::kF32;
+  std::vector<float> f32;  // the contents before the case runs (one of the three, by kind)
+  std::vector<int32_t> i32;
+  std::vector<uint16_t> u16;
+  bool checked = false;      // compared with the reference after the run
+  bool overwritten = false;  // every element written: starts NaN, none may remain
+  Tol tol;                   // across implementations (one implementation matches bit for bit)
+
+  size_t bytes() const;
+  const void* data() const;
+};
+
+// A case's arrays in the memory of the table that runs it.
+class Bound {
+ public:
+  explicit Bound(std::vector<void*> ptrs) : ptrs_(std::move(ptrs)) {}
+  float* f(int i) const { return static_cast<float*>(ptrs_[size_t(i)]); }
+  int32_t* i(int i) const { return static_cast<int32_t*>(ptrs_[size_t(i)]); }
+  uint16_t* u(int i) const { return static_cast<uint16_t*>(ptrs_[size_t(i)]); }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+struct Case {
+  KernelOp op{};      // the op under test
+  std::string label;  // "gemm (T, N, beta 0.5)"
+  std::vector<Array> arrays;
+  // Calls the table; returns the host results of its calls (sum(),
+  // take_sum_squares()), compared within host_tol (absolute) of each.
+  std::function<std::vector<double>(Kernels&, const Bound&)> run;
+  std::vector<double> host_tol;
+
+  // Builders; each returns the array's index for Bound.
+  int in(std::string name, std::vector<float> v);
+  int in(std::string name, std::vector<int32_t> v);
+  int in(std::string name, std::vector<uint16_t> v);
+  // Read and written (in place, or accumulated): checked.
+  int inout(std::string name, std::vector<float> v, Tol tol);
+  // Written whole by the op: starts NaN, checked.
+  int out(std::string name, size_t n, Tol tol);
+  int out16(std::string name, size_t n);  // 16-bit, compared exactly
+};
+
+// The cases of one op (kernel_cases.cc specializes it for every op).
+template <typename Op>
+std::vector<Case> cases();
+// Every case of every op, in LOOM_KERNEL_OPS order.
+std::vector<Case> all_cases();
+
+// A run of a case: every array's bytes afterwards, and the host results.
+struct Outcome {
+  std::vector<std::vector<uint8_t>> arrays;
+  std::vector<double> host;
+};
+// Runs `c` through `k` (a table of `be`, or a decorator of it), its arrays in
+// `be`'s memory.
+Outcome run_on(const Case& c, ComputeBackend& be, Kernels& k);
+// Runs `c` through the CPU reference table on host memory.
+Outcome run_reference(const Case& c);
+// `got` against `want`: bit for bit when `exact`, else within each checked
+// array's tolerance; overwritten arrays hold no NaN the reference lacks.
+void expect_match(const Case& c, const Outcome& got, const Outcome& want, bool exact);
+
+}  // namespace loom::exec::kernel_cases

@@ -1,0 +1,103 @@
+// Every op of the kernel table through the generic cases
+// (tests/support/kernel_cases.h) on the tables this machine has: the CPU
+// backend's, and the decorators that wrap a backend's table (the per-op
+// profiler, the synchronizing error check), which must forward every op
+// unchanged. The CUDA tables run the same cases in
+// tests/cuda/cuda_table_coverage_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "exec/backend/kernel_profile.h"
+#include "exec/backend/kernel_sync_check.h"
+#include "tests/support/kernel_cases.h"
+
+namespace loom::exec {
+namespace {
+
+using kernel_cases::all_cases;
+using kernel_cases::Case;
+using kernel_cases::expect_match;
+using kernel_cases::run_on;
+using kernel_cases::run_reference;
+
+TEST(KernelTable, EveryOpOfTheListHasACase) {
+  std::set<int> ops;
+  for (const Case& c : all_cases()) ops.insert(int(c.op));
+  for (int i = 0; i < kNumKernelOps; ++i)
+    EXPECT_TRUE(ops.count(i)) << kernel_op_name(KernelOp(i)) << " has no case in tests/support/kernel_cases.cc";
+  EXPECT_EQ(int(ops.size()), kNumKernelOps);
+}
+
+// The reference keeps its own contract: what a case marks overwritten has no
+// element left unwritten (checked inside expect_match), and two runs agree.
+TEST(KernelTable, TheReferenceWritesEveryOutputAndIsDeterministic) {
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(c.label);
+    expect_match(c, run_reference(c), run_reference(c), /*exact=*/true);
+  }
+}
+
+TEST(KernelTable, CpuBackendMatchesTheReferenceBitForBit) {
+  auto be = make_cpu_backend();
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(c.label);
+    expect_match(c, run_on(c, *be, be->kernels()), run_reference(c), /*exact=*/true);
+  }
+}
+
+// The profiler in front of the backend's table: every op forwarded bit for
+// bit, every op of the list seen under its name with its work counted.
+TEST(KernelTable, TheProfilerForwardsEveryOpAndCountsIt) {
+  auto be = make_cpu_backend();
+  auto prof = install_kernel_profiler(*be);
+  ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
+  const auto cases = all_cases();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    expect_match(c, run_on(c, *be, be->kernels()), run_reference(c), /*exact=*/true);
+  }
+  const auto rows = (*prof)->report();
+  for (int i = 0; i < kNumKernelOps; ++i) {
+    const std::string op = kernel_op_name(KernelOp(i));
+    const auto it = std::find_if(rows.begin(), rows.end(), [&](const OpProfileRow& r) { return r.op == op; });
+    ASSERT_NE(it, rows.end()) << op << " was never called through the table";
+    int64_t calls = 0;  // the calls the cases make (AdamW: 3 steps; take_sum_squares: 3)
+    for (const Case& c : cases) calls += c.op == KernelOp(i) ? 1 : 0;
+    EXPECT_GE(it->calls, calls) << op;
+    if (KernelOp(i) != KernelOp::kTakeSumSquares) EXPECT_GT(it->bytes, 0) << op << ": no work described";
+  }
+}
+
+TEST(KernelTable, TheSyncCheckForwardsEveryOp) {
+  auto be = make_cpu_backend();
+  int waits = 0;
+  SyncCheckKernels check(be->kernels(), [&] { ++waits; return Status::ok(); }, "test");
+  int ops = 0;
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(c.label);
+    expect_match(c, run_on(c, *be, check), run_reference(c), /*exact=*/true);
+    ++ops;
+  }
+  EXPECT_GE(waits, ops) << "a wait after every op";
+  EXPECT_TRUE(check.status().is_ok());
+}
+
+// Each op's description names its shape: the dims of a call are the op's
+// own size arguments (the profiler's rows and the sync check's messages).
+TEST(KernelTable, DescriptionsNameTheShape) {
+  const Gemm g{true, false, 3, 5, 7, 1.f, nullptr, nullptr, 0.f, nullptr};
+  const KernelCall c = g.describe(Precision::kFp32);
+  EXPECT_EQ(c.to_string(), "gemm (M=3, N=5, K=7, trans_a=1, trans_b=0)");
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 3 * 5 * 7);
+  EXPECT_DOUBLE_EQ(c.bytes, 4.0 * (3 * 7 + 7 * 5) + 4.0 * 3 * 5);
+  EXPECT_DOUBLE_EQ(g.describe(Precision::kBf16).bytes, 2.0 * (3 * 7 + 7 * 5) + 4.0 * 3 * 5) << "16-bit operands";
+  const AttentionForward a{nullptr, nullptr, nullptr, nullptr, nullptr, 2, 1024, 32, 8, 128};
+  EXPECT_EQ(a.describe(Precision::kFp32).to_string(), "attention_forward (B=2, T=1024, Hq=32, Hk=8, D=128)");
+  EXPECT_EQ(TakeSumSquares{}.describe(Precision::kFp32).to_string(), "take_sum_squares");
+  for (int i = 0; i < kNumKernelOps; ++i) EXPECT_STRNE(kernel_op_name(KernelOp(i)), "?");
+}
+
+}  // namespace
+}  // namespace loom::exec
