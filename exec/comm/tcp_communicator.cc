@@ -473,13 +473,21 @@ class TcpCommunicator final : public Communicator {
         std::make_shared<Core>(c_->t, name, new_rank, std::move(members), ctx, c_->timeout_s)));
   }
 
+  // A peer that aborted first sets the code: every rank of the job exits as
+  // the first failing rank did (as mpirun reports MPI_Abort's code).
   [[noreturn]] void abort(int exit_code, const std::string& message) override {
+    std::string why = message;
+    if (auto first = c_->t->peer_abort()) {
+      exit_code = first->exit_code;
+      why += " (world rank " + std::to_string(first->rank) + " aborted first, with this exit code)";
+    }
+    if (exit_code == 0) exit_code = 1;
     std::fprintf(stderr, "loom: rank %d of communicator '%s' aborts the job (exit code %d): %s\n", c_->rank,
-                 c_->name.c_str(), exit_code, message.c_str());
+                 c_->name.c_str(), exit_code, why.c_str());
     std::fflush(stderr);
     std::fflush(stdout);
-    c_->t->shutdown_now();  // the peers see EOF now, not when the kernel reaps us
-    std::_Exit(exit_code != 0 ? exit_code : 1);
+    c_->t->abort_peers(exit_code);  // the peers learn the code and see EOF now, not when the kernel reaps us
+    std::_Exit(exit_code);
   }
 
  private:

@@ -195,6 +195,32 @@ Transport::~Transport() {
   }
 }
 
+void Transport::abort_peers(int exit_code) {
+  for (size_t m = 0; m < peers_.size(); ++m) {
+    if (!peers_[m]) continue;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!down_[m].is_ok()) continue;
+    }
+    Peer& p = *peers_[m];
+    // Bounded like close_context(): a send holding the connection to a peer
+    // that stopped draining must not keep this rank from ending.
+    std::unique_lock<std::mutex> lk(p.write_mu, std::defer_lock);
+    for (const Deadline until = deadline_after(0.2); !lk.try_lock() && Clock::now() < until;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!lk.owns_lock()) continue;
+    FrameHeader h{kFrameMagic, uint8_t(Kind::kAbort), uint8_t(kFirst | kLast), 0, 0, int64_t(exit_code), 0, 0};
+    write_all(p.fd.get(), &h, sizeof h, deadline_after(0.2));
+  }
+  shutdown_now();
+}
+
+std::optional<Transport::PeerAbort> Transport::peer_abort() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return peer_abort_;
+}
+
 void Transport::shutdown_now() {
   for (auto& p : peers_) {
     if (p) ::shutdown(p->fd.get(), SHUT_RDWR);
@@ -235,6 +261,15 @@ void Transport::reader(int r) {
       why = malformed("bad magic");
       ::shutdown(p.fd.get(), SHUT_RDWR);
       break;
+    }
+    if (h.kind == uint8_t(Kind::kAbort)) {  // the tag is the job's exit code
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!peer_abort_) peer_abort_ = PeerAbort{r, int(h.tag)};
+      }
+      mark_down(r, Status(StatusCode::kRemoteError,
+                          describe(r) + " aborted the job (exit code " + std::to_string(h.tag) + ")"));
+      continue;
     }
     if (h.kind == uint8_t(Kind::kClose)) {
       std::lock_guard<std::mutex> lk(mu_);

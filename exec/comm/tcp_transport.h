@@ -15,7 +15,8 @@
 // down: receives from it fail at once with kRemoteError naming it, as do
 // later sends to it. A peer that stops using a communicator (destroyed it, or
 // abandoned it after an error) says so with a close frame, which fails
-// receives from it on that context only.
+// receives from it on that context only. A peer that aborts the job says so
+// with an abort frame carrying its exit code before it goes.
 #pragma once
 
 #include <atomic>
@@ -25,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -36,7 +38,7 @@
 
 namespace loom::exec::tcp {
 
-enum class Kind : uint8_t { kCollective = 1, kP2p = 2, kClose = 3 };
+enum class Kind : uint8_t { kCollective = 1, kP2p = 2, kClose = 3, kAbort = 4 };
 
 struct Message {
   std::unique_ptr<char[]> data;
@@ -97,8 +99,19 @@ class Transport {
   // their receives on it fail instead of hanging, and drops later traffic.
   // `abandoned`: after an error (else: destroyed).
   void close_context(uint64_t ctx, const std::vector<int>& members, bool abandoned);
-  // For abort(): shuts every connection down at once (peers see EOF).
+  // For abort(): tells every peer the job ends with `exit_code` (best effort,
+  // a moment per peer), then shuts every connection down at once (peers see
+  // EOF). A peer told so fails its receives from this rank naming the code.
+  void abort_peers(int exit_code);
   void shutdown_now();
+  // The first peer that aborted the job (its world rank and exit code), if
+  // one did: abort() on this rank then ends with the same code, so every
+  // rank of a job exits alike.
+  struct PeerAbort {
+    int rank = -1;
+    int exit_code = 0;
+  };
+  std::optional<PeerAbort> peer_abort() const;
 
  private:
   struct Peer;
@@ -128,12 +141,13 @@ class Transport {
   std::vector<PeerAddress> addresses_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by world rank; null for this rank
 
-  std::mutex mu_;  // guards everything below
+  mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::map<Key, Slot> slots_;
   std::vector<Status> down_;                     // by world rank: not ok once the connection is gone
   std::map<std::pair<uint64_t, int>, bool> closed_by_peer_;  // (ctx, rank) -> abandoned
   std::set<uint64_t> closed_here_;                // contexts this rank closed
+  std::optional<PeerAbort> peer_abort_;
   int readers_running_ = 0;
   bool closing_ = false;
 };

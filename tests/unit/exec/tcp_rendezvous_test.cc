@@ -237,7 +237,7 @@ TEST(TcpComm, AbortEndsTheProcessAndItsPeersSeeItAtOnce) {
   Status s = (*w)->all_reduce(v.data(), v.size(), ReduceOp::kSum);
   EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.to_string();
   EXPECT_TRUE(contains(s.message(), "rank 1 (127.0.0.1:")) << s.to_string();
-  EXPECT_TRUE(contains(s.message(), "closed its connection")) << s.to_string();
+  EXPECT_TRUE(contains(s.message(), "aborted the job (exit code 7)")) << s.to_string();
   EXPECT_LT(seconds_since(t0), 3.0);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -250,6 +250,52 @@ TEST(TcpComm, AbortEndsTheProcessAndItsPeersSeeItAtOnce) {
   EXPECT_TRUE(contains(err, "loom: rank 1 of communicator 'world' aborts the job (exit code 7): rank 1 gives up on "
                             "purpose"))
       << err;
+}
+
+// Rank 1 aborts with exit code 7; rank 0's collective fails, and its own
+// abort() (what `loom execute` does with any failure) ends with rank 1's
+// code, not its own: every rank of the job exits alike. Both ranks are
+// forked children.
+TEST(TcpComm, EveryRankExitsWithTheCodeOfTheFirstRankThatAborted) {
+  const int port = free_port();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t children[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    children[rank] = ::fork();
+    ASSERT_GE(children[rank], 0);
+    if (children[rank] != 0) continue;
+    ::dup2(pipe_fds[1], 2);
+    ::close(pipe_fds[0]);
+    auto w = tcp_world(options(rank, 2, port, 30, 20));
+    if (!w.is_ok()) std::_Exit(90);
+    if (!(*w)->barrier().is_ok()) std::_Exit(91);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      (*w)->abort(7, "a corrupt shard on rank 1");
+    }
+    std::vector<float> v(1 << 16, 1.f);
+    Status s = (*w)->all_reduce(v.data(), v.size(), ReduceOp::kSum);
+    if (s.is_ok()) std::_Exit(92);
+    (*w)->abort(1, "rank 0 failed: " + s.message());
+  }
+  ::close(pipe_fds[1]);
+  for (int rank = 0; rank < 2; ++rank) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(children[rank], &status, 0), children[rank]);
+    ASSERT_TRUE(WIFEXITED(status)) << "rank " << rank;
+    EXPECT_EQ(WEXITSTATUS(status), 7) << "rank " << rank;
+  }
+  std::string err;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) err.append(buf, size_t(n));
+  ::close(pipe_fds[0]);
+  EXPECT_TRUE(contains(err, "loom: rank 0 of communicator 'world' aborts the job (exit code 7): rank 0 failed: "))
+      << err;
+  EXPECT_TRUE(contains(err, "aborted the job (exit code 7)")) << err;
+  EXPECT_TRUE(contains(err, "(world rank 1 aborted first, with this exit code)")) << err;
 }
 
 // A peer that stops draining its connection (a frozen process, a dead link)
