@@ -10,16 +10,7 @@
 
 namespace loom::cli {
 
-int exit_code(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kOk: return 0;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kParseError:
-    case StatusCode::kNotFound:
-    case StatusCode::kUnsupported: return 2;
-    default: return 1;
-  }
-}
+int exit_code(const Status& status) { return status_exit_code(status.code()); }
 
 int fail(const std::string& cmd, const Status& status) {
   std::fprintf(stderr, "loom %s: %s\n", cmd.c_str(), status.message().c_str());

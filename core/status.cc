@@ -2,6 +2,17 @@
 
 namespace loom {
 
+int status_exit_code(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 0;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kParseError:
+    case StatusCode::kNotFound:
+    case StatusCode::kUnsupported: return 2;
+    default: return 1;
+  }
+}
+
 const char* status_code_name(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return "ok";

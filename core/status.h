@@ -31,6 +31,11 @@ enum class StatusCode {
 };
 
 const char* status_code_name(StatusCode code);
+// The process exit code of a command that ends with `code`: 0 ok, 2 the
+// input (invalid argument, parse error, not found, unsupported), 1 anything
+// else (I/O, a peer, a timeout, memory, a bug). Every rank of a job that
+// fails together exits with the same one.
+int status_exit_code(StatusCode code);
 
 class [[nodiscard]] Status {
  public:

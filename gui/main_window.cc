@@ -14,7 +14,8 @@
 #include <QMessageBox>
 #include <QPainter>
 #include <QPlainTextEdit>
-#include <QProcess>
+#include <QPointer>
+#include <QApplication>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/compare.h"
+#include "exec/runtime/execute.h"
 #include "core/json_util.h"
 #include "core/resources.h"
 #include "core/trace.h"
@@ -58,16 +60,6 @@ QSpinBox* spin(int lo, int hi, int value) {
   s->setValue(value);
   s->setKeyboardTracking(false);
   return s;
-}
-
-// $LOOM_BIN, else `loom` next to this executable (an install tree), else the
-// build tree's.
-QString loom_binary() {
-  if (const char* b = std::getenv("LOOM_BIN"); b && *b) return b;
-  std::error_code ec;
-  if (std::string dir = executable_dir(); !dir.empty() && fs::exists(fs::path(dir) / "loom", ec))
-    return QString::fromStdString((fs::path(dir) / "loom").string());
-  return LOOM_BINARY;
 }
 
 }  // namespace
@@ -150,7 +142,8 @@ MainWindow::~MainWindow() {
     st.setValue("layout", QString::fromStdString(session_.layout().to_string()));
     st.setValue("geometry", saveGeometry());
   }
-  if (proc_) proc_->kill();
+  stop_run_ = 1;  // a run in progress stops after its current step
+  if (run_thread_.joinable()) run_thread_.join();
 }
 
 void MainWindow::build_inputs() {
@@ -480,6 +473,11 @@ bool MainWindow::load_run_record(const QString& path) {
     error("Cannot load the run record", QString::fromStdString(rec.status().message()));
     return false;
   }
+  return show_run_record(*rec);
+}
+
+bool MainWindow::show_run_record(const RunRecord& record) {
+  const RunRecord* rec = &record;
   auto plan = session_.plan();
   if (!plan.is_ok()) {
     error("Cannot compare", QString::fromStdString(plan.status().message()));
@@ -523,36 +521,53 @@ bool MainWindow::save_screenshots(const QString& dir) {
   return ok;
 }
 
+// In this process: `ranks` threads joined over loopback TCP
+// (exec::execute_local), one compute thread each; rank 0's lines go to the
+// log, and the record to the measured view. No launcher, no files but the plan.
 bool MainWindow::run_locally(int ranks) {
-  if (proc_ && proc_->state() != QProcess::NotRunning) {
-    error("Already running", "a run is in progress; wait for it to finish");
-    return false;
+  if (run_thread_.joinable()) {
+    if (run_active_) {
+      error("Already running", "a run is in progress; wait for it to finish");
+      return false;
+    }
+    run_thread_.join();
   }
   const QString dir = QDir::temp().filePath("loom-gui-run");
   QDir().mkpath(dir);
-  const QString plan = QDir(dir).filePath("plan.json"), rec = QDir(dir).filePath("run.json");
+  const QString plan = QDir(dir).filePath("plan.json");
   if (!save_plan(plan)) return false;
-  QFile::remove(rec);
-  proc_ = proc_ ? proc_ : new QProcess(this);
-  proc_->setProcessChannelMode(QProcess::MergedChannels);
-  QStringList args{"--oversubscribe", "-np", QString::number(ranks)};
-  if (::geteuid() == 0) args << "--allow-run-as-root";
-  args << loom_binary() << "execute" << plan << "--record" << rec << "--threads" << "1";
-  if (session_.request().steps <= 0) args << "--steps" << "10";  // the plan records none
+  exec::ExecuteOptions o;
+  o.plan_path = plan.toStdString();
+  o.threads = 1;
+  if (session_.request().steps <= 0) o.steps = 10;  // the plan records none
+  o.stop_requested = &stop_run_;
+  QPointer<MainWindow> self(this);
+  o.print = [self](const std::string& line) {
+    QMetaObject::invokeMethod(qApp, [self, text = QString::fromStdString(line)] {
+      if (self) self->log_->appendPlainText(text);
+    }, Qt::QueuedConnection);
+  };
   log_->clear();
-  log_->appendPlainText("$ mpirun " + args.join(' '));
+  log_->appendPlainText(QString("running the plan on %1 rank(s) in this process (loopback TCP)").arg(ranks));
   qobject_cast<QDockWidget*>(log_->parentWidget())->show();
-  disconnect(proc_, nullptr, this, nullptr);
-  connect(proc_, &QProcess::readyRead, this, [this] { log_->appendPlainText(QString::fromLocal8Bit(proc_->readAll()).trimmed()); });
-  connect(proc_, &QProcess::finished, this, [this, rec](int code, QProcess::ExitStatus) {
-    log_->appendPlainText(QString("exit code %1").arg(code));
-    if (code == 0) load_run_record(rec);
-    emit run_finished(code);
+  stop_run_ = 0;
+  run_active_ = true;
+  run_thread_ = std::thread([self, ranks, o] {
+    auto r = exec::execute_local(ranks, o);
+    QMetaObject::invokeMethod(qApp, [self, r = std::move(r)] {
+      if (!self) return;
+      self->run_active_ = false;
+      int code = 0;
+      if (!r.is_ok()) {
+        code = status_exit_code(r.status().code());
+        self->log_->appendPlainText("failed: " + QString::fromStdString(r.status().message()));
+      } else {
+        self->log_->appendPlainText(QString("done: %1 step(s)").arg(r->steps_done));
+        if (r->end == exec::RunEnd::kCompleted) self->show_run_record(r->record);
+      }
+      emit self->run_finished(code);
+    }, Qt::QueuedConnection);
   });
-  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-  env.insert("OMP_WAIT_POLICY", "PASSIVE");
-  proc_->setProcessEnvironment(env);
-  proc_->start("mpirun", args);
   return true;
 }
 

@@ -3,7 +3,11 @@
 #pragma once
 
 #include <QMainWindow>
+#include <csignal>
 #include <functional>
+#include <thread>
+
+#include "core/run_record.h"
 
 #include "gui/planner_session.h"
 #include "gui/search_panel.h"
@@ -14,7 +18,6 @@ class QCheckBox;
 class QComboBox;
 class QLabel;
 class QPlainTextEdit;
-class QProcess;
 class QSpinBox;
 class QTabWidget;
 QT_END_NAMESPACE
@@ -43,9 +46,13 @@ class MainWindow : public QMainWindow {
   bool export_text(const QString& path, const QString& kind);  // "megatron" | "deepspeed"
   bool export_view(const QString& path);                       // current tab, .png or .svg
   bool load_run_record(const QString& path);
+  // The measured figures of a run against the current plan's prediction.
+  bool show_run_record(const RunRecord& record);
   void pin_current();
   void start_search();
   bool save_screenshots(const QString& dir);
+  // Executes the current plan on `ranks` threads of this process (the
+  // executor in-process: exec/runtime/execute.h); run_finished() follows.
   bool run_locally(int ranks);
 
   QString status_text() const;
@@ -90,7 +97,10 @@ class MainWindow : public QMainWindow {
   CompareView* compare_;
   MeasuredView* measured_;
   QPlainTextEdit* log_;
-  QProcess* proc_ = nullptr;
+  // The in-process run (run_locally): its thread, its stop flag.
+  std::thread run_thread_;
+  volatile std::sig_atomic_t stop_run_ = 0;
+  bool run_active_ = false;
 };
 
 }  // namespace loom::gui

@@ -289,6 +289,17 @@ class GuiTest : public QObject {
     QCOMPARE(t->item(0, 0)->text(), QString("step_time"));
     QVERIFY(t->item(0, 3)->text().endsWith("%"));
     QVERIFY(w.measured_view()->bars() >= 4);  // the time rows, predicted and measured side by side
+
+    // Two ranks, as threads of this process over loopback TCP (no launcher).
+    w.set_gpus(2);
+    w.set_layout_text("dp=2,micro=2");
+    QVERIFY2(w.session().result() && w.session().result()->memory.fits, qPrintable(w.status_text()));
+    finished.clear();
+    QVERIFY(w.run_locally(2));
+    QVERIFY(finished.wait(120000));
+    QCOMPARE(finished.first().at(0).toInt(), 0);
+    QVERIFY2(errors.isEmpty(), qPrintable(errors.join("\n")));
+    QVERIFY(w.measured_view()->table()->rowCount() >= 5);
   }
 };
 
