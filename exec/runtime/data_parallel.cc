@@ -134,9 +134,38 @@ Status DataParallel::wait_gathers(int chunk) {
   return Status::ok();
 }
 
+Status DataParallel::wait_reductions(int chunk) {
+  for (size_t i = 0; i < reductions_.size();) {
+    Reduction& r = reductions_[i];
+    if (chunk >= 0 && r.unit->chunk != chunk) {
+      ++i;
+      continue;
+    }
+    LOOM_RETURN_IF_ERROR(r.req->wait());
+    after_reduce(*r.unit);
+    reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
+  }
+  return Status::ok();
+}
+
+Status DataParallel::poll_reductions() {
+  for (size_t i = 0; i < reductions_.size();) {
+    Reduction& r = reductions_[i];
+    if (!r.req->test()) {
+      ++i;
+      continue;
+    }
+    LOOM_RETURN_IF_ERROR(r.req->wait());
+    after_reduce(*r.unit);
+    reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
+  }
+  return Status::ok();
+}
+
 Status DataParallel::wait_all() {
   for (auto& req : syncs_) LOOM_RETURN_IF_ERROR(req->wait());
   syncs_.clear();
+  LOOM_RETURN_IF_ERROR(wait_reductions(-1));
   for (int c = 0; c < int(gathers_.size()); ++c) LOOM_RETURN_IF_ERROR(wait_gathers(c));
   std::vector<const ZeroUnit*> all;
   for (const ZeroUnit& u : units_) all.push_back(&u);
@@ -193,7 +222,9 @@ class Zero0 final : public DataParallel {
   Status param_gather(int) override { return Status::ok(); }
 };
 
-// ZeRO-1: each bucket reduce-scattered into the shard gradients once per step.
+// ZeRO-1: each bucket reduce-scattered into the shard gradients once per
+// step, in the background while the later backward parts run (the program's
+// overlap); the update waits for them.
 class Zero1 : public DataParallel {
  public:
   using DataParallel::DataParallel;
@@ -202,17 +233,32 @@ class Zero1 : public DataParallel {
     LOOM_RETURN_IF_ERROR(sum_replicated(units));
     for (const ZeroUnit* u : units) {
       if (u->size == 0) continue;
+      LOOM_RETURN_IF_ERROR(wait_unit(*u));  // ZeRO-2/3: the previous micro-batch's reduce into the same shard
       float* g = params_->grads() + u->begin;
       LOOM_RETURN_IF_ERROR(before_reduce(*u));
-      LOOM_RETURN_IF_ERROR(dp_->reduce_scatter(g, shard_grad_.f32() + u->shard_offset, u->shard));
-      after_reduce(*u);
+      LOOM_ASSIGN_OR_RETURN(auto req, dp_->ireduce_scatter(g, shard_grad_.f32() + u->shard_offset, u->shard));
+      reductions_.push_back({u, std::move(req)});
     }
     return Status::ok();
   }
 
  protected:
   virtual Status before_reduce(const ZeroUnit&) { return Status::ok(); }
-  virtual void after_reduce(const ZeroUnit& u) { backend_->fill_zero(params_->grads() + u.begin, u.size * sizeof(float)); }
+  void after_reduce(const ZeroUnit& u) override {
+    backend_->fill_zero(params_->grads() + u.begin, u.size * sizeof(float));
+  }
+
+ private:
+  Status wait_unit(const ZeroUnit& u) {
+    for (size_t i = 0; i < reductions_.size(); ++i) {
+      if (reductions_[i].unit != &u) continue;
+      LOOM_RETURN_IF_ERROR(reductions_[i].req->wait());
+      after_reduce(u);
+      reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
+      break;
+    }
+    return Status::ok();
+  }
 };
 
 // ZeRO-2: after every micro-batch, accumulating into the shard, and the full

@@ -104,6 +104,14 @@ class DataParallel {
   virtual void release(int chunk) { (void)chunk; }
   // ZeRO-3: account a released chunk as resident again before rewriting it.
   virtual void reclaim_released(int chunk) { (void)chunk; }
+  // ZeRO >= 1: completes the reduce-scatters in flight of `chunk` (-1: of
+  // every chunk), then what follows each (the full gradient zeroed, or given
+  // back under ZeRO-2/3). Before a chunk's backward writes its gradients
+  // again (the previous micro-batch's reduce still reads them).
+  Status wait_reductions(int chunk);
+  // Finishes the reduce-scatters that have completed, without waiting (at op
+  // boundaries: ZeRO-2/3 give a gradient's memory back soon after its reduce).
+  Status poll_reductions();
   // Before the update: every sync and gather of the step completed.
   Status wait_all();
   // After the update (or a skipped step): gradients back to zero.
@@ -133,6 +141,8 @@ class DataParallel {
   const std::vector<const ZeroUnit*>& units_of_chunk(int chunk) const { return chunk_units_[size_t(chunk)]; }
   // ZeRO-2/3 gave a chunk's full gradients back: account them again.
   virtual void reclaim_grads(int chunk) { (void)chunk; }
+  // After a unit's reduce-scatter completed (ZeRO >= 1).
+  virtual void after_reduce(const ZeroUnit& u) { (void)u; }
 
   DataParallelConfig cfg_;
   ComputeBackend* backend_;
@@ -143,7 +153,12 @@ class DataParallel {
   size_t shard_total_ = 0;
   DeviceBuffer shard_grad_;      // ZeRO >= 1
   std::vector<std::vector<std::unique_ptr<CommRequest>>> gathers_;  // in flight, per chunk
-  std::vector<std::unique_ptr<CommRequest>> syncs_;                 // non-blocking reductions in flight
+  std::vector<std::unique_ptr<CommRequest>> syncs_;                 // non-blocking all-reduces in flight (ZeRO-0)
+  struct Reduction {
+    const ZeroUnit* unit;
+    std::unique_ptr<CommRequest> req;
+  };
+  std::vector<Reduction> reductions_;  // reduce-scatters in flight (ZeRO >= 1), in start order
   std::vector<std::vector<const ZeroUnit*>> chunk_units_;         // per chunk (after allocate())
   std::vector<std::vector<const ParamInfo*>> replicated_;         // per unit: its TP-replicated parameters
   std::vector<bool> summed_;     // per unit: replicated gradients summed over TP this backward

@@ -228,6 +228,9 @@ Status Trainer::Impl::optimizer_step(const Op&) {
 }
 
 Status Trainer::Impl::run_op(const Op& op) {
+  // Reduce-scatters that completed in the background: their gradients'
+  // memory goes back now (ZeRO-2/3), as a framework's completion callback would.
+  LOOM_RETURN_IF_ERROR(sharding->poll_reductions());
   auto t0 = Clock::now();
   // A device backend runs the op asynchronously: its time ends when the
   // backend's stream has drained (blocking collectives already waited).
@@ -250,7 +253,12 @@ Status Trainer::Impl::run_op(const Op& op) {
       times.forward_s += op_seconds();
       break;
     case OpKind::kBackward:
-      if (op.part == 0) LOOM_RETURN_IF_ERROR(wait_dp(sharding->wait_gathers(op.chunk)));
+      if (op.part == 0) {
+        LOOM_RETURN_IF_ERROR(wait_dp(sharding->wait_gathers(op.chunk)));
+        // ZeRO-2/3: the previous micro-batch's reduce-scatter of this chunk
+        // still reads the gradients this backward accumulates into.
+        LOOM_RETURN_IF_ERROR(wait_dp(sharding->wait_reductions(op.chunk)));
+      }
       LOOM_RETURN_IF_ERROR(backward(op));
       if (op.releases_params) sharding->release(op.chunk);
       times.backward_s += op_seconds();
@@ -267,6 +275,8 @@ Status Trainer::Impl::run_op(const Op& op) {
       break;
     case OpKind::kGradSync:
       LOOM_RETURN_IF_ERROR(sharding->grad_sync(op));
+      // Without overlap the program blocks the next compute on the reduction.
+      if (!cfg.layout.overlap_grad_reduce) LOOM_RETURN_IF_ERROR(sharding->wait_reductions(op.chunk));
       times.dp_comm_exposed_s += op_seconds();
       break;
     case OpKind::kParamGather:
