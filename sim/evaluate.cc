@@ -360,6 +360,16 @@ Estimate Evaluator::estimate(const Layout& l) const {
     double exposed = 0;
     if (l.zero <= 1) {
       exposed = std::max(0.0, d.grad_sync_s - window - drain);
+    } else if (!l.overlap_grad_reduce) {
+      // Each micro-batch's reduce-scatter blocks the stage's next compute op
+      // (the program's block_on): all m are exposed. ZeRO-3 with prefetch: the
+      // gather issued after a backward queues ahead of that reduce-scatter on
+      // the DP stream, so it is exposed with it; without prefetch every gather
+      // waits in front of its compute op.
+      const double rs = d.grad_sync_s, pg = d.param_gather_s;
+      exposed = double(m) * rs;
+      if (l.zero == 3)
+        exposed += l.overlap_param_gather ? double(m) * pg + pg / std::max(1, sc.layers) : 2.0 * double(m) * pg;
     } else {
       // ZeRO-2/3 reduce-scatter after every micro-batch's backward, hidden
       // behind the next micro-batch; the last one behind the drain only.
