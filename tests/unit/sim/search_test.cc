@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "sim/search.h"
+#include "sim/simulate.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
@@ -36,9 +37,49 @@ TEST(Search, EveryCandidateIsValidFitsAndIsRanked) {
     EXPECT_GE(res->refined[i - 1].figures.tokens_per_s, res->refined[i].figures.tokens_per_s);
   for (size_t i = res->refined.size() + 1; i < res->ranked.size(); ++i)
     EXPECT_GE(res->ranked[i - 1].estimate.figures.tokens_per_s, res->ranked[i].estimate.figures.tokens_per_s);
-  // The refined best beats (or ties) every closed-form estimate by no more than the model error.
-  EXPECT_GT(res->refined[0].figures.tokens_per_s, 0.9 * res->ranked.back().estimate.figures.tokens_per_s);
 }
+
+// The search's answer against brute force: every fitting layout timed by the
+// event engine (the model's own best answer); the search ranks by the closed
+// form and refines its head with the engine, so its best must be the brute
+// force's best up to the closed form's ranking error (held within 10% of the
+// engine by Evaluate.ClosedFormAgreesWithTheEngineOverAGrid).
+struct BruteCase {
+  const char* model;
+  int64_t batch, seq;
+  int world;
+};
+class SearchBruteForce : public ::testing::TestWithParam<BruteCase> {};
+
+TEST_P(SearchBruteForce, TheBestFoundIsTheEnginesBest) {
+  const BruteCase& bc = GetParam();
+  Evaluator eval = eval_for(bc.model, bc.batch, bc.seq);
+  SearchSpace sp;
+  sp.world = bc.world;
+  auto res = search_layouts(eval, sp);
+  ASSERT_TRUE(res.is_ok()) << res.status().to_string();
+  ASSERT_FALSE(res->refined.empty());
+  double best = 0;
+  std::string best_text;
+  for (const Candidate& c : res->ranked) {
+    auto r = simulate_layout(eval, c.layout);
+    ASSERT_TRUE(r.is_ok()) << c.layout.to_string();
+    if (r->figures.tokens_per_s > best) {
+      best = r->figures.tokens_per_s;
+      best_text = c.layout.to_string();
+    }
+  }
+  const double found = res->refined[0].figures.tokens_per_s;
+  std::printf("search best %s: %.0f tok/s; brute-force engine best over %zu fitting layouts %s: %.0f tok/s\n",
+              res->refined[0].layout.to_string().c_str(), found, res->ranked.size(), best_text.c_str(), best);
+  EXPECT_LE(found, best * (1 + 1e-12)) << "the search reports no more than the engine's best";
+  EXPECT_GE(found, 0.97 * best) << "the search missed the engine's best layout " << best_text;
+}
+
+// A model that fits by DP alone, and one that needs TP or PP (70B on 64 GPUs).
+INSTANTIATE_TEST_SUITE_P(Models, SearchBruteForce,
+                         ::testing::Values(BruteCase{"llama-3-8b", 64, 4096, 16},
+                                           BruteCase{"llama-3-70b", 256, 4096, 64}));
 
 TEST(Search, ParetoFrontIsExactlyTheNonDominatedSet) {
   Evaluator eval = eval_for("llama-3-8b", 128, 4096);
@@ -145,8 +186,18 @@ TEST(Search, LargeSearchFindsAPlausibleLayout) {
   const SimResult& best = res->refined[0];
   // 405B needs model parallelism or full sharding to fit in 80 GB.
   EXPECT_TRUE(best.layout.tp * best.layout.pp >= 8 || best.layout.zero == 3) << best.layout.to_string();
-  EXPECT_GT(best.figures.mfu, 0.2);
-  EXPECT_LT(best.figures.mfu, 0.8);
+  // Meta trained this setting at 38-41% MFU (Llama 3 paper, Table 4: TP8,
+  // PP16, DP128, 400 TFLOP/s per GPU in BF16), with a layout of this search
+  // space except its uneven stage split: the best layout the search finds
+  // cannot be predicted much below what was achieved. And no layout runs
+  // above the best GEMM efficiency the profile measured (every FLOP counted
+  // in MFU is a GEMM or attention FLOP, none faster than the fastest GEMM).
+  double best_gemm = 0;
+  for (double e : eval.hw().accel.gemm_efficiency.efficiency) best_gemm = std::max(best_gemm, e);
+  std::printf("405B on 16,384 H100: best %s, MFU %.1f%% (Meta: 38-41%%; profile's best GEMM efficiency %.0f%%)\n",
+              best.layout.to_string().c_str(), 100 * best.figures.mfu, 100 * best_gemm);
+  EXPECT_GE(best.figures.mfu, 0.9 * 0.38);
+  EXPECT_LE(best.figures.mfu, best_gemm);
 }
 
 }  // namespace
