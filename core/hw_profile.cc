@@ -411,4 +411,15 @@ double AcceleratorSpec::wave_efficiency(double m, double n) const {
   return std::max(waves(gemm_tile_m, gemm_tile_n), waves(gemm_tile_n, gemm_tile_m));
 }
 
+double AcceleratorSpec::relative_wave_efficiency(double m, double n, double k) const {
+  if (sm_count <= 0 || m <= 0 || n <= 0 || k <= 0) return 1.0;
+  const double side = std::cbrt(m * n * k);  // the cube of the same FLOPs
+  auto tiles = [&](double a, double b) {
+    return std::max(std::ceil(a / gemm_tile_m) * std::ceil(b / gemm_tile_n),
+                    std::ceil(a / gemm_tile_n) * std::ceil(b / gemm_tile_m));
+  };
+  if (tiles(m, n) < sm_count || tiles(side, side) < sm_count) return 1.0;
+  return wave_efficiency(m, n) / wave_efficiency(side, side);
+}
+
 }  // namespace loom

@@ -66,12 +66,20 @@ struct AcceleratorSpec {
   // Wave quantization: a GEMM runs as ceil(m/tile_m)*ceil(n/tile_n) output
   // tiles over `sm_count` SMs; a partly filled last wave idles SMs (NVIDIA,
   // "Matrix Multiplication Background", tile and wave quantization). The
-  // efficiency table's plateau is measured on shapes that fill their waves.
+  // efficiency table is measured on near-square shapes with their own waves
+  // (relative_wave_efficiency).
   // sm_count = 0 turns the correction off (CPUs).
   int sm_count = 0;
   int gemm_tile_m = 256, gemm_tile_n = 128;
   // Fraction of the SMs busy over the waves of an m x n output: 1 when full.
   double wave_efficiency(double m, double n) const;
+  // The wave quantization of an m x n output relative to the near-square
+  // GEMM of the same FLOPs (2*m*n*k) the efficiency table was measured on,
+  // whose own waves the table already includes: 1 for that shape, below 1 for
+  // a shape that fills its last wave worse. 1 when either output has fewer
+  // tiles than one wave: cuBLAS then picks smaller tiles or split-K, and the
+  // table's small-GEMM points measured what it does.
+  double relative_wave_efficiency(double m, double n, double k) const;
   // The matmul peak for that precision. A precision the device lacks (0 above)
   // falls back to the next wider one it has (fp8 -> bf16 -> fp32), so the
   // result is never 0 for a parsed profile; check supports() to reject plans.

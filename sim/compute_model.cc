@@ -20,10 +20,11 @@ struct GemmSum {
   Precision p;
   const SimOptions& opt;
   double fwd_s = 0, fwd_flops = 0;
-  // Weight GEMM: activations (m x k) times weights (k x n).
+  // Weight GEMM: activations (m x k) times weights (k x n). No launch cost on
+  // top: the efficiency table's timings include each GEMM's fixed cost.
   void weight(double m, double n, double k, double count = 1) {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-    fwd_s += count * (gemm_time_s(hw, p, m, n, k) + opt.kernel_overhead_s);
+    fwd_s += count * gemm_time_s(hw, p, m, n, k);
     fwd_flops += count * 2 * m * n * k;
   }
 };
@@ -39,8 +40,13 @@ double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, d
 }  // namespace
 
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
-  double flops = 2 * m * n * k;
-  double eff = hw.accel.gemm_efficiency.lookup(flops) * hw.accel.wave_efficiency(m, n);
+  const double flops = 2 * m * n * k;
+  // The table's efficiency at these FLOPs (measured on near-square shapes,
+  // their waves and fixed cost included), this shape's waves relative to
+  // that shape's, and never above the best GEMM the table measured.
+  const GemmEfficiencyTable& t = hw.accel.gemm_efficiency;
+  const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
+  const double eff = std::min(best, t.lookup(flops) * hw.accel.relative_wave_efficiency(m, n, k));
   return flops / (hw.accel.peak_flops(precision) * eff);
 }
 
