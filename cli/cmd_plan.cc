@@ -38,6 +38,7 @@ struct PlanArgs {
   int threads = 0;
   bool no_flash = false;
   bool fp32_main_grads = false;
+  bool tp_async_backward = false;
   int dropout = -1;
   int grad_buckets = kDefaultGradBuckets;
   int64_t steps = 0;
@@ -148,6 +149,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.seed = a.seed;
   req.flash_attention = !a.no_flash;
   req.fp32_main_grads = a.fp32_main_grads;
+  req.tp_async_backward = a.tp_async_backward;
   req.dropout = a.dropout;
   req.grad_buckets = a.grad_buckets;
   LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
@@ -287,6 +289,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--threads", a.threads, "search threads (0 = all cores)");
   app.add_flag("--no-flash-attention", a.no_flash, "model materialized attention scores (Megatron-LM 2021)");
   app.add_flag("--fp32-main-grads", a.fp32_main_grads, "Megatron's fp32 gradient convention (4-byte grads)");
+  app.add_flag("--tp-async-backward", a.tp_async_backward,
+               "Megatron-core's asynchronous TP collectives in backward (input-gradient all-reduce behind the "
+               "weight-gradient GEMM); default off, as Loom's executor runs them");
   app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");
   app.add_option("--grad-buckets", a.grad_buckets,
                  "gradient buckets per model chunk: the data-parallel syncs the program overlaps with backward "

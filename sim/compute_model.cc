@@ -97,6 +97,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   } else {
     gemm.weight(T, (a + 2 * g) * d / t, h);  // fused QKV, column-parallel
   }
+  // The attention block's column-parallel GEMMs (one of dgrad / wgrad each
+  // costs their forward time): the window its backward TP collectives hide in.
+  const double attn_column_s = gemm.fwd_s;
   gemm.weight(T, h, a * v_dim / t);  // output projection, row-parallel
 
   // --- attention core (scores and weighted sum) --------------------------
@@ -133,9 +136,12 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // --- MLP or experts --------------------------------------------------------
   double mlp_mats = m.mlp == MlpKind::kSwiGlu ? 2 : 1;  // gate+up or fc1
   double act_elem_fwd = 0;  // elements through the activation function
+  double mlp_column_s = 0;  // FC1 / gate+up: the MLP block's window (none for experts)
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
+    const double before = gemm.fwd_s;
     gemm.weight(T, mlp_mats * f / t, h);
+    mlp_column_s = gemm.fwd_s - before;
     gemm.weight(T, h, f / t);
     act_elem_fwd += T * f / t;
   } else {
@@ -181,26 +187,61 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes, 2 * kernels);
 
   // --- tensor-parallel collectives -------------------------------------------
+  // Forward collectives are exposed. In backward, with opt.tp_async_backward
+  // (Megatron-core's linear layers, tensor_parallel/layers.py,
+  // LinearWithGradAccumulationAndAsyncCommunication.backward), a
+  // column-parallel linear (QKV, FC1) starts its input-gradient all-reduce
+  // (with SP: reduce-scatter) and computes its weight gradient meanwhile, and
+  // with SP re-gathers its input (which that weight gradient needs) while it
+  // computes the input gradient: per block, backward exposes only what those
+  // GEMMs cannot cover, plus (SP) the all-gather of the output gradient
+  // before the row-parallel linear's backward (proj, FC2), which has nothing
+  // to hide behind. Without it every backward collective is exposed and SP's
+  // backward mirrors its forward (the gathered input kept, as Loom's executor does).
   double tp_bytes = T * h * e;  // one activation of the layer's hidden size
-  double tp_fwd_total = 0;
+  double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0;
   if (sh.tp_group.ranks > 1) {
+    const double windows[2] = {attn_column_s, mlp_column_s};
+    const bool async = opt.tp_async_backward;
     if (sh.sp) {
-      // All-gather before QKV and FC1; reduce-scatter after proj and FC2.
-      tp_fwd_total = collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, 2) +
-                     collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
-      // backward mirrors: RS where forward gathered, AG where it scattered
+      // Forward: all-gather before QKV and FC1, reduce-scatter after proj and FC2.
+      const double ag = collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, nullptr, 1);
+      const double rs = collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, nullptr, 1);
+      tp_fwd_total = 2 * ag + 2 * rs;
       collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
       collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      // Backward: per block the output gradient's all-gather and the input
+      // gradient's reduce-scatter, and async also the input re-gathered.
+      const int gathers = async ? 4 : 2;
+      tp_bwd_total = gathers * ag + 2 * rs;
+      collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, gathers);
+      collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      if (async) {
+        for (double w : windows) tp_bwd_exposed += ag + std::max(0.0, ag - w) + std::max(0.0, rs - w);
+      } else {
+        tp_bwd_exposed = tp_bwd_total;
+      }
+      c.tp_calls = 4 + gathers + 2;
     } else {
-      tp_fwd_total = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
-      collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      // Forward: an all-reduce after proj and after FC2; backward: one after
+      // the input gradient of QKV and of FC1 (async: behind their weight gradients).
+      const double ar = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, nullptr, 1);
+      tp_fwd_total = 2 * ar;
+      tp_bwd_total = 2 * ar;
+      collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 4);
+      if (async) {
+        for (double w : windows) tp_bwd_exposed += std::max(0.0, ar - w);
+      } else {
+        tp_bwd_exposed = tp_bwd_total;
+      }
+      c.tp_calls = 4;
     }
-    c.tp_calls = sh.sp ? 8 : 4;  // per micro-batch: fwd + bwd (AG+RS pairs with SP, all-reduces without)
   }
+  // tp_comm_overlap_fraction: a userbuffers-style overlap on top (0 = none).
   double tp_exposed = 1.0 - std::clamp(opt.tp_comm_overlap_fraction, 0.0, 1.0);
   c.fwd_tp_s = tp_fwd_total * tp_exposed;
-  c.bwd_tp_s = tp_fwd_total * tp_exposed;
-  c.tp_comm_total_s = 2 * tp_fwd_total;
+  c.bwd_tp_s = tp_bwd_exposed * tp_exposed;
+  c.tp_comm_total_s = tp_fwd_total + tp_bwd_total;
 
   double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s;
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
@@ -222,7 +263,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
         collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &fwd_only, 2);
       }
       c.tp_bytes.add(fwd_only);
-      c.tp_calls += 4;
+      c.tp_calls += sh.sp ? 4 : 2;  // the forward's collectives again
       c.tp_comm_total_s += tp_fwd_total;
     }
     if (moe_layer && sh.ep_group.ranks > 1) {

@@ -29,6 +29,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw) {
   SimOptions opt;
   opt.flash_attention = req.flash_attention;
   opt.fp32_main_grads = req.fp32_main_grads;
+  opt.tp_async_backward = req.tp_async_backward;
   opt.dropout = req.dropout;
   opt.grad_buckets = req.grad_buckets;
   if (hw.is_cpu()) {

@@ -25,6 +25,7 @@ struct PlanRequest {
   uint64_t seed = 1234;
   bool flash_attention = true;
   bool fp32_main_grads = false;
+  bool tp_async_backward = false;  // SimOptions::tp_async_backward
   int dropout = -1;  // -1: from the model family, 0 off, 1 on
   int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };

@@ -119,6 +119,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["fragmentation_fraction"] = o.fragmentation_fraction;
   j["grad_buckets"] = o.grad_buckets;
   j["tp_comm_overlap_fraction"] = o.tp_comm_overlap_fraction;
+  j["tp_async_backward"] = o.tp_async_backward;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
 }
@@ -139,6 +140,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.tp_comm_overlap_fraction,
                         json_number_or(j, "tp_comm_overlap_fraction", o.tp_comm_overlap_fraction, w));
   LOOM_ASSIGN_OR_RETURN(o.kernel_overhead_s, json_number_or(j, "kernel_overhead_s", o.kernel_overhead_s, w));
+  LOOM_ASSIGN_OR_RETURN(o.tp_async_backward, json_bool_or(j, "tp_async_backward", o.tp_async_backward, w));
   return o;
 }
 

@@ -29,6 +29,13 @@ struct SimOptions {
   int grad_buckets = kDefaultGradBuckets;
   // Overlap of TP collectives with GEMMs (userbuffers-style); 0 = exposed.
   double tp_comm_overlap_fraction = 0.0;
+  // Megatron-core's asynchronous TP collectives in backward
+  // (tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication):
+  // a column-parallel linear's input-gradient all-reduce (SP: reduce-scatter)
+  // runs behind its weight-gradient GEMM, and with SP its input is re-gathered
+  // behind the data-gradient GEMM. Off: the collectives run synchronously, as
+  // in Loom's executor and in Megatron-LM of 2021.
+  bool tp_async_backward = false;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
 };

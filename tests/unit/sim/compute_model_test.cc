@@ -88,7 +88,44 @@ TEST(ComputeModel, TensorParallelSplitsTheGemmsAndAddsCollectives) {
     l.sequence_parallel = true;
     PieceCost s = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 4096, hw), false);
     EXPECT_EQ(s.tp_calls, 8);        // each all-reduce becomes a reduce-scatter + all-gather pair
+    // Megatron-core's async backward re-gathers each block's input for the
+    // weight gradient: backward has per block the output gradient's
+    // all-gather, that re-gather and the input gradient's reduce-scatter.
+    SimOptions async = opt;
+    async.tp_async_backward = true;
+    EXPECT_EQ(layer_cost(m, hw, async, Precision::kBf16, shape_for(l, 4096, hw), false).tp_calls, 10);
   }
+}
+
+// Megatron-core's backward TP overlap (LinearWithGradAccumulationAndAsync-
+// Communication, SimOptions::tp_async_backward): the input-gradient
+// all-reduce after QKV's and FC1's dgrad
+// runs while their wgrad computes. Llama-3-70B, tp = 8 on one H100 node, 4096
+// tokens: the all-reduce of 4096 x 8192 bf16 (64 MiB) outlasts QKV's wgrad
+// (4096 x 1280 x 8192, 86 GFLOP) but not FC1's (gate+up 4096 x 7168 x 8192,
+// 481 GFLOP), so backward exposes the all-reduce less QKV's GEMM, and
+// nothing of the MLP's; forward exposes both all-reduces.
+TEST(ComputeModel, BackwardTensorParallelHidesBehindWeightGradients) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+  Layout l;
+  l.tp = 8;
+  const ComputeShape sh = shape_for(l, 4096, hw);
+  SimOptions async;
+  async.tp_async_backward = true;
+  PieceCost c = layer_cost(m, hw, async, Precision::kBf16, sh, false);
+  const double ar = collective_cost(hw, Collective::kAllReduce, sh.tp_group, 4096.0 * 8192 * 2).time_s;
+  const double qkv = gemm_time_s(hw, Precision::kBf16, 4096, (64 + 2 * 8) * 128 / 8, 8192);
+  const double fc1 = gemm_time_s(hw, Precision::kBf16, 4096, 2 * 28672 / 8, 8192);
+  std::printf("all-reduce %.3f ms, QKV wgrad %.3f ms, FC1 wgrad %.3f ms\n", ar * 1e3, qkv * 1e3, fc1 * 1e3);
+  ASSERT_GT(ar, qkv);
+  ASSERT_LT(ar, fc1);
+  EXPECT_NEAR(c.fwd_tp_s, 2 * ar, 1e-12);
+  EXPECT_NEAR(c.bwd_tp_s, ar - qkv, 1e-12);
+  EXPECT_NEAR(c.tp_comm_total_s, 4 * ar, 1e-12) << "all four all-reduces still run";
+  // Synchronous (Loom's executor, Megatron-LM 2021): both exposed.
+  PieceCost sync = layer_cost(m, hw, SimOptions{}, Precision::kBf16, sh, false);
+  EXPECT_NEAR(sync.bwd_tp_s, 2 * ar, 1e-12);
 }
 
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
