@@ -316,18 +316,25 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   double norm_bytes = 2 * T * h * e * r;
   double ce_fwd_bytes = T * (V / t) * (e + 4 + 4);
   double ce_bwd_bytes = T * (V / t) * (4 + e);
-  double comm = 0;
+  double comm = 0, bwd_comm = 0, bwd_exposed = 0;
   if (sh.tp_group.ranks > 1) {
     // Max and sum-exp all-reduces of the vocab-parallel loss (fp32 per token),
     // and the gather of the final norm's output under SP.
     comm += collective_time(hw, Collective::kAllReduce, sh.tp_group, T * 4, &c.tp_bytes, 3);
     if (sh.sp) comm += collective_time(hw, Collective::kAllGather, sh.tp_group, T * h * e, &c.tp_bytes, 1);
-    c.tp_calls = sh.sp ? 4 : 3;
+    // Backward: the head is column-parallel over the vocabulary, so each rank
+    // holds a partial gradient of its (replicated) input: all-reduced, with SP
+    // reduce-scattered; behind the weight gradient with tp_async_backward.
+    bwd_comm = collective_time(hw, sh.sp ? Collective::kReduceScatter : Collective::kAllReduce, sh.tp_group,
+                               T * h * e, &c.tp_bytes, 1);
+    bwd_exposed = opt.tp_async_backward ? std::max(0.0, bwd_comm - gemm.fwd_s) : bwd_comm;
+    c.tp_calls = sh.sp ? 5 : 4;
   }
   c.fwd_tp_s = comm;
-  c.tp_comm_total_s = comm;
+  c.bwd_tp_s = bwd_exposed;
+  c.tp_comm_total_s = comm + bwd_comm;
   c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes + ce_fwd_bytes, 4) + comm;
-  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes + ce_bwd_bytes, 4);
+  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes + ce_bwd_bytes, 4) + bwd_exposed;
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;
   return c;

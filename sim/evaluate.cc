@@ -136,6 +136,19 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   sc.param_bytes_gather = params.total() * element_bytes(p);
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params);
+  // A tied embedding split over the pipeline: the first and the last stage
+  // each hold a copy and all-reduce its gradient before the update
+  // (Megatron's _allreduce_embedding_grads; the executor sums the pair in
+  // its optimizer step), on nodes apart when the pipeline spans nodes.
+  if (model_.tied_embeddings && l.pp > 1 && (s == 0 || s == l.pp - 1)) {
+    const GroupShape pp = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
+    GroupShape pair;
+    pair.ranks = 2;
+    pair.nodes = pp.nodes > 1 ? 2 : 1;
+    pair.ranks_per_node = pp.nodes > 1 ? 1 : 2;
+    const double bytes = double(model_.vocab) / l.tp * double(model_.hidden) * grad_elem_bytes(p, opt_);
+    sc.optimizer_s += collective_cost(hw_, Collective::kAllReduce, pair, bytes).time_s;
+  }
 }
 
 std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {

@@ -128,6 +128,25 @@ TEST(ComputeModel, BackwardTensorParallelHidesBehindWeightGradients) {
   EXPECT_NEAR(sync.bwd_tp_s, 2 * ar, 1e-12);
 }
 
+// The LM head is column-parallel over the vocabulary: each TP rank holds a
+// partial gradient of its replicated input, all-reduced in backward (4096 x
+// 8192 bf16 for 70B at tp = 8), exposed unless the async backward hides it
+// behind the head's weight gradient (4096 x 16032 x 8192: far longer).
+TEST(ComputeModel, TheHeadAllReducesItsInputGradientInBackward) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+  Layout l;
+  l.tp = 8;
+  const ComputeShape sh = shape_for(l, 4096, hw);
+  const double ar = collective_cost(hw, Collective::kAllReduce, sh.tp_group, 4096.0 * 8192 * 2).time_s;
+  PieceCost sync = head_cost(m, hw, SimOptions{}, Precision::kBf16, sh);
+  EXPECT_EQ(sync.tp_calls, 4);  // 3 loss all-reduces + the input gradient's
+  EXPECT_NEAR(sync.bwd_tp_s, ar, 1e-12);
+  SimOptions async;
+  async.tp_async_backward = true;
+  EXPECT_EQ(head_cost(m, hw, async, Precision::kBf16, sh).bwd_tp_s, 0.0);
+}
+
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   // The measurements the H100 table comes from (XLA's sm_90 matmul table,

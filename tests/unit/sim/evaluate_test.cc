@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "sim/compute_model.h"
+#include "sim/memory_model.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
 #include "tests/support/test_models.h"
@@ -76,6 +78,34 @@ TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
         }
   std::printf("closed form vs engine over %d layouts: worst %.1f%% (%s)\n", cells, 100 * worst, worst_text.c_str());
   EXPECT_GT(cells, 100);
+}
+
+// A tied embedding over a pipeline: the first and last stages all-reduce the
+// embedding's gradient before the update (Megatron's
+// _allreduce_embedding_grads): GPT-2 XL-sized vocabulary, pp = 2 over two
+// DGX H100 nodes (dp = 8 fills each node), the pair one rank per node:
+// 50257 x 1600 bf16 gradients (161 MB) over the network.
+TEST(Evaluate, TiedEmbeddingGradientsAreAllReducedBetweenFirstAndLastStage) {
+  ModelSpec m = testing::gpt_block_model(1600, 25, 48, /*vocab=*/50257);
+  ASSERT_TRUE(m.tied_embeddings);
+  HwProfile hw = load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  Evaluator eval(m, hw, t, SimOptions{});
+  Layout l = L("dp=8,pp=2,order=tp-cp-ep-dp-pp");
+  const auto stages = eval.stage_costs(l);
+  const StageSplit split = split_layers(m, 2, 1);
+  GroupShape pair;
+  pair.ranks = 2;
+  pair.nodes = 2;
+  pair.ranks_per_node = 1;
+  const double ar = collective_cost(hw, Collective::kAllReduce, pair, 50257.0 * 1600 * 2).time_s;
+  for (int s = 0; s < 2; ++s) {
+    const double base = optimizer_time_s(hw, SimOptions{}, Precision::kBf16, stage_params(m, l, split, s).total());
+    EXPECT_NEAR(stages[size_t(s)].optimizer_s - base, ar, 1e-12) << "stage " << s;
+  }
+  EXPECT_GT(ar, 1e-3) << "161 MB over one NIC pair takes milliseconds";
 }
 
 // A model whose embedding and head cost next to nothing, so stages are balanced.
