@@ -134,30 +134,34 @@ Status DataParallel::wait_gathers(int chunk) {
   return Status::ok();
 }
 
-Status DataParallel::wait_reductions(int chunk) {
+// Waits for reduction i (if `block`, else only when it has completed), then
+// its after_reduce(); *done says whether it finished (and was removed).
+Status DataParallel::finish_reduction(size_t i, bool block, bool* done) {
+  Reduction& r = reductions_[i];
+  *done = block || r.req->test();
+  if (!*done) return Status::ok();
+  LOOM_RETURN_IF_ERROR(r.req->wait());
+  after_reduce(*r.unit);
+  reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
+  return Status::ok();
+}
+
+Status DataParallel::wait_reductions(int chunk, const ZeroUnit* unit) {
   for (size_t i = 0; i < reductions_.size();) {
-    Reduction& r = reductions_[i];
-    if (chunk >= 0 && r.unit->chunk != chunk) {
-      ++i;
-      continue;
-    }
-    LOOM_RETURN_IF_ERROR(r.req->wait());
-    after_reduce(*r.unit);
-    reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
+    const ZeroUnit* u = reductions_[i].unit;
+    bool done = false;
+    if ((chunk < 0 || u->chunk == chunk) && (!unit || u == unit))
+      LOOM_RETURN_IF_ERROR(finish_reduction(i, /*block=*/true, &done));
+    if (!done) ++i;
   }
   return Status::ok();
 }
 
 Status DataParallel::poll_reductions() {
   for (size_t i = 0; i < reductions_.size();) {
-    Reduction& r = reductions_[i];
-    if (!r.req->test()) {
-      ++i;
-      continue;
-    }
-    LOOM_RETURN_IF_ERROR(r.req->wait());
-    after_reduce(*r.unit);
-    reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
+    bool done = false;
+    LOOM_RETURN_IF_ERROR(finish_reduction(i, /*block=*/false, &done));
+    if (!done) ++i;
   }
   return Status::ok();
 }
@@ -233,7 +237,8 @@ class Zero1 : public DataParallel {
     LOOM_RETURN_IF_ERROR(sum_replicated(units));
     for (const ZeroUnit* u : units) {
       if (u->size == 0) continue;
-      LOOM_RETURN_IF_ERROR(wait_unit(*u));  // ZeRO-2/3: the previous micro-batch's reduce into the same shard
+      // ZeRO-2/3: the previous micro-batch's reduce into the same shard first.
+      LOOM_RETURN_IF_ERROR(wait_reductions(u->chunk, u));
       float* g = params_->grads() + u->begin;
       LOOM_RETURN_IF_ERROR(before_reduce(*u));
       LOOM_ASSIGN_OR_RETURN(auto req, dp_->ireduce_scatter(g, shard_grad_.f32() + u->shard_offset, u->shard));
@@ -246,18 +251,6 @@ class Zero1 : public DataParallel {
   virtual Status before_reduce(const ZeroUnit&) { return Status::ok(); }
   void after_reduce(const ZeroUnit& u) override {
     backend_->fill_zero(params_->grads() + u.begin, u.size * sizeof(float));
-  }
-
- private:
-  Status wait_unit(const ZeroUnit& u) {
-    for (size_t i = 0; i < reductions_.size(); ++i) {
-      if (reductions_[i].unit != &u) continue;
-      LOOM_RETURN_IF_ERROR(reductions_[i].req->wait());
-      after_reduce(u);
-      reductions_.erase(reductions_.begin() + std::ptrdiff_t(i));
-      break;
-    }
-    return Status::ok();
   }
 };
 

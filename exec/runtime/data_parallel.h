@@ -108,7 +108,8 @@ class DataParallel {
   // every chunk), then what follows each (the full gradient zeroed, or given
   // back under ZeRO-2/3). Before a chunk's backward writes its gradients
   // again (the previous micro-batch's reduce still reads them).
-  Status wait_reductions(int chunk);
+  // `unit`: only that unit's.
+  Status wait_reductions(int chunk, const ZeroUnit* unit = nullptr);
   // Finishes the reduce-scatters that have completed, without waiting (at op
   // boundaries: ZeRO-2/3 give a gradient's memory back soon after its reduce).
   Status poll_reductions();
@@ -143,6 +144,7 @@ class DataParallel {
   virtual void reclaim_grads(int chunk) { (void)chunk; }
   // After a unit's reduce-scatter completed (ZeRO >= 1).
   virtual void after_reduce(const ZeroUnit& u) { (void)u; }
+  Status finish_reduction(size_t i, bool block, bool* done);
 
   DataParallelConfig cfg_;
   ComputeBackend* backend_;
