@@ -39,6 +39,8 @@ struct PlanArgs {
   bool no_flash = false;
   bool fp32_main_grads = false;
   bool tp_async_backward = false;
+  std::string fp8_scaling = "current";
+  bool fp8_attention = false;
   int dropout = -1;
   int grad_buckets = kDefaultGradBuckets;
   int64_t steps = 0;
@@ -150,6 +152,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.flash_attention = !a.no_flash;
   req.fp32_main_grads = a.fp32_main_grads;
   req.tp_async_backward = a.tp_async_backward;
+  req.fp8_scaling = a.fp8_scaling;
+  req.fp8_attention = a.fp8_attention;
   req.dropout = a.dropout;
   req.grad_buckets = a.grad_buckets;
   LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
@@ -292,6 +296,12 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--tp-async-backward", a.tp_async_backward,
                "Megatron-core's asynchronous TP collectives in backward (input-gradient all-reduce behind the "
                "weight-gradient GEMM); default off, as Loom's executor runs them");
+  app.add_option("--fp8-scaling", a.fp8_scaling,
+                 "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor) or delayed "
+                 "(amax history)")
+      ->capture_default_str();
+  app.add_flag("--fp8-attention", a.fp8_attention,
+               "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
   app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");
   app.add_option("--grad-buckets", a.grad_buckets,
                  "gradient buckets per model chunk: the data-parallel syncs the program overlaps with backward "

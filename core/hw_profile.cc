@@ -139,6 +139,11 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
     LOOM_ASSIGN_OR_RETURN(acc.optimizer_bw_efficiency, fraction(a, "optimizer_bw_efficiency", where));
   }
   LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.gemm_efficiency));
+  if (a.contains("fp8_gemm_best_efficiency")) {
+    if (fp8 <= 0)
+      return invalid_argument(where + ".fp8_gemm_best_efficiency needs peak_fp8_tflops: the device has no FP8 rate");
+    LOOM_ASSIGN_OR_RETURN(acc.fp8_gemm_best_efficiency, fraction(a, "fp8_gemm_best_efficiency", where));
+  }
   if (a.contains("attention_efficiency")) {
     LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.attention_efficiency, "attention_efficiency"));
   }
@@ -341,6 +346,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   for (size_t i = 0; i < a.gemm_efficiency.flops.size() && i < a.gemm_efficiency.efficiency.size(); ++i)
     table.push_back({{"gflop", a.gemm_efficiency.flops[i] / kGiga}, {"efficiency", a.gemm_efficiency.efficiency[i]}});
   acc["gemm_efficiency"] = table;
+  if (a.fp8_gemm_best_efficiency > 0) acc["fp8_gemm_best_efficiency"] = a.fp8_gemm_best_efficiency;
   if (!a.attention_efficiency.flops.empty()) {
     OrderedJson att = OrderedJson::array();
     for (size_t i = 0; i < a.attention_efficiency.flops.size(); ++i)

@@ -53,6 +53,13 @@ struct AcceleratorSpec {
   // AdamW's sqrt and division keep it below the memory rate.
   double optimizer_bw_efficiency = 0;
   GemmEfficiencyTable gemm_efficiency;
+  // The best FP8 GEMM efficiency measured (achieved / peak_fp8), e.g. the
+  // maximum achievable matmul FLOPS of torch._scaled_mm (cuBLASLt). An FP8
+  // GEMM runs the same output tiles as the 16-bit GEMM with half as many
+  // K-steps (each FP8 MMA instruction covers twice the K at twice the rate),
+  // so its efficiency at F FLOPs follows the 16-bit table at F/2, capped here.
+  // 0 = the 16-bit table's best.
+  double fp8_gemm_best_efficiency = 0;
   // Optional: the attention kernel's forward efficiency, keyed
   // by one head's forward FLOP (causal share included). Empty: the attention
   // core runs at the GEMM table's rate (fused flash kernels on GPUs). `loom

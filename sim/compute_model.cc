@@ -14,20 +14,61 @@ double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int 
   return bytes / bw + kernels * opt.kernel_overhead_s;
 }
 
+// The precision of work that FP8 training keeps in 16 bits (attention core,
+// LM head, router): bf16 under fp8, otherwise the training precision.
+Precision sixteen_bit(Precision p) { return p == Precision::kFp8 ? Precision::kBf16 : p; }
+
+// Bytes one FP8 cast moves per element of a 16-bit tensor: read it, write
+// the FP8 copy and its transpose (Hopper's FP8 tensor cores take only the
+// TN layout, so the weight-gradient GEMM needs transposed copies; Transformer
+// Engine fuses the two writes into cast_transpose), plus, with current
+// scaling, one more read to reduce the tensor's amax before the cast.
+double fp8_cast_bytes(const SimOptions& opt) { return 2 + 1 + 1 + (opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 0); }
+int fp8_cast_kernels(const SimOptions& opt) { return opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 1; }
+
 // Accumulates GEMMs of a piece: forward and backward (dgrad + wgrad).
 struct GemmSum {
   const HwProfile& hw;
   Precision p;
   const SimOptions& opt;
   double fwd_s = 0, fwd_flops = 0;
+  // FP8 linears: elements of their inputs (cast in forward), of their output
+  // gradients (cast in backward), and of their weights (cast once a step).
+  double fp8_inputs = 0, fp8_output_grads = 0, fp8_weights = 0;
+  int fp8_linears = 0;
   // Weight GEMM: activations (m x k) times weights (k x n). No launch cost on
-  // top: the efficiency table's timings include each GEMM's fixed cost.
-  void weight(double m, double n, double k, double count = 1) {
+  // top: the efficiency table's timings include each GEMM's fixed cost. A
+  // linear that FP8 training keeps in 16 bits passes fp8_layer = false.
+  void weight(double m, double n, double k, double count = 1, bool fp8_layer = true) {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-    fwd_s += count * gemm_time_s(hw, p, m, n, k);
+    const Precision gp = fp8_layer ? p : sixteen_bit(p);
+    fwd_s += count * gemm_time_s(hw, gp, m, n, k);
     fwd_flops += count * 2 * m * n * k;
+    if (gp == Precision::kFp8) {
+      fp8_inputs += count * m * k;
+      fp8_output_grads += count * m * n;
+      fp8_weights += count * k * n;
+      fp8_linears += int(count);
+    }
   }
+  // The casts' memory time: forward (inputs), backward (output gradients),
+  // and once per step (weights; cached across micro-batches as Megatron's
+  // Transformer Engine layers do with is_first_microbatch).
+  double cast_fwd_s() const;
+  double cast_bwd_s() const;
+  double cast_weights_s() const;
 };
+
+double GemmSum::cast_fwd_s() const {
+  return fp8_linears ? mem_time_s(hw, opt, fp8_inputs * fp8_cast_bytes(opt), fp8_linears * fp8_cast_kernels(opt)) : 0;
+}
+double GemmSum::cast_bwd_s() const {
+  return fp8_linears ? mem_time_s(hw, opt, fp8_output_grads * fp8_cast_bytes(opt), fp8_linears * fp8_cast_kernels(opt))
+                     : 0;
+}
+double GemmSum::cast_weights_s() const {
+  return fp8_linears ? mem_time_s(hw, opt, fp8_weights * fp8_cast_bytes(opt), fp8_linears * fp8_cast_kernels(opt)) : 0;
+}
 
 double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, double bytes, LinkBytes* traffic,
                        double count) {
@@ -44,10 +85,18 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
   // The table's efficiency at these FLOPs (measured on near-square shapes,
   // their waves and fixed cost included), this shape's waves relative to
   // that shape's, and never above the best GEMM the table measured.
-  const GemmEfficiencyTable& t = hw.accel.gemm_efficiency;
+  const AcceleratorSpec& a = hw.accel;
+  const GemmEfficiencyTable& t = a.gemm_efficiency;
   const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
-  const double eff = std::min(best, t.lookup(flops) * hw.accel.relative_wave_efficiency(m, n, k));
-  return flops / (hw.accel.peak_flops(precision) * eff);
+  if (precision == Precision::kFp8 && a.supports(Precision::kFp8)) {
+    // The same output tiles with half the K-steps: the 16-bit GEMM of half
+    // the depth, capped by the best FP8 GEMM measured.
+    const double cap = a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
+    const double eff = std::min(cap, t.lookup(flops / 2) * a.relative_wave_efficiency(m, n, k / 2));
+    return flops / (a.peak_flops(precision) * eff);
+  }
+  const double eff = std::min(best, t.lookup(flops) * a.relative_wave_efficiency(m, n, k));
+  return flops / (a.peak_flops(precision) * eff);
 }
 
 bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
@@ -114,7 +163,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     const bool measured = !hw.accel.attention_efficiency.flops.empty();
     double eff = measured ? hw.accel.attention_efficiency.lookup(per_head_flops * causal)
                           : hw.accel.gemm_efficiency.lookup(per_head_flops * causal);
-    core_fwd_s = core_flops / (hw.accel.peak_flops(p) * eff) + 2 * opt.kernel_overhead_s;
+    const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
+    core_fwd_s = core_flops / (hw.accel.peak_flops(core_p) * eff) + 2 * opt.kernel_overhead_s;
     if (!opt.flash_attention) {
       // Materialized scores: fused scale-mask-softmax (read+write), dropout.
       double elems = batches * s * s;
@@ -146,7 +196,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     act_elem_fwd += T * f / t;
   } else {
     const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
-    gemm.weight(T, E, h);  // router, replicated
+    gemm.weight(T, E, h, 1, false);  // router, replicated, 16-bit
     double local_experts = E / sh.ep;
     double tokens_per_expert = T * k * sh.ep / E;  // balanced routing
     gemm.weight(tokens_per_expert, mlp_mats * fe / t, h, local_experts);
@@ -199,22 +249,34 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // to hide behind. Without it every backward collective is exposed and SP's
   // backward mirrors its forward (the gathered input kept, as Loom's executor does).
   double tp_bytes = T * h * e;  // one activation of the layer's hidden size
+  // FP8 with SP on a dense MHA/GQA layer: the gathered tensors are cast on
+  // the local shard before the gather (QKV and FC1 inputs in forward, the
+  // proj and FC2 output gradients in backward).
+  const bool fp8_gathers = sh.sp && sh.tp_group.ranks > 1 && gemm.fp8_linears > 0 && !m.mla.enabled && !moe_layer;
+  if (fp8_gathers) {
+    gemm.fp8_inputs -= 2 * T * h * (1 - 1 / t);
+    gemm.fp8_output_grads -= 2 * T * h * (1 - 1 / t);
+  }
   double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0;
   if (sh.tp_group.ranks > 1) {
     const double windows[2] = {attn_column_s, mlp_column_s};
     const bool async = opt.tp_async_backward;
     if (sh.sp) {
       // Forward: all-gather before QKV and FC1, reduce-scatter after proj and FC2.
-      const double ag = collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, nullptr, 1);
+      // FP8: Transformer Engine casts the local shard and gathers FP8 (half
+      // the bytes; the output gradients' gathers too), so those casts cover
+      // 1/t of the gathered tensor; reduce-scatters stay 16-bit.
+      const double ag_bytes = fp8_gathers ? tp_bytes / 2 : tp_bytes;
+      const double ag = collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, nullptr, 1);
       const double rs = collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, nullptr, 1);
       tp_fwd_total = 2 * ag + 2 * rs;
-      collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
+      collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &c.tp_bytes, 2);
       collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
       // Backward: per block the output gradient's all-gather and the input
       // gradient's reduce-scatter, and async also the input re-gathered.
       const int gathers = async ? 4 : 2;
       tp_bwd_total = gathers * ag + 2 * rs;
-      collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &c.tp_bytes, gathers);
+      collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &c.tp_bytes, gathers);
       collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
       if (async) {
         for (double w : windows) tp_bwd_exposed += ag + std::max(0.0, ag - w) + std::max(0.0, rs - w);
@@ -243,9 +305,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   c.bwd_tp_s = tp_bwd_exposed * tp_exposed;
   c.tp_comm_total_s = tp_fwd_total + tp_bwd_total;
 
-  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s;
+  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_fwd_s();
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
-  c.bwd_s = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + c.bwd_tp_s + c.bwd_ep_s;
+  c.bwd_s = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_bwd_s() + c.bwd_tp_s + c.bwd_ep_s;
+  c.weight_cast_s = gemm.cast_weights_s();
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
 
@@ -257,7 +320,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     if (sh.tp_group.ranks > 1) {
       LinkBytes fwd_only;
       if (sh.sp) {
-        collective_time(hw, Collective::kAllGather, sh.tp_group, tp_bytes, &fwd_only, 2);
+        collective_time(hw, Collective::kAllGather, sh.tp_group, fp8_gathers ? tp_bytes / 2 : tp_bytes, &fwd_only, 2);
         collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &fwd_only, 2);
       } else {
         collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &fwd_only, 2);
@@ -310,7 +373,7 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   const double r = sh.sp ? 1.0 / t : 1.0;
   const double V = double(m.vocab);
   GemmSum gemm{hw, p, opt};
-  gemm.weight(T, V / t, h);
+  gemm.weight(T, V / t, h, 1, false);  // the output layer stays 16-bit under FP8
   // Final norm; cross-entropy over the local vocab slice in fp32
   // (read logits, write/read fp32 softmax, write gradients).
   double norm_bytes = 2 * T * h * e * r;

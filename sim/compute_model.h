@@ -54,6 +54,9 @@ struct PieceCost {
   int ep_calls = 0;
   double tp_comm_total_s = 0;  // all TP collective time, exposed or not
   double ep_comm_total_s = 0;
+  // FP8: re-casting this piece's weights to FP8 (and their transposes) once a
+  // step, after the optimizer updates them; 0 otherwise.
+  double weight_cast_s = 0;
 };
 
 // Shapes a cost depends on, gathered once per layout.

@@ -43,6 +43,7 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   sc.fwd_s += pc.fwd_s * count;
   sc.bwd_s += pc.bwd_s * count;
   sc.recompute_s += pc.recompute_s * count;
+  sc.weight_cast_s += pc.weight_cast_s * count;
   if (!sc.chunk_fwd_s.empty()) {
     sc.chunk_fwd_s[chunk] += pc.fwd_s * count;
     sc.chunk_bwd_s[chunk] += (pc.bwd_s + pc.recompute_s) * count;
@@ -135,7 +136,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
   sc.param_bytes_gather = params.total() * element_bytes(p);
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
-  sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params);
+  sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
   // A tied embedding split over the pipeline: the first and the last stage
   // each hold a copy and all-reduce its gradient before the update
   // (Megatron's _allreduce_embedding_grads; the executor sums the pair in
@@ -225,7 +226,10 @@ Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_
   if (step_time_s <= 0) return f;
   const double world = l.world();
   const double tokens = double(train_.tokens_per_step());
-  const double peak = hw_.accel.peak_flops(train_.precision);
+  // MFU against the 16-bit peak for FP8 runs as well (NVIDIA's and Meta's
+  // convention); the FP8-peak figure apart.
+  const bool fp8 = train_.precision == Precision::kFp8;
+  const double peak = hw_.accel.peak_flops(fp8 ? Precision::kBf16 : train_.precision);
   const Throughput t = throughput(tokens, step_time_s, palm_flops_per_token_, l.world(), peak);
   f.tokens_per_s = t.tokens_per_s;
   f.tokens_per_s_per_gpu = f.tokens_per_s / world;
@@ -233,6 +237,7 @@ Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_
   f.hardware_tflops_per_gpu = executed_flops_per_step / step_time_s / world / 1e12;
   f.mfu = t.mfu;
   f.hfu = f.hardware_tflops_per_gpu * 1e12 / peak;
+  if (fp8) f.mfu_fp8_peak = f.model_tflops_per_gpu * 1e12 / hw_.accel.peak_flops(Precision::kFp8);
   return f;
 }
 
@@ -323,7 +328,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
       est.peak_memory_bytes = total;
       est.worst_stage = s;
     }
-    sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.flops_per_micro = 0;
+    sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.flops_per_micro = sc.weight_cast_s = 0;
     sc.traffic_per_micro = Traffic{};
     fill_stage(l, pc, split, s, sc);
   }

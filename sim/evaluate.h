@@ -55,8 +55,11 @@ struct Figures {
   double tokens_per_s_per_gpu = 0;
   double model_tflops_per_gpu = 0;     // PaLM model FLOPs / step / GPU
   double hardware_tflops_per_gpu = 0;  // executed FLOPs incl. recompute
+  // Against the 16-bit (bf16) dense peak, as NVIDIA and Meta report FP8 runs
+  // too; mfu_fp8_peak against the FP8 peak (0 unless the run is FP8).
   double mfu = 0;
   double hfu = 0;
+  double mfu_fp8_peak = 0;
 };
 
 // Bytes ONE rank sends per step, and the time its collectives take (exposed or
@@ -86,7 +89,8 @@ struct StageCosts {
   double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
   std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk
   double param_bytes_gather = 0;                 // ZeRO: full 16-bit weights of the stage per rank
-  double optimizer_s = 0;
+  double optimizer_s = 0;                        // includes weight_cast_s
+  double weight_cast_s = 0;                      // FP8: the stage's weights re-cast once a step
   Traffic traffic_per_micro;                     // TP and EP traffic of one micro-batch
 };
 

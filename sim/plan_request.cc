@@ -20,6 +20,11 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw) {
   if (req.grad_buckets < 1 || req.grad_buckets > 32767)
     return invalid_argument("--grad-buckets " + std::to_string(req.grad_buckets) +
                             ": use 1 to 32767 gradient buckets per model chunk");
+  Fp8Scaling scaling;
+  if (!parse_fp8_scaling(req.fp8_scaling, &scaling))
+    return invalid_argument("--fp8-scaling " + req.fp8_scaling +
+                            ": use delayed (amax history, Transformer Engine's DelayedScaling) or current "
+                            "(per-tensor amax each step: Float8CurrentScaling, torchao tensorwise)");
   if (train.precision == Precision::kFp8 && hw.accel.peak_fp8_flops <= 0)
     return invalid_argument("--precision fp8: " + hw.name + " (" + hw.accel.name + ") has no fp8 tensor cores; use bf16");
   return train;
@@ -31,6 +36,8 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw) {
   opt.fp32_main_grads = req.fp32_main_grads;
   opt.tp_async_backward = req.tp_async_backward;
   opt.dropout = req.dropout;
+  parse_fp8_scaling(req.fp8_scaling, &opt.fp8_scaling);  // checked by make_train_spec
+  opt.fp8_attention = req.fp8_attention;
   opt.grad_buckets = req.grad_buckets;
   if (hw.is_cpu()) {
     // CPU ranks: no device context or allocator pool to reserve for.

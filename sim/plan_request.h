@@ -26,6 +26,8 @@ struct PlanRequest {
   bool flash_attention = true;
   bool fp32_main_grads = false;
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
+  std::string fp8_scaling = "current";  // SimOptions::fp8_scaling: delayed | current
+  bool fp8_attention = false;           // SimOptions::fp8_attention
   int dropout = -1;  // -1: from the model family, 0 off, 1 on
   int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };

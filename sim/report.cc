@@ -57,6 +57,7 @@ std::string prediction_json(const SimResult& r, int indent) {
   j["hardware_tflops_per_gpu"] = f.hardware_tflops_per_gpu;
   j["mfu"] = f.mfu;
   j["hfu"] = f.hfu;
+  if (f.mfu_fp8_peak > 0) j["mfu_fp8_peak"] = f.mfu_fp8_peak;
   j["mfu_formula"] = kMfuFormula;
   j["fits"] = r.memory.fits;
   j["peak_memory_bytes"] = r.memory.peak_bytes();
@@ -120,6 +121,8 @@ std::string sim_options_json(const SimOptions& o) {
   j["grad_buckets"] = o.grad_buckets;
   j["tp_comm_overlap_fraction"] = o.tp_comm_overlap_fraction;
   j["tp_async_backward"] = o.tp_async_backward;
+  j["fp8_scaling"] = fp8_scaling_name(o.fp8_scaling);
+  j["fp8_attention"] = o.fp8_attention;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
 }
@@ -141,6 +144,10 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
                         json_number_or(j, "tp_comm_overlap_fraction", o.tp_comm_overlap_fraction, w));
   LOOM_ASSIGN_OR_RETURN(o.kernel_overhead_s, json_number_or(j, "kernel_overhead_s", o.kernel_overhead_s, w));
   LOOM_ASSIGN_OR_RETURN(o.tp_async_backward, json_bool_or(j, "tp_async_backward", o.tp_async_backward, w));
+  LOOM_ASSIGN_OR_RETURN(std::string scaling, json_string_or(j, "fp8_scaling", fp8_scaling_name(o.fp8_scaling), w));
+  if (!parse_fp8_scaling(scaling, &o.fp8_scaling))
+    return invalid_argument(w + ".fp8_scaling must be \"delayed\" or \"current\", got \"" + scaling + "\"");
+  LOOM_ASSIGN_OR_RETURN(o.fp8_attention, json_bool_or(j, "fp8_attention", o.fp8_attention, w));
   return o;
 }
 

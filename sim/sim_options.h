@@ -4,10 +4,20 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/program.h"
 
 namespace loom {
+
+// How FP8 training scales its tensors (Transformer Engine recipes; torchao's
+// "tensorwise" is current scaling). Delayed: the scale comes from an amax
+// history, and the cast kernel records the new amax as it goes (one pass).
+// Current: each tensor's amax is reduced first, then it is cast (two passes).
+enum class Fp8Scaling { kDelayed, kCurrent };
+const char* fp8_scaling_name(Fp8Scaling s);
+// "delayed" or "current" (also "tensorwise"); false for anything else.
+bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 
 struct SimOptions {
   // Attention kernel: true = a fused flash-style kernel (no s*s activations
@@ -36,6 +46,13 @@ struct SimOptions {
   // behind the data-gradient GEMM. Off: the collectives run synchronously, as
   // in Loom's executor and in Megatron-LM of 2021.
   bool tp_async_backward = false;
+  // FP8 training (precision fp8): the linear layers' GEMMs run in FP8 with
+  // their inputs and output gradients cast by `fp8_scaling`; the attention
+  // core runs in 16 bits unless fp8_attention (Transformer Engine's
+  // fp8_dot_product_attention, off by default), and so do the LM head and the
+  // MoE router, which are not FP8 layers in Megatron-core or torchtitan.
+  Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
+  bool fp8_attention = false;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
 };

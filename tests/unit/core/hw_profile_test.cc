@@ -168,6 +168,10 @@ TEST(HwProfile, BadValuesNameTheKeyAndUnit) {
                StatusCode::kInvalidArgument, {"network.source", "missing"});
   expect_error(replace(ok, "\"sm_arch\": 90", "\"sm_arch\": 9.5"), StatusCode::kInvalidArgument, {"sm_arch"});
   expect_error(replace(ok, "\"nccl_version\": \"2.30\",", ""), StatusCode::kInvalidArgument, {"nccl_version"});
+  expect_error(minimal_profile(", \"fp8_gemm_best_efficiency\": 0.7"), StatusCode::kInvalidArgument,
+               {"fp8_gemm_best_efficiency", "peak_fp8_tflops"});
+  expect_error(minimal_profile(", \"peak_fp8_tflops\": 200, \"fp8_gemm_best_efficiency\": 1.2"),
+               StatusCode::kInvalidArgument, {"fp8_gemm_best_efficiency", "(0, 1]"});
   std::string no_net = ok.substr(0, ok.find(",\n  \"network\"")) + "\n}";
   expect_error(no_net, StatusCode::kInvalidArgument, {"network", "missing"});
   // The error names the profile it came from.
