@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -10,6 +11,7 @@
 #include "core/json_util.h"
 #include "core/plan.h"
 #include "sim/export.h"
+#include "sim/framework.h"
 #include "sim/plan_request.h"
 #include "sim/report.h"
 #include "sim/search.h"
@@ -39,9 +41,10 @@ struct PlanArgs {
   bool no_flash = false;
   bool fp32_main_grads = false;
   bool tp_async_backward = false;
-  std::string fp8_scaling = "current";
+  std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
-  int dropout = -1;
+  std::string framework;    // frameworks/<name>.json; empty: none
+  int dropout = -2;         // -2: not given (the framework's, else -1)
   int grad_buckets = kDefaultGradBuckets;
   int64_t steps = 0;
   double lr = 3e-4;
@@ -96,7 +99,12 @@ Status apply_fix(const std::string& text, SearchSpace& sp) {
   return Status::ok();
 }
 
-Status write_outputs(const PlanArgs& a, const Evaluator& eval, const SimResult& r) {
+// --export framework: the dialect of the --framework's stack.
+std::string export_dialect(const PlanArgs& a, const std::optional<Framework>& fw) {
+  return a.export_kind == "framework" && fw ? fw->export_kind : a.export_kind;
+}
+
+Status write_outputs(const PlanArgs& a, const Evaluator& eval, const SimResult& r, const std::optional<Framework>& fw) {
   Plan plan = make_plan(eval, r, a.gpus);
   if (!a.out.empty()) {
     LOOM_RETURN_IF_ERROR(save_plan(plan, a.out));
@@ -108,11 +116,7 @@ Status write_outputs(const PlanArgs& a, const Evaluator& eval, const SimResult& 
     if (!a.json) std::printf("predicted trace written to %s (open in https://ui.perfetto.dev)\n", a.trace.c_str());
   }
   if (!a.export_kind.empty()) {
-    Result<std::string> text = a.export_kind == "megatron"    ? export_megatron_args(plan)
-                               : a.export_kind == "deepspeed" ? export_deepspeed_config(plan)
-                                                              : Result<std::string>(invalid_argument(
-                                                                    "--export '" + a.export_kind +
-                                                                    "' is unknown; use megatron or deepspeed"));
+    Result<std::string> text = export_plan(plan, export_dialect(a, fw));
     if (!text.is_ok()) return text.status();
     std::printf("%s", text->c_str());
   }
@@ -124,13 +128,17 @@ struct PlanInputs {
   HwProfile hw;
   TrainSpec train;
   SimOptions opt;
+  std::optional<Framework> framework;
 };
 
 // The model (scaled), hardware, train spec and simulator options of the
 // request; every output path checked before the search (core/output_file.h).
 Result<PlanInputs> read_inputs(const PlanArgs& a) {
-  if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed")
-    return invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron or deepspeed");
+  if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed" &&
+      a.export_kind != "torchtitan" && a.export_kind != "framework")
+    return invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron, deepspeed, torchtitan or framework");
+  if (a.export_kind == "framework" && a.framework.empty())
+    return invalid_argument("--export framework needs --framework (megatron-core, torchtitan or deepspeed)");
   if (!a.export_kind.empty() && a.json)
     return invalid_argument("--export and --json both print to stdout; use one of them");
   PlanInputs in;
@@ -152,12 +160,24 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.flash_attention = !a.no_flash;
   req.fp32_main_grads = a.fp32_main_grads;
   req.tp_async_backward = a.tp_async_backward;
-  req.fp8_scaling = a.fp8_scaling;
+  req.fp8_scaling = a.fp8_scaling.empty() ? "current" : a.fp8_scaling;
   req.fp8_attention = a.fp8_attention;
-  req.dropout = a.dropout;
+  req.dropout = a.dropout == -2 ? -1 : a.dropout;
   req.grad_buckets = a.grad_buckets;
   LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
   in.opt = make_sim_options(req, in.hw);
+  if (!a.framework.empty()) {
+    // The stack's defaults, then what the command line set explicitly.
+    LOOM_ASSIGN_OR_RETURN(in.framework, load_framework(a.framework));
+    apply_framework(*in.framework, &in.opt);
+    if (a.no_flash) in.opt.flash_attention = false;
+    if (a.fp32_main_grads) in.opt.fp32_main_grads = true;
+    if (a.tp_async_backward) in.opt.tp_async_backward = true;
+    if (!a.fp8_scaling.empty()) parse_fp8_scaling(a.fp8_scaling, &in.opt.fp8_scaling);
+    if (a.fp8_attention) in.opt.fp8_attention = true;
+    if (a.dropout != -2) in.opt.dropout = a.dropout;
+    if (in.hw.is_cpu()) in.opt.flash_attention = true;
+  }
   // A calibrated CPU profile holds per-rank figures for the number of ranks
   // that shared the machine while it was measured; another count shares the
   // cores differently.
@@ -185,6 +205,13 @@ int plan_one(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
   auto layout = parse_layout(a.layout);
   if (!layout.is_ok()) return fail("plan", layout.status());
   if (Status s = validate_layout(*layout, in.model, in.train, a.gpus); !s.is_ok()) return fail("plan", s);
+  if (in.framework) {
+    if (Status s = check_layout_for_framework(*in.framework, *layout); !s.is_ok())
+      return fail("plan", invalid_argument("--layout " + a.layout + ": " + s.message() + " (--framework " +
+                                           in.framework->name + ")"));
+    // The stack's overlap settings, unless the layout names its own.
+    if (a.layout.find("overlap_") == std::string::npos) apply_framework_overlap(*in.framework, &*layout);
+  }
   auto r = simulate_layout(eval, *layout);
   if (!r.is_ok()) return fail("plan", r.status());
   if (a.json) {
@@ -198,7 +225,7 @@ int plan_one(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
                  r->memory.why_not().c_str());
     return 3;
   }
-  if (Status s = write_outputs(a, eval, *r); !s.is_ok()) return fail("plan", s);
+  if (Status s = write_outputs(a, eval, *r, in.framework); !s.is_ok()) return fail("plan", s);
   return 0;
 }
 
@@ -232,6 +259,7 @@ int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) 
   space.world = a.gpus;
   space.threads = a.threads;
   space.refine_top = std::max(8, a.pick + 1);
+  if (in.framework) apply_framework(*in.framework, &space);
   if (Status s = apply_fix(a.fix, space); !s.is_ok()) return fail("plan", s);
   auto res = search_layouts(eval, space);
   if (!res.is_ok()) return fail("plan", res.status());
@@ -264,7 +292,7 @@ int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) 
     std::printf("%s\n", format_pareto(*res, a.top).c_str());
     std::printf("chosen (#%d):\n%s", a.pick, format_result(chosen, in.hw).c_str());
   }
-  if (Status s = write_outputs(a, eval, chosen); !s.is_ok()) return fail("plan", s);
+  if (Status s = write_outputs(a, eval, chosen, in.framework); !s.is_ok()) return fail("plan", s);
   return 0;
 }
 
@@ -288,7 +316,13 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--pick", a.pick, "write candidate N of the table instead of the best")->capture_default_str();
   app.add_option("--out", a.out, "write the plan JSON here");
   app.add_option("--trace", a.trace, "write the predicted Chrome trace here");
-  app.add_option("--export", a.export_kind, "print megatron arguments or a deepspeed config");
+  app.add_option("--export", a.export_kind,
+                 "print the plan in another trainer's dialect: megatron (arguments), deepspeed (config JSON), "
+                 "torchtitan (job TOML sections), or framework (the --framework's)");
+  app.add_option("--framework", a.framework,
+                 "training stack whose defaults to model (frameworks/<name>.json: megatron-core, torchtitan, "
+                 "deepspeed): gradient dtype, overlaps, FP8 recipe, and the ZeRO stages, schedules, recompute and "
+                 "sequence-parallel settings the search tries; explicit flags override it");
   app.add_flag("--json", a.json, "print figures as JSON (unit-suffixed keys) instead of tables");
   app.add_option("--threads", a.threads, "search threads (0 = all cores)");
   app.add_flag("--no-flash-attention", a.no_flash, "model materialized attention scores (Megatron-LM 2021)");
@@ -297,9 +331,8 @@ int cmd_plan(int argc, char** argv) {
                "Megatron-core's asynchronous TP collectives in backward (input-gradient all-reduce behind the "
                "weight-gradient GEMM); default off, as Loom's executor runs them");
   app.add_option("--fp8-scaling", a.fp8_scaling,
-                 "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor) or delayed "
-                 "(amax history)")
-      ->capture_default_str();
+                 "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor; the default "
+                 "without --framework) or delayed (amax history)");
   app.add_flag("--fp8-attention", a.fp8_attention,
                "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
   app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");

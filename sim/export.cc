@@ -111,4 +111,48 @@ Result<std::string> export_deepspeed_config(const Plan& p) {
   return j.dump(2) + "\n";
 }
 
+Result<std::string> export_torchtitan_toml(const Plan& p) {
+  const Layout& l = p.layout;
+  const TrainSpec& t = p.train;
+  if (l.zero == 1 || l.zero == 2)
+    return unsupported("export torchtitan: zero=" + std::to_string(l.zero) +
+                       " has no torchtitan equivalent (FSDP2 shards weights too); use zero=3 (FSDP) or zero=0 (DDP)");
+  if (l.tp > 1 && !l.sequence_parallel)
+    return unsupported("export torchtitan: torchtitan's tensor parallelism always shards the sequence; use sp=1");
+  if (l.ep > 1) return unsupported("export torchtitan: expert parallelism is not exported yet; use ep=1");
+  std::ostringstream o;
+  o << "[training]\n";
+  o << "local_batch_size = " << t.global_batch / l.dp << "\n";
+  o << "global_batch_size = " << t.global_batch << "\n";
+  o << "seq_len = " << t.seq_len << "\n";
+  o << "mixed_precision_param = \"" << (t.precision == Precision::kFp32 ? "float32" : "bfloat16") << "\"\n";
+  o << "mixed_precision_reduce = \"float32\"\n";
+  if (t.steps > 0) o << "steps = " << t.steps << "\n";
+  o << "\n[parallelism]\n";
+  o << "data_parallel_replicate_degree = " << (l.zero == 0 ? l.dp : 1) << "\n";
+  o << "data_parallel_shard_degree = " << (l.zero == 3 ? l.dp : 1) << "\n";
+  o << "tensor_parallel_degree = " << l.tp << "\n";
+  o << "pipeline_parallel_degree = " << l.pp << "\n";
+  if (l.pp > 1) {
+    const char* sched = l.schedule == Schedule::kGpipe ? "GPipe" : l.schedule == Schedule::k1F1B ? "1F1B" : "Interleaved1F1B";
+    o << "pipeline_parallel_schedule = \"" << sched << "\"\n";
+    o << "pipeline_parallel_microbatch_size = " << l.micro_batch << "\n";
+    if (l.schedule == Schedule::kInterleaved)
+      o << "pipeline_parallel_layers_per_stage = " << p.model.num_layers / (l.pp * l.virtual_stages) << "\n";
+  }
+  o << "\n[activation_checkpoint]\n";
+  o << "mode = \"" << (l.recompute == Recompute::kFull ? "full" : l.recompute == Recompute::kSelective ? "selective" : "none")
+    << "\"\n";
+  if (l.recompute == Recompute::kSelective) o << "selective_ac_option = \"op\"\n";
+  if (t.precision == Precision::kFp8) o << "\n[model]\nconverters = [\"float8\"]\n";
+  return o.str();
+}
+
+Result<std::string> export_plan(const Plan& plan, const std::string& dialect) {
+  if (dialect == "megatron") return export_megatron_args(plan);
+  if (dialect == "deepspeed") return export_deepspeed_config(plan);
+  if (dialect == "torchtitan") return export_torchtitan_toml(plan);
+  return invalid_argument("--export '" + dialect + "' is unknown; use megatron, deepspeed, torchtitan or framework");
+}
+
 }  // namespace loom

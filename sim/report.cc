@@ -113,6 +113,7 @@ std::string prediction_json(const SimResult& r, int indent) {
 
 std::string sim_options_json(const SimOptions& o) {
   OrderedJson j;
+  if (!o.framework.empty()) j["framework"] = o.framework;
   j["flash_attention"] = o.flash_attention;
   j["dropout"] = o.dropout;
   j["fp32_main_grads"] = o.fp32_main_grads;
@@ -131,6 +132,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(Json j, parse_json(text, "sim_options"));
   SimOptions o;
   const std::string w = "sim_options";
+  LOOM_ASSIGN_OR_RETURN(o.framework, json_string_or(j, "framework", "", w));
   LOOM_ASSIGN_OR_RETURN(o.flash_attention, json_bool_or(j, "flash_attention", o.flash_attention, w));
   LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", o.dropout, w));
   o.dropout = int(dropout);

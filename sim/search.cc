@@ -59,7 +59,8 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                   if (m.num_layers % (pp * v) == 0) vs.push_back(v);
               }
               for (int v : vs) {
-                for (int spar = 0; spar <= (tp > 1 && sp.try_sequence_parallel ? 1 : 0); ++spar) {
+                const int sp_first = tp > 1 && sp.sequence_parallel_required ? 1 : 0;
+                for (int spar = sp_first; spar <= (tp > 1 && sp.try_sequence_parallel ? 1 : 0); ++spar) {
                   if (sp.fix_sp && bool(spar) != *sp.fix_sp) continue;
                   for (Recompute rc : sp.recompute) {
                     if (sp.fix_recompute && rc != *sp.fix_recompute) continue;
@@ -74,7 +75,11 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     l.virtual_stages = v;
                     l.sequence_parallel = spar;
                     l.recompute = rc;
-                    l.overlap_grad_reduce = sp.overlap_grad_reduce;
+                    l.overlap_grad_reduce =
+                        sp.overlap_grad_reduce &&
+                        (sp.overlap_grad_zero_stages.empty() ||
+                         std::find(sp.overlap_grad_zero_stages.begin(), sp.overlap_grad_zero_stages.end(), zero) !=
+                             sp.overlap_grad_zero_stages.end());
                     l.overlap_param_gather = sp.overlap_param_gather;
                     if (validate_layout(l, m, t, world).is_ok()) out.push_back(l);
                   }

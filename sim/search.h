@@ -29,6 +29,7 @@ struct SearchSpace {
   std::vector<Recompute> recompute{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<Schedule> schedules{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
   bool try_sequence_parallel = true;
+  bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
   int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_micro = 0, fix_zero = -1;
@@ -36,6 +37,9 @@ struct SearchSpace {
   std::optional<Schedule> fix_schedule;
   std::optional<bool> fix_sp;
   bool overlap_grad_reduce = true;   // applied to every enumerated layout
+  // When non-empty, only layouts with one of these ZeRO stages overlap their
+  // gradient reduction (DeepSpeed: ZeRO-3 only by default).
+  std::vector<int> overlap_grad_zero_stages;
   bool overlap_param_gather = true;
   int refine_top = 8;   // candidates re-timed by the event engine
   int threads = 0;      // 0: all hardware threads

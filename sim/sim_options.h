@@ -20,6 +20,9 @@ const char* fp8_scaling_name(Fp8Scaling s);
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 
 struct SimOptions {
+  // The training stack whose defaults these options were set from
+  // (frameworks/<name>.json, sim/framework.h); empty: none named.
+  std::string framework;
   // Attention kernel: true = a fused flash-style kernel (no s*s activations
   // kept, causal blocks skipped); false = materialized scores + fused
   // scale-mask-softmax as in Megatron-LM 2021.

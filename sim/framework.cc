@@ -1,0 +1,158 @@
+#include "sim/framework.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/json_util.h"
+
+namespace loom {
+
+namespace {
+
+template <typename T>
+bool contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+Result<const Json*> section(const Json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_object())
+    return invalid_argument(where + "." + key + " is missing or not an object");
+  const Json& s = j[key];
+  if (!s.contains("source") || !s["source"].is_string() || s["source"].get<std::string>().empty())
+    return invalid_argument(where + "." + key + ".source is missing: say where these defaults were read");
+  return &s;
+}
+
+Result<std::vector<int>> zero_list(const Json& s, const char* key, const std::string& where) {
+  if (!s.contains(key) || !s[key].is_array()) return invalid_argument(where + "." + key + " must be a list of ZeRO stages 0-3");
+  std::vector<int> out;
+  for (const Json& x : s[key]) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > 3)
+      return invalid_argument(where + "." + key + " must hold ZeRO stages 0-3, got " + x.dump());
+    out.push_back(int(x.get<int64_t>()));
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> string_list(const Json& s, const char* key, const std::string& where) {
+  if (!s.contains(key) || !s[key].is_array() || s[key].empty())
+    return invalid_argument(where + "." + key + " must be a non-empty list of names");
+  std::vector<std::string> out;
+  for (const Json& x : s[key]) {
+    if (!x.is_string()) return invalid_argument(where + "." + key + " must hold names, got " + x.dump());
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Framework> parse_framework(const std::string& json_text, const std::string& name) {
+  const std::string w = "framework " + name;
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(json_text, w));
+  if (!j.is_object()) return invalid_argument(w + ": the file must hold a JSON object");
+  Framework f;
+  f.name = name;
+  LOOM_ASSIGN_OR_RETURN(f.version, json_string(j, "version", w));
+  LOOM_ASSIGN_OR_RETURN(f.description, json_string_or(j, "description", "", w));
+  LOOM_ASSIGN_OR_RETURN(f.export_kind, json_string(j, "export", w));
+  if (f.export_kind != "megatron" && f.export_kind != "deepspeed" && f.export_kind != "torchtitan")
+    return invalid_argument(w + ".export must be megatron, deepspeed or torchtitan, got '" + f.export_kind + "'");
+
+  LOOM_ASSIGN_OR_RETURN(const Json* g, section(j, "gradients", w));
+  LOOM_ASSIGN_OR_RETURN(f.fp32_main_grads, json_bool_or(*g, "fp32_main_grads", false, w + ".gradients"));
+
+  LOOM_ASSIGN_OR_RETURN(const Json* o, section(j, "overlap", w));
+  LOOM_ASSIGN_OR_RETURN(f.grad_reduce_overlap_zero_stages, zero_list(*o, "grad_reduce_zero_stages", w + ".overlap"));
+  LOOM_ASSIGN_OR_RETURN(f.overlap_param_gather, json_bool_or(*o, "param_gather", true, w + ".overlap"));
+  LOOM_ASSIGN_OR_RETURN(f.tp_async_backward, json_bool_or(*o, "tp_async_backward", false, w + ".overlap"));
+
+  LOOM_ASSIGN_OR_RETURN(const Json* l, section(j, "layouts", w));
+  const std::string wl = w + ".layouts";
+  LOOM_ASSIGN_OR_RETURN(f.zero_stages, zero_list(*l, "zero_stages", wl));
+  if (f.zero_stages.empty()) return invalid_argument(wl + ".zero_stages must name at least one ZeRO stage");
+  LOOM_ASSIGN_OR_RETURN(auto scheds, string_list(*l, "schedules", wl));
+  for (const auto& s : scheds) {
+    auto r = parse_schedule(s);
+    if (!r.is_ok()) return invalid_argument(wl + ".schedules: " + r.status().message());
+    f.schedules.push_back(*r);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto recs, string_list(*l, "recompute", wl));
+  for (const auto& s : recs) {
+    auto r = parse_recompute(s);
+    if (!r.is_ok()) return invalid_argument(wl + ".recompute: " + r.status().message());
+    f.recompute.push_back(*r);
+  }
+  LOOM_ASSIGN_OR_RETURN(std::string spr, json_string(*l, "sequence_parallel", wl));
+  if (spr == "optional") f.sequence_parallel = SequenceParallelRule::kOptional;
+  else if (spr == "always") f.sequence_parallel = SequenceParallelRule::kAlways;
+  else if (spr == "never") f.sequence_parallel = SequenceParallelRule::kNever;
+  else return invalid_argument(wl + ".sequence_parallel must be optional, always or never, got '" + spr + "'");
+
+  LOOM_ASSIGN_OR_RETURN(const Json* e, section(j, "fp8", w));
+  LOOM_ASSIGN_OR_RETURN(std::string scaling, json_string(*e, "scaling", w + ".fp8"));
+  if (!parse_fp8_scaling(scaling, &f.fp8_scaling))
+    return invalid_argument(w + ".fp8.scaling must be delayed or current, got '" + scaling + "'");
+  LOOM_ASSIGN_OR_RETURN(f.fp8_attention, json_bool_or(*e, "attention", false, w + ".fp8"));
+
+  LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", -1, w));
+  if (dropout < -1 || dropout > 1) return invalid_argument(w + ".dropout must be -1 (from the model), 0 or 1");
+  f.dropout = int(dropout);
+  if (!j.contains("source") || !j["source"].is_string()) return invalid_argument(w + ".source is missing");
+  return f;
+}
+
+Result<Framework> load_framework(const std::string& path_or_name) {
+  LOOM_ASSIGN_OR_RETURN(std::string path, find_description_file(path_or_name, "frameworks"));
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_framework(text, std::filesystem::path(path).stem().string());
+}
+
+void apply_framework(const Framework& f, SimOptions* opt) {
+  opt->framework = f.name;
+  opt->fp32_main_grads = f.fp32_main_grads;
+  opt->tp_async_backward = f.tp_async_backward;
+  opt->fp8_scaling = f.fp8_scaling;
+  opt->fp8_attention = f.fp8_attention;
+  opt->dropout = f.dropout;
+}
+
+void apply_framework(const Framework& f, SearchSpace* sp) {
+  sp->zero_stages = f.zero_stages;
+  sp->schedules = f.schedules;
+  sp->recompute = f.recompute;
+  sp->try_sequence_parallel = f.sequence_parallel != SequenceParallelRule::kNever;
+  sp->sequence_parallel_required = f.sequence_parallel == SequenceParallelRule::kAlways;
+  sp->overlap_grad_zero_stages = f.grad_reduce_overlap_zero_stages;
+  sp->overlap_grad_reduce = !f.grad_reduce_overlap_zero_stages.empty();
+  sp->overlap_param_gather = f.overlap_param_gather;
+}
+
+Status check_layout_for_framework(const Framework& f, const Layout& l) {
+  auto names = [](const auto& v, auto name_of) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + std::string(name_of(x));
+    return s;
+  };
+  if (!contains(f.zero_stages, l.zero))
+    return invalid_argument("zero=" + std::to_string(l.zero) + ": " + f.name + " offers ZeRO " +
+                            names(f.zero_stages, [](int z) { return std::to_string(z); }));
+  if (l.pp > 1 && !contains(f.schedules, l.schedule))
+    return invalid_argument(std::string("schedule=") + schedule_name(l.schedule) + ": " + f.name + " offers " +
+                            names(f.schedules, [](Schedule s) { return schedule_name(s); }));
+  if (!contains(f.recompute, l.recompute))
+    return invalid_argument(std::string("recompute=") + recompute_name(l.recompute) + ": " + f.name + " offers " +
+                            names(f.recompute, [](Recompute r) { return recompute_name(r); }));
+  if (l.tp > 1 && f.sequence_parallel == SequenceParallelRule::kAlways && !l.sequence_parallel)
+    return invalid_argument("sp=0: " + f.name + "'s tensor parallelism always shards the sequence; use sp=1");
+  if (l.sequence_parallel && f.sequence_parallel == SequenceParallelRule::kNever)
+    return invalid_argument("sp=1: " + f.name + " has no sequence parallelism; use sp=0");
+  return Status::ok();
+}
+
+void apply_framework_overlap(const Framework& f, Layout* l) {
+  l->overlap_grad_reduce = contains(f.grad_reduce_overlap_zero_stages, l->zero);
+  l->overlap_param_gather = f.overlap_param_gather;
+}
+
+}  // namespace loom

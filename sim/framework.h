@@ -1,0 +1,61 @@
+// Framework profiles: what a training stack does by default, read from
+// frameworks/<name>.json (format: docs/formats/framework.md). Which overlaps
+// are on, in which dtype gradients are reduced, which ZeRO stages, pipeline
+// schedules, recompute modes and sequence-parallel settings the stack offers,
+// its FP8 recipe, and the dialect `loom plan --export framework` prints. Each
+// section names the source (file and default) it was read from.
+//
+// A framework shapes the simulator's options (apply_framework(SimOptions))
+// and the layouts the search enumerates (apply_framework(SearchSpace)).
+//
+// Thread-safety: an immutable value.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/layout.h"
+#include "core/status.h"
+#include "sim/search.h"
+#include "sim/sim_options.h"
+
+namespace loom {
+
+enum class SequenceParallelRule { kOptional, kAlways, kNever };
+
+struct Framework {
+  std::string name;         // file stem, e.g. "megatron-core"
+  std::string version;      // the release its defaults were read from
+  std::string description;
+  std::string export_kind;  // "megatron", "deepspeed" or "torchtitan"
+  bool fp32_main_grads = false;
+  std::vector<int> grad_reduce_overlap_zero_stages;  // ZeRO stages whose gradient reduction overlaps backward
+  bool overlap_param_gather = true;
+  bool tp_async_backward = false;
+  std::vector<int> zero_stages;
+  std::vector<Schedule> schedules;
+  std::vector<Recompute> recompute;
+  SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
+  Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
+  bool fp8_attention = false;
+  int dropout = -1;
+};
+
+// Errors name the key and what it must be.
+Result<Framework> parse_framework(const std::string& json_text, const std::string& name);
+// A path, or a bare name looked up as frameworks/<name>.json.
+Result<Framework> load_framework(const std::string& path_or_name);
+
+// The stack's modelling options: gradient dtype, backward TP overlap, FP8
+// recipe, dropout. Records the framework's name in opt->framework.
+void apply_framework(const Framework& f, SimOptions* opt);
+// The layouts the stack can run: ZeRO stages, schedules, recompute modes,
+// sequence parallelism, and which layouts overlap their gradient reduction.
+void apply_framework(const Framework& f, SearchSpace* space);
+// Whether a layout is one the stack can run; the error says which setting
+// it lacks and what it offers instead.
+Status check_layout_for_framework(const Framework& f, const Layout& l);
+// The layout's overlap flags as the stack sets them.
+void apply_framework_overlap(const Framework& f, Layout* l);
+
+}  // namespace loom

@@ -1,0 +1,137 @@
+// Framework profiles: every shipped file loads with its sources, sets the
+// options its stack's sources state, and confines the search to the layouts
+// that stack can run; bad files name the key.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/plan.h"
+#include "sim/export.h"
+#include "sim/framework.h"
+#include "sim/report.h"
+#include "sim/search.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+Framework load_or_die(const std::string& name) {
+  auto r = load_framework(name);
+  LOOM_CHECK(r.is_ok(), r.status().to_string());
+  return r.value();
+}
+
+TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
+  const Framework mc = load_or_die("megatron-core");
+  // Megatron-LM with --bf16: fp32 main grads reduced in fp32; async backward
+  // TP in its linear layers; TE's DelayedScaling is Megatron's default recipe.
+  EXPECT_TRUE(mc.fp32_main_grads);
+  EXPECT_TRUE(mc.tp_async_backward);
+  EXPECT_EQ(mc.fp8_scaling, Fp8Scaling::kDelayed);
+  EXPECT_EQ(mc.export_kind, "megatron");
+  const Framework tt = load_or_die("torchtitan");
+  // FSDP2 reduce_dtype float32; torchao's tensorwise (current) scaling.
+  EXPECT_TRUE(tt.fp32_main_grads);
+  EXPECT_FALSE(tt.tp_async_backward);
+  EXPECT_EQ(tt.fp8_scaling, Fp8Scaling::kCurrent);
+  EXPECT_EQ(tt.sequence_parallel, SequenceParallelRule::kAlways);
+  const Framework ds = load_or_die("deepspeed");
+  // communication_data_type falls back to the model dtype (bf16); overlap_comm
+  // defaults to stage == 3.
+  EXPECT_FALSE(ds.fp32_main_grads);
+  EXPECT_EQ(ds.grad_reduce_overlap_zero_stages, std::vector<int>{3});
+  EXPECT_EQ(ds.sequence_parallel, SequenceParallelRule::kNever);
+
+  SimOptions opt;
+  apply_framework(mc, &opt);
+  EXPECT_EQ(opt.framework, "megatron-core");
+  EXPECT_TRUE(opt.fp32_main_grads);
+  // The plan records the framework and reads it back.
+  auto back = parse_sim_options(sim_options_json(opt));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->framework, "megatron-core");
+  EXPECT_EQ(back->fp8_scaling, Fp8Scaling::kDelayed);
+}
+
+TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 4096;
+  Evaluator eval(m, hw, t, SimOptions{});
+  for (const char* name : {"megatron-core", "torchtitan", "deepspeed"}) {
+    const Framework f = load_or_die(name);
+    SearchSpace sp;
+    sp.world = 16;
+    apply_framework(f, &sp);
+    const std::vector<Layout> layouts = enumerate_layouts(eval, sp);
+    ASSERT_FALSE(layouts.empty()) << name;
+    for (const Layout& l : layouts) {
+      EXPECT_TRUE(check_layout_for_framework(f, l).is_ok()) << name << " " << l.to_string();
+      const bool overlap = std::count(f.grad_reduce_overlap_zero_stages.begin(),
+                                      f.grad_reduce_overlap_zero_stages.end(), l.zero) > 0;
+      EXPECT_EQ(l.overlap_grad_reduce, overlap) << name << " " << l.to_string();
+    }
+  }
+  // And a layout the stack cannot run says what it offers instead.
+  Layout z2;
+  z2.dp = 16;
+  z2.zero = 2;
+  Status s = check_layout_for_framework(load_or_die("megatron-core"), z2);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("offers ZeRO 0, 1"), std::string::npos) << s.message();
+}
+
+TEST(Framework, BadFilesNameTheKey) {
+  const std::string good = R"({"version": "1", "export": "megatron",
+    "gradients": {"fp32_main_grads": true, "source": "s"},
+    "overlap": {"grad_reduce_zero_stages": [0, 1], "source": "s"},
+    "layouts": {"zero_stages": [0, 1], "schedules": ["1f1b"], "recompute": ["none"], "sequence_parallel": "optional", "source": "s"},
+    "fp8": {"scaling": "delayed", "source": "s"}, "source": "s"})";
+  ASSERT_TRUE(parse_framework(good, "f").is_ok()) << parse_framework(good, "f").status().to_string();
+  auto expect_error = [&](const std::string& from, const std::string& to, const std::string& needle) {
+    std::string text = good;
+    const size_t p = text.find(from);
+    ASSERT_NE(p, std::string::npos) << from;
+    text.replace(p, from.size(), to);
+    auto r = parse_framework(text, "f");
+    ASSERT_FALSE(r.is_ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().to_string();
+  };
+  expect_error(R"("export": "megatron")", R"("export": "jax")", "export must be");
+  expect_error(R"("zero_stages": [0, 1])", R"("zero_stages": [0, 4])", "layouts.zero_stages");
+  expect_error(R"("schedules": ["1f1b"])", R"("schedules": ["zb-v"])", "layouts.schedules");
+  expect_error(R"("sequence_parallel": "optional")", R"("sequence_parallel": "maybe")", "sequence_parallel must be");
+  expect_error(R"("scaling": "delayed")", R"("scaling": "mx")", "fp8.scaling");
+  expect_error(R"("gradients": {"fp32_main_grads": true, "source": "s"})", R"("gradients": {"fp32_main_grads": true})",
+               "gradients.source");
+  EXPECT_FALSE(load_framework("no-such-stack").is_ok());
+}
+
+TEST(Framework, TorchtitanExportStatesTheLayout) {
+  Plan p;
+  p.model = testing::load_model_or_die("llama-3-8b");
+  p.train.global_batch = 64;
+  p.train.seq_len = 8192;
+  p.train.precision = Precision::kFp8;
+  p.layout.dp = 4;
+  p.layout.tp = 2;
+  p.layout.pp = 2;
+  p.layout.zero = 3;
+  p.layout.sequence_parallel = true;
+  p.layout.schedule = Schedule::kInterleaved;
+  p.layout.virtual_stages = 2;
+  p.layout.micro_batch = 2;
+  auto text = export_plan(p, "torchtitan");
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  for (const char* line : {"local_batch_size = 16", "data_parallel_shard_degree = 4", "tensor_parallel_degree = 2",
+                           "pipeline_parallel_degree = 2", "pipeline_parallel_schedule = \"Interleaved1F1B\"",
+                           "pipeline_parallel_layers_per_stage = 8", "converters = [\"float8\"]"})
+    EXPECT_NE(text->find(line), std::string::npos) << line << "\n" << *text;
+  p.layout.zero = 1;
+  EXPECT_FALSE(export_plan(p, "torchtitan").is_ok());
+}
+
+}  // namespace
+}  // namespace loom
