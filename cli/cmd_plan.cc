@@ -128,6 +128,7 @@ struct PlanInputs {
   HwProfile hw;
   TrainSpec train;
   SimOptions opt;
+  SearchSpace space;  // the framework's layouts, or all
   std::optional<Framework> framework;
 };
 
@@ -160,23 +161,17 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.flash_attention = !a.no_flash;
   req.fp32_main_grads = a.fp32_main_grads;
   req.tp_async_backward = a.tp_async_backward;
-  req.fp8_scaling = a.fp8_scaling.empty() ? "current" : a.fp8_scaling;
+  req.fp8_scaling = a.fp8_scaling;
+  req.framework = a.framework;
   req.fp8_attention = a.fp8_attention;
-  req.dropout = a.dropout == -2 ? -1 : a.dropout;
+  req.dropout = a.dropout;
   req.grad_buckets = a.grad_buckets;
   LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
+  // The framework's defaults, then what the command line set explicitly.
   in.opt = make_sim_options(req, in.hw);
+  in.space = make_search_space(req);
   if (!a.framework.empty()) {
-    // The stack's defaults, then what the command line set explicitly.
     LOOM_ASSIGN_OR_RETURN(in.framework, load_framework(a.framework));
-    apply_framework(*in.framework, &in.opt);
-    if (a.no_flash) in.opt.flash_attention = false;
-    if (a.fp32_main_grads) in.opt.fp32_main_grads = true;
-    if (a.tp_async_backward) in.opt.tp_async_backward = true;
-    if (!a.fp8_scaling.empty()) parse_fp8_scaling(a.fp8_scaling, &in.opt.fp8_scaling);
-    if (a.fp8_attention) in.opt.fp8_attention = true;
-    if (a.dropout != -2) in.opt.dropout = a.dropout;
-    if (in.hw.is_cpu()) in.opt.flash_attention = true;
   }
   // A calibrated CPU profile holds per-rank figures for the number of ranks
   // that shared the machine while it was measured; another count shares the
@@ -255,11 +250,9 @@ void print_search_json(const PlanArgs& a, const PlanInputs& in, const SearchResu
 // The search: every valid layout, the best (or --pick) written. Exit 3 when
 // none fits.
 int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
-  SearchSpace space;
-  space.world = a.gpus;
+  SearchSpace space = in.space;
   space.threads = a.threads;
   space.refine_top = std::max(8, a.pick + 1);
-  if (in.framework) apply_framework(*in.framework, &space);
   if (Status s = apply_fix(a.fix, space); !s.is_ok()) return fail("plan", s);
   auto res = search_layouts(eval, space);
   if (!res.is_ok()) return fail("plan", res.status());

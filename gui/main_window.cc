@@ -181,6 +181,11 @@ void MainWindow::build_inputs() {
   form->addRow("Global batch (sequences)", batch_);
   form->addRow("Sequence length", seq_);
   form->addRow("Precision", precision_);
+  framework_ = new QComboBox();
+  framework_->addItems({"(Loom)", "megatron-core", "torchtitan", "deepspeed"});
+  framework_->setToolTip("Training stack whose defaults the simulator models (frameworks/*.json): gradient dtype, "
+                         "overlaps, FP8 recipe, and the layouts the search tries");
+  form->addRow("Framework", framework_);
   dp_ = spin(1, 1 << 20, 8);
   tp_ = spin(1, 1024, 1);
   pp_ = spin(1, 1024, 1);
@@ -226,7 +231,7 @@ void MainWindow::build_inputs() {
   };
   for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, micro_, v_})
     connect(s, &QSpinBox::valueChanged, this, changed);
-  for (QComboBox* c : {precision_, zero_, schedule_, recompute_})
+  for (QComboBox* c : {precision_, framework_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
   for (QCheckBox* c : {sp_, overlap_grad_, overlap_param_}) connect(c, &QCheckBox::toggled, this, changed);
   connect(model_box_, &QComboBox::activated, this, [this](int) { open_model(model_box_->currentText()); });
@@ -283,6 +288,7 @@ void MainWindow::write_controls() {
   batch_->setValue(int(r.global_batch));
   seq_->setValue(int(r.seq));
   precision_->setCurrentText(QString::fromStdString(r.precision));
+  framework_->setCurrentText(r.framework.empty() ? QString("(Loom)") : QString::fromStdString(r.framework));
   dp_->setValue(l.dp);
   tp_->setValue(l.tp);
   pp_->setValue(l.pp);
@@ -305,6 +311,7 @@ void MainWindow::read_controls() {
   r.global_batch = batch_->value();
   r.seq = seq_->value();
   r.precision = precision_->currentText().toStdString();
+  r.framework = framework_->currentIndex() == 0 ? std::string() : framework_->currentText().toStdString();
   l.dp = dp_->value();
   l.tp = tp_->value();
   l.pp = pp_->value();

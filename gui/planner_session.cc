@@ -71,7 +71,7 @@ Result<PlannerSession::SearchJob> PlannerSession::search_job() const {
   LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_));
   SearchJob job;
   job.eval = std::make_shared<const Evaluator>(model_, hw_, train, make_sim_options(req_, hw_));
-  job.space.world = req_.gpus;
+  job.space = make_search_space(req_);
   // Leave a core to the event loop.
   job.space.threads = std::max(1, int(std::thread::hardware_concurrency()) - 1);
   return job;

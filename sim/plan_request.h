@@ -10,6 +10,7 @@
 #include "core/program.h"
 #include "core/status.h"
 #include "core/train_spec.h"
+#include "sim/search.h"
 #include "sim/sim_options.h"
 
 namespace loom {
@@ -23,19 +24,26 @@ struct PlanRequest {
   double lr = 3e-4;
   int64_t warmup = 0;
   uint64_t seed = 1234;
+  // A training stack's defaults (frameworks/<name>.json, sim/framework.h);
+  // empty: Loom's own. The fields below override it where set: a false flag
+  // and an empty fp8_scaling / dropout -2 leave the framework's value.
+  std::string framework;
   bool flash_attention = true;
   bool fp32_main_grads = false;
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
-  std::string fp8_scaling = "current";  // SimOptions::fp8_scaling: delayed | current
-  bool fp8_attention = false;           // SimOptions::fp8_attention
-  int dropout = -1;  // -1: from the model family, 0 off, 1 on
+  std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
+  bool fp8_attention = false;      // SimOptions::fp8_attention
+  int dropout = -2;  // -1: from the model family, 0 off, 1 on; -2: the framework's (else -1)
   int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };
 
-// Errors name the field: sizes, precision, fp8 on hardware without it, gpus.
+// Errors name the field: sizes, precision, fp8 on hardware without it, gpus,
+// a framework that does not load.
 Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw);
 // CPU profiles reserve no device runtime and always use the flash-style
 // attention kernel (the CPU kernel keeps no s x s scores).
 SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw);
+// The search space of the request's framework (all layouts without one).
+SearchSpace make_search_space(const PlanRequest& req);
 
 }  // namespace loom
