@@ -43,6 +43,7 @@ struct PlanArgs {
   bool tp_async_backward = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
+  bool fp8_params = false;
   std::string framework;    // frameworks/<name>.json; empty: none
   int dropout = -2;         // -2: not given (the framework's, else -1)
   int grad_buckets = kDefaultGradBuckets;
@@ -52,52 +53,6 @@ struct PlanArgs {
   uint64_t seed = 1234;
 };
 
-Status apply_fix(const std::string& text, SearchSpace& sp) {
-  if (text.empty()) return Status::ok();
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos) return invalid_argument("--fix: '" + item + "' is not key=value (e.g. tp=8,pp=2)");
-    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    auto to_int = [&](int& field) -> Status {
-      try {
-        size_t used = 0;
-        int x = std::stoi(v, &used);
-        if (used != v.size() || x < 0) throw std::invalid_argument(v);
-        field = x;
-        return Status::ok();
-      } catch (...) {
-        return invalid_argument("--fix: " + k + "=" + v + " is not a non-negative integer");
-      }
-    };
-    if (k == "dp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_dp));
-    else if (k == "tp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_tp));
-    else if (k == "pp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_pp));
-    else if (k == "ep") LOOM_RETURN_IF_ERROR(to_int(sp.fix_ep));
-    else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
-    else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
-    else if (k == "sp" || k == "overlap_grad" || k == "overlap_param") {
-      bool on;
-      if (v == "1" || v == "true" || v == "on") on = true;
-      else if (v == "0" || v == "false" || v == "off") on = false;
-      else return invalid_argument("--fix: " + k + "=" + v + " must be 0 or 1");
-      if (k == "sp") sp.fix_sp = on;
-      else if (k == "overlap_grad") sp.overlap_grad_reduce = on;
-      else sp.overlap_param_gather = on;
-    }
-    else if (k == "schedule") {
-      LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
-      sp.fix_schedule = s;
-    } else if (k == "recompute") {
-      LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
-      sp.fix_recompute = r;
-    } else {
-      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, sp, schedule, recompute, overlap_grad, overlap_param");
-    }
-  }
-  return Status::ok();
-}
 
 // --export framework: the dialect of the --framework's stack.
 std::string export_dialect(const PlanArgs& a, const std::optional<Framework>& fw) {
@@ -163,6 +118,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.tp_async_backward = a.tp_async_backward;
   req.fp8_scaling = a.fp8_scaling;
   req.framework = a.framework;
+  req.fp8_params = a.fp8_params;
   req.fp8_attention = a.fp8_attention;
   req.dropout = a.dropout;
   req.grad_buckets = a.grad_buckets;
@@ -253,7 +209,7 @@ int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) 
   SearchSpace space = in.space;
   space.threads = a.threads;
   space.refine_top = std::max(8, a.pick + 1);
-  if (Status s = apply_fix(a.fix, space); !s.is_ok()) return fail("plan", s);
+  if (Status s = apply_search_fix(a.fix, &space); !s.is_ok()) return fail("plan", s);
   auto res = search_layouts(eval, space);
   if (!res.is_ok()) return fail("plan", res.status());
   if (res->ranked.empty()) {
@@ -328,6 +284,9 @@ int cmd_plan(int argc, char** argv) {
                  "without --framework) or delayed (amax history)");
   app.add_flag("--fp8-attention", a.fp8_attention,
                "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
+  app.add_flag("--fp8-params", a.fp8_params,
+               "fp8 parameters (Megatron --fp8-param-gather): only the fp8 weight and its transpose are kept, "
+               "gathered at 1 byte a parameter");
   app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");
   app.add_option("--grad-buckets", a.grad_buckets,
                  "gradient buckets per model chunk: the data-parallel syncs the program overlaps with backward "

@@ -17,6 +17,7 @@ int cmd_tokenizer(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_calibrate(int argc, char** argv);
 int cmd_regress(int argc, char** argv);
+int cmd_validate(int argc, char** argv);
 
 // Prints "loom <cmd>: <message>" to stderr and maps the Status to an exit code.
 int fail(const std::string& cmd, const Status& status);

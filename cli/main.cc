@@ -34,6 +34,7 @@ void usage(std::FILE* out) {
                "  ckpt      inspect / verify / export (safetensors) a checkpoint\n"
                "  calibrate measure this machine into a hardware profile (mpirun -np N loom calibrate)\n"
                "  regress   run a predicted-vs-measured suite (regress run SUITE) and check it (regress check)\n"
+               "  validate  predict the published training runs of validation/published_runs.json and compare\n"
                "\n"
                "`loom <command> --help` describes each command's options.\n",
                loom::loom_version());
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   if (cmd == "ckpt") return loom::cli::cmd_ckpt(argc - 1, argv + 1);
   if (cmd == "calibrate") return loom::cli::cmd_calibrate(argc - 1, argv + 1);
   if (cmd == "regress") return loom::cli::cmd_regress(argc - 1, argv + 1);
+  if (cmd == "validate") return loom::cli::cmd_validate(argc - 1, argv + 1);
   std::fprintf(stderr, "loom: unknown command '%s'; run `loom --help` for the list\n", cmd.c_str());
   return 2;
 }

@@ -154,6 +154,7 @@ void BreakdownView::show_result(const SimResult* r) {
                         {"EP comm (exposed)", t.ep_comm_s, QColor(0xe3, 0x77, 0xc2)},
                         {"PP comm (exposed)", t.pp_comm_s, QColor(0xdd, 0x84, 0x52)},
                         {"DP comm (exposed)", t.dp_comm_s, QColor(0x81, 0x72, 0xb3)},
+                        {"DP comm contention", t.contention_s, QColor(0xa8, 0x9c, 0xc8)},
                         {"pipeline bubble", t.bubble_s, QColor(0xb0, 0xb0, 0xb0)},
                         {"optimizer", t.optimizer_s, QColor(0x93, 0x78, 0x60)}};
   auto* series = new QHorizontalStackedBarSeries();

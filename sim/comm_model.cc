@@ -460,4 +460,6 @@ CollectiveCost collective_cost(const HwProfile& hw, Collective coll, const Group
   return finish(c, coll, best_algo, best_p, bytes, best);
 }
 
+double nccl_channels() { return kChannels; }
+
 }  // namespace loom

@@ -30,6 +30,10 @@
 
 namespace loom {
 
+// The channels (one thread block, so one SM, each) an NCCL collective runs
+// on in this model: 16 on an 8-GPU NVSwitch node (sim/comm_model.cc).
+double nccl_channels();
+
 enum class Collective : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kSendRecv, kAllToAll };
 enum class CommAlgo : uint8_t { kRing, kTree, kNvls, kDirect };  // kDirect: p2p and all-to-all
 enum class CommProto : uint8_t { kLL, kLL128, kSimple };

@@ -99,6 +99,11 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
   return flops / (a.peak_flops(precision) * eff);
 }
 
+double comm_contention_fraction(const HwProfile& hw) {
+  if (hw.accel.sm_count <= 0) return 0;
+  return std::min(1.0, nccl_channels() / hw.accel.sm_count);
+}
+
 bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
   if (opt.dropout >= 0) return opt.dropout > 0;
   return model.model_type == "gpt2";
@@ -304,10 +309,14 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   c.fwd_tp_s = tp_fwd_total * tp_exposed;
   c.bwd_tp_s = tp_bwd_exposed * tp_exposed;
   c.tp_comm_total_s = tp_fwd_total + tp_bwd_total;
+  // The collectives hidden behind GEMMs slow those GEMMs (SMs held by NCCL).
+  const double contention = comm_contention_fraction(hw);
+  const double fwd_hidden_tp = tp_fwd_total - c.fwd_tp_s, bwd_hidden_tp = tp_bwd_total - c.bwd_tp_s;
 
-  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_fwd_s();
+  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_fwd_s() + fwd_hidden_tp * contention;
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
-  c.bwd_s = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_bwd_s() + c.bwd_tp_s + c.bwd_ep_s;
+  c.bwd_s = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_bwd_s() + bwd_hidden_tp * contention + c.bwd_tp_s +
+            c.bwd_ep_s;
   c.weight_cast_s = gemm.cast_weights_s();
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
@@ -397,7 +406,8 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   c.bwd_tp_s = bwd_exposed;
   c.tp_comm_total_s = comm + bwd_comm;
   c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes + ce_fwd_bytes, 4) + comm;
-  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes + ce_bwd_bytes, 4) + bwd_exposed;
+  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes + ce_bwd_bytes, 4) + bwd_exposed +
+            (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;
   return c;

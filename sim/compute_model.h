@@ -90,6 +90,12 @@ PieceCost head_cost(const ModelSpec& model, const HwProfile& hw, const SimOption
 // plus the gradient-norm pass: memory bound.
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision precision, double local_params);
 
+// Contention: an NCCL collective keeps one thread block (an SM) per channel
+// resident for its whole duration, so compute that overlaps it runs on the
+// remaining SMs. The share of compute throughput one overlapped collective
+// takes: channels / SMs (0 on CPUs, where the model has no SM count).
+double comm_contention_fraction(const HwProfile& hw);
+
 // Time of one GEMM of shape (m x k) * (k x n).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
 

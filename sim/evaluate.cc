@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <cmath>
 
@@ -89,12 +90,12 @@ struct PieceKey {
 }  // namespace
 
 const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
-  constexpr int kSlots = 64;
+  constexpr int kSlots = 256;
   thread_local PieceKey keys[kSlots];
   thread_local Pieces values[kSlots];
   PieceKey k{id_, l.tp, l.ep, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute), l.rank_order};
-  size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 7 + size_t(k.sp) * 3 +
-              size_t(k.recompute)) % kSlots;
+  size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 11 + size_t(k.sp) * 5 +
+              size_t(k.recompute) * 2) % kSlots;
   if (!(keys[h] == k)) {
     values[h] = compute_pieces(l);
     keys[h] = k;
@@ -103,16 +104,18 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
 }
 
 const StageSplit& Evaluator::split(const Layout& l) const {
-  thread_local uint64_t key_id = 0;
-  thread_local int key_pp = 0, key_v = 0;
-  thread_local StageSplit value;
-  if (key_id != id_ || key_pp != l.pp || key_v != l.virtual_stages) {
-    value = split_layers(model_, l.pp, l.virtual_stages);
-    key_id = id_;
-    key_pp = l.pp;
-    key_v = l.virtual_stages;
+  constexpr int kSlots = 16;
+  thread_local uint64_t key_id[kSlots] = {};
+  thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {};
+  thread_local StageSplit value[kSlots];
+  const size_t h = (size_t(l.pp) * 7 + size_t(l.virtual_stages)) % kSlots;
+  if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != l.virtual_stages) {
+    value[h] = split_layers(model_, l.pp, l.virtual_stages);
+    key_id[h] = id_;
+    key_pp[h] = l.pp;
+    key_v[h] = l.virtual_stages;
   }
-  return value;
+  return value[h];
 }
 
 void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& split, int s, StageCosts& sc) const {
@@ -134,7 +137,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   StageParams params = stage_params(model_, l, split, s);
   sc.grad_bytes = params.dense * grad_elem_bytes(p, opt_);
   sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
-  sc.param_bytes_gather = params.total() * element_bytes(p);
+  sc.param_bytes_gather = params.total() * (p == Precision::kFp8 && opt_.fp8_params ? 1.0 : element_bytes(p));
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
   // A tied embedding split over the pipeline: the first and the last stage
@@ -166,7 +169,35 @@ std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
   return out;
 }
 
+namespace {
+
+// The DP collectives of a stage depend on the group shapes and the bytes
+// only: layouts that differ in micro-batch, schedule or recompute share them.
+struct DpKey {
+  uint64_t evaluator = 0;
+  int dp = 0, tp = 0, pp = 0, ep = 0, zero = 0;
+  double grad_bytes = 0, expert_grad_bytes = 0;
+  std::string order;
+  bool operator==(const DpKey&) const = default;
+};
+
+}  // namespace
+
 DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) const {
+  constexpr int kSlots = 256;
+  thread_local DpKey keys[kSlots];
+  thread_local DpCollectives values[kSlots];
+  DpKey k{id_, l.dp, l.tp, l.pp, l.ep, l.zero, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  const size_t h = (std::hash<double>{}(sc.grad_bytes) ^ (size_t(l.dp) * 131 + size_t(l.tp) * 31 + size_t(l.pp) * 17 +
+                                                           size_t(l.ep) * 7 + size_t(l.zero))) % kSlots;
+  if (!(keys[h] == k)) {
+    values[h] = compute_dp_collectives(l, sc);
+    keys[h] = k;
+  }
+  return values[h];
+}
+
+DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCosts& sc) const {
   DpCollectives d;
   if (l.dp <= 1) return d;
   const int dpn = hw_.node.devices_per_node;
@@ -176,7 +207,8 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   edp_shape.ranks = l.dp / l.ep;
   edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
   edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
-  const double w_over_g = element_bytes(train_.precision) / grad_elem_bytes(train_.precision, opt_);
+  const double gathered = train_.precision == Precision::kFp8 && opt_.fp8_params ? 1.0 : element_bytes(train_.precision);
+  const double w_over_g = gathered / grad_elem_bytes(train_.precision, opt_);
   Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
   d.grad_sync = collective_cost(hw_, grad_coll, dp_shape, sc.grad_bytes);
   d.grad_sync_s = d.grad_sync.time_s;
@@ -198,14 +230,33 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
 
 double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
   if (l.pp <= 1) return 0;
+  // The transfer depends on the PP group's placement and the micro-batch.
+  constexpr int kSlots = 64;
+  struct Key {
+    uint64_t evaluator = 0;
+    int dp = 0, tp = 0, pp = 0, ep = 0, cp = 0, micro = 0;
+    std::string order;
+    bool operator==(const Key&) const = default;
+  };
+  thread_local Key keys[kSlots];
+  thread_local CollectiveCost values[kSlots];
+  Key k{id_, l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.rank_order};
+  const size_t h = (size_t(l.pp) * 31 + size_t(l.tp) * 7 + size_t(l.micro_batch) * 3 + size_t(l.dp)) % kSlots;
+  if (!(keys[h] == k)) {
+    values[h] = p2p_cost(l);
+    keys[h] = k;
+  }
+  if (cost) *cost = values[h];
+  return values[h].time_s;
+}
+
+CollectiveCost Evaluator::p2p_cost(const Layout& l) const {
   GroupShape pp_shape = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
   GroupShape pair{2, pp_shape.nodes > 1 ? 2 : 1, pp_shape.nodes > 1 ? 1 : 2};
   // One micro-batch's activation; Megatron's scatter-gather optimization (and
   // sequence parallelism) sends 1/tp of it from each TP rank.
   double bytes = double(l.micro_batch) * train_.seq_len * model_.hidden * element_bytes(train_.precision) / l.tp;
-  CollectiveCost c = collective_cost(hw_, Collective::kSendRecv, pair, bytes);
-  if (cost) *cost = c;
-  return c.time_s;
+  return collective_cost(hw_, Collective::kSendRecv, pair, bytes);
 }
 
 void split_compute(const StageCosts& c, int64_t m, StepBreakdown* tb) {
@@ -358,7 +409,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // Exposed data-parallel communication: per stage, what its own remaining
   // compute (last backward, later micro-batches) and the pipeline drain after
   // it (stage s finishes about s backward-times before stage 0) cannot hide.
-  double dp_exposed = 0, opt_s = 0;
+  double dp_exposed = 0, opt_s = 0, contention = 0;
+  const double contention_fraction = comm_contention_fraction(hw_);
   // Interior stages carry the same gradient bytes: price their collectives once.
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
@@ -409,6 +461,11 @@ Estimate Evaluator::estimate(const Layout& l) const {
       exposed += l.overlap_param_gather ? d.param_gather_s / nb : d.param_gather_s;
     }
     dp_exposed = std::max(dp_exposed, exposed);
+    // The DP stream's time this stage's compute hides, and the SMs it holds.
+    double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
+    if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
+    if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
+    contention = std::max(contention, std::max(0.0, total - exposed) * contention_fraction);
   }
 
   // Split the critical stage's time into its parts (tp_s / ep_s are the
@@ -419,8 +476,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
   tb.pp_comm_s = l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p : 0;
   tb.bubble_s = std::max(0.0, pipe - double(m) * t_max - tb.pp_comm_s);
   tb.dp_comm_s = dp_exposed;
+  tb.contention_s = contention;
   tb.optimizer_s = opt_s;
-  tb.step_time_s = pipe + dp_exposed + opt_s;
+  tb.step_time_s = pipe + dp_exposed + opt_s + contention;
 
   double executed = flops_micro * double(m) * l.dp * l.tp;
   est.figures = figures(l, tb.step_time_s, executed);

@@ -44,6 +44,9 @@ struct StepBreakdown {
   double ep_comm_s = 0;    // exposed MoE all-to-all
   double pp_comm_s = 0;    // exposed pipeline p2p
   double dp_comm_s = 0;    // exposed DP / ZeRO collectives
+  // Compute slowed by the DP / ZeRO collectives it hides (their SMs):
+  // hidden DP time x comm_contention_fraction.
+  double contention_s = 0;
   double bubble_s = 0;     // pipeline idle of the critical stage
   double optimizer_s = 0;
   double step_time_s = 0;
@@ -152,6 +155,8 @@ class Evaluator {
   SimOptions opt_;
   double palm_flops_per_token_ = 0;
   uint64_t id_ = 0;  // distinguishes evaluators in the per-thread caches
+  DpCollectives compute_dp_collectives(const Layout& l, const StageCosts& sc) const;
+  CollectiveCost p2p_cost(const Layout& l) const;
 };
 
 }  // namespace loom

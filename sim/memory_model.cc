@@ -47,12 +47,16 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
     v_dim = double(m.mla.v_head_dim);
     kv_heads = a;
   }
+  // FP8 training: Transformer Engine keeps a linear layer's input for the
+  // weight gradient as its FP8 copy (1 byte; on Hopper the transposed copy
+  // the TN-only FP8 GEMM needs), not the 16-bit tensor.
+  const double e8 = precision == Precision::kFp8 ? 1.0 : e;
   double bytes = 0;
   bytes += 2 * T * h * e * r;  // inputs of the two norms
   // attention
-  bytes += T * h * e * r;                                             // QKV input
+  bytes += T * h * e8 * r;                                            // QKV input
   bytes += T * (a * qk_dim + kv_heads * qk_dim + kv_heads * v_dim) * e / t;  // Q, K, V
-  bytes += T * a * v_dim * e / t;                                     // projection input
+  bytes += T * a * v_dim * e8 / t;                                    // projection input
   // Qwen3's per-head q/k RMSNorm keeps q and k before the norm and an fp32
   // rstd per head and token (biases keep nothing).
   if (m.qk_norm && !m.mla.enabled) bytes += T * (a + kv_heads) * (qk_dim * e + 4) / t;
@@ -67,19 +71,22 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
     bytes += T * (a / t) * 4;
   }
   // MLP or experts
-  bytes += T * h * e * r;  // MLP / router input
-  double mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;  // GELU: fc1 out, gelu out; SwiGLU: gate, up, product
+  bytes += T * h * (moe_layer ? e : e8) * r;  // MLP input (16-bit for the router)
+  // GELU: fc1 out, gelu out; SwiGLU: gate, up, product. The last is the
+  // down projection's input (FP8 under FP8 training).
+  double mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;
+  const double act_bytes = (mats - 1) * e + e8;
   if (!moe_layer) {
-    bytes += mats * T * double(m.ffn_hidden) * e / t;
+    bytes += T * double(m.ffn_hidden) * act_bytes / t;
   } else {
     const double k = m.moe.experts_per_token;
     bytes += T * r * m.moe.num_experts * 4;                           // router probabilities (fp32)
     // Tokens are gathered over TP before dispatch (SP or not): every TP rank
     // computes its f/t slice of the experts for all T*k routed tokens.
-    bytes += T * k * h * e;                                           // dispatched tokens (expert fc1 input)
-    bytes += mats * T * k * double(m.moe.expert_ffn_hidden) * e / t;
+    bytes += T * k * h * e8;                                          // dispatched tokens (expert fc1 input)
+    bytes += T * k * double(m.moe.expert_ffn_hidden) * act_bytes / t;
     if (m.moe.num_shared_experts > 0)
-      bytes += mats * T * double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts * e / t;
+      bytes += T * double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts * act_bytes / t;
   }
   if (dropout) bytes += T * h * r;  // MLP-output dropout mask
   return bytes;
@@ -110,7 +117,9 @@ StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
     s.grads = 4;
     s.optimizer = 8;  // Adam m and v; the weights are the master copy
   } else {
-    s.weights = p == Precision::kFp8 ? 3 : 2;  // fp8: 16-bit weights + an fp8 copy for the GEMMs
+    // fp8: 16-bit weights + an fp8 copy for the GEMMs; with fp8_params the
+    // FP8 weight and its transpose only.
+    s.weights = p == Precision::kFp8 ? (opt.fp8_params ? 2 : 3) : 2;
     s.grads = opt.fp32_main_grads ? 4 : 2;
     s.optimizer = 12;  // fp32 master, m, v
   }

@@ -44,6 +44,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw) {
   if (req.tp_async_backward) opt.tp_async_backward = true;
   if (!req.fp8_scaling.empty()) parse_fp8_scaling(req.fp8_scaling, &opt.fp8_scaling);  // checked by make_train_spec
   if (req.fp8_attention) opt.fp8_attention = true;
+  if (req.fp8_params) opt.fp8_params = true;
   if (req.dropout != -2) opt.dropout = req.dropout;
   opt.grad_buckets = req.grad_buckets;
   if (hw.is_cpu()) {

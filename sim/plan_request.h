@@ -33,6 +33,7 @@ struct PlanRequest {
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
   std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
   bool fp8_attention = false;      // SimOptions::fp8_attention
+  bool fp8_params = false;         // SimOptions::fp8_params
   int dropout = -2;  // -1: from the model family, 0 off, 1 on; -2: the framework's (else -1)
   int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };

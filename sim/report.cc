@@ -40,6 +40,7 @@ OrderedJson breakdown_json(const StepBreakdown& t) {
   j["ep_comm_exposed_s"] = t.ep_comm_s;
   j["pp_comm_exposed_s"] = t.pp_comm_s;
   j["dp_comm_exposed_s"] = t.dp_comm_s;
+  j["comm_contention_s"] = t.contention_s;
   j["bubble_s"] = t.bubble_s;
   j["optimizer_s"] = t.optimizer_s;
   return j;
@@ -124,6 +125,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["tp_async_backward"] = o.tp_async_backward;
   j["fp8_scaling"] = fp8_scaling_name(o.fp8_scaling);
   j["fp8_attention"] = o.fp8_attention;
+  j["fp8_params"] = o.fp8_params;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
 }
@@ -150,6 +152,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   if (!parse_fp8_scaling(scaling, &o.fp8_scaling))
     return invalid_argument(w + ".fp8_scaling must be \"delayed\" or \"current\", got \"" + scaling + "\"");
   LOOM_ASSIGN_OR_RETURN(o.fp8_attention, json_bool_or(j, "fp8_attention", o.fp8_attention, w));
+  LOOM_ASSIGN_OR_RETURN(o.fp8_params, json_bool_or(j, "fp8_params", o.fp8_params, w));
   return o;
 }
 
@@ -186,7 +189,7 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
   for (Row row : {Row{"forward", t.forward_s}, Row{"backward", t.backward_s}, Row{"recompute", t.recompute_s},
                   Row{"TP comm (exposed)", t.tp_comm_s}, Row{"EP comm (exposed)", t.ep_comm_s},
                   Row{"PP comm (exposed)", t.pp_comm_s}, Row{"DP comm (exposed)", t.dp_comm_s},
-                  Row{"pipeline bubble", t.bubble_s}, Row{"optimizer", t.optimizer_s}}) {
+                  Row{"DP comm contention", t.contention_s}, Row{"pipeline bubble", t.bubble_s}, Row{"optimizer", t.optimizer_s}}) {
     if (row.v <= 1e-9 * t.step_time_s) continue;
     std::snprintf(buf, sizeof buf, "  %-20s %12s %6.1f%%\n", row.name, human_seconds(row.v).c_str(), pct(row.v));
     o << buf;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <string>
+#include <sstream>
 #include <thread>
 
 namespace loom {
@@ -55,10 +57,12 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                 vs.clear();
                 if (pp < 2 || mb % pp) continue;
                 int per_stage = m.num_layers / pp;
-                for (int v = 2; v <= sp.max_virtual_stages && v <= per_stage; ++v)
-                  if (m.num_layers % (pp * v) == 0) vs.push_back(v);
+                // Any v with at least one layer per chunk: an uneven split puts
+                // the extra layers on the middle chunks (core/stage_split.h).
+                for (int v = 2; v <= std::max(sp.max_virtual_stages, sp.fix_v) && v <= per_stage; ++v) vs.push_back(v);
               }
               for (int v : vs) {
+                if (sp.fix_v && v != sp.fix_v) continue;
                 const int sp_first = tp > 1 && sp.sequence_parallel_required ? 1 : 0;
                 for (int spar = sp_first; spar <= (tp > 1 && sp.try_sequence_parallel ? 1 : 0); ++spar) {
                   if (sp.fix_sp && bool(spar) != *sp.fix_sp) continue;
@@ -209,6 +213,55 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   res.ranked = std::move(fitting);
   res.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
+}
+
+Status apply_search_fix(const std::string& text, SearchSpace* space) {
+  SearchSpace& sp = *space;
+  if (text.empty()) return Status::ok();
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) return invalid_argument("--fix: '" + item + "' is not key=value (e.g. tp=8,pp=2)");
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    auto to_int = [&](int& field) -> Status {
+      try {
+        size_t used = 0;
+        int x = std::stoi(v, &used);
+        if (used != v.size() || x < 0) throw std::invalid_argument(v);
+        field = x;
+        return Status::ok();
+      } catch (...) {
+        return invalid_argument("--fix: " + k + "=" + v + " is not a non-negative integer");
+      }
+    };
+    if (k == "dp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_dp));
+    else if (k == "tp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_tp));
+    else if (k == "pp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_pp));
+    else if (k == "ep") LOOM_RETURN_IF_ERROR(to_int(sp.fix_ep));
+    else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
+    else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
+    else if (k == "v") LOOM_RETURN_IF_ERROR(to_int(sp.fix_v));
+    else if (k == "sp" || k == "overlap_grad" || k == "overlap_param") {
+      bool on;
+      if (v == "1" || v == "true" || v == "on") on = true;
+      else if (v == "0" || v == "false" || v == "off") on = false;
+      else return invalid_argument("--fix: " + k + "=" + v + " must be 0 or 1");
+      if (k == "sp") sp.fix_sp = on;
+      else if (k == "overlap_grad") sp.overlap_grad_reduce = on;
+      else sp.overlap_param_gather = on;
+    }
+    else if (k == "schedule") {
+      LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
+      sp.fix_schedule = s;
+    } else if (k == "recompute") {
+      LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
+      sp.fix_recompute = r;
+    } else {
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, v, sp, schedule, recompute, overlap_grad, overlap_param");
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace loom

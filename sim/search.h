@@ -32,7 +32,7 @@ struct SearchSpace {
   bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
-  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_micro = 0, fix_zero = -1;
+  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;
   std::optional<Recompute> fix_recompute;
   std::optional<Schedule> fix_schedule;
   std::optional<bool> fix_sp;
@@ -62,6 +62,11 @@ struct SearchResult {
   std::optional<Candidate> closest;
   std::string closest_why;
 };
+
+// Pins dimensions from `loom plan --fix` text: "tp=8,pp=2,recompute=full"
+// (keys dp, tp, pp, ep, micro, zero, v, sp, schedule, recompute, overlap_grad,
+// overlap_param); errors name the bad item.
+Status apply_search_fix(const std::string& text, SearchSpace* space);
 
 // Every layout of the space that passes validate_layout (unevaluated).
 std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& space);

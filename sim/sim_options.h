@@ -56,6 +56,11 @@ struct SimOptions {
   // MoE router, which are not FP8 layers in Megatron-core or torchtitan.
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;
+  // FP8 parameters (Megatron's --fp8-param-gather, NeMo's fp8_params): the
+  // model keeps only the FP8 weight and its transpose (2 bytes a parameter
+  // instead of 16-bit + FP8 copy), the fp32 master lives in the optimizer,
+  // and the distributed optimizer gathers 1 byte a parameter.
+  bool fp8_params = false;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
 };

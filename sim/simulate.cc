@@ -35,6 +35,31 @@ std::vector<double> op_durations(const Evaluator& eval, const Layout& l, const P
   return dur;
 }
 
+// Time during which stage `s` computes while its DP stream is busy: the
+// intersection of the two streams' busy intervals (each stream runs its ops
+// one at a time).
+double dp_compute_overlap_s(const Program& prog, const Timeline& tl, int s) {
+  std::vector<std::pair<double, double>> compute, dp;
+  for (const Op& op : prog.ops) {
+    if (op.stage != s) continue;
+    const OpTiming& t = tl.ops[op.id];
+    if (t.end_s <= t.start_s) continue;
+    if (op.stream == Stream::kCompute) compute.emplace_back(t.start_s, t.end_s);
+    if (op.stream == Stream::kDpComm) dp.emplace_back(t.start_s, t.end_s);
+  }
+  std::sort(compute.begin(), compute.end());
+  std::sort(dp.begin(), dp.end());
+  double overlap = 0;
+  size_t i = 0, j = 0;
+  while (i < compute.size() && j < dp.size()) {
+    const double lo = std::max(compute[i].first, dp[j].first), hi = std::min(compute[i].second, dp[j].second);
+    if (hi > lo) overlap += hi - lo;
+    if (compute[i].second < dp[j].second) ++i;
+    else ++j;
+  }
+  return overlap;
+}
+
 }  // namespace
 
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
@@ -77,6 +102,12 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     tb.pp_comm_s = std::max(0.0, r.timeline.step_time_s - free_p2p.step_time_s);
     tb.bubble_s = free_p2p.idle[crit].pipeline_s + free_p2p.idle[crit].tail_s;
   }
+
+  // Contention: the critical stage's compute that overlaps its DP stream
+  // runs on the SMs NCCL leaves it, which lengthens the step by that overlap
+  // x comm_contention_fraction (the same rule as the closed form).
+  tb.contention_s = dp_compute_overlap_s(r.program, r.timeline, crit) * comm_contention_fraction(eval.hw());
+  tb.step_time_s += tb.contention_s;
 
   // The phases predicted vs measured compares: forward and backward as the
   // compute ops' durations (TP/EP inside, as the executor times them).

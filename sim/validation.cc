@@ -1,0 +1,259 @@
+#include "sim/validation.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "core/json_util.h"
+#include "core/model_spec.h"
+#include "sim/framework.h"
+#include "sim/plan_request.h"
+#include "sim/search.h"
+#include "sim/simulate.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+const char* run_metric_name(RunMetric m) {
+  switch (m) {
+    case RunMetric::kTokensPerSecPerGpu: return "tokens_per_s_per_gpu";
+    case RunMetric::kStepTime: return "step_time_s";
+    case RunMetric::kTflopsMegatron2021: return "tflops_megatron_2021";
+    case RunMetric::kTflopsMegatron: return "tflops_megatron";
+    case RunMetric::kTflopsPalm: return "tflops_palm";
+  }
+  return "?";
+}
+
+namespace {
+
+Result<RunMetric> parse_metric(const std::string& s, const std::string& where) {
+  for (RunMetric m : {RunMetric::kTokensPerSecPerGpu, RunMetric::kStepTime, RunMetric::kTflopsMegatron2021,
+                      RunMetric::kTflopsMegatron, RunMetric::kTflopsPalm})
+    if (s == run_metric_name(m)) return m;
+  return invalid_argument(where + ".metric '" + s +
+                          "' is unknown; use tokens_per_s_per_gpu, step_time_s, tflops_megatron_2021, "
+                          "tflops_megatron or tflops_palm");
+}
+
+Result<int> tristate(const Json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return -1;
+  if (!j[key].is_boolean()) return invalid_argument(where + "." + key + " must be true or false");
+  return j[key].get<bool>() ? 1 : 0;
+}
+
+// The source's model FLOPs per token for the Megatron-family formulas.
+double megatron_flops_per_token(const ModelSpec& m, double s) {
+  const double L = m.num_layers, h = double(m.hidden), V = double(m.vocab);
+  const double G = m.num_kv_heads, H = m.num_heads;
+  const double q = double(m.num_heads) * double(m.head_dim) / h;
+  double F = double(m.ffn_hidden);
+  if (m.is_moe())
+    F = double(m.moe.expert_ffn_hidden) * m.moe.experts_per_token +
+        double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts;
+  const double mlp = (m.mlp == MlpKind::kSwiGlu ? 1.5 : 1.0) * 12 * L * F * h;
+  return 12 * L * h * h * (1 + G / H + s / h) * q + mlp + 6 * V * h;
+}
+
+}  // namespace
+
+Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_text, const std::string& base_dir) {
+  LOOM_ASSIGN_OR_RETURN(Json j, parse_json(json_text, "published runs"));
+  if (!j.is_object() || !j.contains("runs") || !j["runs"].is_array())
+    return invalid_argument("published runs: expected an object with a \"runs\" array");
+  std::vector<PublishedRun> out;
+  for (size_t i = 0; i < j["runs"].size(); ++i) {
+    const Json& r = j["runs"][i];
+    std::string w = "runs[" + std::to_string(i) + "]";
+    if (!r.is_object()) return invalid_argument(w + " must be an object");
+    PublishedRun p;
+    LOOM_ASSIGN_OR_RETURN(p.id, json_string(r, "id", w));
+    w += " (" + p.id + ")";
+    LOOM_ASSIGN_OR_RETURN(p.group_gpu, json_string(r, "gpu", w));
+    LOOM_ASSIGN_OR_RETURN(p.group_kind, json_string_or(r, "kind", "dense", w));
+    LOOM_ASSIGN_OR_RETURN(p.model, json_string(r, "model", w));
+    if (p.model.find('/') != std::string::npos && fs::path(p.model).is_relative())
+      p.model = (fs::path(base_dir) / p.model).lexically_normal().string();
+    LOOM_ASSIGN_OR_RETURN(p.hw, json_string(r, "hw", w));
+    LOOM_ASSIGN_OR_RETURN(int64_t gpus, json_positive_int(r, "gpus", w));
+    p.gpus = int(gpus);
+    LOOM_ASSIGN_OR_RETURN(p.global_batch, json_positive_int(r, "global_batch", w));
+    LOOM_ASSIGN_OR_RETURN(p.seq, json_positive_int(r, "seq", w));
+    LOOM_ASSIGN_OR_RETURN(p.precision, json_string(r, "precision", w));
+    LOOM_ASSIGN_OR_RETURN(p.framework, json_string_or(r, "framework", "", w));
+    LOOM_ASSIGN_OR_RETURN(p.flash_attention, tristate(r, "flash_attention", w));
+    LOOM_ASSIGN_OR_RETURN(p.fp32_main_grads, tristate(r, "fp32_main_grads", w));
+    LOOM_ASSIGN_OR_RETURN(p.tp_async_backward, tristate(r, "tp_async_backward", w));
+    LOOM_ASSIGN_OR_RETURN(p.fp8_params, tristate(r, "fp8_params", w));
+    LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
+    p.dropout = int(dropout);
+    LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
+    LOOM_ASSIGN_OR_RETURN(p.layout, json_string_or(r, "layout", "", w));
+    LOOM_ASSIGN_OR_RETURN(p.fix, json_string_or(r, "fix", "", w));
+    if (p.layout.empty() == p.fix.empty())
+      return invalid_argument(w + ": give either \"layout\" (the whole published layout) or \"fix\" (the published "
+                                  "dimensions, the rest searched)");
+    LOOM_ASSIGN_OR_RETURN(std::string metric, json_string(r, "metric", w));
+    LOOM_ASSIGN_OR_RETURN(p.metric, parse_metric(metric, w));
+    LOOM_ASSIGN_OR_RETURN(p.published, json_positive(r, "published", w));
+    LOOM_ASSIGN_OR_RETURN(p.tolerance, json_positive(r, "tolerance", w));
+    LOOM_ASSIGN_OR_RETURN(p.source, json_string(r, "source", w));
+    LOOM_ASSIGN_OR_RETURN(p.notes, json_string_or(r, "notes", "", w));
+    LOOM_ASSIGN_OR_RETURN(p.pending, json_string_or(r, "pending", "", w));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Result<std::vector<PublishedRun>> load_published_runs(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_published_runs(text, fs::path(path).parent_path().string());
+}
+
+RunPrediction predict_run(const PublishedRun& run) {
+  RunPrediction out;
+  out.run = run;
+  auto fail = [&](const Status& s) {
+    out.error = s.to_string();
+    return out;
+  };
+  auto model = load_model_spec(run.model);
+  if (!model.is_ok()) return fail(model.status());
+  auto hw = load_hw_profile(run.hw);
+  if (!hw.is_ok()) return fail(hw.status());
+  PlanRequest req;
+  req.gpus = run.gpus;
+  req.global_batch = run.global_batch;
+  req.seq = run.seq;
+  req.precision = run.precision;
+  req.framework = run.framework;
+  auto train = make_train_spec(req, *hw);
+  if (!train.is_ok()) return fail(train.status());
+  SimOptions opt = make_sim_options(req, *hw);
+  if (run.flash_attention >= 0) opt.flash_attention = run.flash_attention == 1;
+  if (run.fp32_main_grads >= 0) opt.fp32_main_grads = run.fp32_main_grads == 1;
+  if (run.tp_async_backward >= 0) opt.tp_async_backward = run.tp_async_backward == 1;
+  if (run.dropout != -2) opt.dropout = run.dropout;
+  if (run.fp8_params >= 0) opt.fp8_params = run.fp8_params == 1;
+  if (!run.fp8_scaling.empty() && !parse_fp8_scaling(run.fp8_scaling, &opt.fp8_scaling))
+    return fail(invalid_argument(run.id + ": fp8_scaling must be delayed or current"));
+  Evaluator eval(*model, *hw, *train, opt);
+
+  SimResult result;
+  if (!run.layout.empty()) {
+    auto l = parse_layout(run.layout);
+    if (!l.is_ok()) return fail(l.status());
+    if (Status s = validate_layout(*l, *model, *train, run.gpus); !s.is_ok()) return fail(s);
+    if (!run.framework.empty() && run.layout.find("overlap_") == std::string::npos) {
+      auto f = load_framework(run.framework);
+      if (!f.is_ok()) return fail(f.status());
+      apply_framework_overlap(*f, &*l);
+    }
+    auto r = simulate_layout(eval, *l);
+    if (!r.is_ok()) return fail(r.status());
+    result = std::move(r).value();
+    out.fits = result.memory.fits;
+  } else {
+    SearchSpace space = make_search_space(req);
+    space.world = run.gpus;
+    space.refine_top = 4;
+    if (Status s = apply_search_fix(run.fix, &space); !s.is_ok()) return fail(s);
+    auto res = search_layouts(eval, space);
+    if (!res.is_ok()) return fail(res.status());
+    if (res->refined.empty()) {
+      out.ok = true;
+      out.fits = false;
+      out.layout = res->closest ? res->closest->layout.to_string() + " (" + res->closest_why + ")" : "";
+      return out;
+    }
+    result = res->refined[0];
+    out.fits = true;
+  }
+  out.layout = result.layout.to_string();
+  const double step = result.figures.step_time_s;
+  const double tokens = double(run.global_batch) * double(run.seq);
+  switch (run.metric) {
+    case RunMetric::kTokensPerSecPerGpu: out.predicted = result.figures.tokens_per_s_per_gpu; break;
+    case RunMetric::kStepTime: out.predicted = step; break;
+    case RunMetric::kTflopsPalm: out.predicted = result.figures.model_tflops_per_gpu; break;
+    case RunMetric::kTflopsMegatron2021: {
+      const double B = double(run.global_batch), s = double(run.seq), L = model->num_layers,
+                   h = double(model->hidden), V = double(model->vocab);
+      out.predicted = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)) / step / run.gpus / 1e12;
+      break;
+    }
+    case RunMetric::kTflopsMegatron:
+      out.predicted = megatron_flops_per_token(*model, double(run.seq)) * tokens / step / run.gpus / 1e12;
+      break;
+  }
+  out.ok = true;
+  // Errors in throughput terms: a step time predicted 10% short is +11% throughput.
+  out.rel_error = run.metric == RunMetric::kStepTime ? run.published / out.predicted - 1 : out.predicted / run.published - 1;
+  out.within_tolerance = out.fits && std::fabs(out.rel_error) <= run.tolerance;
+  return out;
+}
+
+std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
+  std::ostringstream o;
+  char buf[512];
+  o << "| ID | model | hardware | GPUs | precision | framework | layout predicted | metric | published | predicted | "
+       "error | pinned within | fits |\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  struct Acc {
+    double sum = 0;
+    int n = 0;
+  };
+  std::map<std::string, Acc> groups;
+  Acc all;
+  int within10 = 0, within_tol = 0, not_fit = 0, errors = 0, pending = 0;
+  for (const RunPrediction& p : rows) {
+    const PublishedRun& r = p.run;
+    if (!r.pending.empty()) ++pending;
+    const std::string model = fs::path(r.model).stem().string();
+    if (!p.ok) {
+      if (r.pending.empty()) ++errors;
+      std::snprintf(buf, sizeof buf, "| %s | %s | %s | %d | %s | %s | %s: %s | | %.4g | | | | |\n", r.id.c_str(),
+                    model.c_str(), r.hw.c_str(), r.gpus, r.precision.c_str(), r.framework.c_str(),
+                    r.pending.empty() ? "error" : "pending", r.pending.empty() ? p.error.c_str() : r.pending.c_str(),
+                    r.published);
+      o << buf;
+      continue;
+    }
+    if (!p.fits && r.pending.empty()) ++not_fit;
+    const std::string tol = r.pending.empty() ? "±" + std::to_string(int(std::lround(100 * r.tolerance))) + "%"
+                                              : "pending: " + r.pending;
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %d | %s | %s | %s | %s | %.4g | %.4g | %+.1f%% | %s | %s |\n",
+                  r.id.c_str(), model.c_str(), r.hw.c_str(), r.gpus, r.precision.c_str(),
+                  r.framework.empty() ? "—" : r.framework.c_str(), p.layout.c_str(), run_metric_name(r.metric),
+                  r.published, p.predicted, 100 * p.rel_error, tol.c_str(), p.fits ? "yes" : "**no**");
+    o << buf;
+    if (!p.fits || !r.pending.empty()) continue;
+    const double e = std::fabs(p.rel_error);
+    all.sum += e;
+    ++all.n;
+    if (e <= 0.10) ++within10;
+    if (p.within_tolerance) ++within_tol;
+    const std::string prec = r.precision == "fp8" ? "FP8" : "BF16/FP16";
+    for (const std::string& g : {r.group_gpu, r.group_kind, prec}) {
+      groups[g].sum += e;
+      ++groups[g].n;
+    }
+  }
+  o << "\n";
+  std::snprintf(buf, sizeof buf,
+                "%zu runs (%d pending): mean absolute error %.1f%% over the %d pinned runs predicted to fit; %d within "
+                "±10%%, %d within their pinned tolerance; %d predicted not to fit; %d not predicted (error).\n\n",
+                rows.size(), pending, all.n ? 100 * all.sum / all.n : 0.0, all.n, within10, within_tol, not_fit, errors);
+  o << buf;
+  o << "| group | runs | mean absolute error |\n|---|---|---|\n";
+  for (const auto& [g, a] : groups) {
+    std::snprintf(buf, sizeof buf, "| %s | %d | %.1f%% |\n", g.c_str(), a.n, 100 * a.sum / a.n);
+    o << buf;
+  }
+  return o.str();
+}
+
+}  // namespace loom

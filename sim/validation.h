@@ -1,0 +1,77 @@
+// Validation against published training runs: a table of runs as published
+// (validation/published_runs.json, format in docs/validation.md), each
+// predicted with the same PlanRequest path as `loom plan`, in the run's own
+// metric, with its error and whether the run is predicted to fit.
+//
+// A row pins either the whole layout ("layout") or the dimensions the source
+// published ("fix"), the rest searched within the row's framework, as the
+// authors tuned them. Nothing in a row feeds the simulator's constants.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom {
+
+// How the source states its figure.
+enum class RunMetric {
+  kTokensPerSecPerGpu,  // tokens / s / GPU
+  kStepTime,            // seconds per optimizer step
+  kTflopsMegatron2021,  // Narayanan et al. (SC'21): 96 B s L h^2 (1 + s/6h + V/16Lh) per step per GPU
+  kTflopsMegatron,      // Megatron-core / NeMo: per token 12 L h^2 (1 + G/H + s/h) + 12 L F h (x1.5 SwiGLU) + 6 V h
+  kTflopsPalm,          // PaLM model FLOPs (Meta's MFU): Loom's model_tflops_per_gpu
+};
+
+struct PublishedRun {
+  std::string id;          // e.g. "M1"
+  std::string group_gpu;   // "A100", "H100", "B200"
+  std::string group_kind;  // "dense", "moe"
+  std::string model;       // name from models/ or a path (relative to the table's folder)
+  std::string hw;
+  int gpus = 0;
+  int64_t global_batch = 0;
+  int64_t seq = 0;
+  std::string precision;   // bf16 | fp16 | fp8
+  std::string framework;   // frameworks/<name>, empty: Loom's defaults
+  // Overrides of the framework's options (absent: the framework's).
+  int flash_attention = -1, dropout = -2, fp32_main_grads = -1, tp_async_backward = -1, fp8_params = -1;
+  std::string fp8_scaling;
+  std::string layout;      // a whole layout, or empty
+  std::string fix;         // pinned dimensions (loom plan --fix syntax) when the layout is searched
+  RunMetric metric = RunMetric::kTokensPerSecPerGpu;
+  double published = 0;
+  double tolerance = 0.10; // pinned: |predicted / published - 1| <= tolerance
+  // Not pinned yet, and why (a mechanism Loom lacks, e.g. uneven pipeline
+  // splits); the row is still predicted where it can be.
+  std::string pending;
+  std::string source;
+  std::string notes;
+};
+
+struct RunPrediction {
+  PublishedRun run;
+  bool ok = false;         // predicted at all (an error otherwise, in `error`)
+  std::string error;
+  std::string layout;      // the layout predicted (searched or given)
+  bool fits = false;
+  double predicted = 0;    // in the run's metric
+  double rel_error = 0;    // predicted / published - 1, in throughput terms (step time inverted)
+  bool within_tolerance = false;
+  // A pinned row that holds: predicted, fits, within tolerance. Pending rows hold.
+  bool holds() const { return !run.pending.empty() || (ok && within_tolerance); }
+};
+
+const char* run_metric_name(RunMetric m);
+// `base_dir`: where relative model paths are resolved (the table's folder).
+Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_text, const std::string& base_dir);
+Result<std::vector<PublishedRun>> load_published_runs(const std::string& path);
+RunPrediction predict_run(const PublishedRun& run);
+// The table and its summary (mean absolute error, rows within ±10% and
+// within tolerance, fit verdicts, and the error by group) as Markdown.
+std::string format_validation_markdown(const std::vector<RunPrediction>& rows);
+
+}  // namespace loom
