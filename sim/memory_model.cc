@@ -195,8 +195,13 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   if (moe_layers > 0 && l.ep > 1) comm += 2 * T * r * m.moe.experts_per_token * h * e;  // a2a send/recv
   sm.comm_buffer_bytes = comm;
 
-  double tensors = sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes + sm.activations_bytes + comm;
-  sm.overhead_bytes = opt.runtime_reserve_bytes + opt.fragmentation_fraction * tensors;
+  // Fragmentation comes from the tensors allocated and freed every micro-
+  // batch (activations, communication buffers). Weights, gradients and
+  // optimizer states live in buffers allocated once (Megatron's contiguous
+  // param-and-grad buffers, the distributed optimizer's shards, Loom's flat
+  // arrays), which the caching allocator does not fragment.
+  const double transient = sm.activations_bytes + comm;
+  sm.overhead_bytes = opt.runtime_reserve_bytes + opt.fragmentation_fraction * transient;
   return sm;
 }
 

@@ -36,7 +36,8 @@ struct SimOptions {
   // Memory the runtime takes before any tensor: CUDA context, cuBLAS
   // workspaces, NCCL channels (bytes per rank).
   double runtime_reserve_bytes = 1.5e9;
-  // Allocator fragmentation allowance, as a fraction of the tensor bytes.
+  // Allocator fragmentation allowance, as a fraction of the transient tensor
+  // bytes (activations and communication buffers).
   double fragmentation_fraction = 0.05;
   // DP gradient buckets per model chunk (buckets overlap backward).
   int grad_buckets = kDefaultGradBuckets;
