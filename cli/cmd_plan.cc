@@ -41,6 +41,7 @@ struct PlanArgs {
   bool no_flash = false;
   bool fp32_main_grads = false;
   bool tp_async_backward = false;
+  bool tp_comm_overlap = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
   bool fp8_params = false;
@@ -116,6 +117,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.flash_attention = !a.no_flash;
   req.fp32_main_grads = a.fp32_main_grads;
   req.tp_async_backward = a.tp_async_backward;
+  req.tp_comm_overlap = a.tp_comm_overlap;
   req.fp8_scaling = a.fp8_scaling;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
@@ -279,6 +281,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--tp-async-backward", a.tp_async_backward,
                "Megatron-core's asynchronous TP collectives in backward (input-gradient all-reduce behind the "
                "weight-gradient GEMM); default off, as Loom's executor runs them");
+  app.add_flag("--tp-comm-overlap", a.tp_comm_overlap,
+               "Megatron's --tp-comm-overlap (Transformer Engine userbuffers, with sequence parallelism): TP "
+               "collectives pipelined with their GEMMs in forward and backward");
   app.add_option("--fp8-scaling", a.fp8_scaling,
                  "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor; the default "
                  "without --framework) or delayed (amax history)");

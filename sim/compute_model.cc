@@ -155,6 +155,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // costs their forward time): the window its backward TP collectives hide in.
   const double attn_column_s = gemm.fwd_s;
   gemm.weight(T, h, a * v_dim / t);  // output projection, row-parallel
+  const double attn_row_s = gemm.fwd_s - attn_column_s;
 
   // --- attention core (scores and weighted sum) --------------------------
   double heads_local = a / t;
@@ -192,12 +193,14 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double mlp_mats = m.mlp == MlpKind::kSwiGlu ? 2 : 1;  // gate+up or fc1
   double act_elem_fwd = 0;  // elements through the activation function
   double mlp_column_s = 0;  // FC1 / gate+up: the MLP block's window (none for experts)
+  double mlp_row_s = 0;     // FC2 / down
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
     gemm.weight(T, mlp_mats * f / t, h);
     mlp_column_s = gemm.fwd_s - before;
     gemm.weight(T, h, f / t);
+    mlp_row_s = gemm.fwd_s - before - mlp_column_s;
     act_elem_fwd += T * f / t;
   } else {
     const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
@@ -262,10 +265,14 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     gemm.fp8_inputs -= 2 * T * h * (1 - 1 / t);
     gemm.fp8_output_grads -= 2 * T * h * (1 - 1 / t);
   }
-  double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0;
+  double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0, tp_fwd_exposed = 0;
   if (sh.tp_group.ranks > 1) {
     const double windows[2] = {attn_column_s, mlp_column_s};
-    const bool async = opt.tp_async_backward;
+    const double rows[2] = {attn_row_s, mlp_row_s};
+    // Userbuffers (Megatron --tp-comm-overlap, SP only) also runs the
+    // backward's bulk overlaps that tp_async_backward describes.
+    const bool ub = opt.tp_comm_overlap && sh.sp;
+    const bool async = opt.tp_async_backward || ub;
     if (sh.sp) {
       // Forward: all-gather before QKV and FC1, reduce-scatter after proj and FC2.
       // FP8: Transformer Engine casts the local shard and gathers FP8 (half
@@ -283,7 +290,25 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       tp_bwd_total = gathers * ag + 2 * rs;
       collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &c.tp_bytes, gathers);
       collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
-      if (async) {
+      tp_fwd_exposed = tp_fwd_total;
+      if (ub) {
+        // Transformer Engine's ring-exchange overlap: the collective is split
+        // into t chunks pipelined with t slices of its GEMM. An all-gather
+        // feeds the GEMM from the local shard first, so only what the other
+        // t-1 slices cannot cover shows; a reduce-scatter can start only
+        // after the first slice, and its last chunk follows the GEMM.
+        const double tf = (t - 1) / t;
+        auto ag_exposed = [&](double g) { return std::max(0.0, ag - g * tf); };
+        auto rs_exposed = [&](double g) { return std::max(rs / t, rs - g * tf); };
+        tp_fwd_exposed = 0;
+        for (int blk = 0; blk < 2; ++blk) tp_fwd_exposed += ag_exposed(windows[blk]) + rs_exposed(rows[blk]);
+        // Backward: the output gradient's gather ring-exchanged with the
+        // row-parallel layer's data-gradient GEMM (its forward time), the
+        // input re-gather and the input-gradient reduce-scatter in bulk
+        // behind the column-parallel layer's GEMMs.
+        for (int blk = 0; blk < 2; ++blk)
+          tp_bwd_exposed += ag_exposed(rows[blk]) + std::max(0.0, ag - windows[blk]) + std::max(0.0, rs - windows[blk]);
+      } else if (async) {
         for (double w : windows) tp_bwd_exposed += ag + std::max(0.0, ag - w) + std::max(0.0, rs - w);
       } else {
         tp_bwd_exposed = tp_bwd_total;
@@ -294,6 +319,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       // the input gradient of QKV and of FC1 (async: behind their weight gradients).
       const double ar = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, nullptr, 1);
       tp_fwd_total = 2 * ar;
+      tp_fwd_exposed = tp_fwd_total;
       tp_bwd_total = 2 * ar;
       collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 4);
       if (async) {
@@ -304,10 +330,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       c.tp_calls = 4;
     }
   }
-  // tp_comm_overlap_fraction: a userbuffers-style overlap on top (0 = none).
-  double tp_exposed = 1.0 - std::clamp(opt.tp_comm_overlap_fraction, 0.0, 1.0);
-  c.fwd_tp_s = tp_fwd_total * tp_exposed;
-  c.bwd_tp_s = tp_bwd_exposed * tp_exposed;
+  c.fwd_tp_s = tp_fwd_exposed;
+  c.bwd_tp_s = tp_bwd_exposed;
   c.tp_comm_total_s = tp_fwd_total + tp_bwd_total;
   // The collectives hidden behind GEMMs slow those GEMMs (SMs held by NCCL).
   const double contention = comm_contention_fraction(hw);

@@ -66,6 +66,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.grad_reduce_overlap_zero_stages, zero_list(*o, "grad_reduce_zero_stages", w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.overlap_param_gather, json_bool_or(*o, "param_gather", true, w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.tp_async_backward, json_bool_or(*o, "tp_async_backward", false, w + ".overlap"));
+  LOOM_ASSIGN_OR_RETURN(f.tp_comm_overlap, json_bool_or(*o, "tp_comm_overlap", false, w + ".overlap"));
 
   LOOM_ASSIGN_OR_RETURN(const Json* l, section(j, "layouts", w));
   const std::string wl = w + ".layouts";
@@ -112,6 +113,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->framework = f.name;
   opt->fp32_main_grads = f.fp32_main_grads;
   opt->tp_async_backward = f.tp_async_backward;
+  opt->tp_comm_overlap = f.tp_comm_overlap;
   opt->fp8_scaling = f.fp8_scaling;
   opt->fp8_attention = f.fp8_attention;
   opt->dropout = f.dropout;

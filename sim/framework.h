@@ -32,6 +32,7 @@ struct Framework {
   std::vector<int> grad_reduce_overlap_zero_stages;  // ZeRO stages whose gradient reduction overlaps backward
   bool overlap_param_gather = true;
   bool tp_async_backward = false;
+  bool tp_comm_overlap = false;
   std::vector<int> zero_stages;
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;

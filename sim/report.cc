@@ -121,7 +121,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["runtime_reserve_bytes"] = o.runtime_reserve_bytes;
   j["fragmentation_fraction"] = o.fragmentation_fraction;
   j["grad_buckets"] = o.grad_buckets;
-  j["tp_comm_overlap_fraction"] = o.tp_comm_overlap_fraction;
+  j["tp_comm_overlap"] = o.tp_comm_overlap;
   j["tp_async_backward"] = o.tp_async_backward;
   j["fp8_scaling"] = fp8_scaling_name(o.fp8_scaling);
   j["fp8_attention"] = o.fp8_attention;
@@ -144,8 +144,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
                         json_number_or(j, "fragmentation_fraction", o.fragmentation_fraction, w));
   LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int_or(j, "grad_buckets", o.grad_buckets, w));
   o.grad_buckets = int(buckets);
-  LOOM_ASSIGN_OR_RETURN(o.tp_comm_overlap_fraction,
-                        json_number_or(j, "tp_comm_overlap_fraction", o.tp_comm_overlap_fraction, w));
+  LOOM_ASSIGN_OR_RETURN(o.tp_comm_overlap, json_bool_or(j, "tp_comm_overlap", o.tp_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.kernel_overhead_s, json_number_or(j, "kernel_overhead_s", o.kernel_overhead_s, w));
   LOOM_ASSIGN_OR_RETURN(o.tp_async_backward, json_bool_or(j, "tp_async_backward", o.tp_async_backward, w));
   LOOM_ASSIGN_OR_RETURN(std::string scaling, json_string_or(j, "fp8_scaling", fp8_scaling_name(o.fp8_scaling), w));

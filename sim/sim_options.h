@@ -41,8 +41,11 @@ struct SimOptions {
   double fragmentation_fraction = 0.05;
   // DP gradient buckets per model chunk (buckets overlap backward).
   int grad_buckets = kDefaultGradBuckets;
-  // Overlap of TP collectives with GEMMs (userbuffers-style); 0 = exposed.
-  double tp_comm_overlap_fraction = 0.0;
+  // Megatron's --tp-comm-overlap (Transformer Engine userbuffers; needs
+  // sequence parallelism): forward all-gathers and reduce-scatters
+  // ring-exchanged with their GEMMs in t chunks, backward bulk overlaps
+  // (sim/compute_model.cc). Off: TP collectives as tp_async_backward says.
+  bool tp_comm_overlap = false;
   // Megatron-core's asynchronous TP collectives in backward
   // (tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication):
   // a column-parallel linear's input-gradient all-reduce (SP: reduce-scatter)

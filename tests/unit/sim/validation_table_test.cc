@@ -1,0 +1,96 @@
+// The validation table (validation/published_runs.json): every published
+// run that is not pending is predicted, predicted to fit (it ran), and within
+// the tolerance its row states, so that any change to the simulator that
+// moves a prediction shows here. The table, the errors and the gaps are in
+// docs/validation.md (`loom validate` prints it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/model_spec.h"
+#include "core/resources.h"
+#include "sim/validation.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
+  auto path = find_resource("validation/published_runs.json");
+  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
+  auto runs = load_published_runs(*path);
+  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
+  ASSERT_GE(runs->size(), 20u) << "the table must hold at least 20 published runs";
+  int pinned = 0;
+  std::vector<RunPrediction> rows;
+  for (const PublishedRun& r : *runs) {
+    RunPrediction p = predict_run(r);
+    rows.push_back(p);
+    if (!r.pending.empty()) continue;
+    ++pinned;
+    ASSERT_TRUE(p.ok) << r.id << ": " << p.error;
+    EXPECT_TRUE(p.fits) << r.id << " ran, so it must be predicted to fit (" << p.layout << ")";
+    EXPECT_LE(std::fabs(p.rel_error), r.tolerance)
+        << r.id << ": predicted " << p.predicted << " vs published " << r.published << " (" << 100 * p.rel_error
+        << "%), pinned at " << 100 * r.tolerance << "%";
+  }
+  EXPECT_GE(pinned, 20);
+  std::printf("%s", format_validation_markdown(rows).c_str());
+}
+
+// The Megatron-family metric, against the figure NVIDIA's DGX Cloud
+// benchmarking README states: Llama 3.1 8B is 4.74e14 model FLOPs per
+// 8192-token sequence (attention 12 L h^2 (1 + G/H + s/h), MLP 18 L F h,
+// embedding 6 V h).
+TEST(ValidationTable, MegatronFlopsFormulaMatchesNvidiasFigure) {
+  PublishedRun r;
+  r.id = "formula";
+  r.group_gpu = "H100";
+  r.model = "llama-3-8b";
+  r.hw = "dgx-h100";
+  r.gpus = 8;
+  r.global_batch = 8;
+  r.seq = 8192;
+  r.precision = "bf16";
+  r.layout = "dp=8,zero=1";
+  r.metric = RunMetric::kTflopsMegatron;
+  r.published = 1;
+  RunPrediction p = predict_run(r);
+  ASSERT_TRUE(p.ok) << p.error;
+  r.metric = RunMetric::kStepTime;
+  RunPrediction step = predict_run(r);
+  ASSERT_TRUE(step.ok) << step.error;
+  // predicted TFLOP/s = F_seq * B / step / gpus / 1e12, so F_seq follows.
+  const double f_seq = p.predicted * 1e12 * step.predicted * r.gpus / double(r.global_batch);
+  EXPECT_NEAR(f_seq / 4.74e14, 1.0, 0.005);
+}
+
+TEST(ValidationTable, BadRowsNameTheField) {
+  const std::string good = R"({"runs": [{"id": "X", "gpu": "H100", "model": "llama-3-8b", "hw": "dgx-h100",
+    "gpus": 8, "global_batch": 8, "seq": 1024, "precision": "bf16", "layout": "dp=8", "metric": "step_time_s",
+    "published": 1.0, "tolerance": 0.1, "source": "s"}]})";
+  ASSERT_TRUE(parse_published_runs(good, ".").is_ok()) << parse_published_runs(good, ".").status().to_string();
+  auto expect_error = [&](const std::string& from, const std::string& to, const std::string& needle) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    auto r = parse_published_runs(text, ".");
+    ASSERT_FALSE(r.is_ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().to_string();
+  };
+  expect_error(R"("metric": "step_time_s")", R"("metric": "mfu")", "metric 'mfu' is unknown");
+  expect_error(R"("layout": "dp=8")", R"("layout": "dp=8", "fix": "tp=1")", "either \"layout\"");
+  expect_error(R"("published": 1.0)", R"("published": -1)", "published");
+  expect_error(R"("source": "s")", R"("src": "s")", "source");
+  // A row that cannot be predicted says why instead of a number.
+  auto runs = parse_published_runs(good, ".");
+  PublishedRun bad = (*runs)[0];
+  bad.layout = "dp=3";
+  RunPrediction p = predict_run(bad);
+  EXPECT_FALSE(p.ok);
+  EXPECT_FALSE(p.error.empty());
+}
+
+}  // namespace
+}  // namespace loom
