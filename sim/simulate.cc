@@ -35,29 +35,36 @@ std::vector<double> op_durations(const Evaluator& eval, const Layout& l, const P
   return dur;
 }
 
-// Time during which stage `s` computes while its DP stream is busy: the
-// intersection of the two streams' busy intervals (each stream runs its ops
-// one at a time).
-double dp_compute_overlap_s(const Program& prog, const Timeline& tl, int s) {
-  std::vector<std::pair<double, double>> compute, dp;
+// Contention: a compute op that overlaps its stage's DP collectives runs
+// on the SMs NCCL leaves it, so it lasts longer by the overlap x
+// comm_contention_fraction. Returns the lengthened durations and, per stage,
+// the time added.
+std::vector<double> with_contention(const Program& prog, const Timeline& tl, const std::vector<double>& dur,
+                                    double fraction, int stages, std::vector<double>* added) {
+  std::vector<double> out = dur;
+  added->assign(stages, 0.0);
+  if (fraction <= 0) return out;
+  std::vector<std::vector<std::pair<double, double>>> dp(stages);
   for (const Op& op : prog.ops) {
-    if (op.stage != s) continue;
     const OpTiming& t = tl.ops[op.id];
-    if (t.end_s <= t.start_s) continue;
-    if (op.stream == Stream::kCompute) compute.emplace_back(t.start_s, t.end_s);
-    if (op.stream == Stream::kDpComm) dp.emplace_back(t.start_s, t.end_s);
+    if (op.stream == Stream::kDpComm && t.end_s > t.start_s) dp[op.stage].emplace_back(t.start_s, t.end_s);
   }
-  std::sort(compute.begin(), compute.end());
-  std::sort(dp.begin(), dp.end());
-  double overlap = 0;
-  size_t i = 0, j = 0;
-  while (i < compute.size() && j < dp.size()) {
-    const double lo = std::max(compute[i].first, dp[j].first), hi = std::min(compute[i].second, dp[j].second);
-    if (hi > lo) overlap += hi - lo;
-    if (compute[i].second < dp[j].second) ++i;
-    else ++j;
+  for (auto& v : dp) std::sort(v.begin(), v.end());
+  for (const Op& op : prog.ops) {
+    if (op.stream != Stream::kCompute) continue;
+    const auto& iv = dp[op.stage];
+    if (iv.empty()) continue;
+    const OpTiming& t = tl.ops[op.id];
+    // The DP stream runs one op at a time: its intervals are disjoint and sorted.
+    auto it = std::lower_bound(iv.begin(), iv.end(), std::make_pair(t.start_s, t.start_s),
+                               [](const auto& a, const auto& b) { return a.second < b.first; });
+    double overlap = 0;
+    for (; it != iv.end() && it->first < t.end_s; ++it)
+      overlap += std::max(0.0, std::min(it->second, t.end_s) - std::max(it->first, t.start_s));
+    out[op.id] += overlap * fraction;
+    (*added)[op.stage] += overlap * fraction;
   }
-  return overlap;
+  return out;
 }
 
 }  // namespace
@@ -76,6 +83,14 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   LOOM_ASSIGN_OR_RETURN(r.program, build_program(cfg));
   r.durations_s = op_durations(eval, l, r.program, r.stages, dp);
   LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(r.program, r.durations_s));
+  // Contention: lengthen the compute that overlapped DP collectives, then
+  // time the program again (one pass: the overlap barely moves).
+  std::vector<double> contention_by_stage;
+  const double fraction = comm_contention_fraction(eval.hw());
+  if (fraction > 0 && l.dp > 1) {
+    r.durations_s = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &contention_by_stage);
+    LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(r.program, r.durations_s));
+  }
 
   // Breakdown on the critical stage: the one with the most compute.
   const int64_t m = l.num_micro_batches(eval.train().global_batch);
@@ -103,11 +118,9 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     tb.bubble_s = free_p2p.idle[crit].pipeline_s + free_p2p.idle[crit].tail_s;
   }
 
-  // Contention: the critical stage's compute that overlaps its DP stream
-  // runs on the SMs NCCL leaves it, which lengthens the step by that overlap
-  // x comm_contention_fraction (the same rule as the closed form).
-  tb.contention_s = dp_compute_overlap_s(r.program, r.timeline, crit) * comm_contention_fraction(eval.hw());
-  tb.step_time_s += tb.contention_s;
+  // The compute time the critical stage lost to contention (inside the
+  // lengthened compute ops, reported apart).
+  tb.contention_s = contention_by_stage.empty() ? 0.0 : contention_by_stage[crit];
 
   // The phases predicted vs measured compares: forward and backward as the
   // compute ops' durations (TP/EP inside, as the executor times them).
