@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/json_util.h"
+#include "core/stage_split.h"
 
 namespace loom {
 
@@ -23,6 +24,18 @@ Result<std::string> export_megatron_args(const Plan& p) {
                               " layers unevenly, which Megatron-LM cannot express; choose v so that pp*v divides " +
                               std::to_string(m.num_layers));
     o << "--num-layers-per-virtual-pipeline-stage " << m.num_layers / (l.pp * l.virtual_stages) << "\n";
+  } else if (l.pp > 1 && m.num_layers % l.pp != 0) {
+    // An uneven split (core/stage_split.h: the extra layers on the middle
+    // stages): Megatron-core's --decoder-first/last-pipeline-num-layers,
+    // which need the middle stages equal.
+    const StageSplit split = split_layers(m, l.pp, 1);
+    const int first = split.chunk_layers.front(), last = split.chunk_layers.back();
+    for (int s = 1; s + 1 < l.pp; ++s)
+      if (split.chunk_layers[s] != split.chunk_layers[1])
+        return unsupported("export megatron: pp=" + std::to_string(l.pp) + " splits " + std::to_string(m.num_layers) +
+                           " layers into middle stages of unequal size, which Megatron-LM cannot express; choose pp "
+                           "so that the layers left after the first and last stages divide evenly");
+    o << "--decoder-first-pipeline-num-layers " << first << "\n--decoder-last-pipeline-num-layers " << last << "\n";
   }
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";

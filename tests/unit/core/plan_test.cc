@@ -185,6 +185,22 @@ TEST(Plan, ExportsFollowTheLayout) {
   EXPECT_EQ(j["zero_optimization"]["stage"], 1);
   p.layout.zero = 2;
   EXPECT_EQ(export_megatron_args(p).status().code(), StatusCode::kUnsupported);
+  // Uneven splits put the extra layers on the middle stages (core/stage_split.h).
+  // Megatron-core states them with --decoder-first/last-pipeline-num-layers,
+  // which needs equal middle stages: 14 layers over 4 stages = 3, 4, 4, 3
+  // exports; 12 over 5 = 2, 3, 3, 2, 2 (middles 3, 3, 2) is refused.
+  p.layout.zero = 1;
+  p.layout.schedule = Schedule::k1F1B;
+  p.layout.virtual_stages = 1;
+  p.layout.pp = 4;
+  p.model.num_layers = 14;
+  auto uneven = export_megatron_args(p);
+  ASSERT_TRUE(uneven.is_ok()) << uneven.status().to_string();
+  EXPECT_NE(uneven->find("--decoder-first-pipeline-num-layers 3\n--decoder-last-pipeline-num-layers 3"),
+            std::string::npos) << *uneven;
+  p.layout.pp = 5;
+  p.model.num_layers = 12;
+  EXPECT_EQ(export_megatron_args(p).status().code(), StatusCode::kUnsupported);
 }
 
 }  // namespace
