@@ -39,6 +39,19 @@ struct GemmSum {
   // Weight GEMM: activations (m x k) times weights (k x n). No launch cost on
   // top: the efficiency table's timings include each GEMM's fixed cost. A
   // linear that FP8 training keeps in 16 bits passes fp8_layer = false.
+  // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n) as one
+  // grouped kernel.
+  void grouped(double groups, double m, double n, double k) {
+    if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return;
+    fwd_s += grouped_gemm_time_s(hw, p, groups, m, n, k);
+    fwd_flops += groups * 2 * m * n * k;
+    if (p == Precision::kFp8) {
+      fp8_inputs += groups * m * k;
+      fp8_output_grads += groups * m * n;
+      fp8_weights += groups * k * n;
+      fp8_linears += 1;
+    }
+  }
   void weight(double m, double n, double k, double count = 1, bool fp8_layer = true) {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
     const Precision gp = fp8_layer ? p : sixteen_bit(p);
@@ -80,23 +93,49 @@ double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, d
 
 }  // namespace
 
-double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
-  const double flops = 2 * m * n * k;
-  // The table's efficiency at these FLOPs (measured on near-square shapes,
-  // their waves and fixed cost included), this shape's waves relative to
-  // that shape's, and never above the best GEMM the table measured.
+namespace {
+
+// Output tiles of an m x n GEMM in the better orientation of the profile's tile.
+double output_tiles(const AcceleratorSpec& a, double m, double n) {
+  return std::max(std::ceil(m / a.gemm_tile_m) * std::ceil(n / a.gemm_tile_n),
+                  std::ceil(m / a.gemm_tile_n) * std::ceil(n / a.gemm_tile_m));
+}
+
+// Time of `groups` GEMMs (m x k) * (k x n) run as one kernel (groups = 1: a
+// plain GEMM). The table's efficiency at the kernel's FLOPs (measured on
+// near-square shapes, their waves and fixed cost included), the waves of all
+// the groups' output tiles relative to that cube's, never above the best
+// the table measured. An FP8 GEMM runs the same output tiles with half the
+// K-steps: the 16-bit table at half the FLOPs, capped by the measured FP8 best.
+double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+  const double flops = groups * 2 * m * n * k;
   const AcceleratorSpec& a = hw.accel;
   const GemmEfficiencyTable& t = a.gemm_efficiency;
   const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
-  if (precision == Precision::kFp8 && a.supports(Precision::kFp8)) {
-    // The same output tiles with half the K-steps: the 16-bit GEMM of half
-    // the depth, capped by the best FP8 GEMM measured.
-    const double cap = a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
-    const double eff = std::min(cap, t.lookup(flops / 2) * a.relative_wave_efficiency(m, n, k / 2));
-    return flops / (a.peak_flops(precision) * eff);
+  const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
+  const double depth = fp8 ? k / 2 : k;
+  double wave = 1.0;
+  if (groups <= 1) {
+    wave = a.relative_wave_efficiency(m, n, depth);
+  } else if (a.sm_count > 0) {
+    const double tiles = groups * output_tiles(a, m, n), side = std::cbrt(groups * m * n * depth);
+    if (tiles >= a.sm_count && output_tiles(a, side, side) >= a.sm_count)
+      wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.wave_efficiency(side, side);
   }
-  const double eff = std::min(best, t.lookup(flops) * a.relative_wave_efficiency(m, n, k));
+  const double cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
+  const double eff = std::min(cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
   return flops / (a.peak_flops(precision) * eff);
+}
+
+}  // namespace
+
+double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
+  return gemm_kernel_time_s(hw, precision, 1, m, n, k);
+}
+
+double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
+  return gemm_kernel_time_s(hw, precision, groups, m, n, k);
 }
 
 double comm_contention_fraction(const HwProfile& hw) {
@@ -194,6 +233,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double act_elem_fwd = 0;  // elements through the activation function
   double mlp_column_s = 0;  // FC1 / gate+up: the MLP block's window (none for experts)
   double mlp_row_s = 0;     // FC2 / down
+  double moe_bytes = 0;     // MoE permutation and router traffic (forward)
+  int moe_kernels = 0;
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
@@ -206,9 +247,14 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
     gemm.weight(T, E, h, 1, false);  // router, replicated, 16-bit
     double local_experts = E / sh.ep;
-    double tokens_per_expert = T * k * sh.ep / E;  // balanced routing
-    gemm.weight(tokens_per_expert, mlp_mats * fe / t, h, local_experts);
-    gemm.weight(tokens_per_expert, h, fe / t, local_experts);
+    // Balanced routing gives every expert T*k*ep/E tokens; the busiest
+    // rank's experts get moe_load_imbalance times that, and the step waits
+    // for it.
+    const double imbalance = std::max(1.0, opt.moe_load_imbalance);
+    double tokens_per_expert = T * k * sh.ep / E * imbalance;
+    // The local experts as grouped GEMMs (one launch for all of them).
+    gemm.grouped(local_experts, tokens_per_expert, mlp_mats * fe / t, h);
+    gemm.grouped(local_experts, tokens_per_expert, h, fe / t);
     act_elem_fwd += T * k * fe / t;
     if (m.moe.num_shared_experts > 0) {
       double fs = double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts;
@@ -216,8 +262,15 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       gemm.weight(T, h, fs / t);
       act_elem_fwd += T * fs / t;
     }
+    // Token permutation around the all-to-alls (Megatron's moe_permute /
+    // moe_unpermute): gather the k copies of each local token into expert
+    // order (read + write T*k*h), and after the combine scatter them back
+    // with their router weights (read T*k*h, write T*h); the router's
+    // softmax and top-k over T x E fp32 scores. Backward moves the same.
+    moe_bytes = (3 * T * r * k * h + T * r * h) * e + 3 * T * r * E * 4;
+    moe_kernels = 6;
     // Dispatch + combine all-to-all of the routed tokens' hidden states.
-    double a2a_bytes = T * r * k * h * e;  // one rank's send buffer (comm_model.h convention)
+    double a2a_bytes = T * r * k * h * e * imbalance;  // the busiest rank's send buffer (comm_model.h convention)
     double a2a = collective_time(hw, Collective::kAllToAll, sh.ep_group, a2a_bytes, nullptr, 1);
     c.fwd_ep_s = 2 * a2a;
     c.bwd_ep_s = 2 * a2a;
@@ -241,8 +294,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     elem_bytes += 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
     kernels += 2;
   }
-  double elem_fwd_s = mem_time_s(hw, opt, elem_bytes, kernels);
-  double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes, 2 * kernels);
+  double elem_fwd_s = mem_time_s(hw, opt, elem_bytes + moe_bytes, kernels + moe_kernels);
+  double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes + moe_bytes, 2 * kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------
   // Forward collectives are exposed. In backward, with opt.tp_async_backward

@@ -98,5 +98,10 @@ double comm_contention_fraction(const HwProfile& hw);
 
 // Time of one GEMM of shape (m x k) * (k x n).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
+// Time of `groups` equal GEMMs run as one grouped kernel (MoE experts:
+// Transformer Engine's GroupedLinear / cuBLASLt and CUTLASS grouped GEMM):
+// one launch, the table's rate at all the groups' FLOPs, the waves of all
+// their output tiles together.
+double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k);
 
 }  // namespace loom

@@ -126,6 +126,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["fp8_scaling"] = fp8_scaling_name(o.fp8_scaling);
   j["fp8_attention"] = o.fp8_attention;
   j["fp8_params"] = o.fp8_params;
+  j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
 }
@@ -152,6 +153,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
     return invalid_argument(w + ".fp8_scaling must be \"delayed\" or \"current\", got \"" + scaling + "\"");
   LOOM_ASSIGN_OR_RETURN(o.fp8_attention, json_bool_or(j, "fp8_attention", o.fp8_attention, w));
   LOOM_ASSIGN_OR_RETURN(o.fp8_params, json_bool_or(j, "fp8_params", o.fp8_params, w));
+  LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   return o;
 }
 

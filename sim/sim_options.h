@@ -65,6 +65,11 @@ struct SimOptions {
   // instead of 16-bit + FP8 copy), the fp32 master lives in the optimizer,
   // and the distributed optimizer gathers 1 byte a parameter.
   bool fp8_params = false;
+  // MoE routing: tokens of the busiest rank's experts over the balanced
+  // share (1 = balanced, as Megatron-Bridge's MoE benchmarks force it; an
+  // auxiliary-loss-balanced router in training runs above 1). The expert
+  // GEMMs and the all-to-all of that rank wait for it.
+  double moe_load_imbalance = 1.0;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
 };

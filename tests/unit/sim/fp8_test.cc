@@ -36,6 +36,18 @@ TEST(Fp8, BigGemmsRunAtTheMeasuredFp8Best) {
     const double got = 2 * m * nn * k / gemm_time_s(hw, Precision::kFp8, m, nn, k);
     EXPECT_NEAR(got / rate, 1.0, 0.10) << m << "x" << nn << "x" << k;
   }
+  // Grouped GEMMs (MoE experts as one kernel), DeepGEMM's contiguous-layout
+  // FP8 runs on H800: 4 groups x 8192 x 4096 x 7168 1346 TFLOP/s, 8 groups x
+  // 4096 x 4096 x 7168 1346; torchao's DeepGEMM grouped forward on H100, 8
+  // groups x 4096 x 2048 x 7168 (M = 32768, DeepSeek-V3's FFN): 1234.
+  for (auto [g, m, nn, k, rate] : {std::tuple{4.0, 8192.0, 4096.0, 7168.0, 1346e12}, {8.0, 4096.0, 4096.0, 7168.0, 1346e12},
+                                   {8.0, 4096.0, 2048.0, 7168.0, 1234e12}}) {
+    const double got = g * 2 * m * nn * k / grouped_gemm_time_s(hw, Precision::kFp8, g, m, nn, k);
+    EXPECT_NEAR(got / rate, 1.0, 0.15) << g << " x " << m << "x" << nn << "x" << k;
+  }
+  // One group is the plain GEMM.
+  EXPECT_DOUBLE_EQ(grouped_gemm_time_s(hw, Precision::kBf16, 1, 4096, 4096, 4096),
+                   gemm_time_s(hw, Precision::kBf16, 4096, 4096, 4096));
   // A device without FP8 runs an fp8 request at its 16-bit rate.
   HwProfile a100 = testing::load_hw_or_die("dgx-a100-80gb");
   EXPECT_DOUBLE_EQ(gemm_time_s(a100, Precision::kFp8, n, n, n), gemm_time_s(a100, Precision::kBf16, n, n, n));
