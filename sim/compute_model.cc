@@ -205,7 +205,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     double batches = b * heads_local;
     double causal = opt.flash_attention ? (s + 1) / (2 * s) : 1.0;  // flash skips masked blocks
     core_flops = per_head_flops * batches * causal;
-    const bool measured = !hw.accel.attention_efficiency.flops.empty();
+    // The profile's attention table measures a fused flash-style kernel;
+    // materialized scores run as batched GEMMs at the GEMM table's rate.
+    const bool measured = opt.flash_attention && !hw.accel.attention_efficiency.flops.empty();
     double eff = measured ? hw.accel.attention_efficiency.lookup(per_head_flops * causal)
                           : hw.accel.gemm_efficiency.lookup(per_head_flops * causal);
     const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
@@ -220,7 +222,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double core_bwd_factor = opt.flash_attention ? 2.5 : 2.0;  // flash recomputes scores in backward
   // Time of the backward relative to the forward: the FLOP ratio unless the
   // profile measured the kernel's own (CPU kernels: about 1.2-1.3).
-  const double core_bwd_time = hw.accel.attention_backward_ratio > 0 ? hw.accel.attention_backward_ratio
+  const double core_bwd_time = opt.flash_attention && hw.accel.attention_backward_ratio > 0 ? hw.accel.attention_backward_ratio
                                                                       : core_bwd_factor;
   double core_bwd_s = core_fwd_s * core_bwd_time;
   if (!opt.flash_attention) {

@@ -180,6 +180,9 @@ TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
 
 TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  // Start from the GEMM table's rate for the core (the shipped profile has FA2's).
+  hw.accel.attention_efficiency = {};
+  hw.accel.attention_backward_ratio = 0;
   ModelSpec m = testing::load_model_or_die("gpt2-124m");
   SimOptions opt;
   Layout l;
@@ -206,6 +209,17 @@ TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   EXPECT_NEAR(ratio.bwd_s - base.bwd_s, 1.25 * (t_att + launch) - 2.5 * (t_gemm + launch), 1e-9);
   EXPECT_EQ(ratio.fwd_s, slow.fwd_s);
   EXPECT_EQ(ratio.bwd_flops, base.bwd_flops);
+  // The table and the ratio measure a fused flash kernel: materialized
+  // scores (batched GEMMs) keep the GEMM table and the FLOP ratio.
+  SimOptions no_flash = opt;
+  no_flash.flash_attention = false;
+  HwProfile plain = testing::load_hw_or_die("dgx-a100-80gb");
+  plain.accel.attention_efficiency = {};
+  plain.accel.attention_backward_ratio = 0;
+  EXPECT_EQ(layer_cost(m, hw, no_flash, Precision::kBf16, sh, false).fwd_s,
+            layer_cost(m, plain, no_flash, Precision::kBf16, sh, false).fwd_s);
+  EXPECT_EQ(layer_cost(m, hw, no_flash, Precision::kBf16, sh, false).bwd_s,
+            layer_cost(m, plain, no_flash, Precision::kBf16, sh, false).bwd_s);
   // Optimizer: 16 B/param of fp32 state traffic + 2 gradient reads -> 32 B in fp32.
   const double params = 1e8, bw = hw.accel.memory_bw_bytes_per_s;
   const double t0 = optimizer_time_s(hw, opt, Precision::kFp32, params);
