@@ -42,6 +42,7 @@ struct PlanArgs {
   bool fp32_main_grads = false;
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;
+  bool ep_comm_overlap = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
   bool fp8_params = false;
@@ -118,6 +119,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.fp32_main_grads = a.fp32_main_grads;
   req.tp_async_backward = a.tp_async_backward;
   req.tp_comm_overlap = a.tp_comm_overlap;
+  req.ep_comm_overlap = a.ep_comm_overlap;
   req.fp8_scaling = a.fp8_scaling;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
@@ -284,6 +286,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--tp-comm-overlap", a.tp_comm_overlap,
                "Megatron's --tp-comm-overlap (Transformer Engine userbuffers, with sequence parallelism): TP "
                "collectives pipelined with their GEMMs in forward and backward");
+  app.add_flag("--ep-comm-overlap", a.ep_comm_overlap,
+               "MoE all-to-alls behind another micro-batch's compute (DualPipe, Megatron-core "
+               "--overlap-moe-expert-parallel-comm): only what a forward+backward pair cannot cover is exposed");
   app.add_option("--fp8-scaling", a.fp8_scaling,
                  "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor; the default "
                  "without --framework) or delayed (amax history)");

@@ -393,9 +393,21 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   const double fwd_hidden_tp = tp_fwd_total - c.fwd_tp_s, bwd_hidden_tp = tp_bwd_total - c.bwd_tp_s;
 
   double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_fwd_s() + fwd_hidden_tp * contention;
+  double bwd_compute = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_bwd_s() + bwd_hidden_tp * contention;
+  if (opt.ep_comm_overlap && c.ep_calls > 0) {
+    // DualPipe-style: a forward and a backward micro-batch chunk run
+    // together, each one's dispatch / combine behind the other's compute.
+    // The pair exposes what the pair's compute cannot cover, shared in
+    // proportion; the hidden part slows that compute (contention).
+    const double comm = c.fwd_ep_s + c.bwd_ep_s, compute = fwd_compute + bwd_compute;
+    const double exposed = std::max(0.0, comm - compute), hidden = comm - exposed;
+    c.fwd_ep_s = exposed * fwd_compute / compute;
+    c.bwd_ep_s = exposed - c.fwd_ep_s;
+    fwd_compute += hidden * contention * fwd_compute / compute;
+    bwd_compute += hidden * contention * bwd_compute / compute;
+  }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
-  c.bwd_s = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_bwd_s() + bwd_hidden_tp * contention + c.bwd_tp_s +
-            c.bwd_ep_s;
+  c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s;
   c.weight_cast_s = gemm.cast_weights_s();
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;

@@ -32,6 +32,7 @@ struct PlanRequest {
   bool fp32_main_grads = false;
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
   bool tp_comm_overlap = false;    // SimOptions::tp_comm_overlap
+  bool ep_comm_overlap = false;    // SimOptions::ep_comm_overlap
   std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
   bool fp8_attention = false;      // SimOptions::fp8_attention
   bool fp8_params = false;         // SimOptions::fp8_params

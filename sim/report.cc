@@ -127,6 +127,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["fp8_attention"] = o.fp8_attention;
   j["fp8_params"] = o.fp8_params;
   j["moe_load_imbalance"] = o.moe_load_imbalance;
+  j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
 }
@@ -154,6 +155,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.fp8_attention, json_bool_or(j, "fp8_attention", o.fp8_attention, w));
   LOOM_ASSIGN_OR_RETURN(o.fp8_params, json_bool_or(j, "fp8_params", o.fp8_params, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
+  LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   return o;
 }
 

@@ -70,6 +70,11 @@ struct SimOptions {
   // auxiliary-loss-balanced router in training runs above 1). The expert
   // GEMMs and the all-to-all of that rank wait for it.
   double moe_load_imbalance = 1.0;
+  // MoE all-to-alls overlapped with another micro-batch's compute
+  // (DeepSeek-V3's DualPipe, Megatron-core's --overlap-moe-expert-parallel-
+  // comm): per MoE layer, only what a forward + backward pair's compute
+  // cannot cover is exposed. Off: every dispatch and combine is exposed.
+  bool ep_comm_overlap = false;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
 };

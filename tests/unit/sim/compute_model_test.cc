@@ -246,3 +246,33 @@ TEST(ComputeModel, WaveQuantization) {
 
 }  // namespace
 }  // namespace loom
+
+// DualPipe-style EP overlap, by hand: a MoE layer's forward + backward pair
+// hides its four all-to-alls behind its own compute and exposes only what
+// that compute cannot cover; the hidden part costs the SMs NCCL holds.
+namespace loom {
+namespace {
+
+TEST(ComputeModel, EpOverlapExposesOnlyWhatThePairCannotCover) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("mixtral-8x7b");
+  Layout l;
+  l.dp = 8;
+  l.ep = 8;
+  const ComputeShape sh = compute_shape(l, 4096, hw);
+  SimOptions opt;
+  const PieceCost base = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  ASSERT_GT(base.ep_comm_total_s, 0);
+  EXPECT_NEAR(base.fwd_ep_s + base.bwd_ep_s, base.ep_comm_total_s, 1e-12);  // all exposed without overlap
+  opt.ep_comm_overlap = true;
+  const PieceCost ov = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  const double compute = base.fwd_s + base.bwd_s - base.ep_comm_total_s;
+  const double exposed = std::max(0.0, base.ep_comm_total_s - compute);
+  const double hidden = base.ep_comm_total_s - exposed;
+  EXPECT_NEAR(ov.fwd_ep_s + ov.bwd_ep_s, exposed, 1e-12);
+  EXPECT_NEAR(ov.fwd_s + ov.bwd_s, compute + exposed + hidden * comm_contention_fraction(hw), 1e-12);
+  EXPECT_LT(ov.fwd_s + ov.bwd_s, base.fwd_s + base.bwd_s);
+}
+
+}  // namespace
+}  // namespace loom
