@@ -128,11 +128,12 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.grad_buckets = a.grad_buckets;
   LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
   // The framework's defaults, then what the command line set explicitly.
-  in.opt = make_sim_options(req, in.hw);
-  in.space = make_search_space(req);
   if (!a.framework.empty()) {
     LOOM_ASSIGN_OR_RETURN(in.framework, load_framework(a.framework));
   }
+  const Framework* fw = in.framework ? &*in.framework : nullptr;
+  in.opt = make_sim_options(req, in.hw, fw);
+  in.space = make_search_space(req, fw);
   // A calibrated CPU profile holds per-rank figures for the number of ranks
   // that shared the machine while it was measured; another count shares the
   // cores differently.
@@ -164,8 +165,7 @@ int plan_one(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
     if (Status s = check_layout_for_framework(*in.framework, *layout); !s.is_ok())
       return fail("plan", invalid_argument("--layout " + a.layout + ": " + s.message() + " (--framework " +
                                            in.framework->name + ")"));
-    // The stack's overlap settings, unless the layout names its own.
-    if (a.layout.find("overlap_") == std::string::npos) apply_framework_overlap(*in.framework, &*layout);
+    apply_framework_overlap(*in.framework, a.layout, &*layout);
   }
   auto r = simulate_layout(eval, *layout);
   if (!r.is_ok()) return fail("plan", r.status());

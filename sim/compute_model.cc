@@ -35,53 +35,40 @@ struct GemmSum {
   // FP8 linears: elements of their inputs (cast in forward), of their output
   // gradients (cast in backward), and of their weights (cast once a step).
   double fp8_inputs = 0, fp8_output_grads = 0, fp8_weights = 0;
-  int fp8_linears = 0;
-  // Weight GEMM: activations (m x k) times weights (k x n). No launch cost on
-  // top: the efficiency table's timings include each GEMM's fixed cost. A
-  // linear that FP8 training keeps in 16 bits passes fp8_layer = false.
+  int fp8_casts = 0;  // cast kernels per tensor kind (one per linear or grouped kernel)
+  // Weight GEMM: activations (m x k) times weights (k x n), `count` alike. No
+  // launch cost on top: the efficiency table's timings include each GEMM's
+  // fixed cost. A linear that FP8 training keeps in 16 bits passes
+  // fp8_layer = false.
+  void weight(double m, double n, double k, double count = 1, bool fp8_layer = true) {
+    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
+    const Precision gp = fp8_layer ? p : sixteen_bit(p);
+    add(count * gemm_time_s(hw, gp, m, n, k), gp, count, int(count), m, n, k);
+  }
   // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n) as one
   // grouped kernel.
   void grouped(double groups, double m, double n, double k) {
     if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return;
-    fwd_s += grouped_gemm_time_s(hw, p, groups, m, n, k);
-    fwd_flops += groups * 2 * m * n * k;
-    if (p == Precision::kFp8) {
-      fp8_inputs += groups * m * k;
-      fp8_output_grads += groups * m * n;
-      fp8_weights += groups * k * n;
-      fp8_linears += 1;
-    }
+    add(grouped_gemm_time_s(hw, p, groups, m, n, k), p, groups, 1, m, n, k);
   }
-  void weight(double m, double n, double k, double count = 1, bool fp8_layer = true) {
-    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-    const Precision gp = fp8_layer ? p : sixteen_bit(p);
-    fwd_s += count * gemm_time_s(hw, gp, m, n, k);
-    fwd_flops += count * 2 * m * n * k;
-    if (gp == Precision::kFp8) {
-      fp8_inputs += count * m * k;
-      fp8_output_grads += count * m * n;
-      fp8_weights += count * k * n;
-      fp8_linears += int(count);
-    }
+  // The casts' memory time of `elements` (inputs in forward, output gradients
+  // in backward, weights once a step: cached across micro-batches as
+  // Megatron's Transformer Engine layers do with is_first_microbatch).
+  double cast_s(double elements) const {
+    return fp8_casts ? mem_time_s(hw, opt, elements * fp8_cast_bytes(opt), fp8_casts * fp8_cast_kernels(opt)) : 0;
   }
-  // The casts' memory time: forward (inputs), backward (output gradients),
-  // and once per step (weights; cached across micro-batches as Megatron's
-  // Transformer Engine layers do with is_first_microbatch).
-  double cast_fwd_s() const;
-  double cast_bwd_s() const;
-  double cast_weights_s() const;
-};
 
-double GemmSum::cast_fwd_s() const {
-  return fp8_linears ? mem_time_s(hw, opt, fp8_inputs * fp8_cast_bytes(opt), fp8_linears * fp8_cast_kernels(opt)) : 0;
-}
-double GemmSum::cast_bwd_s() const {
-  return fp8_linears ? mem_time_s(hw, opt, fp8_output_grads * fp8_cast_bytes(opt), fp8_linears * fp8_cast_kernels(opt))
-                     : 0;
-}
-double GemmSum::cast_weights_s() const {
-  return fp8_linears ? mem_time_s(hw, opt, fp8_weights * fp8_cast_bytes(opt), fp8_linears * fp8_cast_kernels(opt)) : 0;
-}
+ private:
+  void add(double time_s, Precision gp, double gemms, int kernels, double m, double n, double k) {
+    fwd_s += time_s;
+    fwd_flops += gemms * 2 * m * n * k;
+    if (gp != Precision::kFp8) return;
+    fp8_inputs += gemms * m * k;
+    fp8_output_grads += gemms * m * n;
+    fp8_weights += gemms * k * n;
+    fp8_casts += kernels;
+  }
+};
 
 double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, double bytes, LinkBytes* traffic,
                        double count) {
@@ -312,14 +299,17 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // to hide behind. Without it every backward collective is exposed and SP's
   // backward mirrors its forward (the gathered input kept, as Loom's executor does).
   double tp_bytes = T * h * e;  // one activation of the layer's hidden size
-  // FP8 with SP on a dense MHA/GQA layer: the gathered tensors are cast on
-  // the local shard before the gather (QKV and FC1 inputs in forward, the
-  // proj and FC2 output gradients in backward).
-  const bool fp8_gathers = sh.sp && sh.tp_group.ranks > 1 && gemm.fp8_linears > 0 && !m.mla.enabled && !moe_layer;
+  // FP8 with SP on a dense MHA/GQA layer: Transformer Engine casts the local
+  // shard and gathers FP8 (half the bytes; the output gradients' gathers
+  // too), so those casts cover 1/t of the gathered tensor (QKV and FC1
+  // inputs in forward, the proj and FC2 output gradients in backward);
+  // reduce-scatters stay 16-bit.
+  const bool fp8_gathers = sh.sp && sh.tp_group.ranks > 1 && gemm.fp8_casts > 0 && !m.mla.enabled && !moe_layer;
   if (fp8_gathers) {
     gemm.fp8_inputs -= 2 * T * h * (1 - 1 / t);
     gemm.fp8_output_grads -= 2 * T * h * (1 - 1 / t);
   }
+  const double ag_bytes = fp8_gathers ? tp_bytes / 2 : tp_bytes;
   double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0, tp_fwd_exposed = 0;
   if (sh.tp_group.ranks > 1) {
     const double windows[2] = {attn_column_s, mlp_column_s};
@@ -330,10 +320,6 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     const bool async = opt.tp_async_backward || ub;
     if (sh.sp) {
       // Forward: all-gather before QKV and FC1, reduce-scatter after proj and FC2.
-      // FP8: Transformer Engine casts the local shard and gathers FP8 (half
-      // the bytes; the output gradients' gathers too), so those casts cover
-      // 1/t of the gathered tensor; reduce-scatters stay 16-bit.
-      const double ag_bytes = fp8_gathers ? tp_bytes / 2 : tp_bytes;
       const double ag = collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, nullptr, 1);
       const double rs = collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, nullptr, 1);
       tp_fwd_total = 2 * ag + 2 * rs;
@@ -392,8 +378,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   const double contention = comm_contention_fraction(hw);
   const double fwd_hidden_tp = tp_fwd_total - c.fwd_tp_s, bwd_hidden_tp = tp_bwd_total - c.bwd_tp_s;
 
-  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_fwd_s() + fwd_hidden_tp * contention;
-  double bwd_compute = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_bwd_s() + bwd_hidden_tp * contention;
+  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) + fwd_hidden_tp * contention;
+  double bwd_compute = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) + bwd_hidden_tp * contention;
   if (opt.ep_comm_overlap && c.ep_calls > 0) {
     // DualPipe-style: a forward and a backward micro-batch chunk run
     // together, each one's dispatch / combine behind the other's compute.
@@ -408,7 +394,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
   c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s;
-  c.weight_cast_s = gemm.cast_weights_s();
+  c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
 
@@ -420,7 +406,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     if (sh.tp_group.ranks > 1) {
       LinkBytes fwd_only;
       if (sh.sp) {
-        collective_time(hw, Collective::kAllGather, sh.tp_group, fp8_gathers ? tp_bytes / 2 : tp_bytes, &fwd_only, 2);
+        collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &fwd_only, 2);
         collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &fwd_only, 2);
       } else {
         collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &fwd_only, 2);

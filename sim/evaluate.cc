@@ -40,6 +40,12 @@ double grad_elem_bytes(Precision p, const SimOptions& opt) {
   return (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
 }
 
+// Bytes of one weight in the ZeRO parameter all-gather: the 16-bit (or
+// fp32) weight, or 1 with FP8 parameters.
+double gathered_weight_bytes(Precision p, const SimOptions& opt) {
+  return p == Precision::kFp8 && opt.fp8_params ? 1.0 : element_bytes(p);
+}
+
 void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   sc.fwd_s += pc.fwd_s * count;
   sc.bwd_s += pc.bwd_s * count;
@@ -137,7 +143,6 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   StageParams params = stage_params(model_, l, split, s);
   sc.grad_bytes = params.dense * grad_elem_bytes(p, opt_);
   sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
-  sc.param_bytes_gather = params.total() * (p == Precision::kFp8 && opt_.fp8_params ? 1.0 : element_bytes(p));
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
   // A tied embedding split over the pipeline: the first and the last stage
@@ -207,8 +212,7 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   edp_shape.ranks = l.dp / l.ep;
   edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
   edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
-  const double gathered = train_.precision == Precision::kFp8 && opt_.fp8_params ? 1.0 : element_bytes(train_.precision);
-  const double w_over_g = gathered / grad_elem_bytes(train_.precision, opt_);
+  const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / grad_elem_bytes(train_.precision, opt_);
   Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
   d.grad_sync = collective_cost(hw_, grad_coll, dp_shape, sc.grad_bytes);
   d.grad_sync_s = d.grad_sync.time_s;

@@ -91,7 +91,6 @@ struct StageCosts {
   double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)
   double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
   std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk
-  double param_bytes_gather = 0;                 // ZeRO: full 16-bit weights of the stage per rank
   double optimizer_s = 0;                        // includes weight_cast_s
   double weight_cast_s = 0;                      // FP8: the stage's weights re-cast once a step
   Traffic traffic_per_micro;                     // TP and EP traffic of one micro-batch

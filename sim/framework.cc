@@ -152,7 +152,8 @@ Status check_layout_for_framework(const Framework& f, const Layout& l) {
   return Status::ok();
 }
 
-void apply_framework_overlap(const Framework& f, Layout* l) {
+void apply_framework_overlap(const Framework& f, const std::string& layout_text, Layout* l) {
+  if (layout_text.find("overlap_") != std::string::npos) return;
   l->overlap_grad_reduce = contains(f.grad_reduce_overlap_zero_stages, l->zero);
   l->overlap_param_gather = f.overlap_param_gather;
 }

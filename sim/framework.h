@@ -56,7 +56,9 @@ void apply_framework(const Framework& f, SearchSpace* space);
 // Whether a layout is one the stack can run; the error says which setting
 // it lacks and what it offers instead.
 Status check_layout_for_framework(const Framework& f, const Layout& l);
-// The layout's overlap flags as the stack sets them.
-void apply_framework_overlap(const Framework& f, Layout* l);
+// The layout's overlap flags as the stack sets them, unless `layout_text`
+// (the --layout string it was parsed from) names its own overlap_grad /
+// overlap_param.
+void apply_framework_overlap(const Framework& f, const std::string& layout_text, Layout* l);
 
 }  // namespace loom

@@ -1,5 +1,7 @@
 #include "sim/plan_request.h"
 
+#include <optional>
+
 #include "sim/framework.h"
 
 namespace loom {
@@ -33,12 +35,26 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw) {
   return train;
 }
 
+namespace {
+
+// The request's framework, or none when it has none or it does not load
+// (make_train_spec reports a bad one).
+std::optional<Framework> request_framework(const PlanRequest& req) {
+  if (req.framework.empty()) return std::nullopt;
+  auto f = load_framework(req.framework);
+  return f.is_ok() ? std::optional<Framework>(std::move(f).value()) : std::nullopt;
+}
+
+}  // namespace
+
 SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw) {
+  const std::optional<Framework> f = request_framework(req);
+  return make_sim_options(req, hw, f ? &*f : nullptr);
+}
+
+SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const Framework* framework) {
   SimOptions opt;
-  if (!req.framework.empty()) {
-    auto f = load_framework(req.framework);  // make_train_spec reports a bad one
-    if (f.is_ok()) apply_framework(*f, &opt);
-  }
+  if (framework) apply_framework(*framework, &opt);
   if (!req.flash_attention) opt.flash_attention = false;
   if (req.fp32_main_grads) opt.fp32_main_grads = true;
   if (req.tp_async_backward) opt.tp_async_backward = true;
@@ -58,12 +74,14 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw) {
 }
 
 SearchSpace make_search_space(const PlanRequest& req) {
+  const std::optional<Framework> f = request_framework(req);
+  return make_search_space(req, f ? &*f : nullptr);
+}
+
+SearchSpace make_search_space(const PlanRequest& req, const Framework* framework) {
   SearchSpace sp;
   sp.world = req.gpus;
-  if (!req.framework.empty()) {
-    auto f = load_framework(req.framework);
-    if (f.is_ok()) apply_framework(*f, &sp);
-  }
+  if (framework) apply_framework(*framework, &sp);
   return sp;
 }
 

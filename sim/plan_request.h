@@ -48,5 +48,10 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw);
 SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw);
 // The search space of the request's framework (all layouts without one).
 SearchSpace make_search_space(const PlanRequest& req);
+// The same with the request's framework already loaded (nullptr: none), for
+// callers that need the framework itself as well.
+struct Framework;
+SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const Framework* framework);
+SearchSpace make_search_space(const PlanRequest& req, const Framework* framework);
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/json_util.h"
@@ -134,7 +135,15 @@ RunPrediction predict_run(const PublishedRun& run) {
   req.framework = run.framework;
   auto train = make_train_spec(req, *hw);
   if (!train.is_ok()) return fail(train.status());
-  SimOptions opt = make_sim_options(req, *hw);
+  std::optional<Framework> framework;
+  if (!run.framework.empty()) {
+    auto f = load_framework(run.framework);
+    if (!f.is_ok()) return fail(f.status());
+    framework = std::move(f).value();
+  }
+  const Framework* fw = framework ? &*framework : nullptr;
+  // The framework's options, then the row's own.
+  SimOptions opt = make_sim_options(req, *hw, fw);
   if (run.flash_attention >= 0) opt.flash_attention = run.flash_attention == 1;
   if (run.fp32_main_grads >= 0) opt.fp32_main_grads = run.fp32_main_grads == 1;
   if (run.tp_async_backward >= 0) opt.tp_async_backward = run.tp_async_backward == 1;
@@ -151,17 +160,13 @@ RunPrediction predict_run(const PublishedRun& run) {
     auto l = parse_layout(run.layout);
     if (!l.is_ok()) return fail(l.status());
     if (Status s = validate_layout(*l, *model, *train, run.gpus); !s.is_ok()) return fail(s);
-    if (!run.framework.empty() && run.layout.find("overlap_") == std::string::npos) {
-      auto f = load_framework(run.framework);
-      if (!f.is_ok()) return fail(f.status());
-      apply_framework_overlap(*f, &*l);
-    }
+    if (fw) apply_framework_overlap(*fw, run.layout, &*l);
     auto r = simulate_layout(eval, *l);
     if (!r.is_ok()) return fail(r.status());
     result = std::move(r).value();
     out.fits = result.memory.fits;
   } else {
-    SearchSpace space = make_search_space(req);
+    SearchSpace space = make_search_space(req, fw);
     space.world = run.gpus;
     space.refine_top = 4;
     if (Status s = apply_search_fix(run.fix, &space); !s.is_ok()) return fail(s);

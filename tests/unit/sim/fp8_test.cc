@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "sim/compute_model.h"
+#include "sim/memory_model.h"
 #include "sim/simulate.h"
 #include "tests/support/test_models.h"
 
@@ -126,6 +127,30 @@ TEST(Fp8, EndToEndSpeedupAndMfuConvention) {
   EXPECT_NEAR(fp8.mfu, fp8.model_tflops_per_gpu * 1e12 / 989e12, 1e-9);
   EXPECT_NEAR(fp8.mfu_fp8_peak, fp8.model_tflops_per_gpu * 1e12 / 1979e12, 1e-9);
   EXPECT_EQ(bf16.mfu_fp8_peak, 0);
+}
+
+// Memory under FP8, by hand for a GPT block (h 4096, 32 heads, FFN 16384) at
+// tp = 4 with SP, one micro-batch of 2048 tokens: Transformer Engine saves
+// the four linear inputs (QKV and MLP input T h / t each under SP, the
+// projection input T h / t, FC2's input T f / t) as FP8, 1 byte instead of
+// 2; everything else stays 16-bit. FP8 parameters hold 2 bytes of weights
+// (FP8 + transpose) instead of 3 (16-bit + an FP8 copy).
+TEST(Fp8, LinearInputsAreSavedAsFp8AndFp8ParamsHoldTwoBytes) {
+  ModelSpec m = testing::gpt_block_model(4096, 32, 1);
+  Layout l;
+  l.tp = 4;
+  l.sequence_parallel = true;
+  SimOptions opt;
+  opt.dropout = 0;
+  const double T = 2048, h = 4096, f = 16384, t = 4;
+  const double saved = T * h / t + T * h / t + T * h / t + T * f / t;  // bytes saved: one per element
+  const double bf16 = layer_activation_bytes(m, l, opt, 2048, Precision::kBf16, false);
+  const double fp8 = layer_activation_bytes(m, l, opt, 2048, Precision::kFp8, false);
+  EXPECT_NEAR(bf16 - fp8, saved, 1e-6);
+  EXPECT_EQ(state_bytes_per_param(Precision::kFp8, opt).weights, 3);
+  opt.fp8_params = true;
+  EXPECT_EQ(state_bytes_per_param(Precision::kFp8, opt).weights, 2);
+  EXPECT_EQ(state_bytes_per_param(Precision::kFp8, opt).optimizer, 12) << "the fp32 master stays in the optimizer";
 }
 
 }  // namespace
