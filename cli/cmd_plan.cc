@@ -43,6 +43,8 @@ struct PlanArgs {
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;
   bool ep_comm_overlap = false;
+  bool pp_blocking_p2p = false;
+  bool pp_overlap_p2p_comm = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
   bool fp8_params = false;
@@ -120,6 +122,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.tp_async_backward = a.tp_async_backward;
   req.tp_comm_overlap = a.tp_comm_overlap;
   req.ep_comm_overlap = a.ep_comm_overlap;
+  req.pp_blocking_p2p = a.pp_blocking_p2p;
+  req.pp_overlap_p2p_comm = a.pp_overlap_p2p_comm;
   req.fp8_scaling = a.fp8_scaling;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
@@ -289,6 +293,12 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--ep-comm-overlap", a.ep_comm_overlap,
                "MoE all-to-alls behind another micro-batch's compute (DualPipe, Megatron-core "
                "--overlap-moe-expert-parallel-comm): only what a forward+backward pair cannot cover is exposed");
+  app.add_flag("--pp-blocking-p2p", a.pp_blocking_p2p,
+               "pipeline sends block the sender until they land (Megatron's and DeepSpeed's p2p: "
+               "batch_isend_irecv, then wait); default off, as Loom's executor sends asynchronously");
+  app.add_flag("--pp-overlap-p2p-comm", a.pp_overlap_p2p_comm,
+               "Megatron's overlap_p2p_comm: the interleaved schedule sends asynchronously even with "
+               "--pp-blocking-p2p");
   app.add_option("--fp8-scaling", a.fp8_scaling,
                  "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor; the default "
                  "without --framework) or delayed (amax history)");

@@ -408,6 +408,10 @@ Estimate Evaluator::estimate(const Layout& l) const {
     pipe = double(m) * t_max + (t_sum - t_max) / v + 2.0 * (double(p) * v - 1) * t_p2p;
   } else {
     pipe = double(m - 1) * t_max + t_sum + 2.0 * (p - 1) * t_p2p;
+    // Blocking sends under GPipe: each later micro-batch's forward and
+    // backward on the critical stage wait for their own send to land (1F1B's
+    // round trip already puts the transfer on the path; sim/simulate.h).
+    if (l.schedule == Schedule::kGpipe && p > 1 && blocking_p2p(opt_, l.schedule)) pipe += 2.0 * double(m - 1) * t_p2p;
   }
 
   // Exposed data-parallel communication: per stage, what its own remaining

@@ -45,6 +45,11 @@ Result<std::vector<std::string>> string_list(const Json& s, const char* key, con
   return out;
 }
 
+Result<bool> required_bool(const Json& s, const char* key, const std::string& where) {
+  if (!s.contains(key) || !s[key].is_boolean()) return invalid_argument(where + "." + key + " must be true or false");
+  return s[key].get<bool>();
+}
+
 }  // namespace
 
 Result<Framework> parse_framework(const std::string& json_text, const std::string& name) {
@@ -67,6 +72,10 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.overlap_param_gather, json_bool_or(*o, "param_gather", true, w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.tp_async_backward, json_bool_or(*o, "tp_async_backward", false, w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.tp_comm_overlap, json_bool_or(*o, "tp_comm_overlap", false, w + ".overlap"));
+
+  LOOM_ASSIGN_OR_RETURN(const Json* pp, section(j, "pipeline", w));
+  LOOM_ASSIGN_OR_RETURN(f.pp_blocking_p2p, required_bool(*pp, "blocking_p2p", w + ".pipeline"));
+  LOOM_ASSIGN_OR_RETURN(f.pp_overlap_p2p_comm, required_bool(*pp, "overlap_p2p_comm", w + ".pipeline"));
 
   LOOM_ASSIGN_OR_RETURN(const Json* l, section(j, "layouts", w));
   const std::string wl = w + ".layouts";
@@ -114,6 +123,8 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->fp32_main_grads = f.fp32_main_grads;
   opt->tp_async_backward = f.tp_async_backward;
   opt->tp_comm_overlap = f.tp_comm_overlap;
+  opt->pp_blocking_p2p = f.pp_blocking_p2p;
+  opt->pp_overlap_p2p_comm = f.pp_overlap_p2p_comm;
   opt->fp8_scaling = f.fp8_scaling;
   opt->fp8_attention = f.fp8_attention;
   opt->dropout = f.dropout;

@@ -33,6 +33,8 @@ struct Framework {
   bool overlap_param_gather = true;
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;
+  bool pp_blocking_p2p = false;       // SimOptions::pp_blocking_p2p
+  bool pp_overlap_p2p_comm = false;   // SimOptions::pp_overlap_p2p_comm
   std::vector<int> zero_stages;
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;

@@ -60,6 +60,8 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (req.tp_async_backward) opt.tp_async_backward = true;
   if (req.tp_comm_overlap) opt.tp_comm_overlap = true;
   if (req.ep_comm_overlap) opt.ep_comm_overlap = true;
+  if (req.pp_blocking_p2p) opt.pp_blocking_p2p = true;
+  if (req.pp_overlap_p2p_comm) opt.pp_overlap_p2p_comm = true;
   if (!req.fp8_scaling.empty()) parse_fp8_scaling(req.fp8_scaling, &opt.fp8_scaling);  // checked by make_train_spec
   if (req.fp8_attention) opt.fp8_attention = true;
   if (req.fp8_params) opt.fp8_params = true;

@@ -33,6 +33,8 @@ struct PlanRequest {
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
   bool tp_comm_overlap = false;    // SimOptions::tp_comm_overlap
   bool ep_comm_overlap = false;    // SimOptions::ep_comm_overlap
+  bool pp_blocking_p2p = false;    // SimOptions::pp_blocking_p2p
+  bool pp_overlap_p2p_comm = false;  // SimOptions::pp_overlap_p2p_comm
   std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
   bool fp8_attention = false;      // SimOptions::fp8_attention
   bool fp8_params = false;         // SimOptions::fp8_params

@@ -128,6 +128,8 @@ std::string sim_options_json(const SimOptions& o) {
   j["fp8_params"] = o.fp8_params;
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
+  j["pp_blocking_p2p"] = o.pp_blocking_p2p;
+  j["pp_overlap_p2p_comm"] = o.pp_overlap_p2p_comm;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
 }
@@ -156,6 +158,8 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.fp8_params, json_bool_or(j, "fp8_params", o.fp8_params, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
+  LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));
+  LOOM_ASSIGN_OR_RETURN(o.pp_overlap_p2p_comm, json_bool_or(j, "pp_overlap_p2p_comm", o.pp_overlap_p2p_comm, w));
   return o;
 }
 

@@ -75,8 +75,24 @@ struct SimOptions {
   // comm): per MoE layer, only what a forward + backward pair's compute
   // cannot cover is exposed. Off: every dispatch and combine is exposed.
   bool ep_comm_overlap = false;
+  // Pipeline p2p as Megatron and DeepSpeed issue it: batch_isend_irecv, then
+  // wait on every request (megatron/core/pipeline_parallel/p2p_communication.py
+  // _communicate, wait_on_reqs=True), so a stage's next compute op waits
+  // until its send has landed. Off: sends are asynchronous and only the
+  // receiver waits, as in Loom's executor (isend, waited at the end of the
+  // step).
+  bool pp_blocking_p2p = false;
+  // Megatron's overlap_p2p_comm (--no-overlap-p2p-communication turns it off;
+  // it is forced off for non-interleaved schedules): the interleaved schedule
+  // issues its sends asynchronously even when pp_blocking_p2p is on.
+  bool pp_overlap_p2p_comm = false;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
 };
+
+// Whether a stage's compute waits for its pipeline sends under `schedule`.
+inline bool blocking_p2p(const SimOptions& o, Schedule schedule) {
+  return o.pp_blocking_p2p && !(schedule == Schedule::kInterleaved && o.pp_overlap_p2p_comm);
+}
 
 }  // namespace loom

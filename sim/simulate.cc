@@ -67,7 +67,52 @@ std::vector<double> with_contention(const Program& prog, const Timeline& tl, con
   return out;
 }
 
+bool is_send(OpKind k) { return k == OpKind::kSendActivation || k == OpKind::kSendGrad; }
+bool is_recv(OpKind k) { return k == OpKind::kRecvActivation || k == OpKind::kRecvGrad; }
+
 }  // namespace
+
+Program with_blocking_sends(const Program& prog) {
+  const size_t n = prog.ops.size();
+  const int P = static_cast<int>(prog.stage_ops.size());
+  const bool interleaved = prog.config.schedule == Schedule::kInterleaved;
+  std::vector<std::vector<int32_t>> extra(n);
+  Program out = prog;
+  out.stage_ops.assign(size_t(2 * P), {});
+  for (int st = 0; st < P; ++st) {
+    std::vector<int32_t> before_forward, before_any;  // sends the next compute op waits for
+    for (int32_t id : prog.stage_ops[size_t(st)]) {
+      const Op& op = prog.ops[size_t(id)];
+      if (is_send(op.kind)) {
+        Op& moved = out.ops[size_t(id)];
+        moved.stage = static_cast<int16_t>(P + st);
+        moved.stream = op.kind == OpKind::kSendActivation ? Stream::kPpComm : Stream::kDpComm;
+        out.stage_ops[size_t(P + st)].push_back(id);
+        (interleaved && op.kind == OpKind::kSendActivation ? before_forward : before_any).push_back(id);
+        continue;
+      }
+      out.stage_ops[size_t(st)].push_back(id);
+      if (op.stream != Stream::kCompute) continue;
+      auto& e = extra[size_t(id)];
+      e.insert(e.end(), before_any.begin(), before_any.end());
+      before_any.clear();
+      if (op.kind == OpKind::kForward || op.kind == OpKind::kOptimizer) {
+        e.insert(e.end(), before_forward.begin(), before_forward.end());
+        before_forward.clear();
+      }
+    }
+  }
+  out.deps.clear();
+  out.deps.reserve(prog.deps.size() + n / 2);
+  for (Op& op : out.ops) {
+    const auto old = prog.deps_of(prog.ops[size_t(op.id)]);
+    op.dep_begin = static_cast<int32_t>(out.deps.size());
+    out.deps.insert(out.deps.end(), old.begin(), old.end());
+    out.deps.insert(out.deps.end(), extra[size_t(op.id)].begin(), extra[size_t(op.id)].end());
+    op.dep_count = static_cast<int32_t>(out.deps.size()) - op.dep_begin;
+  }
+  return out;
+}
 
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   LOOM_RETURN_IF_ERROR(validate_layout(l, eval.model(), eval.train(), 0));
@@ -81,15 +126,26 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
 
   ProgramConfig cfg = program_config_for(l, eval.train().global_batch, eval.options().grad_buckets);
   LOOM_ASSIGN_OR_RETURN(r.program, build_program(cfg));
+  // The engine times the program the framework runs; r.program stays the
+  // executor's (its ops, ids and hash are the plan's).
+  const bool blocking = l.pp > 1 && blocking_p2p(eval.options(), l.schedule);
+  Program timed_blocking;
+  if (blocking) timed_blocking = with_blocking_sends(r.program);
+  const Program& timed = blocking ? timed_blocking : r.program;
   r.durations_s = op_durations(eval, l, r.program, r.stages, dp);
-  LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(r.program, r.durations_s));
+  if (blocking) {
+    const double t_p2p = eval.p2p_time_s(l);
+    for (const Op& op : r.program.ops)
+      if (is_send(op.kind)) r.durations_s[size_t(op.id)] = t_p2p;
+  }
+  LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
   // Contention: lengthen the compute that overlapped DP collectives, then
   // time the program again (one pass: the overlap barely moves).
   std::vector<double> contention_by_stage;
   const double fraction = comm_contention_fraction(eval.hw());
   if (fraction > 0 && l.dp > 1) {
     r.durations_s = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &contention_by_stage);
-    LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(r.program, r.durations_s));
+    LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
   }
 
   // Breakdown on the critical stage: the one with the most compute.
@@ -112,8 +168,8 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   if (l.pp > 1) {
     std::vector<double> no_p2p = r.durations_s;
     for (const Op& op : r.program.ops)
-      if (op.kind == OpKind::kRecvActivation || op.kind == OpKind::kRecvGrad) no_p2p[op.id] = 0;
-    LOOM_ASSIGN_OR_RETURN(Timeline free_p2p, run_event_engine(r.program, no_p2p));
+      if (is_recv(op.kind) || is_send(op.kind)) no_p2p[op.id] = 0;
+    LOOM_ASSIGN_OR_RETURN(Timeline free_p2p, run_event_engine(timed, no_p2p));
     tb.pp_comm_s = std::max(0.0, r.timeline.step_time_s - free_p2p.step_time_s);
     tb.bubble_s = free_p2p.idle[crit].pipeline_s + free_p2p.idle[crit].tail_s;
   }
@@ -156,7 +212,9 @@ Trace predicted_trace(const SimResult& r, const std::string& plan_hash, const st
     e.pid = op.stage;
     e.tid = static_cast<int>(op.stream);
     e.ts_us = tm.start_s * 1e6;
-    e.dur_us = (tm.end_s - tm.start_s) * 1e6;
+    // A blocking send lasts its transfer; the trace shows the transfer on
+    // the recv, so that one track is one serial stream.
+    e.dur_us = is_send(op.kind) ? 0.0 : (tm.end_s - tm.start_s) * 1e6;
     e.op_id = op.id;
     e.micro = op.micro;
     e.stage = op.stage;

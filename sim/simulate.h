@@ -31,6 +31,22 @@ struct SimResult {
   int critical_stage = 0;
 };
 
+// Blocking pipeline p2p (SimOptions::pp_blocking_p2p): `prog` as the engine
+// times it when a stage's compute waits for its own sends. Each send lasts
+// the transfer (its recv starts with it) and moves to a stage of its own,
+// P + s, so that it neither holds up the stage's recvs nor waits behind them
+// (Megatron batches a send with the opposite recv); activation sends take
+// that stage's pp-comm stream and gradient sends its dp-comm stream, the two
+// directions of the link. The sender's compute then depends on the send's
+// end: plain 1F1B and GPipe wait before the next compute op
+// (send_forward_recv_backward and its kin wait on every request); the
+// interleaved schedule batches a forward's send with the following
+// backward's transfers (send_forward_backward_recv_forward_backward), so a
+// forward's send is waited before the stage's next forward and a backward's
+// before its next compute op. Op ids stay those of `prog`, and so do the
+// executor's program and hash; timeline entries past P are the send stages.
+Program with_blocking_sends(const Program& prog);
+
 // Validates, then simulates. Errors: the layout's validation Status, or a
 // program/engine error.
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& layout);

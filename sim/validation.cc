@@ -91,6 +91,8 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(p.fp8_params, tristate(r, "fp8_params", w));
     LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap, tristate(r, "tp_comm_overlap", w));
     LOOM_ASSIGN_OR_RETURN(p.ep_comm_overlap, tristate(r, "ep_comm_overlap", w));
+    LOOM_ASSIGN_OR_RETURN(p.pp_blocking_p2p, tristate(r, "pp_blocking_p2p", w));
+    LOOM_ASSIGN_OR_RETURN(p.pp_overlap_p2p_comm, tristate(r, "pp_overlap_p2p_comm", w));
     LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
     p.dropout = int(dropout);
     LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
@@ -151,6 +153,8 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.fp8_params >= 0) opt.fp8_params = run.fp8_params == 1;
   if (run.tp_comm_overlap >= 0) opt.tp_comm_overlap = run.tp_comm_overlap == 1;
   if (run.ep_comm_overlap >= 0) opt.ep_comm_overlap = run.ep_comm_overlap == 1;
+  if (run.pp_blocking_p2p >= 0) opt.pp_blocking_p2p = run.pp_blocking_p2p == 1;
+  if (run.pp_overlap_p2p_comm >= 0) opt.pp_overlap_p2p_comm = run.pp_overlap_p2p_comm == 1;
   if (!run.fp8_scaling.empty() && !parse_fp8_scaling(run.fp8_scaling, &opt.fp8_scaling))
     return fail(invalid_argument(run.id + ": fp8_scaling must be delayed or current"));
   Evaluator eval(*model, *hw, *train, opt);

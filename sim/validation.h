@@ -39,7 +39,8 @@ struct PublishedRun {
   std::string framework;   // frameworks/<name>, empty: Loom's defaults
   // Overrides of the framework's options (absent: the framework's).
   int flash_attention = -1, dropout = -2, fp32_main_grads = -1, tp_async_backward = -1, fp8_params = -1,
-      tp_comm_overlap = -1, ep_comm_overlap = -1;
+      tp_comm_overlap = -1, ep_comm_overlap = -1,
+      pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1;
   std::string fp8_scaling;
   std::string layout;      // a whole layout, or empty
   std::string fix;         // pinned dimensions (loom plan --fix syntax) when the layout is searched

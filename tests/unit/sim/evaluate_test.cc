@@ -48,21 +48,28 @@ TEST(Evaluate, ClosedFormAgreesWithEventEngine) {
 // The search ranks by the closed form, so it must agree with the engine on
 // every kind of layout, the overlap switches included: a grid over DP size,
 // ZeRO stage, both overlaps on and off, TP, PP schedules and micro-batches.
-// The worst cell is printed (5.4% at stop 14); every cell within 10%.
+// The worst cell is printed (7.2% at stop 16); every cell within 10%. The
+// pipelined bases run again with blocking sends (Megatron's p2p).
 TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
-  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 512, 4096);
+  SimOptions blocking;
+  blocking.pp_blocking_p2p = true;
   double worst = 0;
   std::string worst_text;
   int cells = 0;
   const char* bases[] = {"dp=64", "dp=8,tp=8,sp=1", "dp=16,pp=4", "dp=8,tp=2,pp=4,schedule=interleaved,v=2",
                          "dp=16,tp=2,pp=2,schedule=gpipe"};
+  std::vector<std::pair<bool, std::string>> cases;
+  for (const char* base : bases) cases.push_back({false, base});
   for (const char* base : bases)
+    if (std::string(base).find("pp=") != std::string::npos) cases.push_back({true, base});
+  for (const auto& [block, base] : cases) {
+    Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 512, 4096, block ? blocking : SimOptions{});
     for (int zero = 0; zero <= 3; ++zero)
       for (const char* overlap : {"", ",overlap_grad=0", ",overlap_param=0", ",overlap_grad=0,overlap_param=0"})
         for (int micro : {1, 2}) {
-          const std::string text =
-              std::string(base) + ",zero=" + std::to_string(zero) + ",micro=" + std::to_string(micro) + overlap;
-          Layout l = L(text);
+          const std::string text = base + ",zero=" + std::to_string(zero) +
+                                   ",micro=" + std::to_string(micro) + overlap + (block ? " (blocking p2p)" : "");
+          Layout l = L(text.substr(0, text.find(' ')));
           if (!validate_layout(l, eval.model(), eval.train(), 64).is_ok()) continue;
           auto r = simulate_layout(eval, l);
           ASSERT_TRUE(r.is_ok()) << text << ": " << r.status().to_string();
@@ -76,8 +83,9 @@ TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
           EXPECT_LE(err, 0.10) << text << ": closed " << closed << " s, engine " << engine << " s (DP exposed "
                                << r->closed_form.time.dp_comm_s << " vs " << r->time.dp_comm_s << ")";
         }
+  }
   std::printf("closed form vs engine over %d layouts: worst %.1f%% (%s)\n", cells, 100 * worst, worst_text.c_str());
-  EXPECT_GT(cells, 100);
+  EXPECT_GT(cells, 200);
 }
 
 // A tied embedding over a pipeline: the first and last stages all-reduce the

@@ -87,6 +87,7 @@ TEST(Framework, BadFilesNameTheKey) {
   const std::string good = R"({"version": "1", "export": "megatron",
     "gradients": {"fp32_main_grads": true, "source": "s"},
     "overlap": {"grad_reduce_zero_stages": [0, 1], "source": "s"},
+    "pipeline": {"blocking_p2p": true, "overlap_p2p_comm": true, "source": "s"},
     "layouts": {"zero_stages": [0, 1], "schedules": ["1f1b"], "recompute": ["none"], "sequence_parallel": "optional", "source": "s"},
     "fp8": {"scaling": "delayed", "source": "s"}, "source": "s"})";
   ASSERT_TRUE(parse_framework(good, "f").is_ok()) << parse_framework(good, "f").status().to_string();
@@ -104,6 +105,7 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("schedules": ["1f1b"])", R"("schedules": ["zb-v"])", "layouts.schedules");
   expect_error(R"("sequence_parallel": "optional")", R"("sequence_parallel": "maybe")", "sequence_parallel must be");
   expect_error(R"("scaling": "delayed")", R"("scaling": "mx")", "fp8.scaling");
+  expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": 1)", "pipeline.blocking_p2p must be true or false");
   expect_error(R"("gradients": {"fp32_main_grads": true, "source": "s"})", R"("gradients": {"fp32_main_grads": true})",
                "gradients.source");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());
