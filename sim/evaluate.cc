@@ -180,7 +180,7 @@ namespace {
 // only: layouts that differ in micro-batch, schedule or recompute share them.
 struct DpKey {
   uint64_t evaluator = 0;
-  int dp = 0, tp = 0, pp = 0, ep = 0, zero = 0;
+  int dp = 0, tp = 0, pp = 0, ep = 0, zero = 0, layers = 0;
   double grad_bytes = 0, expert_grad_bytes = 0;
   std::string order;
   bool operator==(const DpKey&) const = default;
@@ -192,7 +192,7 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   constexpr int kSlots = 256;
   thread_local DpKey keys[kSlots];
   thread_local DpCollectives values[kSlots];
-  DpKey k{id_, l.dp, l.tp, l.pp, l.ep, l.zero, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  DpKey k{id_, l.dp, l.tp, l.pp, l.ep, l.zero, sc.layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
   const size_t h = (std::hash<double>{}(sc.grad_bytes) ^ (size_t(l.dp) * 131 + size_t(l.tp) * 31 + size_t(l.pp) * 17 +
                                                            size_t(l.ep) * 7 + size_t(l.zero))) % kSlots;
   if (!(keys[h] == k)) {
@@ -213,19 +213,31 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
   edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
   const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / grad_elem_bytes(train_.precision, opt_);
+  // ZeRO-3 gathers and reduce-scatters one layer at a time (FSDP2 wraps each
+  // transformer block, DeepSpeed stage 3 fetches per submodule, Megatron's
+  // FSDP per module): `units` collectives of 1/units of the bytes, each with
+  // its own latency and at its own message size. ZeRO 0-2 move the chunk in
+  // its gradient buckets, as one stream of bandwidth.
+  const int units = l.zero == 3 ? std::max(1, sc.layers) : 1;
+  auto cost = [&](Collective coll, const GroupShape& shape, double bytes) {
+    CollectiveCost c = collective_cost(hw_, coll, shape, bytes / units);
+    c.time_s *= units;
+    for (double& b : c.sent_bytes) b *= units;
+    return c;
+  };
   Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
-  d.grad_sync = collective_cost(hw_, grad_coll, dp_shape, sc.grad_bytes);
+  d.grad_sync = cost(grad_coll, dp_shape, sc.grad_bytes);
   d.grad_sync_s = d.grad_sync.time_s;
   if (sc.expert_grad_bytes > 0 && edp_shape.ranks > 1) {
-    d.grad_sync_expert = collective_cost(hw_, grad_coll, edp_shape, sc.expert_grad_bytes);
+    d.grad_sync_expert = cost(grad_coll, edp_shape, sc.expert_grad_bytes);
     d.grad_sync_s += d.grad_sync_expert.time_s;
   }
   if (l.zero >= 1) {
     double dense_w = sc.grad_bytes * w_over_g, expert_w = sc.expert_grad_bytes * w_over_g;
-    d.param_gather = collective_cost(hw_, Collective::kAllGather, dp_shape, dense_w);
+    d.param_gather = cost(Collective::kAllGather, dp_shape, dense_w);
     d.param_gather_s = d.param_gather.time_s;
     if (expert_w > 0 && edp_shape.ranks > 1) {
-      d.param_gather_expert = collective_cost(hw_, Collective::kAllGather, edp_shape, expert_w);
+      d.param_gather_expert = cost(Collective::kAllGather, edp_shape, expert_w);
       d.param_gather_s += d.param_gather_expert.time_s;
     }
   }
