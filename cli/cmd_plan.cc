@@ -44,6 +44,10 @@ struct PlanArgs {
   bool tp_comm_overlap = false;
   bool ep_comm_overlap = false;
   bool pp_blocking_p2p = false;
+  bool moe_dedup_dispatch = false;
+  bool moe_fp8_dispatch = false;
+  double moe_load_imbalance = -1;
+  double moe_capacity_factor = -1;
   bool pp_overlap_p2p_comm = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
@@ -123,6 +127,10 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.tp_comm_overlap = a.tp_comm_overlap;
   req.ep_comm_overlap = a.ep_comm_overlap;
   req.pp_blocking_p2p = a.pp_blocking_p2p;
+  req.moe_dedup_dispatch = a.moe_dedup_dispatch;
+  req.moe_fp8_dispatch = a.moe_fp8_dispatch;
+  req.moe_load_imbalance = a.moe_load_imbalance;
+  req.moe_capacity_factor = a.moe_capacity_factor;
   req.pp_overlap_p2p_comm = a.pp_overlap_p2p_comm;
   req.fp8_scaling = a.fp8_scaling;
   req.framework = a.framework;
@@ -293,6 +301,19 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--ep-comm-overlap", a.ep_comm_overlap,
                "MoE all-to-alls behind another micro-batch's compute (DualPipe, Megatron-core "
                "--overlap-moe-expert-parallel-comm): only what a forward+backward pair cannot cover is exposed");
+  app.add_flag("--moe-dedup-dispatch", a.moe_dedup_dispatch,
+               "MoE dispatch deduplicated per node (DeepEP, Megatron's flex dispatcher): a token crosses the "
+               "network once per remote node holding its experts; with the model's n_group/topk_group it reaches "
+               "at most topk_group nodes. Default: one copy per expert (alltoall dispatcher)");
+  app.add_flag("--moe-fp8-dispatch", a.moe_fp8_dispatch,
+               "MoE dispatch in fp8 (1 byte + a scale per 128 elements), combine in bf16, as DeepSeek-V3 trains");
+  app.add_option("--moe-load-imbalance", a.moe_load_imbalance,
+                 "tokens of the busiest rank's experts over the balanced share (>= 1; default 1, balanced)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--moe-capacity-factor", a.moe_capacity_factor,
+                 "expert capacity factor: an expert takes at most this times its balanced share and drops the "
+                 "rest (Megatron --moe-expert-capacity-factor); 0 = dropless (default)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--pp-blocking-p2p", a.pp_blocking_p2p,
                "pipeline sends block the sender until they land (Megatron's and DeepSpeed's p2p: "
                "batch_isend_irecv, then wait); default off, as Loom's executor sends asynchronously");

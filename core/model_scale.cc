@@ -98,7 +98,8 @@ Result<ModelScale> parse_model_scale(const std::string& text) {
 //   ratio to the dense size (Mixtral: expert = ffn).
 // - layers given: leading dense layers and mlp_only_layers are kept where they
 //   fit, leaving at least one MoE layer in an MoE model.
-// - experts given: top-k is capped at the new expert count.
+// - experts given: top-k is capped at the new expert count; group-limited
+//   routing is dropped when its groups no longer fit.
 Result<ModelSpec> scale_model(const ModelSpec& model, const ModelScale& scale) {
   ModelSpec m = model;
   const std::string w = "scale " + model.name + ": ";
@@ -168,6 +169,12 @@ Result<ModelSpec> scale_model(const ModelSpec& model, const ModelScale& scale) {
                               " applies only to MoE models; this one is dense, drop experts=");
     m.moe.num_experts = scale.num_experts;
     m.moe.experts_per_token = std::min(m.moe.experts_per_token, scale.num_experts);
+    // Group-limited routing survives only where the groups still divide the
+    // experts and can hold a token's top-k.
+    auto& e = m.moe;
+    if (e.num_groups > 0 && (e.num_experts % e.num_groups != 0 ||
+                             e.topk_groups * (e.num_experts / e.num_groups) < e.experts_per_token))
+      e.num_groups = e.topk_groups = 0;
   }
   m.name = model.name + "-scaled";
   Status st = validate_model_spec(m);

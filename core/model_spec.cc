@@ -168,6 +168,22 @@ Status parse_deepseek(const Json& c, const std::string& where, bool v3, ModelSpe
     // the same parameters as n_shared experts of moe_intermediate_size each.
     m.moe.shared_expert_ffn_hidden = m.moe.num_shared_experts > 0 ? m.moe.expert_ffn_hidden : 0;
     m.moe.router_bias = topk_method == "noaux_tc";  // e_score_correction_bias (n_routed_experts)
+    // Group-limited routing: noaux_tc (V3) and group_limited_greedy (V2)
+    // pick topk_group of n_group expert groups first.
+    LOOM_ASSIGN_OR_RETURN(int64_t groups, optional_count(c, "n_group", 0, where));
+    LOOM_ASSIGN_OR_RETURN(int64_t topk_groups, optional_count(c, "topk_group", 0, where));
+    if (groups > 1 && topk_groups > 0 && topk_groups < groups &&
+        (topk_method == "noaux_tc" || topk_method == "group_limited_greedy")) {
+      if (experts % groups != 0)
+        return invalid_argument(where + ": n_group=" + std::to_string(groups) + " does not divide n_routed_experts=" +
+                                std::to_string(experts));
+      if (topk_groups * (experts / groups) < top_k)
+        return invalid_argument(where + ": topk_group=" + std::to_string(topk_groups) + " groups of " +
+                                std::to_string(experts / groups) + " experts cannot hold num_experts_per_tok=" +
+                                std::to_string(top_k));
+      LOOM_ASSIGN_OR_RETURN(m.moe.num_groups, narrow_int(groups, where + ".n_group"));
+      LOOM_ASSIGN_OR_RETURN(m.moe.topk_groups, narrow_int(topk_groups, where + ".topk_group"));
+    }
   }
   LOOM_ASSIGN_OR_RETURN(int64_t mtp, optional_count(c, "num_nextn_predict_layers", 0, where));
   LOOM_ASSIGN_OR_RETURN(m.num_mtp_layers, narrow_int(mtp, where + ".num_nextn_predict_layers"));
@@ -647,7 +663,11 @@ std::string model_spec_to_json(const ModelSpec& m) {
       j["n_shared_experts"] = e.num_shared_experts;
       j["first_k_dense_replace"] = e.first_dense_layers;
       j["moe_layer_freq"] = e.moe_layer_freq;
-      j["topk_method"] = e.router_bias ? "noaux_tc" : "greedy";
+      j["topk_method"] = e.router_bias ? "noaux_tc" : e.num_groups > 0 ? "group_limited_greedy" : "greedy";
+      if (e.num_groups > 0) {
+        j["n_group"] = e.num_groups;
+        j["topk_group"] = e.topk_groups;
+      }
     }
     j["num_nextn_predict_layers"] = m.num_mtp_layers;
   } else if (t == "mixtral") {

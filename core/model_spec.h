@@ -36,6 +36,12 @@ struct MoeSpec {
   // (decoder_sparse_step, "(l + 1) % step == 0"): phase 1. Mixtral: freq 1, phase 0.
   int moe_layer_phase = 0;
   std::vector<int> dense_layer_ids;  // Qwen mlp_only_layers: these use the dense MLP
+  // Group-limited routing (DeepSeek-V2/V3 n_group / topk_group): the experts
+  // form num_groups contiguous groups and each token's experts come from
+  // its topk_groups best groups; DeepSeek-V3 trains with one group per node,
+  // so a token reaches at most topk_groups nodes. 0: no limit.
+  int num_groups = 0;
+  int topk_groups = 0;
   bool router_bias = false;       // e_score_correction_bias etc. counted as router params
   bool shared_expert_gate = false;  // Qwen2-MoE: sigmoid gate (h -> 1) on the shared expert
 };

@@ -460,6 +460,27 @@ CollectiveCost collective_cost(const HwProfile& hw, Collective coll, const Group
   return finish(c, coll, best_algo, best_p, bytes, best);
 }
 
+CollectiveCost dedup_dispatch_cost(const HwProfile& hw, const GroupShape& shape, double intra_bytes,
+                                   double net_bytes) {
+  CollectiveCost out;
+  out.algo = CommAlgo::kDirect;
+  if (shape.ranks <= 1 || !(intra_bytes + net_bytes > 0)) return out;
+  Ctx c = make_ctx(hw, shape);
+  const bool cpu = c.arch < 0, cross = c.nodes > 1;
+  const double lat = (cpu ? 0 : kBaseLatUs[kRingA][kSimple] * kUs) +
+                     (cross ? (cpu ? hw.net.latency_s : kHwLatUs[kHwNet][kRingA][kSimple] * kUs)
+                            : (cpu ? hw.node.intra_latency_s : kHwLatUs[c.intra_hw][kRingA][kSimple] * kUs));
+  const double bw_intra = cpu ? c.intra_busbw : proto_bw(c, kSimple, c.intra_busbw);
+  const double bw_net = cpu ? c.net_rank_bw : proto_bw(c, kSimple, c.net_rank_bw);
+  const double net = cross ? net_bytes : 0;
+  out.time_s = lat + std::max(intra_bytes / bw_intra, net > 0 ? net / bw_net : 0.0);
+  out.algbw_bytes_per_s = out.time_s > 0 ? (intra_bytes + net) / out.time_s : 0;
+  out.busbw_bytes_per_s = out.algbw_bytes_per_s;
+  out.sent_bytes[static_cast<int>(LinkClass::kNetwork)] = net;
+  out.sent_bytes[static_cast<int>(c.intra_class)] = intra_bytes;
+  return out;
+}
+
 double nccl_channels() { return kChannels; }
 
 }  // namespace loom

@@ -70,6 +70,18 @@ CollectiveCost collective_cost(const HwProfile& hw, Collective coll, const Group
 CollectiveCost collective_cost_for(const HwProfile& hw, Collective coll, const GroupShape& shape, double bytes,
                                    CommAlgo algo, CommProto proto);
 
+// MoE token dispatch (or combine) with per-node deduplication, as DeepEP's
+// internode kernels run it (DeepSeek-V3 report, section 3.2.2): a token
+// crosses the network once per remote node that holds one of its experts,
+// to the GPU with the same local index there, which forwards it over NVLink
+// to the experts' GPUs. `intra_bytes` is what one rank moves over NVLink, its
+// own node's copies and the forwarding, and `net_bytes` what it sends over
+// the network. The two paths run at once: one hop of latency (a network hop
+// when the group spans nodes) plus the slower of the two, at the Simple
+// protocol's bandwidth.
+CollectiveCost dedup_dispatch_cost(const HwProfile& hw, const GroupShape& shape, double intra_bytes,
+                                   double net_bytes);
+
 // The NCCL release whose tuning constants the model copies ("2.30.x ...").
 const char* comm_model_nccl_version();
 

@@ -82,6 +82,31 @@ double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, d
 
 namespace {
 
+// C(a - b, k) / C(a, k): the chance that k draws without replacement from a
+// items all miss a set of b.
+double all_miss(double a, double b, double k) {
+  double p = 1;
+  for (int i = 0; i < int(k); ++i) {
+    if (a - b - i <= 0) return 0;
+    p *= (a - b - i) / (a - i);
+  }
+  return p;
+}
+
+}  // namespace
+
+double moe_node_hit_probability(const MoeSpec& moe, int nodes) {
+  if (nodes <= 1) return 1;
+  const double E = moe.num_experts, k = moe.experts_per_token;
+  if (moe.num_groups > 1 && moe.topk_groups > 0 && moe.num_groups % nodes == 0) {
+    const double G = moe.num_groups;
+    return 1 - all_miss(G, G / nodes, moe.topk_groups);
+  }
+  return 1 - all_miss(E, E / nodes, k);
+}
+
+namespace {
+
 // Output tiles of an m x n GEMM in the better orientation of the profile's tile.
 double output_tiles(const AcceleratorSpec& a, double m, double n) {
   return std::max(std::ceil(m / a.gemm_tile_m) * std::ceil(n / a.gemm_tile_n),
@@ -224,6 +249,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double mlp_row_s = 0;     // FC2 / down
   double moe_bytes = 0;     // MoE permutation and router traffic (forward)
   int moe_kernels = 0;
+  CollectiveCost dispatch, combine;  // one MoE dispatch / combine exchange
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
@@ -239,7 +265,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // Balanced routing gives every expert T*k*ep/E tokens; the busiest
     // rank's experts get moe_load_imbalance times that, and the step waits
     // for it.
-    const double imbalance = std::max(1.0, opt.moe_load_imbalance);
+    // A capacity factor caps it: the busiest expert drops what is over.
+    double imbalance = std::max(1.0, opt.moe_load_imbalance);
+    if (opt.moe_capacity_factor > 0) imbalance = std::min(imbalance, opt.moe_capacity_factor);
     double tokens_per_expert = T * k * sh.ep / E * imbalance;
     // The local experts as grouped GEMMs (one launch for all of them).
     gemm.grouped(local_experts, tokens_per_expert, mlp_mats * fe / t, h);
@@ -258,15 +286,39 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // softmax and top-k over T x E fp32 scores. Backward moves the same.
     moe_bytes = (3 * T * r * k * h + T * r * h) * e + 3 * T * r * E * 4;
     moe_kernels = 6;
-    // Dispatch + combine all-to-all of the routed tokens' hidden states.
-    double a2a_bytes = T * r * k * h * e * imbalance;  // the busiest rank's send buffer (comm_model.h convention)
-    double a2a = collective_time(hw, Collective::kAllToAll, sh.ep_group, a2a_bytes, nullptr, 1);
-    c.fwd_ep_s = 2 * a2a;
-    c.bwd_ep_s = 2 * a2a;
+    // Dispatch + combine of the routed tokens' hidden states, forward and
+    // (gradients) backward. FP8 dispatch: 1 byte an element and an fp32
+    // scale per 128 (DeepSeek-V3's 1x128 tiles), after a quantizing pass
+    // (read 16-bit, write 8-bit); the combine and the backward stay 16-bit.
+    const double e_dispatch = opt.moe_fp8_dispatch ? 1.0 + 4.0 / 128 : e;
+    if (opt.moe_fp8_dispatch) {
+      moe_bytes += T * r * h * (e + e_dispatch);
+      moe_kernels += 1;
+    }
+    auto exchange = [&](double elem_bytes) {
+      if (sh.ep_group.ranks <= 1) return CollectiveCost{};
+      if (opt.moe_dedup_dispatch && sh.ep_group.nodes > 1) {
+        // Each token crosses the network once per remote node it reaches;
+        // every copy whose expert is not on the GPU it lands on moves over
+        // NVLink (the sender's node, or the receiving proxy's).
+        const double N = sh.ep_group.nodes, ppn = sh.ep_group.ranks_per_node;
+        const double hit = moe_node_hit_probability(m.moe, sh.ep_group.nodes);
+        const double net = T * r * h * elem_bytes * (N - 1) * hit * imbalance;
+        const double intra = T * r * k * h * elem_bytes * (ppn - 1) / ppn * imbalance;
+        return dedup_dispatch_cost(hw, sh.ep_group, intra, net);
+      }
+      // The busiest rank's send buffer (comm_model.h convention), one copy per expert.
+      return collective_cost(hw, Collective::kAllToAll, sh.ep_group, T * r * k * h * elem_bytes * imbalance);
+    };
+    dispatch = exchange(e_dispatch);
+    combine = exchange(e);
+    c.fwd_ep_s = dispatch.time_s + combine.time_s;
+    c.bwd_ep_s = 2 * combine.time_s;
     if (sh.ep_group.ranks > 1) {
-      collective_time(hw, Collective::kAllToAll, sh.ep_group, a2a_bytes, &c.ep_bytes, 4);
+      c.ep_bytes.add(dispatch, 1);
+      c.ep_bytes.add(combine, 3);
       c.ep_calls = 4;
-      c.ep_comm_total_s = 4 * a2a;
+      c.ep_comm_total_s = c.fwd_ep_s + c.bwd_ep_s;
     }
   }
 
@@ -417,8 +469,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     }
     if (moe_layer && sh.ep_group.ranks > 1) {
       // recompute_s = fwd_s already holds the dispatch/combine time; count
-      // their traffic: two more all-to-alls on top of the four (x1.5).
-      c.ep_bytes.add(LinkBytes(c.ep_bytes), 0.5);
+      // their traffic: the forward's two exchanges again.
+      c.ep_bytes.add(dispatch, 1);
+      c.ep_bytes.add(combine, 1);
       c.ep_calls += 2;
       c.ep_comm_total_s += c.fwd_ep_s;
     }

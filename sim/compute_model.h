@@ -96,6 +96,15 @@ double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision pr
 // takes: channels / SMs (0 on CPUs, where the model has no SM count).
 double comm_contention_fraction(const HwProfile& hw);
 
+// The probability that one of `nodes` nodes, each holding an equal
+// contiguous share of the experts, holds at least one of a token's top-k
+// experts, under uniform routing. With group-limited routing whose groups
+// each lie on one node (num_groups a multiple of nodes) it is the chance
+// that one of the node's groups is among the token's topk_groups; otherwise
+// the chance that one of its experts is among the token's k. The expected
+// number of nodes a token reaches is nodes x this.
+double moe_node_hit_probability(const MoeSpec& moe, int nodes);
+
 // Time of one GEMM of shape (m x k) * (k x n).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
 // Time of `groups` equal GEMMs run as one grouped kernel (MoE experts:

@@ -34,6 +34,10 @@ struct PlanRequest {
   bool tp_comm_overlap = false;    // SimOptions::tp_comm_overlap
   bool ep_comm_overlap = false;    // SimOptions::ep_comm_overlap
   bool pp_blocking_p2p = false;    // SimOptions::pp_blocking_p2p
+  bool moe_dedup_dispatch = false;  // SimOptions::moe_dedup_dispatch
+  bool moe_fp8_dispatch = false;    // SimOptions::moe_fp8_dispatch
+  double moe_load_imbalance = -1;   // SimOptions::moe_load_imbalance; < 0: the default
+  double moe_capacity_factor = -1;  // SimOptions::moe_capacity_factor; < 0: the default (dropless)
   bool pp_overlap_p2p_comm = false;  // SimOptions::pp_overlap_p2p_comm
   std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
   bool fp8_attention = false;      // SimOptions::fp8_attention

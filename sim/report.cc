@@ -129,6 +129,9 @@ std::string sim_options_json(const SimOptions& o) {
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
+  j["moe_dedup_dispatch"] = o.moe_dedup_dispatch;
+  j["moe_fp8_dispatch"] = o.moe_fp8_dispatch;
+  j["moe_capacity_factor"] = o.moe_capacity_factor;
   j["pp_overlap_p2p_comm"] = o.pp_overlap_p2p_comm;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   return j.dump();
@@ -159,6 +162,11 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));
+  LOOM_ASSIGN_OR_RETURN(o.moe_dedup_dispatch, json_bool_or(j, "moe_dedup_dispatch", o.moe_dedup_dispatch, w));
+  LOOM_ASSIGN_OR_RETURN(o.moe_fp8_dispatch, json_bool_or(j, "moe_fp8_dispatch", o.moe_fp8_dispatch, w));
+  LOOM_ASSIGN_OR_RETURN(o.moe_capacity_factor, json_number_or(j, "moe_capacity_factor", o.moe_capacity_factor, w));
+  if (o.moe_capacity_factor < 0 || !(o.moe_load_imbalance >= 1))
+    return invalid_argument(w + ": moe_capacity_factor must be >= 0 (0 = dropless) and moe_load_imbalance >= 1");
   LOOM_ASSIGN_OR_RETURN(o.pp_overlap_p2p_comm, json_bool_or(j, "pp_overlap_p2p_comm", o.pp_overlap_p2p_comm, w));
   return o;
 }

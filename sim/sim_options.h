@@ -75,6 +75,21 @@ struct SimOptions {
   // comm): per MoE layer, only what a forward + backward pair's compute
   // cannot cover is exposed. Off: every dispatch and combine is exposed.
   bool ep_comm_overlap = false;
+  // Deduplicated MoE dispatch (DeepEP's internode kernels, Megatron-core's
+  // flex dispatcher with --moe-enable-deepep): a token crosses the network
+  // once per remote node holding one of its experts and is forwarded over
+  // NVLink there; with group-limited routing (ModelSpec n_group/topk_group)
+  // it reaches at most topk_group nodes. Off: Megatron's alltoall
+  // dispatcher, one copy per expert.
+  bool moe_dedup_dispatch = false;
+  // Dispatch in FP8 (1 byte an element plus an fp32 scale per 128, DeepSeek-
+  // V3's 1x128 tiles) with the combine in 16 bits, as DeepSeek-V3 trains.
+  bool moe_fp8_dispatch = false;
+  // Expert capacity factor (Megatron --moe-expert-capacity-factor): an
+  // expert takes at most this many times its balanced share of tokens and
+  // drops the rest, so the busiest rank's load is min(moe_load_imbalance,
+  // capacity). 0: dropless (Megatron's default).
+  double moe_capacity_factor = 0;
   // Pipeline p2p as Megatron and DeepSpeed issue it: batch_isend_irecv, then
   // wait on every request (megatron/core/pipeline_parallel/p2p_communication.py
   // _communicate, wait_on_reqs=True), so a stage's next compute op waits

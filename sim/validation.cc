@@ -93,6 +93,10 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(p.ep_comm_overlap, tristate(r, "ep_comm_overlap", w));
     LOOM_ASSIGN_OR_RETURN(p.pp_blocking_p2p, tristate(r, "pp_blocking_p2p", w));
     LOOM_ASSIGN_OR_RETURN(p.pp_overlap_p2p_comm, tristate(r, "pp_overlap_p2p_comm", w));
+    LOOM_ASSIGN_OR_RETURN(p.moe_dedup_dispatch, tristate(r, "moe_dedup_dispatch", w));
+    LOOM_ASSIGN_OR_RETURN(p.moe_fp8_dispatch, tristate(r, "moe_fp8_dispatch", w));
+    LOOM_ASSIGN_OR_RETURN(p.moe_load_imbalance, json_number_or(r, "moe_load_imbalance", -1, w));
+    LOOM_ASSIGN_OR_RETURN(p.moe_capacity_factor, json_number_or(r, "moe_capacity_factor", -1, w));
     LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
     p.dropout = int(dropout);
     LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
@@ -155,6 +159,10 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.ep_comm_overlap >= 0) opt.ep_comm_overlap = run.ep_comm_overlap == 1;
   if (run.pp_blocking_p2p >= 0) opt.pp_blocking_p2p = run.pp_blocking_p2p == 1;
   if (run.pp_overlap_p2p_comm >= 0) opt.pp_overlap_p2p_comm = run.pp_overlap_p2p_comm == 1;
+  if (run.moe_dedup_dispatch >= 0) opt.moe_dedup_dispatch = run.moe_dedup_dispatch == 1;
+  if (run.moe_fp8_dispatch >= 0) opt.moe_fp8_dispatch = run.moe_fp8_dispatch == 1;
+  if (run.moe_load_imbalance >= 0) opt.moe_load_imbalance = std::max(1.0, run.moe_load_imbalance);
+  if (run.moe_capacity_factor >= 0) opt.moe_capacity_factor = run.moe_capacity_factor;
   if (!run.fp8_scaling.empty() && !parse_fp8_scaling(run.fp8_scaling, &opt.fp8_scaling))
     return fail(invalid_argument(run.id + ": fp8_scaling must be delayed or current"));
   Evaluator eval(*model, *hw, *train, opt);

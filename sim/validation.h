@@ -40,7 +40,8 @@ struct PublishedRun {
   // Overrides of the framework's options (absent: the framework's).
   int flash_attention = -1, dropout = -2, fp32_main_grads = -1, tp_async_backward = -1, fp8_params = -1,
       tp_comm_overlap = -1, ep_comm_overlap = -1,
-      pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1;
+      pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1, moe_dedup_dispatch = -1, moe_fp8_dispatch = -1;
+  double moe_load_imbalance = -1, moe_capacity_factor = -1;  // < 0: the default
   std::string fp8_scaling;
   std::string layout;      // a whole layout, or empty
   std::string fix;         // pinned dimensions (loom plan --fix syntax) when the layout is searched

@@ -112,6 +112,10 @@ TEST(ModelSpecParams, DeepSeekV3MatchesPublishedCounts) {
   EXPECT_EQ(m.num_moe_layers(), 58);
   EXPECT_EQ(m.moe.num_shared_experts, 1);
   EXPECT_TRUE(m.moe.router_bias);
+  // n_group 8, topk_group 4: a token's 8 experts come from 4 of 8 groups
+  // ("each token will be sent to at most 4 nodes", DeepSeek-V3 report 2.1.2).
+  EXPECT_EQ(m.moe.num_groups, 8);
+  EXPECT_EQ(m.moe.topk_groups, 4);
   EXPECT_EQ(printed(m.total_params(), 1e9, 0, false), 671);
   EXPECT_EQ(printed(m.active_params() - m.embedding_params(), 1e9, 1, false), 36.6);
   EXPECT_EQ(printed(m.active_params() - m.embedding_params(), 1e9, 0, false), 37);  // "37B activated"
@@ -422,6 +426,8 @@ void expect_same(const ModelSpec& a, const ModelSpec& b) {
   EXPECT_EQ(a.moe.expert_ffn_hidden, b.moe.expert_ffn_hidden);
   EXPECT_EQ(a.moe.first_dense_layers, b.moe.first_dense_layers);
   EXPECT_EQ(a.moe.dense_layer_ids, b.moe.dense_layer_ids);
+  EXPECT_EQ(a.moe.num_groups, b.moe.num_groups);
+  EXPECT_EQ(a.moe.topk_groups, b.moe.topk_groups);
   for (int l = 0; l < a.num_layers; ++l) EXPECT_EQ(a.is_moe_layer(l), b.is_moe_layer(l)) << "layer " << l;
   EXPECT_EQ(a.mla.kv_lora_rank, b.mla.kv_lora_rank);
   EXPECT_EQ(a.mla.q_lora_rank, b.mla.q_lora_rank);

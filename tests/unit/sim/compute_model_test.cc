@@ -333,3 +333,62 @@ TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
 
 }  // namespace
 }  // namespace loom
+
+// MoE dispatch mechanisms on DeepSeek-V3 at EP64 over 8 DGX nodes (8 ranks
+// each, 32 experts a node, 4 a rank), checked against counts by hand:
+// * node-limited routing (n_group 8 = one group per node, topk_group 4):
+//   a token reaches exactly 4 of the 8 nodes, so a node is hit with
+//   probability 1/2 = 1 - C(7,4)/C(8,4); with unrestricted top-8 over 256
+//   experts it would be 1 - C(224,8)/C(256,8) = 0.66183 (5.29 nodes);
+// * the alltoall dispatcher sends every copy to another node over the network:
+//   k (n - ppn)/n = 8 x 56/64 = 7 hidden states a token; deduplicated dispatch
+//   sends one per remote node reached, (8 - 1) x 1/2 = 3.5: half;
+// * FP8 dispatch moves 1 + 4/128 bytes an element instead of 2 (the combine
+//   stays 16-bit);
+// * a capacity factor caps the busiest expert's load: imbalance 2 with
+//   capacity 1.25 costs what imbalance 1.25 costs.
+namespace loom {
+namespace {
+
+TEST(ComputeModel, MoeDispatchNodeLimitedDeduplicatedFp8AndCapacity) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h800");
+  ModelSpec m = testing::load_model_or_die("deepseek-v3");
+  EXPECT_DOUBLE_EQ(moe_node_hit_probability(m.moe, 8), 0.5);
+  MoeSpec free_routing = m.moe;
+  free_routing.num_groups = free_routing.topk_groups = 0;
+  EXPECT_NEAR(moe_node_hit_probability(free_routing, 8), 0.66183, 1e-5);
+  EXPECT_DOUBLE_EQ(moe_node_hit_probability(m.moe, 1), 1.0);
+
+  Layout l;
+  l.dp = 64;
+  l.ep = 64;
+  const ComputeShape sh = compute_shape(l, 4096, hw);
+  ASSERT_EQ(sh.ep_group.nodes, 8);
+  const int net = static_cast<int>(LinkClass::kNetwork);
+  SimOptions opt;
+  const PieceCost plain = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  opt.moe_dedup_dispatch = true;
+  const PieceCost dedup = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  ASSERT_GT(plain.ep_bytes.bytes[net], 0);
+  EXPECT_NEAR(dedup.ep_bytes.bytes[net] / plain.ep_bytes.bytes[net], 3.5 / 7, 1e-9);
+  EXPECT_LT(dedup.ep_comm_total_s, plain.ep_comm_total_s);
+  // FP8 dispatch: one of the four exchanges (the forward dispatch) at 1.03125 bytes.
+  opt.moe_fp8_dispatch = true;
+  const PieceCost fp8 = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  EXPECT_NEAR(fp8.ep_bytes.bytes[net] / dedup.ep_bytes.bytes[net], (1.03125 / 2 + 3) / 4, 1e-9);
+
+  // Capacity: the busiest expert's grouped GEMMs and exchanges at min(2, 1.25).
+  SimOptions capped, loaded;
+  capped.moe_load_imbalance = 2;
+  capped.moe_capacity_factor = 1.25;
+  loaded.moe_load_imbalance = 1.25;
+  const PieceCost a = layer_cost(m, hw, capped, Precision::kBf16, sh, true);
+  const PieceCost b = layer_cost(m, hw, loaded, Precision::kBf16, sh, true);
+  EXPECT_DOUBLE_EQ(a.fwd_s, b.fwd_s);
+  EXPECT_DOUBLE_EQ(a.bwd_s, b.bwd_s);
+  capped.moe_capacity_factor = 0;  // dropless: the full imbalance
+  EXPECT_GT(layer_cost(m, hw, capped, Precision::kBf16, sh, true).fwd_s, a.fwd_s);
+}
+
+}  // namespace
+}  // namespace loom
