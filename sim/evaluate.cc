@@ -431,6 +431,13 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // it (stage s finishes about s backward-times before stage 0) cannot hide.
   double dp_exposed = 0, opt_s = 0, contention = 0;
   const double contention_fraction = comm_contention_fraction(hw_);
+  // NIC sharing (sim/simulate.cc with_nic_sharing): where the DP collectives
+  // cross the network, the compute they hide behind pays its cross-node
+  // TP/EP time again for the part that runs beside them.
+  const int dpn = hw_.node.devices_per_node;
+  const bool dp_net = l.dp > 1 && group_shape(l, Dim::kDp, dpn).nodes > 1;
+  const bool tp_net = dp_net && group_shape(l, Dim::kTp, dpn).nodes > 1;
+  const bool ep_net = dp_net && l.ep > 1 && group_shape(l, Dim::kEp, dpn).nodes > 1;
   // Interior stages carry the same gradient bytes: price their collectives once.
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
@@ -485,7 +492,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
     double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
     if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
     if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
-    contention = std::max(contention, std::max(0.0, total - exposed) * contention_fraction);
+    const double net_share = t_stage > 0 ? ((tp_net ? sc.tp_s : 0.0) + (ep_net ? sc.ep_s : 0.0)) / t_stage : 0.0;
+    contention = std::max(contention, std::max(0.0, total - exposed) * (contention_fraction + net_share));
   }
 
   // Split the critical stage's time into its parts (tp_s / ep_s are the

@@ -70,7 +70,40 @@ std::vector<double> with_contention(const Program& prog, const Timeline& tl, con
 bool is_send(OpKind k) { return k == OpKind::kSendActivation || k == OpKind::kSendGrad; }
 bool is_recv(OpKind k) { return k == OpKind::kRecvActivation || k == OpKind::kRecvGrad; }
 
+
 }  // namespace
+
+std::vector<double> with_nic_sharing(const Program& prog, const Timeline& tl, const std::vector<double>& dur,
+                                     const std::vector<double>& net_fraction, int stages,
+                                     std::vector<double>* added) {
+  std::vector<double> out = dur;
+  added->assign(stages, 0.0);
+  struct Busy {
+    double start, end;
+    int32_t id;
+  };
+  std::vector<std::vector<Busy>> dp(stages);
+  for (const Op& op : prog.ops) {
+    const OpTiming& t = tl.ops[op.id];
+    if (op.stream == Stream::kDpComm && t.end_s > t.start_s) dp[op.stage].push_back({t.start_s, t.end_s, op.id});
+  }
+  for (auto& v : dp) std::sort(v.begin(), v.end(), [](const Busy& a, const Busy& b) { return a.start < b.start; });
+  for (const Op& op : prog.ops) {
+    const double f = net_fraction[size_t(op.id)];
+    if (!(f > 0) || op.stream == Stream::kDpComm) continue;
+    const auto& iv = dp[op.stage];
+    const OpTiming& t = tl.ops[op.id];
+    // The DP stream runs one op at a time: its intervals are disjoint and sorted.
+    auto it = std::lower_bound(iv.begin(), iv.end(), t.start_s, [](const Busy& a, double s) { return a.end < s; });
+    for (; it != iv.end() && it->start < t.end_s; ++it) {
+      const double shared = f * std::max(0.0, std::min(it->end, t.end_s) - std::max(it->start, t.start_s));
+      out[size_t(op.id)] += shared;
+      out[size_t(it->id)] += shared;
+      if (op.stream == Stream::kCompute) (*added)[op.stage] += shared;
+    }
+  }
+  return out;
+}
 
 Program with_blocking_sends(const Program& prog) {
   const size_t n = prog.ops.size();
@@ -141,10 +174,40 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
   // Contention: lengthen the compute that overlapped DP collectives, then
   // time the program again (one pass: the overlap barely moves).
+  // NIC sharing: where the DP collectives cross the network, the cross-node
+  // transfers that run beside them share the rank's NIC.
   std::vector<double> contention_by_stage;
   const double fraction = comm_contention_fraction(eval.hw());
-  if (fraction > 0 && l.dp > 1) {
-    r.durations_s = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &contention_by_stage);
+  const int dpn = eval.hw().node.devices_per_node;
+  const bool dp_net = l.dp > 1 && group_shape(l, Dim::kDp, dpn).nodes > 1;
+  std::vector<double> net_fraction;
+  if (dp_net) {
+    const ComputeShape sh = compute_shape(l, eval.train().seq_len, eval.hw());
+    const bool pp_net = l.pp > 1 && group_shape(l, Dim::kPp, dpn).nodes > 1;
+    std::vector<double> compute_net(size_t(l.pp), 0.0);
+    for (const StageCosts& sc : r.stages) {
+      const double total = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+      const double net = (sh.tp_group.nodes > 1 ? sc.tp_s : 0.0) + (sh.ep_group.nodes > 1 ? sc.ep_s : 0.0);
+      compute_net[size_t(sc.stage)] = total > 0 ? net / total : 0.0;
+    }
+    net_fraction.assign(r.program.ops.size(), 0.0);
+    for (const Op& op : r.program.ops) {
+      if (op.stream == Stream::kCompute && op.kind != OpKind::kOptimizer) net_fraction[size_t(op.id)] = compute_net[op.stage];
+      else if (is_recv(op.kind) && pp_net) net_fraction[size_t(op.id)] = 1.0;
+    }
+  }
+  if ((fraction > 0 && l.dp > 1) || dp_net) {
+    std::vector<double> sm(size_t(l.pp), 0.0), nic(size_t(l.pp), 0.0);
+    std::vector<double> d = r.durations_s;
+    if (fraction > 0 && l.dp > 1) d = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &sm);
+    if (dp_net) {
+      // Overlaps from the first timeline, added to what SM contention gave.
+      const std::vector<double> shared = with_nic_sharing(r.program, r.timeline, r.durations_s, net_fraction, l.pp, &nic);
+      for (size_t i = 0; i < d.size(); ++i) d[i] += shared[i] - r.durations_s[i];
+    }
+    r.durations_s = std::move(d);
+    contention_by_stage.assign(size_t(l.pp), 0.0);
+    for (int s = 0; s < l.pp; ++s) contention_by_stage[size_t(s)] = sm[size_t(s)] + nic[size_t(s)];
     LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
   }
 

@@ -47,6 +47,21 @@ struct SimResult {
 // executor's program and hash; timeline entries past P are the send stages.
 Program with_blocking_sends(const Program& prog);
 
+// NIC sharing. On rail-optimized nodes each GPU has its own NIC, and the
+// rank's DP collectives, its pipeline transfers and its EP/TP exchanges all
+// leave through it. While a DP collective crosses the network, a foreground
+// transfer on the same rank gets half the NIC (fair sharing of one link by
+// two flows). A DP collective outlasts the foreground transfer (the stage's
+// gradients against one micro-batch's activations), so the overlapped
+// network time is paid twice: once more by the foreground op, and once more
+// by the DP op it shared with. `net_fraction[op]` is the share of an op's
+// duration that is network-bound (1 for a cross-node recv, the exposed
+// cross-node EP/TP share for a compute op); DP-stream ops are the
+// background. Overlaps come from `tl` (one pass). Returns the lengthened
+// durations and, per stage, the time added to compute ops.
+std::vector<double> with_nic_sharing(const Program& prog, const Timeline& tl, const std::vector<double>& dur,
+                                     const std::vector<double>& net_fraction, int stages, std::vector<double>* added);
+
 // Validates, then simulates. Errors: the layout's validation Status, or a
 // program/engine error.
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& layout);

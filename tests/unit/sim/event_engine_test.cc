@@ -180,6 +180,48 @@ TEST(EventEngine, BlockingSendsCostTheSender) {
   }
 }
 
+// NIC sharing, by hand: pp = 2, m = 2, 1F1B, ZeRO-2 (a reduce-scatter after
+// each backward, overlapped), f = b = 1, transfers 0.5, reduce-scatters 3.
+// First timeline: s1 recv_act1 [3.5,4] runs under s1's RS(B0) [3.5,6.5]; s0
+// recv_grad1 [6,6.5] under s0's RS(B0) [5,8]. Each shares the NIC for 0.5 s,
+// so both recvs and both reduce-scatters last 0.5 s longer. Again: s1 F1
+// [4.5,5.5] B1 [5.5,6.5], RS0 [3.5,7] RS1 [7,10]; s0 RS0 [5,8.5], recv_grad1
+// [6.5,7.5], B1 [7.5,8.5], RS1 [8.5,11.5]: the step goes from 11 to 11.5.
+TEST(EventEngine, NicSharingSlowsBothFlows) {
+  ProgramConfig pc = cfg(Schedule::k1F1B, 2, 2);
+  pc.dp_comm = true;
+  pc.zero = 2;
+  pc.grad_buckets = 1;
+  pc.overlap_param_gather = false;
+  Program p = build(pc);
+  const Costs c{1, 1, 0.5, 0, 3, 0};
+  auto d = durations(p, c);
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::kSendActivation || op.kind == OpKind::kSendGrad) d[op.id] = 0;
+  auto first = run_event_engine(p, d);
+  ASSERT_TRUE(first.is_ok());
+  EXPECT_DOUBLE_EQ(first->step_time_s, 11.0);
+  std::vector<double> net(p.ops.size(), 0.0);
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::kRecvActivation || op.kind == OpKind::kRecvGrad) net[op.id] = 1.0;
+  std::vector<double> added;
+  const std::vector<double> shared = with_nic_sharing(p, *first, d, net, 2, &added);
+  int recvs_slowed = 0, syncs_slowed = 0;
+  for (const Op& op : p.ops) {
+    const double extra = shared[op.id] - d[op.id];
+    if (extra == 0) continue;
+    EXPECT_DOUBLE_EQ(extra, 0.5) << p.op_name(op);
+    recvs_slowed += op.kind == OpKind::kRecvActivation || op.kind == OpKind::kRecvGrad;
+    syncs_slowed += op.kind == OpKind::kGradSync;
+  }
+  EXPECT_EQ(recvs_slowed, 2);
+  EXPECT_EQ(syncs_slowed, 2);
+  EXPECT_EQ(added, std::vector<double>({0.0, 0.0}));  // no compute op carried network time
+  auto second = run_event_engine(p, shared);
+  ASSERT_TRUE(second.is_ok());
+  EXPECT_DOUBLE_EQ(second->step_time_s, 11.5);
+}
+
 // Every schedule the builder makes stays acyclic with blocking sends, ZeRO
 // gathers and syncs included, and no stage finishes before its compute.
 TEST(EventEngine, BlockingSendsNeverDeadlock) {
