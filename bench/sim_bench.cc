@@ -56,6 +56,7 @@ Case make_case(const char* model, const char* hw, int world, int64_t global_batc
                                        unwrap_or_die(load_hw_profile(hw), hw), train, SimOptions{});
   SearchSpace space;
   space.world = world;
+  if (std::getenv("LOOM_BENCH_EVEN_SPLIT")) space.try_uneven_ends = false;  // the layout mix before uneven ends
   std::vector<Layout> all = enumerate_layouts(*c.eval, space);
   if (all.empty()) {
     std::fprintf(stderr, "sim_bench: no valid layout of %s on %d x %s\n", model, world, hw);

@@ -67,6 +67,8 @@ std::string Layout::to_string() const {
   ss << "dp=" << dp << ",tp=" << tp << ",pp=" << pp << ",ep=" << ep << ",cp=" << cp << ",zero=" << zero
      << ",micro=" << micro_batch << ",schedule=" << schedule_name(schedule) << ",v=" << virtual_stages
      << ",sp=" << (sequence_parallel ? 1 : 0) << ",recompute=" << recompute_name(recompute);
+  if (first_stage_layers > 0) ss << ",first=" << first_stage_layers;
+  if (last_stage_layers > 0) ss << ",last=" << last_stage_layers;
   if (!overlap_grad_reduce) ss << ",overlap_grad=0";
   if (!overlap_param_gather) ss << ",overlap_param=0";
   if (rank_order != Layout{}.rank_order) ss << ",order=" << rank_order;
@@ -137,6 +139,8 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
       v_given = true;
     }
     else if (key == "sp") LOOM_RETURN_IF_ERROR(set_bool(l.sequence_parallel));
+    else if (key == "first") LOOM_RETURN_IF_ERROR(set_int(l.first_stage_layers));
+    else if (key == "last") LOOM_RETURN_IF_ERROR(set_int(l.last_stage_layers));
     else if (key == "overlap_grad") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_grad_reduce));
     else if (key == "overlap_param") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_param_gather));
     else if (key == "schedule") {
@@ -149,7 +153,7 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     } else {
       return invalid_argument("layout: unknown key '" + key +
                               "'; known keys: dp, tp, pp, ep, cp, zero, micro, schedule, v, sp, recompute, "
-                              "overlap_grad, overlap_param, order");
+                              "first, last, overlap_grad, overlap_param, order");
     }
   }
   // dp*tp*pp*cp is formed in int everywhere (Layout::world()): refuse a

@@ -43,6 +43,9 @@ struct Layout {
   int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved only)
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
+  // Layers of the first and the last model chunk (Megatron's
+  // --decoder-first/last-pipeline-num-layers); 0 = the even split's.
+  int first_stage_layers = 0, last_stage_layers = 0;
   bool overlap_grad_reduce = true;   // DP gradient buckets during backward
   bool overlap_param_gather = true;  // ZeRO-3 prefetch / ZeRO-1 gather overlap
   std::string rank_order = "tp-cp-ep-dp-pp";

@@ -98,6 +98,23 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
   if (l.virtual_stages > 1 && l.schedule != Schedule::kInterleaved)
     return invalid_argument("layout: v=" + std::to_string(l.virtual_stages) +
                             " needs schedule=interleaved; set v=1 or schedule=interleaved");
+  if (l.first_stage_layers < 0 || l.last_stage_layers < 0)
+    return invalid_argument("layout: first= and last= must be >= 0 (0 = the even split)");
+  if (l.first_stage_layers > 0 || l.last_stage_layers > 0) {
+    const int64_t chunks = int64_t(l.pp) * l.virtual_stages;
+    if (chunks < 2)
+      return invalid_argument("layout: first=/last= pin the layers of the first and last pipeline chunk; they need pp >= 2");
+    const int64_t pinned = int64_t(l.first_stage_layers) + l.last_stage_layers;
+    const int64_t others = chunks - (l.first_stage_layers > 0) - (l.last_stage_layers > 0);
+    // Every other chunk keeps at least one layer; with both pinned and no
+    // other chunk, they must hold every layer.
+    if (others == 0 ? pinned != m.num_layers : pinned + others > m.num_layers)
+      return invalid_argument("layout: first=" + std::to_string(l.first_stage_layers) + ",last=" +
+                              std::to_string(l.last_stage_layers) + " leaves " +
+                              std::to_string(m.num_layers - pinned) + " of the model's " + std::to_string(m.num_layers) +
+                              " layers for the other " + std::to_string(others) +
+                              " chunks, which need at least one each; pin fewer layers");
+  }
   if (l.schedule == Schedule::kInterleaved) {
     if (l.pp < 2)
       return invalid_argument("layout: schedule=interleaved needs pp >= 2; use schedule=1f1b with pp=1");

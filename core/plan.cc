@@ -52,6 +52,9 @@ OrderedJson layout_json(const Layout& l) {
   j["micro_batch"] = l.micro_batch;
   j["schedule"] = schedule_name(l.schedule);
   j["virtual_stages"] = l.virtual_stages;
+  // Written only when pinned, so that an even split's plan is unchanged.
+  if (l.first_stage_layers > 0) j["first_stage_layers"] = l.first_stage_layers;
+  if (l.last_stage_layers > 0) j["last_stage_layers"] = l.last_stage_layers;
   j["sequence_parallel"] = l.sequence_parallel;
   j["recompute"] = recompute_name(l.recompute);
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
@@ -112,6 +115,8 @@ Result<Layout> parse_layout_json(const Json& j) {
   LOOM_RETURN_IF_ERROR(get_int("zero", l.zero));
   LOOM_RETURN_IF_ERROR(get_int("micro_batch", l.micro_batch));
   LOOM_RETURN_IF_ERROR(get_int("virtual_stages", l.virtual_stages));
+  LOOM_RETURN_IF_ERROR(get_int("first_stage_layers", l.first_stage_layers));
+  LOOM_RETURN_IF_ERROR(get_int("last_stage_layers", l.last_stage_layers));
   LOOM_ASSIGN_OR_RETURN(std::string sched, json_string_or(j, "schedule", "1f1b", w));
   LOOM_ASSIGN_OR_RETURN(l.schedule, parse_schedule(sched));
   LOOM_ASSIGN_OR_RETURN(std::string rc, json_string_or(j, "recompute", "none", w));

@@ -1,5 +1,7 @@
 #include "core/stage_split.h"
 
+#include "core/layout.h"
+
 namespace loom {
 
 int StageSplit::stage_layers(int stage) const {
@@ -14,26 +16,36 @@ int StageSplit::stage_moe_layers(int stage) const {
   return n;
 }
 
-StageSplit split_layers(const ModelSpec& model, int pp, int v) {
+StageSplit split_layers(const ModelSpec& model, const Layout& l) {
+  return split_layers(model, l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers);
+}
+
+StageSplit split_layers(const ModelSpec& model, int pp, int v, int first, int last) {
   StageSplit s;
   s.pp = pp;
   s.v = v;
   int chunks = pp * v;
-  int base = model.num_layers / chunks, extra = model.num_layers % chunks;
-  s.chunk_layers.assign(chunks, base);
-  // Extra layers: middle chunks first, then the first, then the last.
+  const bool pin_first = first > 0 && chunks > 1, pin_last = last > 0 && chunks > 1;
+  // The chunks that share what the pinned ones leave: middle first, then the
+  // first, then the last.
   std::vector<int> order;
   for (int g = 1; g + 1 < chunks; ++g) order.push_back(g);
-  order.push_back(0);
-  if (chunks > 1) order.push_back(chunks - 1);
+  if (!pin_first) order.push_back(0);
+  if (chunks > 1 && !pin_last) order.push_back(chunks - 1);
+  int rest = model.num_layers - (pin_first ? first : 0) - (pin_last ? last : 0);
+  const int shared = static_cast<int>(order.size());
+  int base = shared > 0 ? rest / shared : 0, extra = shared > 0 ? rest % shared : 0;
+  s.chunk_layers.assign(chunks, base);
+  if (pin_first) s.chunk_layers[0] = first;
+  if (pin_last) s.chunk_layers[chunks - 1] = last;
   for (int i = 0; i < extra; ++i) s.chunk_layers[order[i]] += 1;
   s.chunk_first_layer.resize(chunks);
   s.chunk_moe_layers.assign(chunks, 0);
-  int first = 0;
+  int begin = 0;
   for (int g = 0; g < chunks; ++g) {
-    s.chunk_first_layer[g] = first;
-    for (int l = first; l < first + s.chunk_layers[g]; ++l) s.chunk_moe_layers[g] += model.is_moe_layer(l) ? 1 : 0;
-    first += s.chunk_layers[g];
+    s.chunk_first_layer[g] = begin;
+    for (int l = begin; l < begin + s.chunk_layers[g]; ++l) s.chunk_moe_layers[g] += model.is_moe_layer(l) ? 1 : 0;
+    begin += s.chunk_layers[g];
   }
   return s;
 }

@@ -19,6 +19,13 @@ struct StageSplit {
 };
 // Even split; when L is not a multiple of pp*v the extra layers go to middle
 // chunks first (the first and last hold the embedding and the head).
-StageSplit split_layers(const ModelSpec& model, int pp, int v);
+// `first` / `last` > 0 pin the layers of the first and the last chunk
+// (global chunks 0 and pp*v - 1), as Megatron's --decoder-first-pipeline-
+// num-layers / --decoder-last-pipeline-num-layers do; the other chunks share
+// the rest by the rule above. validate_layout checks that they fit.
+StageSplit split_layers(const ModelSpec& model, int pp, int v, int first = 0, int last = 0);
+// The split of a layout (its pp, v, first_stage_layers, last_stage_layers).
+struct Layout;
+StageSplit split_layers(const ModelSpec& model, const Layout& layout);
 
 }  // namespace loom

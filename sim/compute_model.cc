@@ -543,6 +543,27 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   return c;
 }
 
+PieceCost mtp_projection_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
+                              const ComputeShape& sh) {
+  PieceCost c;
+  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = element_bytes(p);
+  const double r = sh.sp ? 1.0 / t : 1.0;
+  GemmSum gemm{hw, p, opt};
+  gemm.weight(T, h / t, 2 * h);  // the projection of [norm(h); norm(emb)] (2h) back to h
+  // The next token's embedding lookup, the two RMSNorms and the concatenation.
+  const double bytes = T * h * e * r * (1 + 2 * 2 + 2 * 2);
+  c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, bytes, 4) + gemm.cast_s(gemm.fp8_inputs);
+  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * bytes, 4) + gemm.cast_s(gemm.fp8_output_grads);
+  c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
+  c.fwd_flops = gemm.fwd_flops;
+  c.bwd_flops = 2 * gemm.fwd_flops;
+  if (sh.recompute == Recompute::kFull) {
+    c.recompute_s = c.fwd_s;
+    c.recompute_flops = c.fwd_flops;
+  }
+  return c;
+}
+
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
   // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
   // gradient, write the 16-bit weights; one more gradient read for the norm.

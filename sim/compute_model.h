@@ -88,6 +88,13 @@ PieceCost head_cost(const ModelSpec& model, const HwProfile& hw, const SimOption
 
 // Optimizer step (AdamW) over `local_params` parameters held by this rank,
 // plus the gradient-norm pass: memory bound.
+// One multi-token-prediction module's own work beyond its transformer block
+// and its output head (DeepSeek-V3 section 2.2): the next token's embedding,
+// two RMSNorms, and the projection of their concatenation (2h) to h,
+// column-parallel over TP.
+PieceCost mtp_projection_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
+                              const ComputeShape& shape);
+
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision precision, double local_params);
 
 // Contention: an NCCL collective keeps one thread block (an SM) per channel

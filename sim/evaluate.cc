@@ -79,6 +79,14 @@ Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   if (model_.is_moe()) pc.moe = layer_cost(model_, hw_, opt_, p, shape, true);
   pc.emb = embedding_cost(model_, hw_, opt_, p, shape);
   pc.head = head_cost(model_, hw_, opt_, p, shape);
+  pc.tp_net = shape.tp_group.nodes > 1;
+  pc.ep_net = shape.ep_group.nodes > 1;
+  if (model_.num_mtp_layers > 0) {
+    // DeepSeek-V3's MTP modules: a block like the model's last layer, the
+    // shared output head again, and the module's projection.
+    pc.mtp_block = model_.is_moe_layer(model_.num_layers - 1) ? pc.moe : pc.dense;
+    pc.mtp_projection = mtp_projection_cost(model_, hw_, opt_, p, shape);
+  }
   return pc;
 }
 
@@ -112,14 +120,17 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
 const StageSplit& Evaluator::split(const Layout& l) const {
   constexpr int kSlots = 16;
   thread_local uint64_t key_id[kSlots] = {};
-  thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {};
+  thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {}, key_first[kSlots] = {}, key_last[kSlots] = {};
   thread_local StageSplit value[kSlots];
-  const size_t h = (size_t(l.pp) * 7 + size_t(l.virtual_stages)) % kSlots;
-  if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != l.virtual_stages) {
-    value[h] = split_layers(model_, l.pp, l.virtual_stages);
+  const size_t h = (size_t(l.pp) * 7 + size_t(l.virtual_stages) + size_t(l.last_stage_layers) * 3) % kSlots;
+  if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != l.virtual_stages || key_first[h] != l.first_stage_layers ||
+      key_last[h] != l.last_stage_layers) {
+    value[h] = split_layers(model_, l);
     key_id[h] = id_;
     key_pp[h] = l.pp;
     key_v[h] = l.virtual_stages;
+    key_first[h] = l.first_stage_layers;
+    key_last[h] = l.last_stage_layers;
   }
   return value[h];
 }
@@ -136,7 +147,17 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     add_piece(sc, pc.dense, dense_layers, c);
     if (moe_layers) add_piece(sc, pc.moe, moe_layers, c);
     if (g == 0) add_piece(sc, pc.emb, 1, c);
-    if (g == l.pp * l.virtual_stages - 1) add_piece(sc, pc.head, 1, c);
+    if (g == l.pp * l.virtual_stages - 1) {
+      add_piece(sc, pc.head, 1, c);
+      // Multi-token prediction runs on the last stage, after the head
+      // (DeepSeek-V3's DualPipe places it there; Megatron-core's MTP too).
+      const int mtp = model_.num_mtp_layers;
+      if (mtp > 0) {
+        add_piece(sc, pc.mtp_block, mtp, c);
+        add_piece(sc, pc.head, mtp, c);
+        add_piece(sc, pc.mtp_projection, mtp, c);
+      }
+    }
     if (!sc.chunk_grad_fraction.empty())
       sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
   }
@@ -162,7 +183,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
 
 std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
   const Pieces pc = compute_pieces(l);
-  const StageSplit split = split_layers(model_, l.pp, l.virtual_stages);
+  const StageSplit split = split_layers(model_, l);
   std::vector<StageCosts> out(l.pp);
   for (int s = 0; s < l.pp; ++s) {
     StageCosts& sc = out[s];
@@ -207,6 +228,7 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   if (l.dp <= 1) return d;
   const int dpn = hw_.node.devices_per_node;
   GroupShape dp_shape = group_shape(l, Dim::kDp, dpn);
+  d.crosses_nodes = dp_shape.nodes > 1;
   // Expert gradients are reduced over the expert-DP group: dp/ep ranks.
   GroupShape edp_shape = dp_shape;
   edp_shape.ranks = l.dp / l.ep;
@@ -433,11 +455,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
   const double contention_fraction = comm_contention_fraction(hw_);
   // NIC sharing (sim/simulate.cc with_nic_sharing): where the DP collectives
   // cross the network, the compute they hide behind pays its cross-node
-  // TP/EP time again for the part that runs beside them.
-  const int dpn = hw_.node.devices_per_node;
-  const bool dp_net = l.dp > 1 && group_shape(l, Dim::kDp, dpn).nodes > 1;
-  const bool tp_net = dp_net && group_shape(l, Dim::kTp, dpn).nodes > 1;
-  const bool ep_net = dp_net && l.ep > 1 && group_shape(l, Dim::kEp, dpn).nodes > 1;
+  // TP/EP time again for the part that runs beside them (pc.tp_net, pc.ep_net,
+  // d.crosses_nodes).
   // Interior stages carry the same gradient bytes: price their collectives once.
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
@@ -492,7 +511,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
     double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
     if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
     if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
-    const double net_share = t_stage > 0 ? ((tp_net ? sc.tp_s : 0.0) + (ep_net ? sc.ep_s : 0.0)) / t_stage : 0.0;
+    const double net_share = d.crosses_nodes && t_stage > 0
+                                 ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0)) / t_stage
+                                 : 0.0;
     contention = std::max(contention, std::max(0.0, total - exposed) * (contention_fraction + net_share));
   }
 

@@ -105,6 +105,7 @@ void split_compute(const StageCosts& critical, int64_t micro_batches, StepBreakd
 struct DpCollectives {
   double grad_sync_s = 0;    // all-reduce (ZeRO 0) or reduce-scatter of the stage's grads
   double param_gather_s = 0; // all-gather of the stage's weights (ZeRO 1/2 per step, 3 per use)
+  bool crosses_nodes = false;  // the DP group spans nodes (its traffic takes the NIC)
   CollectiveCost grad_sync, grad_sync_expert, param_gather, param_gather_expert;
 };
 
@@ -133,6 +134,8 @@ class Evaluator {
   // Per-layer / model-end costs of one micro-batch under a layout.
   struct Pieces {
     PieceCost dense, moe, emb, head;
+    PieceCost mtp_block, mtp_projection;  // a multi-token-prediction module's block and its own work
+    bool tp_net = false, ep_net = false;  // the TP / EP group spans nodes
   };
   Pieces compute_pieces(const Layout& layout) const;
 

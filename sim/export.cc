@@ -18,17 +18,22 @@ Result<std::string> export_megatron_args(const Plan& p) {
   o << "--tensor-model-parallel-size " << l.tp << "\n";
   o << "--pipeline-model-parallel-size " << l.pp << "\n";
   if (l.schedule == Schedule::kInterleaved) {
+    if (l.first_stage_layers > 0 || l.last_stage_layers > 0)
+      return unsupported("export megatron: first=/last= with the interleaved schedule; Loom pins the first and last "
+                         "model chunks, which --num-layers-per-virtual-pipeline-stage cannot express; use "
+                         "schedule=1f1b or drop first=/last=");
     if (m.num_layers % (l.pp * l.virtual_stages) != 0)
       return invalid_argument("export megatron: v=" + std::to_string(l.virtual_stages) + " with pp=" +
                               std::to_string(l.pp) + " splits " + std::to_string(m.num_layers) +
                               " layers unevenly, which Megatron-LM cannot express; choose v so that pp*v divides " +
                               std::to_string(m.num_layers));
     o << "--num-layers-per-virtual-pipeline-stage " << m.num_layers / (l.pp * l.virtual_stages) << "\n";
-  } else if (l.pp > 1 && m.num_layers % l.pp != 0) {
+  } else if (l.pp > 1 && (m.num_layers % l.pp != 0 || l.first_stage_layers > 0 || l.last_stage_layers > 0)) {
     // An uneven split (core/stage_split.h: the extra layers on the middle
-    // stages): Megatron-core's --decoder-first/last-pipeline-num-layers,
-    // which need the middle stages equal.
-    const StageSplit split = split_layers(m, l.pp, 1);
+    // stages, or the first / last pinned): Megatron-core's
+    // --decoder-first/last-pipeline-num-layers, which need the middle
+    // stages equal.
+    const StageSplit split = split_layers(m, l);
     const int first = split.chunk_layers.front(), last = split.chunk_layers.back();
     for (int s = 1; s + 1 < l.pp; ++s)
       if (split.chunk_layers[s] != split.chunk_layers[1])

@@ -28,6 +28,20 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& 
     } else {
       p.dense += double(m.lm_head_params()) / t;
     }
+    // Multi-token-prediction modules (DeepSeek-V3 section 2.2), on the last
+    // stage: a block like the last layer, two RMSNorms and a 2h x h
+    // projection each; the embedding and the output head are shared.
+    if (m.num_mtp_layers > 0) {
+      const bool moe = m.is_moe_layer(m.num_layers - 1);
+      const double h = double(m.hidden);
+      p.dense += m.num_mtp_layers * (double(m.attention_params()) / t + norms + 2 * h + 2 * h * h / t);
+      if (moe) {
+        p.dense += m.num_mtp_layers * (double(m.router_params()) + double(m.shared_expert_params()) / t);
+        p.expert += m.num_mtp_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / t;
+      } else {
+        p.dense += m.num_mtp_layers * double(m.dense_mlp_params()) / t;
+      }
+    }
   }
   return p;
 }
@@ -181,6 +195,15 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   if (stage == l.pp - 1) {
     // One micro-batch's logits (16-bit) and the fp32 cross-entropy copy.
     sm.activations_bytes += T * (double(m.vocab) / l.tp) * (e + 4) + T * h * e * r;
+    // Multi-token prediction: each module's block for every micro-batch in
+    // flight (as the stage's layers), the concatenated 2h projection input,
+    // and its own head's logits.
+    if (m.num_mtp_layers > 0) {
+      const double block = l.recompute == Recompute::kFull ? act.checkpoint
+                           : m.is_moe_layer(m.num_layers - 1) ? act.moe : act.dense;
+      sm.activations_bytes += m.num_mtp_layers * (double(in_flight) * per_unit * (block + 2 * T * h * e * r) +
+                                                  T * (double(m.vocab) / l.tp) * (e + 4));
+    }
   }
 
   // Communication buffers.
@@ -209,7 +232,7 @@ MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout
                            const SimOptions& opt) {
   MemoryReport r;
   r.capacity_bytes = hw.accel.memory_bytes;
-  StageSplit split = split_layers(m, l.pp, l.virtual_stages);
+  StageSplit split = split_layers(m, l);
   const ActivationTerms act = activation_terms(m, l, train, opt);
   for (int s = 0; s < l.pp; ++s) {
     r.stages.push_back(stage_memory(m, l, train, opt, split, s, act));

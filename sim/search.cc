@@ -1,5 +1,7 @@
 #include "sim/search.h"
 
+#include "core/stage_split.h"
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -85,7 +87,18 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                          std::find(sp.overlap_grad_zero_stages.begin(), sp.overlap_grad_zero_stages.end(), zero) !=
                              sp.overlap_grad_zero_stages.end());
                     l.overlap_param_gather = sp.overlap_param_gather;
-                    if (validate_layout(l, m, t, world).is_ok()) out.push_back(l);
+                    if (!validate_layout(l, m, t, world).is_ok()) continue;
+                    out.push_back(l);
+                    if (!sp.try_uneven_ends || pp < 2) continue;
+                    const StageSplit even = split_layers(m, pp, v);
+                    const int first = even.chunk_layers.front(), last = even.chunk_layers.back();
+                    if (last < 2) continue;
+                    Layout u = l;
+                    u.last_stage_layers = last - 1;
+                    if (validate_layout(u, m, t, world).is_ok()) out.push_back(u);
+                    if (first < 2) continue;
+                    u.first_stage_layers = first - 1;
+                    if (validate_layout(u, m, t, world).is_ok()) out.push_back(u);
                   }
                 }
               }
@@ -181,12 +194,19 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
         return fitting[a].estimate.peak_memory_bytes < fitting[b].estimate.peak_memory_bytes;
       return fitting[a].estimate.figures.tokens_per_s > fitting[b].estimate.figures.tokens_per_s;
     });
-    double best = -1;
-    for (size_t i : by_mem) {
-      if (fitting[i].estimate.figures.tokens_per_s > best) {
-        fitting[i].pareto = true;
-        best = fitting[i].estimate.figures.tokens_per_s;
+    // Non-dominated: faster than everything smaller, and the fastest of its
+    // own memory (ties on both count once each: neither dominates the other).
+    double best_smaller = -1;
+    for (size_t k = 0; k < by_mem.size();) {
+      const double mem = fitting[by_mem[k]].estimate.peak_memory_bytes;
+      const double group_best = fitting[by_mem[k]].estimate.figures.tokens_per_s;
+      size_t j = k;
+      for (; j < by_mem.size() && fitting[by_mem[j]].estimate.peak_memory_bytes == mem; ++j) {
+        const double tps = fitting[by_mem[j]].estimate.figures.tokens_per_s;
+        fitting[by_mem[j]].pareto = tps == group_best && tps > best_smaller;
       }
+      best_smaller = std::max(best_smaller, group_best);
+      k = j;
     }
   }
   if (have_closest) {
@@ -251,14 +271,19 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
       else if (k == "overlap_grad") sp.overlap_grad_reduce = on;
       else sp.overlap_param_gather = on;
     }
-    else if (k == "schedule") {
+    else if (k == "split") {
+      if (v == "even") sp.try_uneven_ends = false;
+      else if (v == "ends") sp.try_uneven_ends = true;
+      else return invalid_argument("--fix: split=" + v + " must be even (the even split only) or ends (also one layer "
+                                   "fewer on the last, or on the first and last, chunk)");
+    } else if (k == "schedule") {
       LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
       sp.fix_schedule = s;
     } else if (k == "recompute") {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
       sp.fix_recompute = r;
     } else {
-      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, v, sp, schedule, recompute, overlap_grad, overlap_param");
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, v, sp, split, schedule, recompute, overlap_grad, overlap_param");
     }
   }
   return Status::ok();

@@ -29,6 +29,11 @@ struct SearchSpace {
   std::vector<Recompute> recompute{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<Schedule> schedules{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
   bool try_sequence_parallel = true;
+  // Pipelined layouts also with one layer fewer on the last chunk, and one
+  // fewer on both the first and the last (Megatron's --decoder-first/last-
+  // pipeline-num-layers; Llama 3 trained 126 layers on PP16 that way): the
+  // embedding, the head and any multi-token-prediction modules weigh there.
+  bool try_uneven_ends = true;
   bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
@@ -64,8 +69,8 @@ struct SearchResult {
 };
 
 // Pins dimensions from `loom plan --fix` text: "tp=8,pp=2,recompute=full"
-// (keys dp, tp, pp, ep, micro, zero, v, sp, schedule, recompute, overlap_grad,
-// overlap_param); errors name the bad item.
+// (keys dp, tp, pp, ep, micro, zero, v, sp, split=even|ends, schedule,
+// recompute, overlap_grad, overlap_param); errors name the bad item.
 Status apply_search_fix(const std::string& text, SearchSpace* space);
 
 // Every layout of the space that passes validate_layout (unevaluated).

@@ -106,7 +106,7 @@ Status Trainer::Impl::setup() {
   dc.num_chunks = l.virtual_stages;
   dc.sum_replicated_over_tp = l.sequence_parallel && l.tp > 1;
   sharding = DataParallel::create(dc, backend, &params, dp.get(), tp.get());
-  const StageSplit split = split_layers(cfg.model, l.pp, l.virtual_stages);
+  const StageSplit split = split_layers(cfg.model, l);
   LOOM_RETURN_IF_ERROR(lay_out_params(split));
   params.materialize(backend, cfg.train.seed);
   backend->kernels().set_weights(params.params(), params.numel());

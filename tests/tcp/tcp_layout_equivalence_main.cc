@@ -36,6 +36,7 @@ const Case kCases[] = {
     {"dp=1,tp=2", 2},
     {"dp=1,tp=2,sp=1", 2},
     {"dp=1,pp=2,schedule=1f1b,micro=2", 2},
+    {"dp=1,pp=2,schedule=1f1b,micro=2,last=1", 2},  // 3 layers on stage 0, 1 on stage 1
     {"dp=1,pp=2,schedule=interleaved,v=2,micro=2", 2},
     {"dp=2,tp=2", 4},
     {"dp=1,tp=2,pp=2,sp=1,micro=2", 4},

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/layout.h"
+#include "core/stage_split.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
@@ -36,6 +37,54 @@ TEST(Layout, ParseAndPrintRoundTrip) {
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->dp, 1);
   EXPECT_EQ(d->schedule, Schedule::k1F1B);
+}
+
+// Pinned first and last chunks (Megatron's --decoder-first/last-pipeline-
+// num-layers). Llama 3 405B trained its 126 layers on PP16 with one layer
+// fewer on the first and the last stage (Llama 3 report, section 3.3.2):
+// first=7, last=7 leaves 112 for the 14 middle stages, 8 each, as a 128-layer
+// model would have everywhere.
+TEST(Layout, PinnedFirstAndLastChunks) {
+  auto l = parse_layout("dp=8,tp=8,pp=16,first=7,last=7");
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l->first_stage_layers, 7);
+  EXPECT_EQ(l->last_stage_layers, 7);
+  EXPECT_EQ(*parse_layout(l->to_string()), *l);
+  EXPECT_EQ(parse_layout("pp=2")->to_string().find("first"), std::string::npos) << "even splits print as before";
+  ModelSpec m = load_model_or_die("llama-3.1-405b");
+  ASSERT_EQ(m.num_layers, 126);
+  const StageSplit s = split_layers(m, *l);
+  EXPECT_EQ(s.chunk_layers.front(), 7);
+  EXPECT_EQ(s.chunk_layers.back(), 7);
+  for (int g = 1; g + 1 < 16; ++g) EXPECT_EQ(s.chunk_layers[size_t(g)], 8) << "stage " << g;
+  EXPECT_EQ(s.chunk_first_layer.back(), 119);
+  // Only the last pinned: the other 15 share 125, the extra ones on the middle stages first.
+  Layout last_only = *l;
+  last_only.first_stage_layers = 0;
+  last_only.last_stage_layers = 5;
+  const StageSplit t = split_layers(m, last_only);
+  EXPECT_EQ(t.chunk_layers.back(), 5);
+  EXPECT_EQ(t.chunk_layers.front(), 8);  // 125 = 15 x 8 + 5: chunks 1-5 get 9
+  EXPECT_EQ(t.chunk_layers[1], 9);
+  EXPECT_EQ(t.chunk_layers[6], 8);
+  int total = 0;
+  for (int n : t.chunk_layers) total += n;
+  EXPECT_EQ(total, 126);
+
+  TrainSpec tr = train(1024, 4096);
+  EXPECT_TRUE(validate_layout(*l, m, tr, 1024).is_ok());
+  Layout bad = *l;
+  bad.first_stage_layers = 60;
+  bad.last_stage_layers = 60;  // 6 layers left for 14 chunks
+  Status st = validate_layout(bad, m, tr, 1024);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("need at least one each"), std::string::npos) << st.message();
+  Layout no_pipe;
+  no_pipe.dp = 8;
+  no_pipe.last_stage_layers = 3;
+  st = validate_layout(no_pipe, m, tr, 8);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("need pp >= 2"), std::string::npos) << st.message();
 }
 
 TEST(Layout, ParseErrorsNameTheKey) {

@@ -211,3 +211,34 @@ TEST(MemoryModel, UnevenSplitAndDoesNotFitMessage) {
 
 }  // namespace
 }  // namespace loom
+
+// DeepSeek-V3's multi-token-prediction module lives on the last stage. The
+// released checkpoint has 685B parameters: 671B for the main model and 14B
+// for the MTP module, which includes its own copies of the embedding and the
+// output head (2 x 129280 x 7168 = 1.853B). Training shares those two, so
+// the module adds 685 - 671 - 1.85 = about 11.6B: a MoE block like layer 60
+// (11.51B), the 2h x h projection (0.103B) and its norms.
+namespace loom {
+namespace {
+
+TEST(MemoryModel, MtpModuleOnTheLastStage) {
+  ModelSpec m = testing::load_model_or_die("deepseek-v3");
+  ASSERT_EQ(m.num_mtp_layers, 1);
+  ModelSpec no_mtp = m;
+  no_mtp.num_mtp_layers = 0;
+  Layout l;
+  l.pp = 4;
+  const StageSplit split = split_layers(m, 4, 1);
+  const double with = stage_params(m, l, split, 3).total(), without = stage_params(no_mtp, l, split, 3).total();
+  EXPECT_NEAR((with - without) / 1e9, 11.6, 0.05);
+  EXPECT_EQ(stage_params(m, l, split, 0).total(), stage_params(no_mtp, l, split, 0).total());
+  // Every in-flight micro-batch keeps the block's activations there too.
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 4096;
+  EXPECT_GT(stage_memory(m, l, t, SimOptions{}, split, 3).activations_bytes,
+            stage_memory(no_mtp, l, t, SimOptions{}, split, 3).activations_bytes);
+}
+
+}  // namespace
+}  // namespace loom
