@@ -250,6 +250,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double moe_bytes = 0;     // MoE permutation and router traffic (forward)
   int moe_kernels = 0;
   CollectiveCost dispatch, combine;  // one MoE dispatch / combine exchange
+  double moe_fp8_quant_bytes = 0;    // the FP8 dispatch's quantizing pass (forward)
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
@@ -291,9 +292,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // scale per 128 (DeepSeek-V3's 1x128 tiles), after a quantizing pass
     // (read 16-bit, write 8-bit); the combine and the backward stay 16-bit.
     const double e_dispatch = opt.moe_fp8_dispatch ? 1.0 + 4.0 / 128 : e;
-    if (opt.moe_fp8_dispatch) {
-      moe_bytes += T * r * h * (e + e_dispatch);
-      moe_kernels += 1;
+    if (opt.moe_fp8_dispatch) {  // forward only: the backward exchanges are 16-bit
+      moe_fp8_quant_bytes = T * r * h * (e + e_dispatch);
     }
     auto exchange = [&](double elem_bytes) {
       if (sh.ep_group.ranks <= 1) return CollectiveCost{};
@@ -335,7 +335,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     elem_bytes += 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
     kernels += 2;
   }
-  double elem_fwd_s = mem_time_s(hw, opt, elem_bytes + moe_bytes, kernels + moe_kernels);
+  double elem_fwd_s = mem_time_s(hw, opt, elem_bytes + moe_bytes + moe_fp8_quant_bytes,
+                                 kernels + moe_kernels + (moe_fp8_quant_bytes > 0 ? 1 : 0));
   double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes + moe_bytes, 2 * kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------

@@ -122,7 +122,9 @@ const StageSplit& Evaluator::split(const Layout& l) const {
   thread_local uint64_t key_id[kSlots] = {};
   thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {}, key_first[kSlots] = {}, key_last[kSlots] = {};
   thread_local StageSplit value[kSlots];
-  const size_t h = (size_t(l.pp) * 7 + size_t(l.virtual_stages) + size_t(l.last_stage_layers) * 3) % kSlots;
+  const size_t h =
+      (size_t(l.pp) * 7 + size_t(l.virtual_stages) + size_t(l.last_stage_layers) * 3 + size_t(l.first_stage_layers) * 5) %
+      kSlots;
   if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != l.virtual_stages || key_first[h] != l.first_stage_layers ||
       key_last[h] != l.last_stage_layers) {
     value[h] = split_layers(model_, l);
@@ -170,7 +172,10 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // each hold a copy and all-reduce its gradient before the update
   // (Megatron's _allreduce_embedding_grads; the executor sums the pair in
   // its optimizer step), on nodes apart when the pipeline spans nodes.
-  if (model_.tied_embeddings && l.pp > 1 && (s == 0 || s == l.pp - 1)) {
+  // Multi-token prediction keeps a copy of the embedding on the last stage
+  // too (Megatron-core's gpt_model.py builds it where mtp_process), reduced
+  // with the first stage's the same way.
+  if ((model_.tied_embeddings || model_.num_mtp_layers > 0) && l.pp > 1 && (s == 0 || s == l.pp - 1)) {
     const GroupShape pp = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
     GroupShape pair;
     pair.ranks = 2;
@@ -437,7 +442,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
   }
   const double t_p2p = p2p_time_s(l);
-  double pipe;
+  double pipe, blocking_extra = 0;
   if (l.schedule == Schedule::kInterleaved) {
     pipe = double(m) * t_max + (t_sum - t_max) / v + 2.0 * (double(p) * v - 1) * t_p2p;
   } else {
@@ -445,7 +450,10 @@ Estimate Evaluator::estimate(const Layout& l) const {
     // Blocking sends under GPipe: each later micro-batch's forward and
     // backward on the critical stage wait for their own send to land (1F1B's
     // round trip already puts the transfer on the path; sim/simulate.h).
-    if (l.schedule == Schedule::kGpipe && p > 1 && blocking_p2p(opt_, l.schedule)) pipe += 2.0 * double(m - 1) * t_p2p;
+    if (l.schedule == Schedule::kGpipe && p > 1 && blocking_p2p(opt_, l.schedule)) {
+      blocking_extra = 2.0 * double(m - 1) * t_p2p;
+      pipe += blocking_extra;
+    }
   }
 
   // Exposed data-parallel communication: per stage, what its own remaining
@@ -460,13 +468,15 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // Interior stages carry the same gradient bytes: price their collectives once.
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
+  int memo_layers = -1;  // ZeRO-3 prices its collectives per layer
   for (const StageCosts& sc : stages) {
     opt_s = std::max(opt_s, sc.optimizer_s);
     if (l.dp <= 1) continue;
-    if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert) {
+    if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers) {
       d = dp_collectives(l, sc);
       memo_grad = sc.grad_bytes;
       memo_expert = sc.expert_grad_bytes;
+      memo_layers = sc.layers;
     }
     const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     const double b_last = sc.bwd_s + sc.recompute_s;
@@ -522,7 +532,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
   const StageCosts& c = stages[crit];
   StepBreakdown& tb = est.time;
   split_compute(c, m, &tb);
-  tb.pp_comm_s = l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p : 0;
+  tb.pp_comm_s =
+      l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p + blocking_extra : 0;
   tb.bubble_s = std::max(0.0, pipe - double(m) * t_max - tb.pp_comm_s);
   tb.dp_comm_s = dp_exposed;
   tb.contention_s = contention;

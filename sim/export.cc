@@ -155,6 +155,9 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
     const char* sched = l.schedule == Schedule::kGpipe ? "GPipe" : l.schedule == Schedule::k1F1B ? "1F1B" : "Interleaved1F1B";
     o << "pipeline_parallel_schedule = \"" << sched << "\"\n";
     o << "pipeline_parallel_microbatch_size = " << l.micro_batch << "\n";
+    if (l.first_stage_layers > 0 || l.last_stage_layers > 0)
+      return unsupported("export torchtitan: first=/last= pin the first and last pipeline chunk, which "
+                         "pipeline_parallel_layers_per_stage cannot express; drop first=/last=");
     if (l.schedule == Schedule::kInterleaved)
       o << "pipeline_parallel_layers_per_stage = " << p.model.num_layers / (l.pp * l.virtual_stages) << "\n";
   }

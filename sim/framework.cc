@@ -139,6 +139,12 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   sp->overlap_grad_zero_stages = f.grad_reduce_overlap_zero_stages;
   sp->overlap_grad_reduce = !f.grad_reduce_overlap_zero_stages.empty();
   sp->overlap_param_gather = f.overlap_param_gather;
+  // Pinned first/last chunks only where the stack's export can state them:
+  // Megatron's --decoder-first/last-pipeline-num-layers (not with its
+  // interleaved --num-layers-per-virtual-pipeline-stage); neither
+  // torchtitan's layers-per-stage nor DeepSpeed's config pins them.
+  sp->try_uneven_ends = f.export_kind == "megatron";
+  sp->uneven_ends_interleaved = false;
 }
 
 Status check_layout_for_framework(const Framework& f, const Layout& l) {
@@ -160,6 +166,11 @@ Status check_layout_for_framework(const Framework& f, const Layout& l) {
     return invalid_argument("sp=0: " + f.name + "'s tensor parallelism always shards the sequence; use sp=1");
   if (l.sequence_parallel && f.sequence_parallel == SequenceParallelRule::kNever)
     return invalid_argument("sp=1: " + f.name + " has no sequence parallelism; use sp=0");
+  if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) &&
+      (f.export_kind != "megatron" || l.schedule == Schedule::kInterleaved))
+    return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk" +
+                            (f.export_kind == "megatron" ? " of an interleaved split; use schedule=1f1b" : "") +
+                            "; drop first=/last=");
   return Status::ok();
 }
 

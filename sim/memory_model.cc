@@ -30,7 +30,10 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& 
     }
     // Multi-token-prediction modules (DeepSeek-V3 section 2.2), on the last
     // stage: a block like the last layer, two RMSNorms and a 2h x h
-    // projection each; the embedding and the output head are shared.
+    // projection each; the output head is shared, and so is the embedding,
+    // of which a pipelined untied model keeps a copy here (Megatron-core
+    // builds it on the MTP stage; its gradient is reduced with stage 0's).
+    if (m.num_mtp_layers > 0 && l.pp > 1 && !m.tied_embeddings) p.dense += double(m.embedding_params()) / t;
     if (m.num_mtp_layers > 0) {
       const bool moe = m.is_moe_layer(m.num_layers - 1);
       const double h = double(m.hidden);

@@ -90,6 +90,7 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     if (!validate_layout(l, m, t, world).is_ok()) continue;
                     out.push_back(l);
                     if (!sp.try_uneven_ends || pp < 2) continue;
+                    if (sched == Schedule::kInterleaved && !sp.uneven_ends_interleaved) continue;
                     const StageSplit even = split_layers(m, pp, v);
                     const int first = even.chunk_layers.front(), last = even.chunk_layers.back();
                     if (last < 2) continue;

@@ -34,6 +34,9 @@ struct SearchSpace {
   // pipeline-num-layers; Llama 3 trained 126 layers on PP16 that way): the
   // embedding, the head and any multi-token-prediction modules weigh there.
   bool try_uneven_ends = true;
+  // The same for interleaved layouts (Megatron's export cannot pin the first
+  // and last chunk of an interleaved split).
+  bool uneven_ends_interleaved = true;
   bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.

@@ -194,6 +194,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     for (const Op& op : r.program.ops) {
       if (op.stream == Stream::kCompute && op.kind != OpKind::kOptimizer) net_fraction[size_t(op.id)] = compute_net[op.stage];
       else if (is_recv(op.kind) && pp_net) net_fraction[size_t(op.id)] = 1.0;
+      else if (is_send(op.kind) && pp_net && blocking) net_fraction[size_t(op.id)] = 1.0;  // the blocked sender's side
     }
   }
   if ((fraction > 0 && l.dp > 1) || dp_net) {

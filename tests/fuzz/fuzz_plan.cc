@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(std::find(g.begin(), g.end(), r) != g.end(), "a rank is missing from its own group");
     }
   }
-  StageSplit split = split_layers(plan->model, l.pp, l.virtual_stages);
+  StageSplit split = split_layers(plan->model, l);
   int layers = 0;
   for (int n : split.chunk_layers) {
     FUZZ_CHECK(n >= 1, "a model chunk without layers");

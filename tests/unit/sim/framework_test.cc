@@ -67,6 +67,12 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
     apply_framework(f, &sp);
     const std::vector<Layout> layouts = enumerate_layouts(eval, sp);
     ASSERT_FALSE(layouts.empty()) << name;
+    // Pinned first/last chunks only where the stack's export can state them
+    // (Megatron's --decoder-first/last-pipeline-num-layers, plain pipelines).
+    const bool pinned = std::any_of(layouts.begin(), layouts.end(), [](const Layout& l) {
+      return l.first_stage_layers > 0 || l.last_stage_layers > 0;
+    });
+    EXPECT_EQ(pinned, std::string(name) == "megatron-core") << name;
     for (const Layout& l : layouts) {
       EXPECT_TRUE(check_layout_for_framework(f, l).is_ok()) << name << " " << l.to_string();
       const bool overlap = std::count(f.grad_reduce_overlap_zero_stages.begin(),
@@ -81,6 +87,13 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   Status s = check_layout_for_framework(load_or_die("megatron-core"), z2);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("offers ZeRO 0, 1"), std::string::npos) << s.message();
+  Layout pinned = *parse_layout("dp=4,pp=4,schedule=interleaved,v=2,last=2");
+  s = check_layout_for_framework(load_or_die("megatron-core"), pinned);
+  EXPECT_NE(s.message().find("of an interleaved split"), std::string::npos) << s.message();
+  pinned = *parse_layout("dp=4,pp=4,last=2");
+  EXPECT_TRUE(check_layout_for_framework(load_or_die("megatron-core"), pinned).is_ok());
+  s = check_layout_for_framework(load_or_die("torchtitan"), pinned);
+  EXPECT_NE(s.message().find("cannot pin the first and last pipeline chunk"), std::string::npos) << s.message();
 }
 
 TEST(Framework, BadFilesNameTheKey) {
