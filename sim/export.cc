@@ -155,11 +155,28 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
     const char* sched = l.schedule == Schedule::kGpipe ? "GPipe" : l.schedule == Schedule::k1F1B ? "1F1B" : "Interleaved1F1B";
     o << "pipeline_parallel_schedule = \"" << sched << "\"\n";
     o << "pipeline_parallel_microbatch_size = " << l.micro_batch << "\n";
-    if (l.first_stage_layers > 0 || l.last_stage_layers > 0)
-      return unsupported("export torchtitan: first=/last= pin the first and last pipeline chunk, which "
-                         "pipeline_parallel_layers_per_stage cannot express; drop first=/last=");
-    if (l.schedule == Schedule::kInterleaved)
-      o << "pipeline_parallel_layers_per_stage = " << p.model.num_layers / (l.pp * l.virtual_stages) << "\n";
+    // The split stated module by module (torchtitan's module_fqns_per_model_part,
+    // model part g = global chunk g, the embedding on the first and the final
+    // norm and output on the last), so that torchtitan's own defaults
+    // (pipeline_parallel_first/last_stage_less_layers = 1) cannot move it.
+    const StageSplit split = split_layers(p.model, l);
+    o << "module_fqns_per_model_part = [";
+    for (size_t g = 0; g < split.chunk_layers.size(); ++g) {
+      o << (g ? ", " : "") << "[";
+      bool first_item = true;
+      auto item = [&](const std::string& name) {
+        o << (first_item ? "" : ", ") << "\"" << name << "\"";
+        first_item = false;
+      };
+      if (g == 0) item("tok_embeddings");
+      for (int k = 0; k < split.chunk_layers[g]; ++k) item("layers." + std::to_string(split.chunk_first_layer[g] + k));
+      if (g + 1 == split.chunk_layers.size()) {
+        item("norm");
+        item("output");
+      }
+      o << "]";
+    }
+    o << "]\n";
   }
   o << "\n[activation_checkpoint]\n";
   o << "mode = \"" << (l.recompute == Recompute::kFull ? "full" : l.recompute == Recompute::kSelective ? "selective" : "none")

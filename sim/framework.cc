@@ -141,10 +141,10 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   sp->overlap_param_gather = f.overlap_param_gather;
   // Pinned first/last chunks only where the stack's export can state them:
   // Megatron's --decoder-first/last-pipeline-num-layers (not with its
-  // interleaved --num-layers-per-virtual-pipeline-stage); neither
-  // torchtitan's layers-per-stage nor DeepSpeed's config pins them.
-  sp->try_uneven_ends = f.export_kind == "megatron";
-  sp->uneven_ends_interleaved = false;
+  // interleaved --num-layers-per-virtual-pipeline-stage), torchtitan's
+  // module_fqns_per_model_part (any schedule); DeepSpeed's config cannot.
+  sp->try_uneven_ends = f.export_kind != "deepspeed";
+  sp->uneven_ends_interleaved = f.export_kind == "torchtitan";
 }
 
 Status check_layout_for_framework(const Framework& f, const Layout& l) {
@@ -167,7 +167,7 @@ Status check_layout_for_framework(const Framework& f, const Layout& l) {
   if (l.sequence_parallel && f.sequence_parallel == SequenceParallelRule::kNever)
     return invalid_argument("sp=1: " + f.name + " has no sequence parallelism; use sp=0");
   if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) &&
-      (f.export_kind != "megatron" || l.schedule == Schedule::kInterleaved))
+      (f.export_kind == "deepspeed" || (f.export_kind == "megatron" && l.schedule == Schedule::kInterleaved)))
     return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk" +
                             (f.export_kind == "megatron" ? " of an interleaved split; use schedule=1f1b" : "") +
                             "; drop first=/last=");

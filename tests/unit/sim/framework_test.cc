@@ -72,7 +72,7 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
     const bool pinned = std::any_of(layouts.begin(), layouts.end(), [](const Layout& l) {
       return l.first_stage_layers > 0 || l.last_stage_layers > 0;
     });
-    EXPECT_EQ(pinned, std::string(name) == "megatron-core") << name;
+    EXPECT_EQ(pinned, std::string(name) != "deepspeed") << name;
     for (const Layout& l : layouts) {
       EXPECT_TRUE(check_layout_for_framework(f, l).is_ok()) << name << " " << l.to_string();
       const bool overlap = std::count(f.grad_reduce_overlap_zero_stages.begin(),
@@ -92,7 +92,8 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   EXPECT_NE(s.message().find("of an interleaved split"), std::string::npos) << s.message();
   pinned = *parse_layout("dp=4,pp=4,last=2");
   EXPECT_TRUE(check_layout_for_framework(load_or_die("megatron-core"), pinned).is_ok());
-  s = check_layout_for_framework(load_or_die("torchtitan"), pinned);
+  EXPECT_TRUE(check_layout_for_framework(load_or_die("torchtitan"), pinned).is_ok());
+  s = check_layout_for_framework(load_or_die("deepspeed"), pinned);
   EXPECT_NE(s.message().find("cannot pin the first and last pipeline chunk"), std::string::npos) << s.message();
 }
 
@@ -142,8 +143,20 @@ TEST(Framework, TorchtitanExportStatesTheLayout) {
   ASSERT_TRUE(text.is_ok()) << text.status().to_string();
   for (const char* line : {"local_batch_size = 16", "data_parallel_shard_degree = 4", "tensor_parallel_degree = 2",
                            "pipeline_parallel_degree = 2", "pipeline_parallel_schedule = \"Interleaved1F1B\"",
-                           "pipeline_parallel_layers_per_stage = 8", "converters = [\"float8\"]"})
+                           "converters = [\"float8\"]",
+                           // The split stated module by module: 4 parts of 8 layers, so that torchtitan's
+                           // first/last_stage_less_layers defaults (1) cannot move it.
+                           "module_fqns_per_model_part = [[\"tok_embeddings\", \"layers.0\", \"layers.1\"",
+                           "\"layers.7\"], [\"layers.8\", ", "[\"layers.24\", ", "\"layers.31\", \"norm\", \"output\"]]"})
     EXPECT_NE(text->find(line), std::string::npos) << line << "\n" << *text;
+  // A pinned last chunk (7 layers): the other 25 as 8, 9, 8 (the extra one on a middle chunk).
+  p.layout.last_stage_layers = 7;
+  text = export_plan(p, "torchtitan");
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_NE(text->find("\"layers.7\"], [\"layers.8\", "), std::string::npos) << *text;
+  EXPECT_NE(text->find("\"layers.16\"], [\"layers.17\", "), std::string::npos) << *text;
+  EXPECT_NE(text->find("[\"layers.25\", "), std::string::npos) << *text;
+  p.layout.last_stage_layers = 0;
   p.layout.zero = 1;
   EXPECT_FALSE(export_plan(p, "torchtitan").is_ok());
 }
