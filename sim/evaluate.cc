@@ -97,6 +97,7 @@ namespace {
 struct PieceKey {
   uint64_t evaluator = 0;
   int tp = 0, ep = 0, micro = 0, sp = 0, recompute = 0;
+  int dp = 0, pp = 0;  // the TP / EP groups' placement depends on them under a non-default rank order
   std::string order;
   bool operator==(const PieceKey&) const = default;
 };
@@ -107,7 +108,9 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   constexpr int kSlots = 256;
   thread_local PieceKey keys[kSlots];
   thread_local Pieces values[kSlots];
-  PieceKey k{id_, l.tp, l.ep, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute), l.rank_order};
+  const bool default_order = l.rank_order == Layout{}.rank_order;  // tp, ep innermost: placement fixed by tp, ep
+  PieceKey k{id_, l.tp, l.ep, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
+             default_order ? 0 : l.dp, default_order ? 0 : l.pp, l.rank_order};
   size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 11 + size_t(k.sp) * 5 +
               size_t(k.recompute) * 2) % kSlots;
   if (!(keys[h] == k)) {
@@ -142,6 +145,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   sc.stage = s;
   int total_layers = split.stage_layers(s);
   sc.layers = total_layers;
+  sc.moe_layers = split.stage_moe_layers(s);
   for (int c = 0; c < l.virtual_stages; ++c) {
     int g = c * l.pp + s;
     int moe_layers = split.chunk_moe_layers[g];
@@ -206,7 +210,7 @@ namespace {
 // only: layouts that differ in micro-batch, schedule or recompute share them.
 struct DpKey {
   uint64_t evaluator = 0;
-  int dp = 0, tp = 0, pp = 0, ep = 0, zero = 0, layers = 0;
+  int dp = 0, tp = 0, pp = 0, ep = 0, zero = 0, layers = 0, moe_layers = 0;
   double grad_bytes = 0, expert_grad_bytes = 0;
   std::string order;
   bool operator==(const DpKey&) const = default;
@@ -218,7 +222,7 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   constexpr int kSlots = 256;
   thread_local DpKey keys[kSlots];
   thread_local DpCollectives values[kSlots];
-  DpKey k{id_, l.dp, l.tp, l.pp, l.ep, l.zero, sc.layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  DpKey k{id_, l.dp, l.tp, l.pp, l.ep, l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
   const size_t h = (std::hash<double>{}(sc.grad_bytes) ^ (size_t(l.dp) * 131 + size_t(l.tp) * 31 + size_t(l.pp) * 17 +
                                                            size_t(l.ep) * 7 + size_t(l.zero))) % kSlots;
   if (!(keys[h] == k)) {
@@ -245,26 +249,28 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   // FSDP per module): `units` collectives of 1/units of the bytes, each with
   // its own latency and at its own message size. ZeRO 0-2 move the chunk in
   // its gradient buckets, as one stream of bandwidth.
-  const int units = l.zero == 3 ? std::max(1, sc.layers) : 1;
-  auto cost = [&](Collective coll, const GroupShape& shape, double bytes) {
+  // Expert weights live in the MoE layers only.
+  const int units_dense = l.zero == 3 ? std::max(1, sc.layers) : 1;
+  const int units_expert = l.zero == 3 ? std::max(1, sc.moe_layers) : 1;
+  auto cost = [&](Collective coll, const GroupShape& shape, double bytes, int units) {
     CollectiveCost c = collective_cost(hw_, coll, shape, bytes / units);
     c.time_s *= units;
     for (double& b : c.sent_bytes) b *= units;
     return c;
   };
   Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
-  d.grad_sync = cost(grad_coll, dp_shape, sc.grad_bytes);
+  d.grad_sync = cost(grad_coll, dp_shape, sc.grad_bytes, units_dense);
   d.grad_sync_s = d.grad_sync.time_s;
   if (sc.expert_grad_bytes > 0 && edp_shape.ranks > 1) {
-    d.grad_sync_expert = cost(grad_coll, edp_shape, sc.expert_grad_bytes);
+    d.grad_sync_expert = cost(grad_coll, edp_shape, sc.expert_grad_bytes, units_expert);
     d.grad_sync_s += d.grad_sync_expert.time_s;
   }
   if (l.zero >= 1) {
     double dense_w = sc.grad_bytes * w_over_g, expert_w = sc.expert_grad_bytes * w_over_g;
-    d.param_gather = cost(Collective::kAllGather, dp_shape, dense_w);
+    d.param_gather = cost(Collective::kAllGather, dp_shape, dense_w, units_dense);
     d.param_gather_s = d.param_gather.time_s;
     if (expert_w > 0 && edp_shape.ranks > 1) {
-      d.param_gather_expert = cost(Collective::kAllGather, edp_shape, expert_w);
+      d.param_gather_expert = cost(Collective::kAllGather, edp_shape, expert_w, units_expert);
       d.param_gather_s += d.param_gather_expert.time_s;
     }
   }
@@ -468,15 +474,17 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // Interior stages carry the same gradient bytes: price their collectives once.
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
-  int memo_layers = -1;  // ZeRO-3 prices its collectives per layer
+  int memo_layers = -1, memo_moe = -1;  // ZeRO-3 prices its collectives per layer
   for (const StageCosts& sc : stages) {
     opt_s = std::max(opt_s, sc.optimizer_s);
     if (l.dp <= 1) continue;
-    if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers) {
+    if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers ||
+        sc.moe_layers != memo_moe) {
       d = dp_collectives(l, sc);
       memo_grad = sc.grad_bytes;
       memo_expert = sc.expert_grad_bytes;
       memo_layers = sc.layers;
+      memo_moe = sc.moe_layers;
     }
     const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     const double b_last = sc.bwd_s + sc.recompute_s;

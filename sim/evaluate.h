@@ -84,7 +84,7 @@ struct Traffic {
 // Per-stage costs shared by the closed form and the event engine.
 struct StageCosts {
   int stage = 0;
-  int layers = 0;
+  int layers = 0, moe_layers = 0;
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;  // one micro-batch, all chunks of the stage
   std::vector<double> chunk_fwd_s, chunk_bwd_s;  // per chunk; bwd includes recompute
   double tp_s = 0, ep_s = 0;                     // exposed, included above (one micro-batch)
