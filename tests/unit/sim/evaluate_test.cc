@@ -48,7 +48,7 @@ TEST(Evaluate, ClosedFormAgreesWithEventEngine) {
 // The search ranks by the closed form, so it must agree with the engine on
 // every kind of layout, the overlap switches included: a grid over DP size,
 // ZeRO stage, both overlaps on and off, TP, PP schedules and micro-batches.
-// The worst cell is printed (7.2% at stop 16); every cell within 10%. The
+// The worst cell is printed (6.6% at stop 16); every cell within 10%. The
 // pipelined bases run again with blocking sends (Megatron's p2p).
 TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
   SimOptions blocking;
