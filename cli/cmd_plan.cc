@@ -44,6 +44,8 @@ struct PlanArgs {
   bool tp_comm_overlap = false;
   bool ep_comm_overlap = false;
   bool pp_blocking_p2p = false;
+  bool no_pp_blocking_p2p = false;
+  bool no_pp_overlap_p2p_comm = false;
   bool moe_dedup_dispatch = false;
   bool moe_fp8_dispatch = false;
   double moe_load_imbalance = -1;
@@ -127,6 +129,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.tp_comm_overlap = a.tp_comm_overlap;
   req.ep_comm_overlap = a.ep_comm_overlap;
   req.pp_blocking_p2p = a.pp_blocking_p2p;
+  req.no_pp_blocking_p2p = a.no_pp_blocking_p2p;
+  req.no_pp_overlap_p2p_comm = a.no_pp_overlap_p2p_comm;
   req.moe_dedup_dispatch = a.moe_dedup_dispatch;
   req.moe_fp8_dispatch = a.moe_fp8_dispatch;
   req.moe_load_imbalance = a.moe_load_imbalance;
@@ -314,12 +318,19 @@ int cmd_plan(int argc, char** argv) {
                  "expert capacity factor: an expert takes at most this times its balanced share and drops the "
                  "rest (Megatron --moe-expert-capacity-factor); 0 = dropless (default)")
       ->check(CLI::Range(0.0, 1e6));
-  app.add_flag("--pp-blocking-p2p", a.pp_blocking_p2p,
+  CLI::Option* blocking = app.add_flag("--pp-blocking-p2p", a.pp_blocking_p2p,
                "pipeline sends block the sender until they land (Megatron's and DeepSpeed's p2p: "
                "batch_isend_irecv, then wait); default off, as Loom's executor sends asynchronously");
-  app.add_flag("--pp-overlap-p2p-comm", a.pp_overlap_p2p_comm,
+  CLI::Option* overlap_p2p = app.add_flag("--pp-overlap-p2p-comm", a.pp_overlap_p2p_comm,
                "Megatron's overlap_p2p_comm: the interleaved schedule sends asynchronously even with "
                "--pp-blocking-p2p");
+  app.add_flag("--no-pp-blocking-p2p", a.no_pp_blocking_p2p,
+               "asynchronous pipeline sends even where the --framework blocks on them")
+      ->excludes(blocking);
+  app.add_flag("--no-pp-overlap-p2p-comm", a.no_pp_overlap_p2p_comm,
+               "Megatron's --no-overlap-p2p-communication: interleaved sends block too where the --framework "
+               "overlaps them")
+      ->excludes(overlap_p2p);
   app.add_option("--fp8-scaling", a.fp8_scaling,
                  "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor; the default "
                  "without --framework) or delayed (amax history)");

@@ -368,8 +368,20 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     typical(CommKind::kTp, collective_cost(hw_, c, shape.tp_group, act_bytes), act_bytes);
   }
   if (l.ep > 1 && model_.is_moe()) {
-    double a2a = act_bytes * model_.moe.experts_per_token / (l.sequence_parallel ? l.tp : 1);
-    typical(CommKind::kEp, collective_cost(hw_, Collective::kAllToAll, shape.ep_group, a2a), a2a);
+    // The typical exchange is the 16-bit combine (the dispatch is FP8 with
+    // moe_fp8_dispatch); with deduplicated dispatch its cost is the NVLink
+    // and network paths of compute_model.cc.
+    const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0, k_e = model_.moe.experts_per_token;
+    double a2a = act_bytes * k_e * r;
+    CollectiveCost c = collective_cost(hw_, Collective::kAllToAll, shape.ep_group, a2a);
+    if (opt_.moe_dedup_dispatch && shape.ep_group.nodes > 1) {
+      const double N = shape.ep_group.nodes, ppn = shape.ep_group.ranks_per_node;
+      const double net = act_bytes * r * (N - 1) * moe_node_hit_probability(model_.moe, shape.ep_group.nodes);
+      const double intra = a2a * (ppn - 1) / ppn;
+      c = dedup_dispatch_cost(hw_, shape.ep_group, intra, net);
+      a2a = intra + net;
+    }
+    typical(CommKind::kEp, c, a2a);
   }
   if (l.pp > 1) {
     CollectiveCost c;
@@ -392,8 +404,11 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
                        (d.param_gather.sent_bytes[cl] + d.param_gather_expert.sent_bytes[cl]) * gathers;
     }
     t.time_s[k] = d.grad_sync_s * per_step_sync + d.param_gather_s * gathers;
-    typical(CommKind::kDp, d.grad_sync, sc.grad_bytes);
-    t.calls[k] = per_step_sync + gathers;
+    // ZeRO-3 runs its collectives one layer at a time (compute_dp_collectives):
+    // that many calls, each of a layer's bytes (busbw is per call already).
+    const double units = l.zero == 3 ? std::max(1, sc.layers) : 1;
+    typical(CommKind::kDp, d.grad_sync, sc.grad_bytes / units);
+    t.calls[k] = (per_step_sync + gathers) * units;
   }
   return t;
 }

@@ -66,6 +66,8 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (req.moe_load_imbalance >= 0) opt.moe_load_imbalance = req.moe_load_imbalance;
   if (req.moe_capacity_factor >= 0) opt.moe_capacity_factor = req.moe_capacity_factor;
   if (req.pp_overlap_p2p_comm) opt.pp_overlap_p2p_comm = true;
+  if (req.no_pp_blocking_p2p) opt.pp_blocking_p2p = false;
+  if (req.no_pp_overlap_p2p_comm) opt.pp_overlap_p2p_comm = false;
   if (!req.fp8_scaling.empty()) parse_fp8_scaling(req.fp8_scaling, &opt.fp8_scaling);  // checked by make_train_spec
   if (req.fp8_attention) opt.fp8_attention = true;
   if (req.fp8_params) opt.fp8_params = true;

@@ -34,6 +34,8 @@ struct PlanRequest {
   bool tp_comm_overlap = false;    // SimOptions::tp_comm_overlap
   bool ep_comm_overlap = false;    // SimOptions::ep_comm_overlap
   bool pp_blocking_p2p = false;    // SimOptions::pp_blocking_p2p
+  bool no_pp_blocking_p2p = false;     // turns pp_blocking_p2p off (over the framework's)
+  bool no_pp_overlap_p2p_comm = false;  // turns pp_overlap_p2p_comm off
   bool moe_dedup_dispatch = false;  // SimOptions::moe_dedup_dispatch
   bool moe_fp8_dispatch = false;    // SimOptions::moe_fp8_dispatch
   double moe_load_imbalance = -1;   // SimOptions::moe_load_imbalance; < 0: the default

@@ -113,6 +113,12 @@ TEST(Evaluate, Zero3GathersPayOneLatencyPerLayer) {
   // Bytes on the wire are the same either way.
   for (int c = 0; c < kNumLinkClasses; ++c)
     EXPECT_NEAR(d3.param_gather.sent_bytes[c], d1.param_gather.sent_bytes[c], 1e-6 * (1 + d1.param_gather.sent_bytes[c]));
+  // The traffic report counts the calls as run: m = 1 micro-batch, one
+  // reduce-scatter and two gathers per layer, each of a layer's gradients.
+  const Traffic tr = eval.step_traffic(z3, eval.stage_costs(z3));
+  const int dp = static_cast<int>(CommKind::kDp);
+  EXPECT_DOUBLE_EQ(tr.calls[dp], 3.0 * 96);
+  EXPECT_DOUBLE_EQ(tr.call_bytes[dp], sc.grad_bytes / 96);
 }
 
 // A tied embedding over a pipeline: the first and last stages all-reduce the
