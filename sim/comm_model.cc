@@ -249,17 +249,28 @@ Cand nvls(const Ctx& c, int p) {
 }
 
 // Send/recv and all-to-all: direct transfers, one hop of latency.
+// A direct transfer's path: one hop of latency (a network hop when the group
+// spans nodes) and the protocol's NVLink / network bandwidths.
+struct DirectPath {
+  double lat_s, bw_intra, bw_net;
+};
+DirectPath direct_path(const Ctx& c, int p) {
+  const bool cpu = c.arch < 0, cross = c.nodes > 1;
+  const double intra_lat = cpu ? c.hw->node.intra_latency_s : kHwLatUs[c.intra_hw][kRingA][p] * kUs;
+  const double inter_lat = cpu ? c.hw->net.latency_s : kHwLatUs[kHwNet][kRingA][p] * kUs;
+  return {(cpu ? 0 : kBaseLatUs[kRingA][p] * kUs) + (cross ? inter_lat : intra_lat),
+          cpu ? c.intra_busbw : proto_bw(c, p, c.intra_busbw), cpu ? c.net_rank_bw : proto_bw(c, p, c.net_rank_bw)};
+}
+
 Cand direct(const Ctx& c, Collective coll, int p, double bytes, double* time_s) {
   const bool cpu = c.arch < 0;
   if (cpu && p != kSimple) return {};
   if (p == kLL128 && !c.ll128_ok) return {};
   const bool cross = c.nodes > 1;
-  double intra_lat = cpu ? c.hw->node.intra_latency_s : kHwLatUs[c.intra_hw][kRingA][p] * kUs;
-  double inter_lat = cpu ? c.hw->net.latency_s : kHwLatUs[kHwNet][kRingA][p] * kUs;
+  const DirectPath path = direct_path(c, p);
   Cand r;
-  r.lat_s = (cpu ? 0 : kBaseLatUs[kRingA][p] * kUs) + (cross ? inter_lat : intra_lat);
-  double bw_intra = cpu ? c.intra_busbw : proto_bw(c, p, c.intra_busbw);
-  double bw_net = cpu ? c.net_rank_bw : proto_bw(c, p, c.net_rank_bw);
+  r.lat_s = path.lat_s;
+  const double bw_intra = path.bw_intra, bw_net = path.bw_net;
   double xfer;
   if (coll == Collective::kSendRecv) {
     xfer = bytes / (cross ? bw_net : bw_intra);
@@ -466,14 +477,9 @@ CollectiveCost dedup_dispatch_cost(const HwProfile& hw, const GroupShape& shape,
   out.algo = CommAlgo::kDirect;
   if (shape.ranks <= 1 || !(intra_bytes + net_bytes > 0)) return out;
   Ctx c = make_ctx(hw, shape);
-  const bool cpu = c.arch < 0, cross = c.nodes > 1;
-  const double lat = (cpu ? 0 : kBaseLatUs[kRingA][kSimple] * kUs) +
-                     (cross ? (cpu ? hw.net.latency_s : kHwLatUs[kHwNet][kRingA][kSimple] * kUs)
-                            : (cpu ? hw.node.intra_latency_s : kHwLatUs[c.intra_hw][kRingA][kSimple] * kUs));
-  const double bw_intra = cpu ? c.intra_busbw : proto_bw(c, kSimple, c.intra_busbw);
-  const double bw_net = cpu ? c.net_rank_bw : proto_bw(c, kSimple, c.net_rank_bw);
-  const double net = cross ? net_bytes : 0;
-  out.time_s = lat + std::max(intra_bytes / bw_intra, net > 0 ? net / bw_net : 0.0);
+  const DirectPath path = direct_path(c, kSimple);
+  const double net = c.nodes > 1 ? net_bytes : 0;
+  out.time_s = path.lat_s + std::max(intra_bytes / path.bw_intra, net > 0 ? net / path.bw_net : 0.0);
   out.algbw_bytes_per_s = out.time_s > 0 ? (intra_bytes + net) / out.time_s : 0;
   out.busbw_bytes_per_s = out.algbw_bytes_per_s;
   out.sent_bytes[static_cast<int>(LinkClass::kNetwork)] = net;

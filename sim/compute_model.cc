@@ -95,6 +95,29 @@ double all_miss(double a, double b, double k) {
 
 }  // namespace
 
+MoeExchange moe_exchange(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, const ComputeShape& sh,
+                         double elem_bytes, double load) {
+  MoeExchange x;
+  if (sh.ep_group.ranks <= 1) return x;
+  const double tokens = double(sh.tokens) * (sh.sp ? 1.0 / sh.tp : 1.0), h = double(m.hidden);
+  const double k = m.moe.experts_per_token;
+  if (opt.moe_dedup_dispatch && sh.ep_group.nodes > 1) {
+    // Each token crosses the network once per remote node it reaches; every
+    // copy whose expert is not on the GPU it lands on moves over NVLink (the
+    // sender's node, or the receiving proxy's).
+    const double N = sh.ep_group.nodes, ppn = sh.ep_group.ranks_per_node;
+    const double net = tokens * h * elem_bytes * (N - 1) * moe_node_hit_probability(m.moe, sh.ep_group.nodes) * load;
+    const double intra = tokens * k * h * elem_bytes * (ppn - 1) / ppn * load;
+    x.cost = dedup_dispatch_cost(hw, sh.ep_group, intra, net);
+    x.bytes = intra + net;
+    return x;
+  }
+  // The busiest rank's send buffer (comm_model.h convention), one copy per expert.
+  x.bytes = tokens * k * h * elem_bytes * load;
+  x.cost = collective_cost(hw, Collective::kAllToAll, sh.ep_group, x.bytes);
+  return x;
+}
+
 double moe_node_hit_probability(const MoeSpec& moe, int nodes) {
   if (nodes <= 1) return 1;
   const double E = moe.num_experts, k = moe.experts_per_token;
@@ -295,23 +318,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     if (opt.moe_fp8_dispatch) {  // forward only: the backward exchanges are 16-bit
       moe_fp8_quant_bytes = T * r * h * (e + e_dispatch);
     }
-    auto exchange = [&](double elem_bytes) {
-      if (sh.ep_group.ranks <= 1) return CollectiveCost{};
-      if (opt.moe_dedup_dispatch && sh.ep_group.nodes > 1) {
-        // Each token crosses the network once per remote node it reaches;
-        // every copy whose expert is not on the GPU it lands on moves over
-        // NVLink (the sender's node, or the receiving proxy's).
-        const double N = sh.ep_group.nodes, ppn = sh.ep_group.ranks_per_node;
-        const double hit = moe_node_hit_probability(m.moe, sh.ep_group.nodes);
-        const double net = T * r * h * elem_bytes * (N - 1) * hit * imbalance;
-        const double intra = T * r * k * h * elem_bytes * (ppn - 1) / ppn * imbalance;
-        return dedup_dispatch_cost(hw, sh.ep_group, intra, net);
-      }
-      // The busiest rank's send buffer (comm_model.h convention), one copy per expert.
-      return collective_cost(hw, Collective::kAllToAll, sh.ep_group, T * r * k * h * elem_bytes * imbalance);
-    };
-    dispatch = exchange(e_dispatch);
-    combine = exchange(e);
+    dispatch = moe_exchange(m, hw, opt, sh, e_dispatch, imbalance).cost;
+    combine = moe_exchange(m, hw, opt, sh, e, imbalance).cost;
     c.fwd_ep_s = dispatch.time_s + combine.time_s;
     c.bwd_ep_s = 2 * combine.time_s;
     if (sh.ep_group.ranks > 1) {

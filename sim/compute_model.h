@@ -86,8 +86,6 @@ PieceCost embedding_cost(const ModelSpec& model, const HwProfile& hw, const SimO
 PieceCost head_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
                     const ComputeShape& shape);
 
-// Optimizer step (AdamW) over `local_params` parameters held by this rank,
-// plus the gradient-norm pass: memory bound.
 // One multi-token-prediction module's own work beyond its transformer block
 // and its output head (DeepSeek-V3 section 2.2): the next token's embedding,
 // two RMSNorms, and the projection of their concatenation (2h) to h,
@@ -95,6 +93,8 @@ PieceCost head_cost(const ModelSpec& model, const HwProfile& hw, const SimOption
 PieceCost mtp_projection_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
                               const ComputeShape& shape);
 
+// Optimizer step (AdamW) over `local_params` parameters held by this rank,
+// plus the gradient-norm pass: memory bound.
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision precision, double local_params);
 
 // Contention: an NCCL collective keeps one thread block (an SM) per channel
@@ -111,6 +111,18 @@ double comm_contention_fraction(const HwProfile& hw);
 // the chance that one of its experts is among the token's k. The expected
 // number of nodes a token reaches is nodes x this.
 double moe_node_hit_probability(const MoeSpec& moe, int nodes);
+
+// One MoE dispatch or combine exchange of the busiest rank, `elem_bytes` a
+// hidden element and `load` times the balanced share of tokens: Megatron's
+// alltoall dispatcher (one copy per expert; bytes = the send buffer), or with
+// SimOptions::moe_dedup_dispatch across nodes DeepEP's deduplicated dispatch
+// (bytes = NVLink + network bytes).
+struct MoeExchange {
+  CollectiveCost cost;
+  double bytes = 0;
+};
+MoeExchange moe_exchange(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, const ComputeShape& shape,
+                         double elem_bytes, double load);
 
 // Time of one GEMM of shape (m x k) * (k x n).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);

@@ -167,6 +167,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     if (!sc.chunk_grad_fraction.empty())
       sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
   }
+  const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+  sc.net_share = t_stage > 0 ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0)) / t_stage : 0.0;
   StageParams params = stage_params(model_, l, split, s);
   sc.grad_bytes = params.dense * grad_elem_bytes(p, opt_);
   sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
@@ -179,7 +181,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // Multi-token prediction keeps a copy of the embedding on the last stage
   // too (Megatron-core's gpt_model.py builds it where mtp_process), reduced
   // with the first stage's the same way.
-  if ((model_.tied_embeddings || model_.num_mtp_layers > 0) && l.pp > 1 && (s == 0 || s == l.pp - 1)) {
+  if (embedding_copy_on_last_stage(model_, l.pp) && (s == 0 || s == l.pp - 1)) {
     const GroupShape pp = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
     GroupShape pair;
     pair.ranks = 2;
@@ -368,20 +370,9 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     typical(CommKind::kTp, collective_cost(hw_, c, shape.tp_group, act_bytes), act_bytes);
   }
   if (l.ep > 1 && model_.is_moe()) {
-    // The typical exchange is the 16-bit combine (the dispatch is FP8 with
-    // moe_fp8_dispatch); with deduplicated dispatch its cost is the NVLink
-    // and network paths of compute_model.cc.
-    const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0, k_e = model_.moe.experts_per_token;
-    double a2a = act_bytes * k_e * r;
-    CollectiveCost c = collective_cost(hw_, Collective::kAllToAll, shape.ep_group, a2a);
-    if (opt_.moe_dedup_dispatch && shape.ep_group.nodes > 1) {
-      const double N = shape.ep_group.nodes, ppn = shape.ep_group.ranks_per_node;
-      const double net = act_bytes * r * (N - 1) * moe_node_hit_probability(model_.moe, shape.ep_group.nodes);
-      const double intra = a2a * (ppn - 1) / ppn;
-      c = dedup_dispatch_cost(hw_, shape.ep_group, intra, net);
-      a2a = intra + net;
-    }
-    typical(CommKind::kEp, c, a2a);
+    // The typical exchange: the 16-bit combine at balanced load.
+    const MoeExchange x = moe_exchange(model_, hw_, opt_, shape, element_bytes(train_.precision), 1.0);
+    typical(CommKind::kEp, x.cost, x.bytes);
   }
   if (l.pp > 1) {
     CollectiveCost c;
@@ -483,9 +474,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
   double dp_exposed = 0, opt_s = 0, contention = 0;
   const double contention_fraction = comm_contention_fraction(hw_);
   // NIC sharing (sim/simulate.cc with_nic_sharing): where the DP collectives
-  // cross the network, the compute they hide behind pays its cross-node
-  // TP/EP time again for the part that runs beside them (pc.tp_net, pc.ep_net,
-  // d.crosses_nodes).
+  // cross the network (d.crosses_nodes), the compute they hide behind pays
+  // its cross-node TP/EP share (sc.net_share) again for the part that runs
+  // beside them.
   // Interior stages carry the same gradient bytes: price their collectives once.
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
@@ -544,9 +535,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
     if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
     if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
-    const double net_share = d.crosses_nodes && t_stage > 0
-                                 ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0)) / t_stage
-                                 : 0.0;
+    const double net_share = d.crosses_nodes ? sc.net_share : 0.0;
     contention = std::max(contention, std::max(0.0, total - exposed) * (contention_fraction + net_share));
   }
 

@@ -88,6 +88,7 @@ struct StageCosts {
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;  // one micro-batch, all chunks of the stage
   std::vector<double> chunk_fwd_s, chunk_bwd_s;  // per chunk; bwd includes recompute
   double tp_s = 0, ep_s = 0;                     // exposed, included above (one micro-batch)
+  double net_share = 0;  // the share of fwd + bwd + recompute that is exposed cross-node TP / EP (NIC-bound)
   double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)
   double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
   std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk

@@ -7,43 +7,36 @@
 
 namespace loom {
 
+bool embedding_copy_on_last_stage(const ModelSpec& m, int pp) {
+  return pp > 1 && (m.tied_embeddings || m.num_mtp_layers > 0);
+}
+
 StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& split, int stage) {
   StageParams p;
   const double t = l.tp;
-  int layers = split.stage_layers(stage), moe_layers = split.stage_moe_layers(stage);
-  int dense_layers = layers - moe_layers;
-  double norms = double(m.norm_params_per_layer());
-  // Attention and MLP weights are split over TP; the norms are replicated.
-  p.dense += layers * (double(m.attention_params()) / t + norms);
-  p.dense += dense_layers * double(m.dense_mlp_params()) / t;
-  if (moe_layers > 0) {
+  // `layers` transformer blocks, `moe_layers` of them MoE. Attention and MLP
+  // weights are split over TP; the norms are replicated.
+  auto add_blocks = [&](double layers, double moe_layers) {
+    p.dense += layers * (double(m.attention_params()) / t + double(m.norm_params_per_layer()));
+    p.dense += (layers - moe_layers) * double(m.dense_mlp_params()) / t;
     p.dense += moe_layers * (double(m.router_params()) + double(m.shared_expert_params()) / t);
     p.expert += moe_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / t;
-  }
+  };
+  add_blocks(split.stage_layers(stage), split.stage_moe_layers(stage));
   if (stage == 0) p.dense += double(m.embedding_params()) / t + double(m.position_params());
   if (stage == l.pp - 1) {
     p.dense += double(m.final_norm_params());
-    if (m.tied_embeddings) {
-      if (l.pp > 1) p.dense += double(m.embedding_params()) / t;  // the head's copy of the tied matrix
-    } else {
-      p.dense += double(m.lm_head_params()) / t;
-    }
+    if (!m.tied_embeddings) p.dense += double(m.lm_head_params()) / t;
+    // The embedding's copy: the tied head's matrix, or the one multi-token
+    // prediction keeps.
+    if (embedding_copy_on_last_stage(m, l.pp)) p.dense += double(m.embedding_params()) / t;
     // Multi-token-prediction modules (DeepSeek-V3 section 2.2), on the last
     // stage: a block like the last layer, two RMSNorms and a 2h x h
-    // projection each; the output head is shared, and so is the embedding,
-    // of which a pipelined untied model keeps a copy here (Megatron-core
-    // builds it on the MTP stage; its gradient is reduced with stage 0's).
-    if (m.num_mtp_layers > 0 && l.pp > 1 && !m.tied_embeddings) p.dense += double(m.embedding_params()) / t;
+    // projection each; the output head and the embedding are shared.
     if (m.num_mtp_layers > 0) {
-      const bool moe = m.is_moe_layer(m.num_layers - 1);
-      const double h = double(m.hidden);
-      p.dense += m.num_mtp_layers * (double(m.attention_params()) / t + norms + 2 * h + 2 * h * h / t);
-      if (moe) {
-        p.dense += m.num_mtp_layers * (double(m.router_params()) + double(m.shared_expert_params()) / t);
-        p.expert += m.num_mtp_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / t;
-      } else {
-        p.dense += m.num_mtp_layers * double(m.dense_mlp_params()) / t;
-      }
+      const double mtp = m.num_mtp_layers, h = double(m.hidden);
+      add_blocks(mtp, m.is_moe_layer(m.num_layers - 1) ? mtp : 0.0);
+      p.dense += mtp * (2 * h + 2 * h * h / t);
     }
   }
   return p;

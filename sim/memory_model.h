@@ -38,6 +38,11 @@ struct StageParams {
   double total() const { return dense + expert; }
 };
 StageParams stage_params(const ModelSpec& model, const Layout& layout, const StageSplit& split, int stage);
+// Whether a pipelined model's last stage holds a copy of the token embedding
+// whose gradient is all-reduced with the first stage's: a tied output head,
+// or multi-token prediction (Megatron-core builds the embedding on the MTP
+// stage).
+bool embedding_copy_on_last_stage(const ModelSpec& model, int pp);
 
 // Activation bytes one layer keeps for backward, per micro-batch, on one rank.
 double layer_activation_bytes(const ModelSpec& model, const Layout& layout, const SimOptions& opt, int64_t seq,

@@ -1,13 +1,13 @@
 #include "sim/search.h"
 
-#include "core/stage_split.h"
-
 #include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <string>
 #include <sstream>
 #include <thread>
+
+#include "core/stage_split.h"
 
 namespace loom {
 
@@ -65,6 +65,15 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
               }
               for (int v : vs) {
                 if (sp.fix_v && v != sp.fix_v) continue;
+                // The even split's first and last chunk, for the pinned-ends variants.
+                const bool ends = sp.try_uneven_ends && pp >= 2 &&
+                                  (sched != Schedule::kInterleaved || sp.uneven_ends_interleaved);
+                int even_first = 0, even_last = 0;
+                if (ends) {
+                  const StageSplit even = split_layers(m, pp, v);
+                  even_first = even.chunk_layers.front();
+                  even_last = even.chunk_layers.back();
+                }
                 const int sp_first = tp > 1 && sp.sequence_parallel_required ? 1 : 0;
                 for (int spar = sp_first; spar <= (tp > 1 && sp.try_sequence_parallel ? 1 : 0); ++spar) {
                   if (sp.fix_sp && bool(spar) != *sp.fix_sp) continue;
@@ -89,16 +98,12 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     l.overlap_param_gather = sp.overlap_param_gather;
                     if (!validate_layout(l, m, t, world).is_ok()) continue;
                     out.push_back(l);
-                    if (!sp.try_uneven_ends || pp < 2) continue;
-                    if (sched == Schedule::kInterleaved && !sp.uneven_ends_interleaved) continue;
-                    const StageSplit even = split_layers(m, pp, v);
-                    const int first = even.chunk_layers.front(), last = even.chunk_layers.back();
-                    if (last < 2) continue;
+                    if (!ends || even_last < 2) continue;
                     Layout u = l;
-                    u.last_stage_layers = last - 1;
+                    u.last_stage_layers = even_last - 1;
                     if (validate_layout(u, m, t, world).is_ok()) out.push_back(u);
-                    if (first < 2) continue;
-                    u.first_stage_layers = first - 1;
+                    if (even_first < 2) continue;
+                    u.first_stage_layers = even_first - 1;
                     if (validate_layout(u, m, t, world).is_ok()) out.push_back(u);
                   }
                 }

@@ -35,6 +35,30 @@ std::vector<double> op_durations(const Evaluator& eval, const Layout& l, const P
   return dur;
 }
 
+// The busy intervals of each stage's DP stream in `tl`, sorted; the stream
+// runs one op at a time, so they are disjoint.
+struct DpBusy {
+  double start, end;
+  int32_t id;
+};
+std::vector<std::vector<DpBusy>> dp_busy(const Program& prog, const Timeline& tl, int stages) {
+  std::vector<std::vector<DpBusy>> dp(static_cast<size_t>(stages));
+  for (const Op& op : prog.ops) {
+    const OpTiming& t = tl.ops[op.id];
+    if (op.stream == Stream::kDpComm && t.end_s > t.start_s) dp[size_t(op.stage)].push_back({t.start_s, t.end_s, op.id});
+  }
+  for (auto& v : dp) std::sort(v.begin(), v.end(), [](const DpBusy& a, const DpBusy& b) { return a.start < b.start; });
+  return dp;
+}
+
+// Calls f(busy, overlap_s) for each DP interval of `iv` that op timing `t` overlaps.
+template <typename F>
+void for_each_dp_overlap(const std::vector<DpBusy>& iv, const OpTiming& t, F f) {
+  auto it = std::lower_bound(iv.begin(), iv.end(), t.start_s, [](const DpBusy& a, double s) { return a.end < s; });
+  for (; it != iv.end() && it->start < t.end_s; ++it)
+    f(*it, std::max(0.0, std::min(it->end, t.end_s) - std::max(it->start, t.start_s)));
+}
+
 // Contention: a compute op that overlaps its stage's DP collectives runs
 // on the SMs NCCL leaves it, so it lasts longer by the overlap x
 // comm_contention_fraction. Returns the lengthened durations and, per stage,
@@ -44,32 +68,19 @@ std::vector<double> with_contention(const Program& prog, const Timeline& tl, con
   std::vector<double> out = dur;
   added->assign(stages, 0.0);
   if (fraction <= 0) return out;
-  std::vector<std::vector<std::pair<double, double>>> dp(stages);
-  for (const Op& op : prog.ops) {
-    const OpTiming& t = tl.ops[op.id];
-    if (op.stream == Stream::kDpComm && t.end_s > t.start_s) dp[op.stage].emplace_back(t.start_s, t.end_s);
-  }
-  for (auto& v : dp) std::sort(v.begin(), v.end());
+  const auto dp = dp_busy(prog, tl, stages);
   for (const Op& op : prog.ops) {
     if (op.stream != Stream::kCompute) continue;
-    const auto& iv = dp[op.stage];
-    if (iv.empty()) continue;
-    const OpTiming& t = tl.ops[op.id];
-    // The DP stream runs one op at a time: its intervals are disjoint and sorted.
-    auto it = std::lower_bound(iv.begin(), iv.end(), std::make_pair(t.start_s, t.start_s),
-                               [](const auto& a, const auto& b) { return a.second < b.first; });
-    double overlap = 0;
-    for (; it != iv.end() && it->first < t.end_s; ++it)
-      overlap += std::max(0.0, std::min(it->second, t.end_s) - std::max(it->first, t.start_s));
-    out[op.id] += overlap * fraction;
-    (*added)[op.stage] += overlap * fraction;
+    for_each_dp_overlap(dp[size_t(op.stage)], tl.ops[op.id], [&](const DpBusy&, double overlap) {
+      out[op.id] += overlap * fraction;
+      (*added)[op.stage] += overlap * fraction;
+    });
   }
   return out;
 }
 
 bool is_send(OpKind k) { return k == OpKind::kSendActivation || k == OpKind::kSendGrad; }
 bool is_recv(OpKind k) { return k == OpKind::kRecvActivation || k == OpKind::kRecvGrad; }
-
 
 }  // namespace
 
@@ -78,29 +89,16 @@ std::vector<double> with_nic_sharing(const Program& prog, const Timeline& tl, co
                                      std::vector<double>* added) {
   std::vector<double> out = dur;
   added->assign(stages, 0.0);
-  struct Busy {
-    double start, end;
-    int32_t id;
-  };
-  std::vector<std::vector<Busy>> dp(stages);
-  for (const Op& op : prog.ops) {
-    const OpTiming& t = tl.ops[op.id];
-    if (op.stream == Stream::kDpComm && t.end_s > t.start_s) dp[op.stage].push_back({t.start_s, t.end_s, op.id});
-  }
-  for (auto& v : dp) std::sort(v.begin(), v.end(), [](const Busy& a, const Busy& b) { return a.start < b.start; });
+  const auto dp = dp_busy(prog, tl, stages);
   for (const Op& op : prog.ops) {
     const double f = net_fraction[size_t(op.id)];
     if (!(f > 0) || op.stream == Stream::kDpComm) continue;
-    const auto& iv = dp[op.stage];
-    const OpTiming& t = tl.ops[op.id];
-    // The DP stream runs one op at a time: its intervals are disjoint and sorted.
-    auto it = std::lower_bound(iv.begin(), iv.end(), t.start_s, [](const Busy& a, double s) { return a.end < s; });
-    for (; it != iv.end() && it->start < t.end_s; ++it) {
-      const double shared = f * std::max(0.0, std::min(it->end, t.end_s) - std::max(it->start, t.start_s));
+    for_each_dp_overlap(dp[size_t(op.stage)], tl.ops[op.id], [&](const DpBusy& busy, double overlap) {
+      const double shared = f * overlap;
       out[size_t(op.id)] += shared;
-      out[size_t(it->id)] += shared;
+      out[size_t(busy.id)] += shared;
       if (op.stream == Stream::kCompute) (*added)[op.stage] += shared;
-    }
+    });
   }
   return out;
 }
@@ -182,31 +180,21 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   const bool dp_net = l.dp > 1 && group_shape(l, Dim::kDp, dpn).nodes > 1;
   std::vector<double> net_fraction;
   if (dp_net) {
-    const ComputeShape sh = compute_shape(l, eval.train().seq_len, eval.hw());
     const bool pp_net = l.pp > 1 && group_shape(l, Dim::kPp, dpn).nodes > 1;
-    std::vector<double> compute_net(size_t(l.pp), 0.0);
-    for (const StageCosts& sc : r.stages) {
-      const double total = sc.fwd_s + sc.bwd_s + sc.recompute_s;
-      const double net = (sh.tp_group.nodes > 1 ? sc.tp_s : 0.0) + (sh.ep_group.nodes > 1 ? sc.ep_s : 0.0);
-      compute_net[size_t(sc.stage)] = total > 0 ? net / total : 0.0;
-    }
     net_fraction.assign(r.program.ops.size(), 0.0);
     for (const Op& op : r.program.ops) {
-      if (op.stream == Stream::kCompute && op.kind != OpKind::kOptimizer) net_fraction[size_t(op.id)] = compute_net[op.stage];
+      if (op.stream == Stream::kCompute && op.kind != OpKind::kOptimizer)
+        net_fraction[size_t(op.id)] = r.stages[size_t(op.stage)].net_share;
       else if (is_recv(op.kind) && pp_net) net_fraction[size_t(op.id)] = 1.0;
       else if (is_send(op.kind) && pp_net && blocking) net_fraction[size_t(op.id)] = 1.0;  // the blocked sender's side
     }
   }
   if ((fraction > 0 && l.dp > 1) || dp_net) {
     std::vector<double> sm(size_t(l.pp), 0.0), nic(size_t(l.pp), 0.0);
-    std::vector<double> d = r.durations_s;
-    if (fraction > 0 && l.dp > 1) d = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &sm);
-    if (dp_net) {
-      // Overlaps from the first timeline, added to what SM contention gave.
-      const std::vector<double> shared = with_nic_sharing(r.program, r.timeline, r.durations_s, net_fraction, l.pp, &nic);
-      for (size_t i = 0; i < d.size(); ++i) d[i] += shared[i] - r.durations_s[i];
-    }
-    r.durations_s = std::move(d);
+    // Both passes read their overlaps from the first timeline.
+    if (fraction > 0 && l.dp > 1)
+      r.durations_s = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &sm);
+    if (dp_net) r.durations_s = with_nic_sharing(r.program, r.timeline, r.durations_s, net_fraction, l.pp, &nic);
     contention_by_stage.assign(size_t(l.pp), 0.0);
     for (int s = 0; s < l.pp; ++s) contention_by_stage[size_t(s)] = sm[size_t(s)] + nic[size_t(s)];
     LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
