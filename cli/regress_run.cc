@@ -171,30 +171,27 @@ Result<std::set<std::string>> wanted_cases(const std::string& only, const Suite&
 }
 
 // Each world size is calibrated as itself (ranks x threads running at once),
-// reusing profiles already in `profiles`.
-Result<std::map<int, std::string>> calibrated_profiles(const RunEnv& env, const std::set<int>& sizes,
-                                                       const std::string& profiles) {
-  std::map<int, std::string> profile_of;
+// just before its first case runs, so that calibration and measurement are
+// close in time (a shared machine's speed drifts over minutes); a profile
+// already in `profiles` is reused.
+Result<std::string> calibrated_profile(const RunEnv& env, int n, const std::string& profiles) {
   std::error_code ec;
-  for (int n : sizes) {
-    std::string prof = profiles + "/cal" + std::to_string(n) + ".json";
-    profile_of[n] = prof;
-    if (fs::exists(prof)) {
-      std::printf("regress: reusing %s\n", prof.c_str());
-      continue;
-    }
-    std::printf("regress: calibrating %d rank(s) -> %s\n", n, prof.c_str());
-    std::fflush(stdout);
-    auto cmd = launcher_argv(env.launcher, n);
-    for (std::string a : {env.self, std::string("calibrate"), std::string("--threads"), env.threads,
-                          std::string("--out"), prof})
-      cmd.push_back(a);
-    std::string log = env.work + "/calibrate" + std::to_string(n) + ".log";
-    fs::remove(log, ec);
-    if (int rc = run_logged(cmd, log, env.timeout_s); rc != 0)
-      return internal_error("`" + join(cmd) + "` exited " + std::to_string(rc) + ":\n" + tail_of(log));
+  std::string prof = profiles + "/cal" + std::to_string(n) + ".json";
+  if (fs::exists(prof)) {
+    std::printf("regress: reusing %s\n", prof.c_str());
+    return prof;
   }
-  return profile_of;
+  std::printf("regress: calibrating %d rank(s) -> %s\n", n, prof.c_str());
+  std::fflush(stdout);
+  auto cmd = launcher_argv(env.launcher, n);
+  for (std::string a : {env.self, std::string("calibrate"), std::string("--threads"), env.threads,
+                        std::string("--out"), prof})
+    cmd.push_back(a);
+  std::string log = env.work + "/calibrate" + std::to_string(n) + ".log";
+  fs::remove(log, ec);
+  if (int rc = run_logged(cmd, log, env.timeout_s); rc != 0)
+    return internal_error("`" + join(cmd) + "` exited " + std::to_string(rc) + ":\n" + tail_of(log));
+  return prof;
 }
 
 // One case: plan it on its calibrated profile, execute it, read the figures;
@@ -299,15 +296,16 @@ int regress_run(int argc, char** argv) {
   res.loom_version = loom_version();
   res.launcher = env.launcher;
   auto chosen = [&](const SuiteCase& c) { return wanted->empty() || wanted->count(c.name); };
-  std::set<int> sizes;
-  for (const SuiteCase& c : suite->cases)
-    if (chosen(c)) sizes.insert(c.ranks);
-  auto profile_of = calibrated_profiles(env, sizes, profiles);
-  if (!profile_of.is_ok()) return fail("regress run", profile_of.status());
+  std::map<int, std::string> profile_of;
   bool all_ran = true;
   for (const SuiteCase& c : suite->cases) {
     if (!chosen(c)) continue;
-    CaseResult cr = run_case(env, c, (*profile_of)[c.ranks]);
+    if (!profile_of.count(c.ranks)) {
+      auto prof = calibrated_profile(env, c.ranks, profiles);
+      if (!prof.is_ok()) return fail("regress run", prof.status());
+      profile_of[c.ranks] = *prof;
+    }
+    CaseResult cr = run_case(env, c, profile_of[c.ranks]);
     if (!cr.error.empty()) {
       all_ran = false;
       std::fprintf(stderr, "regress: case %s failed: %s\n", c.name.c_str(), cr.error.c_str());
