@@ -84,7 +84,10 @@ int cmd_execute(int argc, char** argv) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40).description("at least 1"));
   app.add_option("--resume", a.resume, "continue from a checkpoint: a step directory, a checkpoint directory, or `latest` "
                                        "(in --ckpt-dir); it may have been written under another layout");
-  app.add_option("--scale", a.scale, "run the plan's model scaled down, e.g. layers=4,hidden=256,heads=4");
+  app.add_option("--scale", a.scale,
+                 "run the plan's model scaled down, e.g. layers=4,hidden=256,heads=4; the plan's layout is re-planned "
+                 "for the scaled model (its prediction is what the run is compared with)");
+  app.add_option("--plan-out", a.plan_out, "with --scale: write the re-planned plan here (for `loom compare`)");
   app.add_option("--metrics", a.metrics, "write one JSON line per step here");
   app.add_option("--record", a.record, "write the run record (measured figures) here");
   app.add_option("--trace", a.trace, "write the measured Chrome trace of the last step here");
@@ -111,6 +114,9 @@ int cmd_execute(int argc, char** argv) {
       ->check(CLI::Range(1.0, 100.0))
       ->group("");
   if (int rc = parse_args(app, "execute", argc, argv); rc >= 0) return rc;
+  if (!a.plan_out.empty() && a.scale.empty())
+    return fail("execute", invalid_argument("--plan-out writes the plan re-planned for --scale; without --scale the "
+                                            "run's plan is " + a.plan_path + " itself: drop --plan-out"));
   exec::WorldOptions wo;
   wo.timeout_s = a.timeout_s;
   wo.rendezvous_timeout_s = a.timeout_s > 0 ? a.timeout_s : 300;

@@ -91,11 +91,13 @@ Result<ModelScale> parse_model_scale(const std::string& text) {
 
 // Rules (zero = keep):
 // - hidden or heads given: head_dim = hidden / heads (heads must divide hidden);
+//   hidden without heads keeps the head size where it divides the new hidden;
 //   kv heads keep the GQA ratio heads/kv_heads, else the nearest divisor below.
 // - MLA: qk_nope = v_head_dim = hidden/heads, qk_rope = half of it (even, >= 2),
 //   the LoRA ranks scale with hidden.
-// - ffn given: dense MLP = ffn; expert and shared-expert sizes keep their
-//   ratio to the dense size (Mixtral: expert = ffn).
+// - ffn given: dense MLP = ffn; else hidden given: the MLP keeps its ratio to
+//   hidden (GPT-2: 4x, Llama-3: 3.5x); expert and shared-expert sizes keep
+//   their ratio to the dense size (Mixtral: expert = ffn).
 // - layers given: leading dense layers and mlp_only_layers are kept where they
 //   fit, leaving at least one MoE layer in an MoE model.
 // - experts given: top-k is capped at the new expert count; group-limited
@@ -117,7 +119,12 @@ Result<ModelSpec> scale_model(const ModelSpec& model, const ModelScale& scale) {
   }
   if (scale.hidden > 0 || scale.num_heads > 0) {
     const int64_t hidden = scale.hidden > 0 ? scale.hidden : model.hidden;
-    const int heads = scale.num_heads > 0 ? scale.num_heads : model.num_heads;
+    int heads = scale.num_heads > 0 ? scale.num_heads : model.num_heads;
+    // hidden without heads keeps the head size (hidden per head) where it
+    // divides the new hidden: GPT-2 (64 per head) at hidden=256 has 4 heads.
+    const int64_t per_head = model.hidden / std::max(1, model.num_heads);
+    if (scale.num_heads == 0 && per_head > 0 && hidden % per_head == 0)
+      heads = static_cast<int>(std::min<int64_t>(kMaxHeads, hidden / per_head));
     if (hidden % heads != 0) {
       return invalid_argument(w + "heads=" + std::to_string(heads) + " does not divide hidden=" +
                               std::to_string(hidden) + "; give heads that divide hidden (head_dim = hidden/heads)");
@@ -152,13 +159,19 @@ Result<ModelSpec> scale_model(const ModelSpec& model, const ModelScale& scale) {
                               "kv_heads= (or scale a grouped-query family: llama, mistral, qwen)");
     m.num_kv_heads = scale.num_kv_heads;
   }
-  if (scale.ffn_hidden > 0) {
-    m.ffn_hidden = scale.ffn_hidden;
+  // The MLP keeps its ratio to hidden unless ffn= is given (HF semantics:
+  // GPT-2's unset n_inner is 4 x n_embd, Llama's intermediate_size is its own
+  // field that a user scaling hidden_size scales with it); expert and
+  // shared-expert sizes keep their ratio to the dense size.
+  const int64_t ffn = scale.ffn_hidden > 0 ? scale.ffn_hidden
+                      : scale.hidden > 0   ? scaled(model.ffn_hidden, scale.hidden, model.hidden, 1)
+                                           : 0;
+  if (ffn > 0) {
+    m.ffn_hidden = ffn;
     if (m.is_moe()) {
-      m.moe.expert_ffn_hidden = scaled(model.moe.expert_ffn_hidden, scale.ffn_hidden, model.ffn_hidden, 1);
+      m.moe.expert_ffn_hidden = scaled(model.moe.expert_ffn_hidden, ffn, model.ffn_hidden, 1);
       if (m.moe.num_shared_experts > 0)
-        m.moe.shared_expert_ffn_hidden =
-            scaled(model.moe.shared_expert_ffn_hidden, scale.ffn_hidden, model.ffn_hidden, 1);
+        m.moe.shared_expert_ffn_hidden = scaled(model.moe.shared_expert_ffn_hidden, ffn, model.ffn_hidden, 1);
     }
   }
   if (scale.vocab > 0) m.vocab = scale.vocab;

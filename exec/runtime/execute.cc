@@ -28,6 +28,9 @@
 #include "exec/runtime/devices.h"
 #include "exec/runtime/memory_check.h"
 #include "exec/runtime/trainer.h"
+#include "sim/evaluate.h"
+#include "sim/report.h"
+#include "sim/simulate.h"
 #include "exec/runtime/trainer_checkpoint.h"
 
 namespace loom::exec {
@@ -105,7 +108,7 @@ Status write_merged_trace(Communicator& world, const std::vector<TraceEvent>& mi
 Status check_outputs(const ExecuteOptions& o) {
   const std::pair<const char*, const std::string*> files[] = {
       {"--record", &o.record}, {"--trace", &o.trace}, {"--metrics", &o.metrics},
-      {"--profile-ops-json", &o.profile_ops_json}};
+      {"--profile-ops-json", &o.profile_ops_json}, {"--plan-out", &o.plan_out}};
   for (const auto& [opt, path] : files) {
     if (path->empty()) continue;
     LOOM_RETURN_IF_ERROR(check_output_path(*path, opt));
@@ -113,6 +116,30 @@ Status check_outputs(const ExecuteOptions& o) {
     LOOM_RETURN_IF_ERROR(refuse_same_file(*path, o.data, opt, "--data file"));
   }
   if (!o.ckpt_dir.empty()) LOOM_RETURN_IF_ERROR(check_output_dir(o.ckpt_dir, "--ckpt-dir"));
+  return Status::ok();
+}
+
+// --scale runs another model than the plan's: the plan's layout is evaluated
+// again for the scaled model on the plan's hardware and simulator options, so
+// that the prediction, the run record's plan hash and the comparison at the
+// end are the scaled model's (--plan-out writes that plan for `loom compare`).
+Status replan_scaled(Session& s) {
+  SimOptions opt;
+  if (!s.plan.sim_options_json.empty()) {
+    LOOM_ASSIGN_OR_RETURN(opt, parse_sim_options(s.plan.sim_options_json));
+  }
+  Evaluator eval(s.cfg.model, s.plan.hw, s.plan.train, opt);
+  Result<SimResult> r = simulate_layout(eval, s.plan.layout);
+  if (!r.is_ok()) return r.status().with_context("re-planning the plan's layout for the model scaled by --scale");
+  Plan scaled = make_plan(eval, *r, s.plan.world_size);
+  scaled.created_by = "loom execute --scale " + s.o.scale;
+  s.say("model: %s scaled by --scale %s; the plan's layout re-planned for it on %s: predicted step %s "
+        "(plan hash %s%s%s)",
+        s.plan.model.name.c_str(), s.o.scale.c_str(), s.plan.hw.name.c_str(),
+        human_seconds(r->figures.step_time_s).c_str(), scaled.plan_hash().c_str(),
+        s.o.plan_out.empty() ? "; --plan-out writes it" : ", written to ", s.o.plan_out.c_str());
+  if (!s.o.plan_out.empty() && s.lead()) LOOM_RETURN_IF_ERROR(save_plan(scaled, s.o.plan_out));
+  s.plan = std::move(scaled);
   return Status::ok();
 }
 
@@ -142,6 +169,7 @@ Status read_plan(Session& s) {
   // The (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
   if (o.backend == "cpu")
     LOOM_RETURN_IF_ERROR(check_host_memory(s.plan, cfg.model, cfg.train, cfg.layout, s.world.rank()));
+  if (!o.scale.empty()) LOOM_RETURN_IF_ERROR(replan_scaled(s));
   return Status::ok();
 }
 

@@ -34,7 +34,8 @@ struct ExecuteOptions {
   std::string plan_path;
   int64_t steps = -1;  // the plan's when < 0 (20 when it has none)
   std::string data;    // a --data spec; "" = the sample corpus
-  std::string scale;   // "layers=4,hidden=256,heads=4": the plan's model scaled down
+  std::string scale;   // "layers=4,hidden=256,heads=4": the plan's model scaled down (and re-planned)
+  std::string plan_out;  // with scale: write the re-planned plan here
   std::string cache_dir;
   // Outputs ("" for none; "-" is stdout for the metrics).
   std::string metrics, record, trace, profile_ops_json;

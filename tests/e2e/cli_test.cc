@@ -472,6 +472,30 @@ TEST_F(LoomExecuteChecks, OddRopeHeadDimIsRefusedAtPlanAndExecute) {
   expect_refused(r, {"head_dim=15", "even"});
 }
 
+// #17: `execute --scale` runs another model than the plan's, so it re-plans
+// the plan's layout for it (and says so): the run is compared with the scaled
+// model's prediction, the record carries that plan's hash, `--plan-out` writes
+// the plan `loom compare` accepts, and the unscaled plan is refused.
+TEST_F(LoomExecuteChecks, ScaleReplansAndCompareRefusesTheUnscaledPlan) {
+  plan("llama-3-8b");
+  Outcome r = loom({"execute", path("plan.json").string(), "--steps", "2", "--scale", "layers=1",
+                    "--record", path("run.json").string(), "--plan-out", path("scaled.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("scaled by --scale layers=1; the plan's layout re-planned"), std::string::npos) << describe(r);
+  json scaled = parse_or_fail(read_file(path("scaled.json")), "scaled.json");
+  json rec = parse_or_fail(read_file(path("run.json")), "run.json");
+  EXPECT_EQ(scaled["model"]["config"]["num_hidden_layers"], 1);
+  EXPECT_EQ(rec["plan_hash"], scaled["plan_hash"]);
+  Outcome c = loom({"compare", path("scaled.json").string(), path("run.json").string()});
+  EXPECT_EQ(c.exit_code, 0) << describe(c);
+  c = loom({"compare", path("plan.json").string(), path("run.json").string()});
+  EXPECT_EQ(c.exit_code, 2) << describe(c);
+  EXPECT_NE(c.err.find("different model"), std::string::npos) << describe(c);
+  r = loom({"execute", path("plan.json").string(), "--steps", "1", "--plan-out", path("x.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("drop --plan-out"), std::string::npos) << describe(r);
+}
+
 // Finding 8: absurd sizes are range errors before any arithmetic or allocation
 // (they were std::bad_alloc, 134, or the OOM killer, 137).
 TEST_F(LoomExecuteChecks, AbsurdSizesAreRangeErrors) {

@@ -396,6 +396,38 @@ TEST(ModelScaleTest, KeepsFamily) {
   EXPECT_FALSE(scale_model(base, *parse_model_scale("kv_heads=3")).is_ok());
 }
 
+// Scaling follows Hugging Face semantics (independent truths: the configs'
+// own ratios). GPT-2's config leaves n_inner unset, i.e. 4 x n_embd, and has
+// 64 per head; Llama-3-8B's intermediate_size is 14336 = 3.5 x 4096 with 128
+// per head; Mixtral's experts are 14336 wide at hidden 4096.
+TEST(ModelScaleTest, HiddenKeepsTheConfigsRatios) {
+  ModelSpec g = *scale_model(load("gpt2-124m"), *parse_model_scale("layers=4,hidden=256"));
+  EXPECT_EQ(g.hidden, 256);
+  EXPECT_EQ(g.ffn_hidden, 1024);  // 4 x 256, not the unscaled 3072
+  EXPECT_EQ(g.num_heads, 4);      // 64 per head kept
+  EXPECT_EQ(g.head_dim, 64);
+  ModelSpec g2 = *scale_model(load("gpt2-124m"), *parse_model_scale("hidden=256,heads=8"));
+  EXPECT_EQ(g2.head_dim, 32);     // heads given: they win
+  EXPECT_EQ(g2.ffn_hidden, 1024);
+  ModelSpec g3 = *scale_model(load("gpt2-124m"), *parse_model_scale("hidden=256,ffn=640"));
+  EXPECT_EQ(g3.ffn_hidden, 640);  // ffn given: it wins
+
+  ModelSpec l = *scale_model(load("llama-3-8b"), *parse_model_scale("layers=2,hidden=512"));
+  EXPECT_EQ(l.ffn_hidden, 1792);  // 3.5 x 512
+  EXPECT_EQ(l.num_heads, 4);      // 128 per head kept
+  EXPECT_EQ(l.num_kv_heads, 1);   // GQA ratio 32/8 kept
+  ModelSpec l2 = *scale_model(load("llama-2-7b"), *parse_model_scale("hidden=1024"));
+  EXPECT_EQ(l2.ffn_hidden, 2752);  // 11008 x 1024/4096
+  // hidden=100: neither GPT-2's head size (64) nor its 12 heads divide it.
+  Result<ModelSpec> odd = scale_model(load("gpt2-124m"), *parse_model_scale("hidden=100"));
+  ASSERT_FALSE(odd.is_ok());
+  EXPECT_NE(odd.status().message().find("heads="), std::string::npos);
+
+  ModelSpec x = *scale_model(load("mixtral-8x7b"), *parse_model_scale("layers=2,hidden=1024"));
+  EXPECT_EQ(x.ffn_hidden, 3584);
+  EXPECT_EQ(x.moe.expert_ffn_hidden, 3584);
+}
+
 void expect_same(const ModelSpec& a, const ModelSpec& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.model_type, b.model_type);
