@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/calibrate.h"
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "core/output_file.h"
@@ -30,14 +31,6 @@ namespace loom::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct CalibArgs {
-  std::string out;
-  std::string name = "cpu-calibrated";
-  int threads = 1;
-  bool quick = false;
-  std::string backend = "cpu";
-};
 
 // Median seconds per call of `fn` over samples lasting at least `min_s` in
 // total. Every rank runs it at the same time (a barrier starts each sample)
@@ -306,6 +299,7 @@ OrderedJson profile_json(const Measured& m, const exec::KernelBench& bench, cons
     j["accelerator"]["attention_efficiency"] = m.att_table;
     j["accelerator"]["attention_backward_ratio"] = m.att_bwd_ratio;
   }
+  if (!gpu) j["accelerator"]["cpu_threads"] = a.threads;
   j["accelerator"]["source"] = src;
   j["node"] = {{"devices_per_node", n},
                {"fabric", gpu ? "pcie" : "shm"},
@@ -349,20 +343,28 @@ void print_summary(const Measured& m, int n) {
 
 }  // namespace
 
-static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
+Result<std::string> measure_profile_json(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a,
+                                         bool summary) {
   const int n = w.size();
   if (bench.sm_arch() > 0 && n > 1)
-    return fail("calibrate", unsupported("--backend cuda measures the kernels of one GPU (its collectives are not "
-                                         "measured yet): run it without mpirun"));
+    return unsupported("--backend cuda measures the kernels of one GPU (its collectives are not measured yet): run "
+                       "it without mpirun");
   Measured m;
-  if (Status s = Calibrator(w, bench, a).run(&m); !s.is_ok()) return fail("calibrate", s);
-  if (w.rank() != 0) return 0;
+  LOOM_RETURN_IF_ERROR(Calibrator(w, bench, a).run(&m));
+  if (w.rank() != 0) return std::string();
   const OrderedJson j = profile_json(m, bench, a, n);
   // The profile must load like any other.
   auto check = parse_hw_profile(j.dump(), a.name);
-  if (!check.is_ok()) return fail("calibrate", check.status().with_context("internal: the measured profile"));
-  print_summary(m, n);
-  const std::string text = j.dump(2) + "\n";
+  if (!check.is_ok()) return check.status().with_context("internal: the measured profile");
+  if (summary) print_summary(m, n);
+  return j.dump(2) + "\n";
+}
+
+static int calibrate(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a) {
+  auto measured = measure_profile_json(w, bench, a, true);
+  if (!measured.is_ok()) return fail("calibrate", measured.status());
+  if (w.rank() != 0) return 0;
+  const std::string& text = *measured;
   if (a.out.empty()) {
     std::printf("%s", text.c_str());
   } else {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/cpu_local.h"
 #include "cli/parse_args.h"
 #include "core/output_file.h"
 #include "core/json_util.h"
@@ -163,6 +164,13 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   if (a.top < 0 || a.pick < 0) return invalid_argument("--top and --pick must be >= 0");
   if (!a.out.empty()) LOOM_RETURN_IF_ERROR(check_output_path(a.out, "--out"));
   if (!a.trace.empty()) LOOM_RETURN_IF_ERROR(check_output_path(a.trace, "--trace"));
+  // `--hw cpu-local` is this machine, measured on first use once the request
+  // is known to be valid (cli/cpu_local.h); the shipped file only checked it.
+  if (a.hw == "cpu-local") {
+    LOOM_ASSIGN_OR_RETURN(in.hw, measured_cpu_local(a.gpus));
+    LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
+    in.opt = make_sim_options(req, in.hw, fw);
+  }
   return in;
 }
 

@@ -150,6 +150,11 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   LOOM_ASSIGN_OR_RETURN(acc.attention_backward_ratio,
                         positive_or(a, "attention_backward_ratio", 0, where, "backward / forward time of attention"));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
+  LOOM_ASSIGN_OR_RETURN(acc.cpu_threads, positive_or(a, "cpu_threads", 0, where,
+                                                     "compute threads per rank the CPU figures are for"));
+  if (acc.cpu_threads > 65536)
+    return invalid_argument(where + ".cpu_threads=" + std::to_string(acc.cpu_threads) +
+                            " is out of range: at most 65536 threads per rank");
   if (a.contains("gemm_tile")) {
     const Json& t = a["gemm_tile"];
     if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() || !t[1].is_number_integer() ||
@@ -355,6 +360,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
     acc["attention_efficiency"] = att;
   }
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
+  if (a.cpu_threads > 0) acc["cpu_threads"] = a.cpu_threads;
   if (a.sm_count > 0) {
     acc["sm_count"] = a.sm_count;
     acc["gemm_tile"] = {a.gemm_tile_m, a.gemm_tile_n};

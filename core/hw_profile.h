@@ -78,6 +78,11 @@ struct AcceleratorSpec {
   // sm_count = 0 turns the correction off (CPUs).
   int sm_count = 0;
   int gemm_tile_m = 256, gemm_tile_n = 128;
+  // CPU profiles: the compute threads per rank the figures are for (`loom
+  // calibrate --threads`; may be a fraction of a core). The executor's MFU
+  // takes the peak of the threads it actually runs: peak x threads /
+  // cpu_threads. 0 = not stated (GPUs).
+  double cpu_threads = 0;
   // Fraction of the SMs busy over the waves of an m x n output: 1 when full.
   double wave_efficiency(double m, double n) const;
   // The wave quantization of an m x n output relative to the near-square

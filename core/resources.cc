@@ -53,4 +53,10 @@ Result<std::string> find_resource(const std::string& relative) {
 
 Result<std::string> default_corpus() { return find_resource("data/tinyshakespeare.txt"); }
 
+std::string user_cache_dir() {
+  if (const char* c = std::getenv("LOOM_CACHE_DIR"); c && *c) return c;
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/loom";
+  return "/tmp/loom-cache";
+}
+
 }  // namespace loom

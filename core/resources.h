@@ -27,5 +27,8 @@ std::vector<std::string> resource_roots();
 Result<std::string> find_resource(const std::string& relative);
 // The sample corpus training uses by default (data/tinyshakespeare.txt).
 Result<std::string> default_corpus();
+// Where Loom caches what it downloads or measures: $LOOM_CACHE_DIR, else
+// ~/.cache/loom, else /tmp/loom-cache.
+std::string user_cache_dir();
 
 }  // namespace loom

@@ -1,5 +1,7 @@
 #include "exec/runtime/dataset_source.h"
 
+#include "core/resources.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,17 +34,12 @@ std::string parent_of(const std::string& path) {
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
 }
 
-std::string default_cache_dir() {
-  if (const char* c = std::getenv("LOOM_CACHE_DIR")) return c;
-  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/loom";
-  return "/tmp/loom-cache";
-}
 
 // A local path for `path_or_url` (fetched into the cache when remote).
 Result<std::string> local(const std::string& path_or_url, const DataSpecOptions& o, const std::string& xxh64 = "") {
   if (!is_remote(path_or_url)) return path_or_url;
   data::RemoteCacheOptions rc;
-  rc.cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  rc.cache_dir = o.cache_dir.empty() ? user_cache_dir() : o.cache_dir;
   return data::fetch_to_cache(path_or_url, rc, xxh64);
 }
 

@@ -46,6 +46,7 @@ struct Session {
   std::unique_ptr<TokenSource> data;
   Devices devices;
   KernelProfiler* profiler = nullptr;
+  int compute_threads = 1;  // per rank, as run
   std::unique_ptr<Trainer> trainer;
   int64_t start_step = 0;
   std::unique_ptr<ckpt::Checkpointer> checkpointer;
@@ -214,6 +215,7 @@ Status open_trainer(Session& s) {
   LOOM_ASSIGN_OR_RETURN(s.data, open_training_data(data_spec, dopt));
   LOOM_ASSIGN_OR_RETURN(ComputeThreads threads, compute_threads(o.threads, detect_launch_env().local_world));
   cpu::set_num_threads(threads.threads);
+  s.compute_threads = threads.threads;
   if (!o.quiet) s.say("threads: %s", threads.describe().c_str());
   if (s.lead() && !threads.warning.empty()) std::fprintf(stderr, "loom execute: warning: %s\n", threads.warning.c_str());
   DeviceRequest dreq;
@@ -367,10 +369,15 @@ Result<ExecuteResult> execute_plan(Communicator& world, const ExecuteOptions& op
   control.profiler = s.profiler;
   control.test_slowdown = options.test_slowdown;
   control.on_step = [&](const StepFigures& f) { return s.lead() ? report_step(s, f) : Status::ok(); };
-  // MFU against the plan's hardware peak in the precision the run computes in.
+  // MFU against the plan's hardware peak in the precision the run computes in;
+  // on CPU ranks, the peak of the threads this rank runs (a profile measured
+  // with 1 thread per rank and a run with 2 would read 200%).
+  double peak = s.plan.hw.accel.peak_flops(s.devices.precision);
+  if (options.backend == "cpu" && s.plan.hw.accel.cpu_threads > 0)
+    peak *= double(s.compute_threads) / s.plan.hw.accel.cpu_threads;
   LOOM_ASSIGN_OR_RETURN(RunOutcome outcome,
                         drive_run(world, *s.trainer, s.cfg.train, s.cfg.model.model_flops_per_token_palm(s.cfg.train.seq_len),
-                                  s.plan.hw.accel.peak_flops(s.devices.precision), control, &rec));
+                                  peak, control, &rec));
   r.end = outcome.end;
   r.steps_done = outcome.steps_done;
   r.checkpointing = s.checkpointer != nullptr;

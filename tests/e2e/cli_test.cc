@@ -496,6 +496,51 @@ TEST_F(LoomExecuteChecks, ScaleReplansAndCompareRefusesTheUnscaledPlan) {
   EXPECT_NE(r.err.find("drop --plan-out"), std::string::npos) << describe(r);
 }
 
+// #17: `--hw cpu-local` is this machine, measured on first use (a line on
+// stderr says so) and cached; an unreadable cache is measured again, named.
+// MFU divides by the peak of the threads the rank runs: mfu x step time x
+// threads is the same for --threads 1 and 2 (the model FLOPs per step are).
+TEST_F(LoomCli, CpuLocalIsMeasuredOnFirstUseAndMfuTakesTheThreadsPeak) {
+  ::setenv("LOOM_CACHE_DIR", path("cache").c_str(), 1);
+  const std::vector<std::string> plan = {"plan", "--model", "gpt2-124m", "--scale", "layers=2,hidden=64,vocab=256",
+                                         "--hw", "cpu-local", "--gpus", "1", "--global-batch", "4", "--seq", "32",
+                                         "--precision", "fp32", "--layout", "dp=1,micro=2", "--steps", "6", "--out",
+                                         path("plan.json").string()};
+  Outcome p = loom(plan);
+  ASSERT_EQ(p.exit_code, 0) << describe(p);
+  EXPECT_NE(p.err.find("--hw cpu-local: measuring this machine once"), std::string::npos) << describe(p);
+  std::vector<fs::path> cached;
+  for (const auto& e : fs::directory_iterator(path("cache") / "hw")) cached.push_back(e.path());
+  ASSERT_EQ(cached.size(), 1u);
+  p = loom(plan);
+  ASSERT_EQ(p.exit_code, 0) << describe(p);
+  EXPECT_EQ(p.err.find("measuring"), std::string::npos) << describe(p);
+  write_file(cached[0], "{ not a profile");
+  p = loom(plan);
+  ASSERT_EQ(p.exit_code, 0) << describe(p);
+  EXPECT_NE(p.err.find("is unreadable"), std::string::npos) << describe(p);
+  EXPECT_NE(p.err.find("measuring this machine once"), std::string::npos) << describe(p);
+  ::unsetenv("LOOM_CACHE_DIR");
+  json pj = parse_or_fail(read_file(path("plan.json")), "plan.json");
+  EXPECT_EQ(pj["hardware"]["profile"]["accelerator"]["cpu_threads"], 2);
+
+  double product[2] = {0, 0};
+  for (int threads : {1, 2}) {
+    const std::string metrics = path("m" + std::to_string(threads) + ".jsonl").string();
+    Outcome r = loom({"execute", path("plan.json").string(), "--threads", std::to_string(threads), "--quiet",
+                      "--metrics", metrics});
+    ASSERT_EQ(r.exit_code, 0) << describe(r);
+    std::istringstream lines(read_file(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      json m = json::parse(line);
+      EXPECT_GT(m["mfu"].get<double>(), 0);
+      EXPECT_LE(m["mfu"].get<double>(), 1.0) << line;
+      product[threads - 1] = m["mfu"].get<double>() * m["step_time_s"].get<double>() * threads;
+    }
+  }
+  EXPECT_NEAR(product[0] / product[1], 1.0, 1e-6);
+}
+
 // Finding 8: absurd sizes are range errors before any arithmetic or allocation
 // (they were std::bad_alloc, 134, or the OOM killer, 137).
 TEST_F(LoomExecuteChecks, AbsurdSizesAreRangeErrors) {

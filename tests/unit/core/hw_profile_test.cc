@@ -1,5 +1,6 @@
 // HwProfile reader/writer: every shipped profile loads with sources, units
 // convert to SI, bad values name the key and its unit, JSON round-trips.
+#include "core/cpu_ranks.h"
 #include "core/hw_profile.h"
 
 #include <gtest/gtest.h>
@@ -323,6 +324,55 @@ TEST(Precision, NamesRoundTrip) {
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("fp32|bf16|fp16|fp8"), std::string::npos);
+}
+
+// `loom plan --hw cpu-local`: the measured host (1 rank on all its cores)
+// shared out among the ranks `loom execute` launches there, each with its
+// default max(1, cores / ranks) threads (hand-worked: a 2-core host measured
+// at 200 GFLOP/s, 40 GB/s and 16 GiB).
+TEST(CpuRanks, TheHostIsSharedOutAsTheExecutorSharesItsCores) {
+  HwProfile host = *load_hw_profile("cpu-local");
+  host.accel.peak_fp32_flops = 200e9;
+  host.accel.memory_bw_bytes_per_s = 40e9;
+  host.accel.memory_bytes = 16.0 * (1ull << 30);
+  host.accel.cpu_threads = 2;
+  const NodeSpec shm = host.node;
+  struct Case {
+    int ranks;
+    double gflops, bw_gb, mem_gib, threads;
+  } cases[] = {
+      {1, 200, 40, 16, 2},            // one rank, both cores
+      {2, 100, 20, 8, 1},             // a core each
+      {3, 200.0 / 3, 40.0 / 3, 16.0 / 3, 2.0 / 3},  // one thread each on 2/3 of a core
+      {4, 50, 10, 4, 0.5},            // oversubscribed: half a core each
+  };
+  for (const Case& c : cases) {
+    HwProfile p = *cpu_local_for_ranks(host, 2, c.ranks, shm);
+    EXPECT_EQ(p.name, "cpu-local");
+    EXPECT_NEAR(p.accel.peak_fp32_flops, c.gflops * 1e9, 1e3) << c.ranks;
+    EXPECT_NEAR(p.accel.memory_bw_bytes_per_s, c.bw_gb * 1e9, 1e3) << c.ranks;
+    EXPECT_NEAR(p.accel.memory_bytes, c.mem_gib * (1ull << 30), 1e3) << c.ranks;
+    EXPECT_NEAR(p.accel.cpu_threads, c.threads, 1e-12) << c.ranks;
+    EXPECT_EQ(p.node.devices_per_node, c.ranks);  // every rank on this host
+    // Per thread, the peak is the host's per core: what MFU divides by.
+    EXPECT_NEAR(p.accel.peak_fp32_flops / p.accel.cpu_threads, 100e9, 1e3) << c.ranks;
+    // The result is a profile like any other.
+    EXPECT_TRUE(parse_hw_profile(hw_profile_to_json(p), "cpu-local").is_ok()) << c.ranks;
+  }
+  EXPECT_FALSE(cpu_local_for_ranks(host, 2, 0, shm).is_ok());
+}
+
+TEST(HwProfile, CpuThreadsRoundTripAndAreChecked) {
+  HwProfile p = *load_hw_profile("cpu-local");
+  p.accel.cpu_threads = 1.5;
+  auto back = parse_hw_profile(hw_profile_to_json(p), "x");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->accel.cpu_threads, 1.5);
+  std::string text = hw_profile_to_json(p);
+  text.replace(text.find("\"cpu_threads\": 1.5"), 18, "\"cpu_threads\": -1");
+  auto bad = parse_hw_profile(text, "x");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("cpu_threads"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,26 @@
+// Measuring this machine into a hardware profile: `loom calibrate`, and
+// `loom plan --hw cpu-local` on first use (cli/cpu_local.h).
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "exec/backend/kernel_bench.h"
+#include "exec/comm/communicator.h"
+
+namespace loom::cli {
+
+struct CalibArgs {
+  std::string out;
+  std::string name = "cpu-calibrated";
+  int threads = 1;
+  bool quick = false;
+  std::string backend = "cpu";
+};
+
+// Every rank runs the sweeps at once; rank 0 gets the profile's JSON text
+// (the others an empty string). `summary` prints the measured figures.
+Result<std::string> measure_profile_json(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a,
+                                         bool summary);
+
+}  // namespace loom::cli
