@@ -89,6 +89,8 @@ struct Measured {
   double triad_bw = 0, elem_bw = 0, opt_bw = 0;
   OrderedJson att_table = OrderedJson::array();
   double att_bwd_ratio = 0;
+  double xent_fwd = 0, xent_bwd = 0;  // seconds per logit (median over the vocabularies)
+  int64_t xent_vocab_min = 0, xent_vocab_max = 0;
   OrderedJson colls = OrderedJson::array();
   OrderedJson colls_measured;      // per collective: [{bytes, time_us}]
   double busbw_large = 0, latency_small = 0, p2p_bw = 0;
@@ -107,6 +109,7 @@ class Calibrator {
     LOOM_RETURN_IF_ERROR(gemms(m));
     LOOM_RETURN_IF_ERROR(bandwidths(m));
     LOOM_RETURN_IF_ERROR(attention(m));
+    LOOM_RETURN_IF_ERROR(cross_entropy(m));
     LOOM_RETURN_IF_ERROR(collectives(m));
     LOOM_RETURN_IF_ERROR(bench_.status());  // a device's failed launch, never a silent rate
     m->worst_spread = worst_spread_;
@@ -218,6 +221,31 @@ class Calibrator {
     return Status::ok();
   }
 
+  // The vocabulary cross-entropy at the vocabularies of the shipped model
+  // families (byte-level BPE 4096, Llama-2 32,000, GPT-2 50,257, Llama-3
+  // 128,256), over enough tokens for ~4M logits (16 MB, beyond the caches as
+  // a step's logits are): time per logit, forward and backward apart, the
+  // median over the vocabularies.
+  Status cross_entropy(Measured* m) {
+    std::vector<double> fwd, bwd;
+    for (int64_t V : {int64_t{4096}, int64_t{32000}, int64_t{50257}, int64_t{128256}}) {
+      if (a_.quick && V != 4096 && V != 50257) continue;
+      const int64_t N = std::max<int64_t>(8, (int64_t{1} << 22) / V);
+      exec::KernelBench::FwdBwd ce = bench_.cross_entropy(N, V);
+      LOOM_ASSIGN_OR_RETURN(double tf, timed(ce.forward, min_s_ / 8));
+      LOOM_ASSIGN_OR_RETURN(double tb, timed(ce.backward, min_s_ / 8));
+      fwd.push_back(tf / double(N * V));
+      bwd.push_back(tb / double(N * V));
+      m->xent_vocab_min = m->xent_vocab_min ? std::min(m->xent_vocab_min, V) : V;
+      m->xent_vocab_max = std::max(m->xent_vocab_max, V);
+    }
+    std::sort(fwd.begin(), fwd.end());
+    std::sort(bwd.begin(), bwd.end());
+    m->xent_fwd = fwd[fwd.size() / 2];
+    m->xent_bwd = bwd[bwd.size() / 2];
+    return Status::ok();
+  }
+
   // Collectives among the local ranks, nccl-tests style, by message size.
   Status collectives(Measured* m) {
     const int n = w_.size();
@@ -300,6 +328,9 @@ OrderedJson profile_json(const Measured& m, const exec::KernelBench& bench, cons
     j["accelerator"]["attention_backward_ratio"] = m.att_bwd_ratio;
   }
   if (!gpu) j["accelerator"]["cpu_threads"] = a.threads;
+  j["accelerator"]["cross_entropy_fwd_ns_per_logit"] = m.xent_fwd * 1e9;
+  j["accelerator"]["cross_entropy_bwd_ns_per_logit"] = m.xent_bwd * 1e9;
+  j["accelerator"]["cross_entropy_vocab_measured"] = {m.xent_vocab_min, m.xent_vocab_max};
   j["accelerator"]["source"] = src;
   j["node"] = {{"devices_per_node", n},
                {"fabric", gpu ? "pcie" : "shm"},

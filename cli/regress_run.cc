@@ -203,7 +203,7 @@ CaseResult run_case(const RunEnv& env, const SuiteCase& c, const std::string& pr
   cr.layout = c.layout;
   cr.model = c.model + (c.scale.empty() ? "" : " (" + c.scale + ")");
   cr.tolerances = c.tolerances;
-  std::printf("regress: %-16s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
+  std::printf("regress: %-20s %d rank(s) %s\n", c.name.c_str(), c.ranks, c.layout.c_str());
   std::fflush(stdout);
   const std::string plan_path = env.work + "/" + c.name + ".plan.json",
                     rec_path = env.work + "/" + c.name + ".run.json", log = env.work + "/" + c.name + ".log";

@@ -26,6 +26,9 @@ Result<HwProfile> cpu_local_for_ranks(const HwProfile& host, int cores, int rank
   a.memory_bw_bytes_per_s /= ranks;
   a.memory_bytes /= ranks;
   a.cpu_threads = rank_cores;
+  // Measured per logit on the whole host: a rank has `share` of it.
+  a.xent_fwd_ns_per_logit /= share;
+  a.xent_bwd_ns_per_logit /= share;
   char per[160];
   std::snprintf(per, sizeof per, "; as %d rank(s) of %d thread(s): %.3g of the host's compute, 1/%d of its memory "
                 "and bandwidth per rank", ranks, threads, share, ranks);

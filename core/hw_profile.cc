@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/json_util.h"
+#include "core/model_spec.h"
 
 namespace loom {
 namespace {
@@ -152,6 +153,24 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
   LOOM_ASSIGN_OR_RETURN(acc.cpu_threads, positive_or(a, "cpu_threads", 0, where,
                                                      "compute threads per rank the CPU figures are for"));
+  LOOM_ASSIGN_OR_RETURN(double xf, positive_or(a, "cross_entropy_fwd_ns_per_logit", 0, where,
+                                              "ns per logit of the cross-entropy's forward"));
+  LOOM_ASSIGN_OR_RETURN(double xb, positive_or(a, "cross_entropy_bwd_ns_per_logit", 0, where,
+                                              "ns per logit of the cross-entropy's backward"));
+  if ((xf > 0) != (xb > 0))
+    return invalid_argument(where + ": cross_entropy_fwd_ns_per_logit and cross_entropy_bwd_ns_per_logit go together "
+                            "(both measured by `loom calibrate`); give both or neither");
+  acc.xent_fwd_ns_per_logit = xf;  // kept in ns: the plan's hash needs an exact round trip
+  acc.xent_bwd_ns_per_logit = xb;
+  if (a.contains("cross_entropy_vocab_measured")) {
+    const Json& v = a["cross_entropy_vocab_measured"];
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
+        v[0].get<int64_t>() < 1 || v[1].get<int64_t>() < v[0].get<int64_t>() || v[1].get<int64_t>() > kMaxVocab)
+      return invalid_argument(where + ".cross_entropy_vocab_measured must be [min, max], the vocabularies `loom "
+                              "calibrate` measured (positive integers, min <= max <= " + std::to_string(kMaxVocab) + ")");
+    acc.xent_vocab_min = v[0].get<int64_t>();
+    acc.xent_vocab_max = v[1].get<int64_t>();
+  }
   if (acc.cpu_threads > 65536)
     return invalid_argument(where + ".cpu_threads=" + std::to_string(acc.cpu_threads) +
                             " is out of range: at most 65536 threads per rank");
@@ -361,6 +380,11 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   }
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (a.cpu_threads > 0) acc["cpu_threads"] = a.cpu_threads;
+  if (a.xent_fwd_ns_per_logit > 0) {
+    acc["cross_entropy_fwd_ns_per_logit"] = a.xent_fwd_ns_per_logit;
+    acc["cross_entropy_bwd_ns_per_logit"] = a.xent_bwd_ns_per_logit;
+  }
+  if (a.xent_vocab_max > 0) acc["cross_entropy_vocab_measured"] = {a.xent_vocab_min, a.xent_vocab_max};
   if (a.sm_count > 0) {
     acc["sm_count"] = a.sm_count;
     acc["gemm_tile"] = {a.gemm_tile_m, a.gemm_tile_n};
@@ -432,6 +456,20 @@ double AcceleratorSpec::relative_wave_efficiency(double m, double n, double k) c
   };
   if (tiles(m, n) < sm_count || tiles(side, side) < sm_count) return 1.0;
   return wave_efficiency(m, n) / wave_efficiency(side, side);
+}
+
+HwProfile canonical_hw_profile(const HwProfile& hw) {
+  HwProfile cur = hw;
+  std::string text = hw_profile_to_json(cur);
+  for (int i = 0; i < 4; ++i) {
+    Result<HwProfile> back = parse_hw_profile(text, cur.name);
+    if (!back.is_ok()) return cur;
+    std::string again = hw_profile_to_json(*back);
+    if (again == text) return *back;
+    cur = *back;
+    text = std::move(again);
+  }
+  return cur;
 }
 
 }  // namespace loom

@@ -83,6 +83,12 @@ struct AcceleratorSpec {
   // takes the peak of the threads it actually runs: peak x threads /
   // cpu_threads. 0 = not stated (GPUs).
   double cpu_threads = 0;
+  // Measured by `loom calibrate` on the executor's kernels: the vocabulary
+  // cross-entropy's time per logit, forward (row max, sum of exponentials,
+  // loss) and backward (the logits' gradient), and the vocabularies measured
+  // [min, max]. 0 = not measured: the loss is priced as memory traffic.
+  double xent_fwd_ns_per_logit = 0, xent_bwd_ns_per_logit = 0;  // ns: an exact JSON round trip
+  int64_t xent_vocab_min = 0, xent_vocab_max = 0;
   // Fraction of the SMs busy over the waves of an m x n output: 1 when full.
   double wave_efficiency(double m, double n) const;
   // The wave quantization of an m x n output relative to the near-square
@@ -167,5 +173,9 @@ Result<HwProfile> parse_hw_profile(const std::string& json_text, const std::stri
 // Reads a file; a bare name is looked up as hwprofiles/<name>.json as well.
 Result<HwProfile> load_hw_profile(const std::string& path_or_name);
 std::string hw_profile_to_json(const HwProfile& hw);
+// The profile as its JSON reads back: unit conversions (GB/s <-> bytes/s)
+// can move a computed value by an ulp, and a plan's hardware hash must be
+// the same when the plan is written and when it is read.
+HwProfile canonical_hw_profile(const HwProfile& hw);
 
 }  // namespace loom

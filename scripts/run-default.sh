@@ -17,8 +17,8 @@ mpi=(mpirun --oversubscribe -np "$ranks")
 echo "== ${mpi[*]} loom calibrate: this machine as $ranks ranks of 1 thread"
 OMP_WAIT_POLICY=PASSIVE "${mpi[@]}" "$loom" calibrate --threads 1 --name cpu-calibrated --out "$out/cpu-calibrated.json"
 echo
-echo "== loom plan: every layout of a scaled-down GPT-2 on the $ranks calibrated ranks"
-"$loom" plan --model gpt2-124m --scale layers=4,hidden=128,heads=4,ffn=512,vocab=256 --hw "$out/cpu-calibrated.json" --gpus "$ranks" \
+echo "== loom plan: every layout of a scaled-down GPT-2 (its real 50,257-token vocabulary) on the $ranks calibrated ranks"
+"$loom" plan --model gpt2-124m --scale layers=4,hidden=128 --hw "$out/cpu-calibrated.json" --gpus "$ranks" \
   --global-batch 16 --seq 64 --precision fp32 --steps "$steps" --lr 1e-3 --warmup 5 --top 8 \
   --out "$out/plan.json" --trace "$out/predicted_trace.json"
 echo

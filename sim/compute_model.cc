@@ -544,8 +544,19 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   c.fwd_tp_s = comm;
   c.bwd_tp_s = bwd_exposed;
   c.tp_comm_total_s = comm + bwd_comm;
-  c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes + ce_fwd_bytes, 4) + comm;
-  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes + ce_bwd_bytes, 4) + bwd_exposed +
+  // A profile measured by `loom calibrate` times the executor's loss kernels
+  // per logit. That executor writes the logits' gradient in its forward pass
+  // (exec/model/chunk.cc: the logits are not needed again), so both parts
+  // are forward time there; otherwise the loss is memory traffic, the
+  // gradient in the backward.
+  const double logits = T * (V / t);
+  double ce_fwd_s = mem_time_s(hw, opt, ce_fwd_bytes, 2), ce_bwd_s = mem_time_s(hw, opt, ce_bwd_bytes, 2);
+  if (hw.accel.xent_fwd_ns_per_logit > 0) {
+    ce_fwd_s = logits * (hw.accel.xent_fwd_ns_per_logit + hw.accel.xent_bwd_ns_per_logit) * 1e-9;
+    ce_bwd_s = 0;
+  }
+  c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
+  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;

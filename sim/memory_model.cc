@@ -169,6 +169,19 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   sm.weights_bytes = sharded(sb.weights, 3);
   sm.grads_bytes = sharded(sb.grads, 2);
   sm.optimizer_bytes = sharded(sb.optimizer, 1);
+  // Loom's own executor (no framework named; exec/runtime/data_parallel.cc)
+  // shards ZeRO states its own way: under ZeRO >= 1 the owned shard's
+  // gradient has a buffer of its own beside the full gradient; ZeRO-2/3 give
+  // a model chunk's full gradient back after its reduce-scatter, so one
+  // chunk's is live at a time; ZeRO-3 gathers a chunk's weights in place for
+  // its use (one chunk at a time, the rest held as shards).
+  const bool loom_executor = opt.framework.empty();
+  if (loom_executor && l.zero >= 1) {
+    const double chunks = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
+    const double full_grads = params.total() * sb.grads, full_weights = params.total() * sb.weights;
+    sm.grads_bytes = (l.zero >= 2 ? full_grads / chunks : full_grads) + sharded(sb.grads, 1);
+    if (l.zero == 3) sm.weights_bytes = sharded(sb.weights, 3) + full_weights / chunks * (1 - 1.0 / n_dense);
+  }
 
   // Activations held at the stage's peak.
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
@@ -189,8 +202,12 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   }
   if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
   if (stage == l.pp - 1) {
-    // One micro-batch's logits (16-bit) and the fp32 cross-entropy copy.
-    sm.activations_bytes += T * (double(m.vocab) / l.tp) * (e + 4) + T * h * e * r;
+    // One micro-batch's logits: in a framework, 16-bit logits and the fp32
+    // copy its cross-entropy makes (Megatron's vocab-parallel loss upcasts);
+    // Loom's executor (no framework) writes fp32 logits and turns them into
+    // their gradient in place (exec/model/chunk.cc): one fp32 buffer.
+    const double logit_bytes = opt.framework.empty() ? 4 : e + 4;
+    sm.activations_bytes += T * (double(m.vocab) / l.tp) * logit_bytes + T * h * e * r;
     // Multi-token prediction: each module's block for every micro-batch in
     // flight (as the stage's layers), the concatenated 2h projection input,
     // and its own head's logits.
@@ -206,7 +223,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   double comm = 0;
   if (l.pp > 1) comm += 2 * T * h * e * r;                   // p2p send / recv buffers
   if (l.tp > 1 && l.sequence_parallel) comm += T * h * e;    // all-gathered activation
-  if (l.zero == 3) {
+  if (l.zero == 3 && !loom_executor) {
     // Two layers of gathered (unsharded) weights: the one in use and the prefetch.
     double layer_params = layers ? (params.total() / std::max(1, layers)) : 0;
     comm += 2 * layer_params * sb.weights;

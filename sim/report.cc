@@ -175,7 +175,7 @@ Plan make_plan(const Evaluator& eval, const SimResult& r, int world_size) {
   Plan p;
   p.loom_version = loom_version();
   p.model = eval.model();
-  p.hw = eval.hw();
+  p.hw = canonical_hw_profile(eval.hw());
   p.train = eval.train();
   p.world_size = world_size;
   p.layout = r.layout;

@@ -21,7 +21,9 @@ bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 
 struct SimOptions {
   // The training stack whose defaults these options were set from
-  // (frameworks/<name>.json, sim/framework.h); empty: none named.
+  // (frameworks/<name>.json, sim/framework.h); empty: none named, and the
+  // buffers are those of Loom's own executor (`loom execute`), e.g. one fp32
+  // logits buffer that becomes its gradient in place.
   std::string framework;
   // Attention kernel: true = a fused flash-style kernel (no s*s activations
   // kept, causal blocks skipped); false = materialized scores + fused

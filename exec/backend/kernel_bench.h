@@ -78,6 +78,10 @@ class KernelBench {
   // the GEMM table for attention).
   virtual bool has_attention() const { return true; }
   virtual FwdBwd attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) = 0;
+  // The loss over `tokens` rows of `vocab` fp32 logits, as the executor runs
+  // it (exec/model/chunk.cc): forward = row max, sum of exponentials and
+  // target logit, loss; backward = the logits' gradient (softmax - one-hot).
+  virtual FwdBwd cross_entropy(int64_t tokens, int64_t vocab) = 0;
   virtual void synchronize() = 0;
   // The first failure of the calls so far (a device's sticky error).
   virtual Status status() { return Status::ok(); }

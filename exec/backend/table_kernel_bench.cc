@@ -147,6 +147,29 @@ class TableKernelBench final : public KernelBench {
     return r;
   }
 
+  FwdBwd cross_entropy(int64_t N, int64_t V) override {
+    ComputeBackend* be = be_.get();
+    std::vector<float> host(static_cast<size_t>(N * V));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = float(int(i % 29) - 14) / 4.f;
+    auto logits = uploaded(be, host), grad = filled(be, size_t(N * V), 0.f), row_max = filled(be, size_t(N), 0.f),
+         sumexp = filled(be, size_t(N), 0.f), target_logit = filled(be, size_t(N), 0.f), loss = filled(be, size_t(N), 0.f);
+    auto targets = std::make_shared<DeviceBuffer>(DeviceBuffer::uninitialized(be, size_t(N) * sizeof(int32_t)));
+    std::vector<int32_t> t(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) t[size_t(n)] = int32_t((n * 7919) % V);
+    be->copy_to_device(targets->i32(), t.data(), t.size() * sizeof(int32_t));
+    Kernels* k = &be->kernels();
+    FwdBwd r;
+    r.forward = [=] {
+      k->xent_row_max({logits->f32(), row_max->f32(), N, V});
+      k->xent_sumexp_and_target({logits->f32(), targets->i32(), row_max->f32(), sumexp->f32(), target_logit->f32(), N, V, 0});
+      k->xent_loss({row_max->f32(), sumexp->f32(), target_logit->f32(), loss->f32(), N});
+    };
+    r.backward = [=] {
+      k->xent_backward({logits->f32(), targets->i32(), row_max->f32(), sumexp->f32(), grad->f32(), N, V, 0, 1.f / N});
+    };
+    return r;
+  }
+
   void synchronize() override {
     be_->synchronize();
     if (fp32_) fp32_->synchronize();

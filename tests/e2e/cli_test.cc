@@ -682,6 +682,37 @@ TEST_F(LoomExecuteChecks, CompareRefusesAPredictionLackingAFigure) {
   EXPECT_NE(old.out.find("step_time "), std::string::npos) << describe(old);
 }
 
+// #17: FIGURE_over bounds only the measurement above the prediction (peak
+// memory: a layout predicted to fit must not need more), while FIGURE bounds
+// both sides; the shipped `models` suite names such tolerances and loads.
+TEST_F(LoomCli, RegressCheckOverToleranceIsOneSided) {
+  auto results = [](double measured_memory) {
+    json c = {{"name", "m"},
+              {"ranks", 1},
+              {"layout", "dp=1"},
+              {"tolerances", {{"peak_memory", 0.5}, {"peak_memory_over", 0.05}}},
+              {"figures",
+               {{"step_time", {{"predicted", 1.0}, {"measured", 1.0}}},
+                {"peak_memory", {{"predicted", 100.0}, {"measured", measured_memory}}}}}};
+    return json{{"schema_version", 1}, {"suite", "t"}, {"machine", {{"key", "test-machine"}}}, {"cases", json::array({c})}}
+        .dump(2);
+  };
+  write_file(path("below.json"), results(70.0));  // 30% below: inside +-50%, and not above
+  Outcome r = loom({"regress", "check", path("below.json").string(), "--baselines", path("base").string()});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("peak_memory_over"), std::string::npos) << describe(r);
+  write_file(path("above.json"), results(108.0));  // 8% above: inside +-50%, beyond +5%
+  r = loom({"regress", "check", path("above.json").string(), "--baselines", path("base").string()});
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_NE(r.err.find("m: peak_memory predicted +8% off (measured / predicted - 1), allowed <=+5% (measured above "
+                       "the prediction)"),
+            std::string::npos)
+      << describe(r);
+  Outcome bad = loom({"regress", "run", "models", "--cases", "nope", "--out", path("x.json").string()});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("no case 'nope' in suite models"), std::string::npos) << describe(bad);
+}
+
 // `loom regress check` fails a figure predicted as 0 but measured (an infinite
 // error) instead of passing it, naming the figure.
 TEST_F(LoomCli, RegressCheckFailsAFigurePredictedAsZero) {

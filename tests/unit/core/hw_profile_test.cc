@@ -336,6 +336,8 @@ TEST(CpuRanks, TheHostIsSharedOutAsTheExecutorSharesItsCores) {
   host.accel.memory_bw_bytes_per_s = 40e9;
   host.accel.memory_bytes = 16.0 * (1ull << 30);
   host.accel.cpu_threads = 2;
+  host.accel.xent_fwd_ns_per_logit = 1;
+  host.accel.xent_bwd_ns_per_logit = 2;
   const NodeSpec shm = host.node;
   struct Case {
     int ranks;
@@ -353,6 +355,8 @@ TEST(CpuRanks, TheHostIsSharedOutAsTheExecutorSharesItsCores) {
     EXPECT_NEAR(p.accel.memory_bw_bytes_per_s, c.bw_gb * 1e9, 1e3) << c.ranks;
     EXPECT_NEAR(p.accel.memory_bytes, c.mem_gib * (1ull << 30), 1e3) << c.ranks;
     EXPECT_NEAR(p.accel.cpu_threads, c.threads, 1e-12) << c.ranks;
+    EXPECT_NEAR(p.accel.xent_fwd_ns_per_logit, 200 / c.gflops, 1e-12) << c.ranks;  // slower by the share
+    EXPECT_NEAR(p.accel.xent_bwd_ns_per_logit, 2 * 200 / c.gflops, 1e-12) << c.ranks;
     EXPECT_EQ(p.node.devices_per_node, c.ranks);  // every rank on this host
     // Per thread, the peak is the host's per core: what MFU divides by.
     EXPECT_NEAR(p.accel.peak_fp32_flops / p.accel.cpu_threads, 100e9, 1e3) << c.ranks;
@@ -360,6 +364,23 @@ TEST(CpuRanks, TheHostIsSharedOutAsTheExecutorSharesItsCores) {
     EXPECT_TRUE(parse_hw_profile(hw_profile_to_json(p), "cpu-local").is_ok()) << c.ranks;
   }
   EXPECT_FALSE(cpu_local_for_ranks(host, 2, 0, shm).is_ok());
+}
+
+// A plan embeds its profile with a hash checked when the plan is read: the
+// profile's JSON must read back to the same JSON. A computed profile (a host
+// shared among 3 or 7 ranks) may not, by an ulp of a unit conversion;
+// canonical_hw_profile makes it.
+TEST(HwProfile, CanonicalProfilesReadBackExactly) {
+  HwProfile host = *load_hw_profile("cpu-local");
+  host.accel.peak_fp32_flops = 287.98765e9;
+  host.accel.memory_bw_bytes_per_s = 41.123456789e9;
+  host.accel.xent_fwd_ns_per_logit = 3.3333333333;
+  host.accel.xent_bwd_ns_per_logit = 1.7;
+  for (int ranks = 1; ranks <= 7; ++ranks) {
+    HwProfile c = canonical_hw_profile(*cpu_local_for_ranks(host, 2, ranks, host.node));
+    const std::string text = hw_profile_to_json(c);
+    EXPECT_EQ(hw_profile_to_json(*parse_hw_profile(text, "cpu-local")), text) << ranks;
+  }
 }
 
 TEST(HwProfile, CpuThreadsRoundTripAndAreChecked) {
