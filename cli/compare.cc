@@ -40,6 +40,11 @@ std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other
                   fmt(r.predicted).c_str(), fmt(r.measured).c_str(), error_text(r.rel_error()).c_str());
     out += buf;
   }
+  // Shapes the prediction priced beyond its profile's measurements (sim/coverage.h).
+  Result<Json> pred = parse_json(plan.prediction_json, "prediction");
+  if (pred.is_ok() && pred->contains("outside_measured") && (*pred)["outside_measured"].is_array())
+    for (const Json& note : (*pred)["outside_measured"])
+      if (note.is_string()) out += "  note: outside the measured range: " + note.get<std::string>() + "\n";
   return out;
 }
 

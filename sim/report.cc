@@ -65,6 +65,7 @@ std::string prediction_json(const SimResult& r, int indent) {
   j["memory_capacity_bytes"] = r.memory.capacity_bytes;
   if (!r.memory.fits) j["does_not_fit"] = r.memory.why_not();
   j["critical_stage"] = r.critical_stage;
+  if (!r.outside_measured.empty()) j["outside_measured"] = r.outside_measured;
   j["phases"] = OrderedJson::parse(phases_to_json(r.phases));
   j["breakdown"] = breakdown_json(r.time);
   j["closed_form"] = {{"step_time_s", r.closed_form.time.step_time_s},
@@ -191,6 +192,7 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
   const StepBreakdown& t = r.time;
   char buf[256];
   o << "layout  " << r.layout.to_string() << "\n";
+  for (const std::string& note : r.outside_measured) o << "note    outside the measured range: " << note << "\n";
   std::snprintf(buf, sizeof buf, "step    %s   %.0f tokens/s (%.1f per GPU)   %.1f model TFLOP/s per GPU   MFU %.1f%%   HFU %.1f%%\n",
                 human_seconds(f.step_time_s).c_str(), f.tokens_per_s, f.tokens_per_s_per_gpu, f.model_tflops_per_gpu,
                 100 * f.mfu, 100 * f.hfu);

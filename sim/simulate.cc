@@ -1,5 +1,7 @@
 #include "sim/simulate.h"
 
+#include "sim/coverage.h"
+
 #include <algorithm>
 
 namespace loom {
@@ -151,6 +153,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   r.layout = l;
   r.memory = memory_report(eval.model(), eval.hw(), l, eval.train(), eval.options());
   r.closed_form = eval.estimate(l);
+  r.outside_measured = outside_measured(eval.model(), eval.hw(), eval.train(), l);
   r.stages = eval.stage_costs(l);
   std::vector<DpCollectives> dp;
   for (const StageCosts& sc : r.stages) dp.push_back(eval.dp_collectives(l, sc));

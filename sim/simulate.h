@@ -29,6 +29,8 @@ struct SimResult {
   std::vector<double> durations_s;  // per op, as fed to the engine
   std::vector<StageCosts> stages;
   int critical_stage = 0;
+  // Shapes priced beyond the profile's measured tables (sim/coverage.h).
+  std::vector<std::string> outside_measured;
 };
 
 // Blocking pipeline p2p (SimOptions::pp_blocking_p2p): `prog` as the engine

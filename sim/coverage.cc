@@ -1,0 +1,81 @@
+#include "sim/coverage.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace loom {
+
+namespace {
+
+std::string gflop(double flops) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g GFLOP", flops / 1e9);
+  return b;
+}
+
+}  // namespace
+
+std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& hw, const TrainSpec& train,
+                                          const Layout& l) {
+  std::vector<std::string> notes;
+  const AcceleratorSpec& a = hw.accel;
+  const double t = std::max(1, l.tp), T = double(l.micro_batch) * double(train.seq_len), h = double(m.hidden);
+  const double q = double(m.num_heads) * double(m.head_dim), kv = double(m.num_kv_heads) * double(m.head_dim);
+  const double ffn = double(m.ffn_hidden), mlp_in = m.mlp == MlpKind::kSwiGlu ? 2 * ffn : ffn;
+  // A layer's weight GEMMs and the LM head, forward (m x n x k, 2mnk FLOP).
+  struct Gemm {
+    const char* name;
+    double m, n, k;
+  };
+  std::vector<Gemm> gemms = {{"the QKV projection", T, (q + 2 * kv) / t, h},
+                             {"the attention output projection", T, h, q / t},
+                             {"the LM head (logits)", T, double(m.vocab) / t, h}};
+  if (m.num_moe_layers() < m.num_layers) {  // dense MLP layers
+    gemms.push_back({"the MLP up projection", T, mlp_in / t, h});
+    gemms.push_back({"the MLP down projection", T, h, ffn / t});
+  }
+  const GemmEfficiencyTable& g = a.gemm_efficiency;
+  if (g.flops.size() >= 2) {
+    for (const Gemm& x : gemms) {
+      const double f = 2 * x.m * x.n * x.k;
+      const bool below = f < g.flops.front(), above = f > g.flops.back();
+      if (!below && !above) continue;
+      char b[320];
+      std::snprintf(b, sizeof b,
+                    "gemm: %s (%.0f x %.0f x %.0f, %s) is %s the GEMMs %s measured (%s to %s): its efficiency is "
+                    "the table's %s point's, %.2f",
+                    x.name, x.m, x.n, x.k, gflop(f).c_str(), below ? "below" : "above", hw.name.c_str(),
+                    gflop(g.flops.front()).c_str(), gflop(g.flops.back()).c_str(), below ? "first" : "last",
+                    below ? g.efficiency.front() : g.efficiency.back());
+      notes.push_back(b);
+    }
+  }
+  const GemmEfficiencyTable& at = a.attention_efficiency;
+  if (at.flops.size() >= 2 && m.head_dim > 0) {
+    const double s = double(train.seq_len), d = double(m.head_dim);
+    const double f = 4.0 * s * s * d * (s + 1) / (2 * s);
+    if (f < at.flops.front() || f > at.flops.back()) {
+      char b[320];
+      std::snprintf(b, sizeof b,
+                    "attention: one head at sequence %lld, head_dim %lld (%s) is outside the attention kernels %s "
+                    "measured (%s to %s): the table's nearest end is used",
+                    (long long)train.seq_len, (long long)m.head_dim, gflop(f).c_str(), hw.name.c_str(),
+                    gflop(at.flops.front()).c_str(), gflop(at.flops.back()).c_str());
+      notes.push_back(b);
+    }
+  }
+  if (a.xent_fwd_ns_per_logit > 0 && a.xent_vocab_max > 0) {
+    const double v = double(m.vocab) / t;
+    if (v < double(a.xent_vocab_min) || v > double(a.xent_vocab_max)) {
+      char b[320];
+      std::snprintf(b, sizeof b,
+                    "cross-entropy: a vocabulary slice of %.0f tokens is outside the vocabularies %s measured (%lld to "
+                    "%lld): the median time per logit is used",
+                    v, hw.name.c_str(), (long long)a.xent_vocab_min, (long long)a.xent_vocab_max);
+      notes.push_back(b);
+    }
+  }
+  return notes;
+}
+
+}  // namespace loom
