@@ -147,6 +147,33 @@ TEST(ComputeModel, TheHeadAllReducesItsInputGradientInBackward) {
   EXPECT_EQ(head_cost(m, hw, async, Precision::kBf16, sh).bwd_tp_s, 0.0);
 }
 
+// #17: a profile that measured the executor's cross-entropy prices the loss
+// per logit, forward and backward parts both in the forward pass (Loom's
+// executor writes the logits' gradient there): GPT-2's vocabulary, 512 tokens
+// at 3 + 2 ns per logit = 512 x 50257 x 5 ns = 128.7 ms more forward than the
+// same profile without the measurement charges as memory traffic, and the
+// backward loses exactly its memory-traffic share (T x V x (4 + e) bytes).
+TEST(ComputeModel, MeasuredCrossEntropyIsForwardTimePerLogit) {
+  HwProfile hw = testing::load_hw_or_die("cpu-local");
+  ModelSpec m = testing::load_model_or_die("gpt2-124m");
+  Layout l;
+  l.micro_batch = 4;
+  const ComputeShape sh = shape_for(l, 128, hw);
+  const SimOptions opt;
+  PieceCost traffic = head_cost(m, hw, opt, Precision::kFp32, sh);
+  HwProfile measured = hw;
+  measured.accel.xent_fwd_ns_per_logit = 3;
+  measured.accel.xent_bwd_ns_per_logit = 2;
+  PieceCost timed = head_cost(m, measured, opt, Precision::kFp32, sh);
+  const double logits = 512.0 * 50257;
+  const double bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  const double fwd_traffic = logits * (4 + 4 + 4) / bw + 2 * opt.kernel_overhead_s;
+  const double bwd_traffic = logits * (4 + 4) / bw + 2 * opt.kernel_overhead_s;
+  EXPECT_NEAR(timed.fwd_s - traffic.fwd_s, logits * 5e-9 - fwd_traffic, 1e-9);
+  EXPECT_NEAR(traffic.bwd_s - timed.bwd_s, bwd_traffic, 1e-9);
+  EXPECT_EQ(timed.fwd_flops, traffic.fwd_flops);  // the loss adds time, not model FLOPs
+}
+
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   // The measurements the H100 table comes from (XLA's sm_90 matmul table,

@@ -142,6 +142,26 @@ TEST(MemoryModel, LoomExecutorZeroBuffers) {
   EXPECT_NEAR(states(v2, split2), 9, 1e-9);
 }
 
+// The last stage holds one micro-batch of logits: a framework keeps 16-bit
+// logits and its loss's fp32 copy (e + 4 bytes each), Loom's executor one fp32
+// buffer that becomes the gradient in place (4 bytes): GPT-2 at 512 tokens in
+// bf16 differs by 512 x 50257 x 2 bytes.
+TEST(MemoryModel, LogitsAsTheExecutorHoldsThem) {
+  ModelSpec m = testing::load_model_or_die("gpt2-124m");
+  TrainSpec t;
+  t.global_batch = 4;
+  t.seq_len = 128;
+  t.precision = Precision::kBf16;
+  Layout l;
+  l.micro_batch = 4;
+  StageSplit split = split_layers(m, 1, 1);
+  SimOptions megatron;
+  megatron.framework = "megatron-core";
+  const double fw = stage_memory(m, l, t, megatron, split, 0).activations_bytes;
+  const double loom = stage_memory(m, l, t, SimOptions{}, split, 0).activations_bytes;
+  EXPECT_NEAR(fw - loom, 512.0 * 50257 * 2, 1);
+}
+
 TEST(MemoryModel, ModelStatesFollowZeroStagesOnARealModel) {
   // A whole stage_memory() call reproduces (2+2+K)Psi, 4Psi + K Psi/Nd, ...
   ModelSpec m = gpt_block_model(4096, 32, 36);  // the Megatron 7.5B block stack
