@@ -86,6 +86,7 @@ struct Measured {
   double peak = 0;                 // the best GEMM rate (bf16 on a GPU)
   double fp32_peak = 0;            // GPU: one large fp32 GEMM
   OrderedJson gemm_table = OrderedJson::array();
+  OrderedJson head_table = OrderedJson::array();  // the LM head's GEMMs
   double triad_bw = 0, elem_bw = 0, opt_bw = 0;
   OrderedJson att_table = OrderedJson::array();
   double att_bwd_ratio = 0;
@@ -108,6 +109,7 @@ class Calibrator {
   Status run(Measured* m) {
     LOOM_RETURN_IF_ERROR(gemms(m));
     LOOM_RETURN_IF_ERROR(bandwidths(m));
+    LOOM_RETURN_IF_ERROR(head_gemms(m));
     LOOM_RETURN_IF_ERROR(attention(m));
     LOOM_RETURN_IF_ERROR(cross_entropy(m));
     LOOM_RETURN_IF_ERROR(collectives(m));
@@ -221,6 +223,40 @@ class Calibrator {
     return Status::ok();
   }
 
+  // The LM head's GEMMs, tokens x vocabulary x hidden at the shipped
+  // families' vocabularies and the hidden sizes users scale them to: a wide
+  // output and, in the weight gradient, a reduction over only the
+  // micro-batch's tokens, unlike the near-square layer GEMMs of the main
+  // table. Same three-way timing and factor-of-4 bands.
+  Status head_gemms(Measured* m) {
+    std::vector<Point> pts;
+    for (int64_t V : {int64_t{AcceleratorSpec::kHeadGemmMinVocab}, int64_t{32000}, int64_t{50257}, int64_t{128256}})
+      for (int64_t h : {int64_t{128}, int64_t{256}, int64_t{768}})
+        for (int64_t rows : {int64_t{64}, int64_t{256}, int64_t{1024}}) {
+          if (a_.quick && (V == 32000 || V == 128256 || h == 768 || rows == 1024)) continue;
+          if (double(rows) * double(V) * double(h) > double(a_.quick ? 1LL << 31 : 1LL << 33)) continue;
+          exec::KernelBench::GemmRuns g = bench_.gemm(rows, V, h, bench_.cold_set_bytes());
+          double total = 0;
+          for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
+            LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8));
+            total += t;
+          }
+          pts.push_back({2.0 * rows * V * h, 3 * 2.0 * rows * V * h / total});
+        }
+    std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+    for (size_t i = 0; i < pts.size();) {
+      size_t j = i;
+      std::vector<double> eff;
+      while (j < pts.size() && pts[j].flops < pts[i].flops * 4) eff.push_back(pts[j++].flops_per_s / m->peak);
+      std::sort(eff.begin(), eff.end());
+      const double gflop = pts[(i + j - 1) / 2].flops / 1e9;
+      if (m->head_table.empty() || gflop > m->head_table.back()["gflop"].get<double>())
+        m->head_table.push_back({{"gflop", gflop}, {"efficiency", std::clamp(eff[eff.size() / 2], 1e-3, 1.0)}});
+      i = j;
+    }
+    return Status::ok();
+  }
+
   // The vocabulary cross-entropy at the vocabularies of the shipped model
   // families (byte-level BPE 4096, Llama-2 32,000, GPT-2 50,257, Llama-3
   // 128,256), over enough tokens for ~4M logits (16 MB, beyond the caches as
@@ -323,6 +359,7 @@ OrderedJson profile_json(const Measured& m, const exec::KernelBench& bench, cons
                       {"gemm_efficiency", m.gemm_table}};
   // GPU GEMMs run in bf16 (the training precision): that is the table's peak.
   if (gpu) j["accelerator"]["peak_bf16_tflops"] = m.peak / 1e12;
+  if (!m.head_table.empty()) j["accelerator"]["head_gemm_efficiency"] = m.head_table;
   if (!m.att_table.empty()) {
     j["accelerator"]["attention_efficiency"] = m.att_table;
     j["accelerator"]["attention_backward_ratio"] = m.att_bwd_ratio;

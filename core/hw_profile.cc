@@ -148,6 +148,9 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   if (a.contains("attention_efficiency")) {
     LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.attention_efficiency, "attention_efficiency"));
   }
+  if (a.contains("head_gemm_efficiency")) {
+    LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.head_gemm_efficiency, "head_gemm_efficiency"));
+  }
   LOOM_ASSIGN_OR_RETURN(acc.attention_backward_ratio,
                         positive_or(a, "attention_backward_ratio", 0, where, "backward / forward time of attention"));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
@@ -377,6 +380,13 @@ std::string hw_profile_to_json(const HwProfile& hw) {
       att.push_back({{"gflop", a.attention_efficiency.flops[i] / kGiga},
                      {"efficiency", a.attention_efficiency.efficiency[i]}});
     acc["attention_efficiency"] = att;
+  }
+  if (!a.head_gemm_efficiency.flops.empty()) {
+    OrderedJson head = OrderedJson::array();
+    for (size_t i = 0; i < a.head_gemm_efficiency.flops.size(); ++i)
+      head.push_back({{"gflop", a.head_gemm_efficiency.flops[i] / kGiga},
+                      {"efficiency", a.head_gemm_efficiency.efficiency[i]}});
+    acc["head_gemm_efficiency"] = head;
   }
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (a.cpu_threads > 0) acc["cpu_threads"] = a.cpu_threads;

@@ -66,6 +66,14 @@ struct AcceleratorSpec {
   // calibrate` measures it on CPUs, where the softmax's exp is not hidden
   // behind the matrix products.
   GemmEfficiencyTable attention_efficiency;
+  // Optional, measured by `loom calibrate`: the LM head's GEMMs (tokens x
+  // vocabulary x hidden: a short reduction in the weight gradient and a wide
+  // output), keyed by their forward FLOP like gemm_efficiency. Empty: the
+  // head runs at the gemm_efficiency table's rate.
+  GemmEfficiencyTable head_gemm_efficiency;
+  // The narrowest vocabulary that table is measured at, and used for: a
+  // narrower head (a byte-level vocabulary) is a layer-shaped GEMM.
+  static constexpr int64_t kHeadGemmMinVocab = 4096;
   // Backward / forward time of the attention kernel; 0 = 2.5 for flash-style
   // kernels (scores recomputed), 2 for materialized scores. CPU kernels measure
   // about 1.2-1.3 (`loom calibrate`).

@@ -521,7 +521,16 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   const double r = sh.sp ? 1.0 / t : 1.0;
   const double V = double(m.vocab);
   GemmSum gemm{hw, p, opt};
-  gemm.weight(T, V / t, h, 1, false);  // the output layer stays 16-bit under FP8
+  const GemmEfficiencyTable& head_table = hw.accel.head_gemm_efficiency;
+  if (head_table.flops.empty() || V / t < double(AcceleratorSpec::kHeadGemmMinVocab)) {
+    gemm.weight(T, V / t, h, 1, false);  // the output layer stays 16-bit under FP8
+  } else {
+    // Measured on the head's own shapes (`loom calibrate`): the mean rate of
+    // its three GEMMs, so forward + backward = 3x this.
+    const double flops = 2 * T * (V / t) * h;
+    gemm.fwd_s = flops / (hw.accel.peak_flops(sixteen_bit(p)) * head_table.lookup(flops));
+    gemm.fwd_flops = flops;
+  }
   // Final norm; cross-entropy over the local vocab slice in fp32
   // (read logits, write/read fp32 softmax, write gradients).
   double norm_bytes = 2 * T * h * e * r;

@@ -26,25 +26,30 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
   struct Gemm {
     const char* name;
     double m, n, k;
+    bool head = false;
   };
   std::vector<Gemm> gemms = {{"the QKV projection", T, (q + 2 * kv) / t, h},
                              {"the attention output projection", T, h, q / t},
-                             {"the LM head (logits)", T, double(m.vocab) / t, h}};
+                             {"the LM head (logits)", T, double(m.vocab) / t, h, true}};
   if (m.num_moe_layers() < m.num_layers) {  // dense MLP layers
     gemms.push_back({"the MLP up projection", T, mlp_in / t, h});
     gemms.push_back({"the MLP down projection", T, h, ffn / t});
   }
-  const GemmEfficiencyTable& g = a.gemm_efficiency;
-  if (g.flops.size() >= 2) {
-    for (const Gemm& x : gemms) {
+  for (const Gemm& x : gemms) {
+    // The head is priced by its own table when the profile measured one.
+    const bool own = x.head && !a.head_gemm_efficiency.flops.empty() &&
+                     double(m.vocab) / t >= double(AcceleratorSpec::kHeadGemmMinVocab);
+    const GemmEfficiencyTable& g = own ? a.head_gemm_efficiency : a.gemm_efficiency;
+    if (g.flops.size() >= 2) {
       const double f = 2 * x.m * x.n * x.k;
       const bool below = f < g.flops.front(), above = f > g.flops.back();
       if (!below && !above) continue;
       char b[320];
       std::snprintf(b, sizeof b,
-                    "gemm: %s (%.0f x %.0f x %.0f, %s) is %s the GEMMs %s measured (%s to %s): its efficiency is "
+                    "gemm: %s (%.0f x %.0f x %.0f, %s) is %s the %sGEMMs %s measured (%s to %s): its efficiency is "
                     "the table's %s point's, %.2f",
-                    x.name, x.m, x.n, x.k, gflop(f).c_str(), below ? "below" : "above", hw.name.c_str(),
+                    x.name, x.m, x.n, x.k, gflop(f).c_str(), below ? "below" : "above", own ? "head " : "",
+                    hw.name.c_str(),
                     gflop(g.flops.front()).c_str(), gflop(g.flops.back()).c_str(), below ? "first" : "last",
                     below ? g.efficiency.front() : g.efficiency.back());
       notes.push_back(b);

@@ -31,9 +31,12 @@ struct GemmOperands {
     return n < 1 ? 1 : n > 64 ? 64 : n;
   }
 };
+// A holds x (m x k) or dy (m x n); B holds W (n x k) or x (m x k); C holds
+// y (m x n), dx (m x k) or dW (n x k). (Sizing B as max(m, n)^2 asked a
+// 50,257-wide LM head GEMM for 10 GB per copy.)
 inline GemmOperands gemm_operands(int64_t m, int64_t n, int64_t k) {
   auto mx = [](int64_t x, int64_t y) { return x > y ? x : y; };
-  return {size_t(mx(m, n) * mx(m, k)), size_t(mx(n, m) * mx(k, n)), size_t(mx(m, n) * mx(n, k))};
+  return {size_t(m * mx(k, n)), size_t(mx(n, m) * k), size_t(mx(mx(m * n, m * k), n * k))};
 }
 
 class KernelBench {

@@ -174,6 +174,30 @@ TEST(ComputeModel, MeasuredCrossEntropyIsForwardTimePerLogit) {
   EXPECT_EQ(timed.fwd_flops, traffic.fwd_flops);  // the loss adds time, not model FLOPs
 }
 
+// A profile that measured the LM head's own GEMMs prices the head by them:
+// 512 tokens x 50257 x 768 is 2 x 512 x 50257 x 768 = 39.5 GFLOP forward; at
+// efficiency 0.25 of a 100 GFLOP/s peak that is 1.581 s forward and twice
+// that in backward, whatever the main table says.
+TEST(ComputeModel, MeasuredHeadGemmsPriceTheHead) {
+  HwProfile hw = testing::load_hw_or_die("cpu-local");
+  hw.accel.peak_fp32_flops = 100e9;
+  hw.accel.head_gemm_efficiency.flops = {1e9, 1e11};
+  hw.accel.head_gemm_efficiency.efficiency = {0.25, 0.25};
+  ModelSpec m = testing::load_model_or_die("gpt2-124m");
+  Layout l;
+  l.micro_batch = 4;
+  const ComputeShape sh = shape_for(l, 128, hw);
+  HwProfile without = hw;
+  without.accel.head_gemm_efficiency = {};
+  PieceCost with_table = head_cost(m, hw, SimOptions{}, Precision::kFp32, sh);
+  PieceCost main_table = head_cost(m, without, SimOptions{}, Precision::kFp32, sh);
+  const double flops = 2.0 * 512 * 50257 * 768, t = flops / (100e9 * 0.25);
+  const double main_t = gemm_time_s(without, Precision::kFp32, 512, 50257, 768);
+  EXPECT_NEAR(with_table.fwd_s - main_table.fwd_s, t - main_t, 1e-9);
+  EXPECT_NEAR(with_table.bwd_s - main_table.bwd_s, 2 * (t - main_t), 1e-9);
+  EXPECT_EQ(with_table.fwd_flops, flops);
+}
+
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   // The measurements the H100 table comes from (XLA's sm_90 matmul table,
