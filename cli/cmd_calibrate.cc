@@ -80,6 +80,25 @@ struct Point {
   double flops, flops_per_s;
 };
 
+// An efficiency table from measured GEMM points: the median efficiency
+// (rate / peak, within [floor, 1]) in each factor-of-4 band of GEMM size,
+// keyed by the band's middle point. Sorts `pts` by FLOPs.
+OrderedJson band_table(std::vector<Point>& pts, double peak, double floor) {
+  std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+  OrderedJson table = OrderedJson::array();
+  for (size_t i = 0; i < pts.size();) {
+    size_t j = i;
+    std::vector<double> eff;
+    while (j < pts.size() && pts[j].flops < pts[i].flops * 4) eff.push_back(pts[j++].flops_per_s / peak);
+    std::sort(eff.begin(), eff.end());
+    const double gflop = pts[(i + j - 1) / 2].flops / 1e9;
+    if (table.empty() || gflop > table.back()["gflop"].get<double>())
+      table.push_back({{"gflop", gflop}, {"efficiency", std::clamp(eff[eff.size() / 2], floor, 1.0)}});
+    i = j;
+  }
+  return table;
+}
+
 // What the sweeps measured, per rank.
 struct Measured {
   std::vector<Point> gemm;         // (FLOPs, FLOP/s) of each GEMM shape, sorted by FLOPs
@@ -153,19 +172,7 @@ class Calibrator {
       LOOM_ASSIGN_OR_RETURN(double t, timed(f32, min_s_));
       m->fp32_peak = 2.0 * 4096 * 4096 * 4096 / t;
     }
-    std::sort(m->gemm.begin(), m->gemm.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
-    // Efficiency table: the median efficiency in each factor-of-4 band of GEMM size.
-    const auto& pts = m->gemm;
-    for (size_t i = 0; i < pts.size();) {
-      size_t j = i;
-      std::vector<double> eff;
-      while (j < pts.size() && pts[j].flops < pts[i].flops * 4) eff.push_back(pts[j++].flops_per_s / m->peak);
-      std::sort(eff.begin(), eff.end());
-      const double gflop = pts[(i + j - 1) / 2].flops / 1e9;
-      if (m->gemm_table.empty() || gflop > m->gemm_table.back()["gflop"].get<double>())
-        m->gemm_table.push_back({{"gflop", gflop}, {"efficiency", std::min(1.0, eff[eff.size() / 2])}});
-      i = j;
-    }
+    m->gemm_table = band_table(m->gemm, m->peak, 0.0);
     return Status::ok();
   }
 
@@ -244,17 +251,7 @@ class Calibrator {
           }
           pts.push_back({2.0 * rows * V * h, 3 * 2.0 * rows * V * h / total});
         }
-    std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
-    for (size_t i = 0; i < pts.size();) {
-      size_t j = i;
-      std::vector<double> eff;
-      while (j < pts.size() && pts[j].flops < pts[i].flops * 4) eff.push_back(pts[j++].flops_per_s / m->peak);
-      std::sort(eff.begin(), eff.end());
-      const double gflop = pts[(i + j - 1) / 2].flops / 1e9;
-      if (m->head_table.empty() || gflop > m->head_table.back()["gflop"].get<double>())
-        m->head_table.push_back({{"gflop", gflop}, {"efficiency", std::clamp(eff[eff.size() / 2], 1e-3, 1.0)}});
-      i = j;
-    }
+    m->head_table = band_table(pts, m->peak, 1e-3);
     return Status::ok();
   }
 
