@@ -28,7 +28,7 @@ struct PlanArgs {
   int gpus = 64;
   int64_t global_batch = 512;
   int64_t seq = 4096;
-  std::string precision = "bf16";
+  std::string precision;  // empty: fp32 on a CPU profile, else bf16
   std::string layout;      // evaluate this layout instead of searching
   std::string fix;         // pin dimensions of the search
   std::string scale;       // plan a scaled-down model
@@ -119,7 +119,13 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.gpus = a.gpus;
   req.global_batch = a.global_batch;
   req.seq = a.seq;
-  req.precision = a.precision;
+  // Loom's CPU backend computes in fp32: a CPU profile's plans default to it.
+  req.precision = !a.precision.empty() ? a.precision : in.hw.is_cpu() ? "fp32" : "bf16";
+  if (in.hw.is_cpu() && req.precision != "fp32")
+    std::fprintf(stderr,
+                 "loom plan: note: --precision %s on the CPU profile %s: Loom's CPU backend computes in fp32, so "
+                 "`loom execute` on CPU ranks will not run what this plan predicts\n",
+                 req.precision.c_str(), in.hw.name.c_str());
   req.steps = a.steps;
   req.lr = a.lr;
   req.warmup = a.warmup;
@@ -284,7 +290,8 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--gpus", a.gpus, "number of GPUs (ranks)")->capture_default_str();
   app.add_option("--global-batch", a.global_batch, "sequences per optimizer step")->capture_default_str();
   app.add_option("--seq", a.seq, "sequence length (tokens)")->capture_default_str();
-  app.add_option("--precision", a.precision, "fp32|bf16|fp16|fp8")->capture_default_str();
+  app.add_option("--precision", a.precision,
+                 "fp32|bf16|fp16|fp8 (default: fp32 on a CPU profile, whose backend computes in fp32; else bf16)");
   app.add_option("--layout", a.layout,
                  "evaluate one layout, e.g. dp=2,tp=4,pp=2,ep=1,zero=1,micro=1,schedule=1f1b,v=1,sp=1,recompute=none");
   app.add_option("--scale", a.scale, "plan the model scaled down, e.g. layers=4,hidden=256,heads=4,vocab=256");

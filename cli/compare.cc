@@ -40,6 +40,7 @@ std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other
                   fmt(r.predicted).c_str(), fmt(r.measured).c_str(), error_text(r.rel_error()).c_str());
     out += buf;
   }
+  out += format_memory_comparison(compare_memory(plan, rec));
   // Shapes the prediction priced beyond its profile's measurements (sim/coverage.h).
   Result<Json> pred = parse_json(plan.prediction_json, "prediction");
   if (pred.is_ok() && pred->contains("outside_measured") && (*pred)["outside_measured"].is_array())
@@ -48,13 +49,41 @@ std::string format_comparison(const Plan& plan, const RunRecord& rec, bool other
   return out;
 }
 
-std::string comparison_json(const std::vector<ComparisonRow>& rows) {
+std::string format_memory_comparison(const MemoryComparison& m) {
+  if (!m.available) return "";
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "peak memory by class (rank %d, stage %d, what was live at its peak)\n", m.rank,
+                m.stage);
+  std::string out = buf;
+  for (const MemoryClassRow& r : m.rows) {
+    if (std::isnan(r.predicted) && r.measured == 0) continue;  // nothing outside the ledger's classes
+    auto mb = [](double v) {
+      char b[64];
+      if (std::isnan(v)) return std::string("-");
+      std::snprintf(b, sizeof b, "%.4g MB", v / 1e6);
+      return std::string(b);
+    };
+    std::snprintf(buf, sizeof buf, "  %-46s %14s %14s %9s\n", r.name.c_str(), mb(r.predicted).c_str(),
+                  mb(r.measured).c_str(), error_text(relative_error(r.predicted, r.measured)).c_str());
+    out += buf;
+  }
+  return out;
+}
+
+std::string comparison_json(const std::vector<ComparisonRow>& rows, const MemoryComparison& memory) {
   OrderedJson j;
   for (const ComparisonRow& r : rows) {
     j[r.id] = {{"predicted", r.predicted}, {"measured", r.measured}, {"unit", r.unit}, {"label", r.label}};
     // null when it is not finite (a prediction of 0 against a measured figure)
     const double e = r.rel_error();
     j[r.id + "_rel_error"] = std::isfinite(e) ? OrderedJson(e) : OrderedJson(nullptr);
+  }
+  if (memory.available) {
+    OrderedJson classes;
+    for (const MemoryClassRow& r : memory.rows)
+      classes[r.name] = {{"predicted", std::isnan(r.predicted) ? OrderedJson(nullptr) : OrderedJson(r.predicted)},
+                         {"measured", r.measured}};
+    j["peak_memory_by_class"] = {{"rank", memory.rank}, {"stage", memory.stage}, {"classes", classes}};
   }
   return j.dump(2);
 }
@@ -83,7 +112,7 @@ int cmd_compare(int argc, char** argv) {
   if (!rec.is_ok()) return fail("compare", rec.status());
   auto rows = compare_rows(*plan, *rec, other_hardware);
   if (!rows.is_ok()) return fail("compare", rows.status());
-  if (json) std::printf("%s\n", comparison_json(*rows).c_str());
+  if (json) std::printf("%s\n", comparison_json(*rows, compare_memory(*plan, *rec)).c_str());
   else std::printf("%s", format_comparison(*plan, *rec, other_hardware).c_str());
   return 0;
 }

@@ -18,9 +18,14 @@ using loom::compare_rows;
 std::string error_text(double rel_error);
 
 std::string format_comparison(const Plan& plan, const RunRecord& record, bool other_hardware = false);
+// The peak-memory-by-class table (core/compare.h compare_memory); empty when
+// the comparison is not available.
+std::string format_memory_comparison(const MemoryComparison& memory);
 // Keyed by figure id: {"step_time": {"predicted", "measured", "unit",
-// "label"}, "step_time_rel_error": x (null when not finite), ...}
-std::string comparison_json(const std::vector<ComparisonRow>& rows);
+// "label"}, "step_time_rel_error": x (null when not finite), ...}, and
+// "peak_memory_by_class": {"rank", "stage", "classes": {"weights":
+// {"predicted", "measured"}, ...}} when available.
+std::string comparison_json(const std::vector<ComparisonRow>& rows, const MemoryComparison& memory = {});
 
 int cmd_compare(int argc, char** argv);
 // `loom compare --ops PREDICTED_TRACE MEASURED_TRACE [--top N] [--json]`.

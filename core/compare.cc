@@ -2,6 +2,7 @@
 #include "core/compare.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/json_util.h"
 
@@ -38,6 +39,35 @@ Status check_same_model(const Plan& plan, const RunRecord& rec) {
 }
 
 }  // namespace
+
+MemoryComparison compare_memory(const Plan& plan, const RunRecord& rec) {
+  MemoryComparison out;
+  if (rec.peak_memory_by_class.empty() || rec.peak_memory_by_class.size() != rec.peak_memory_bytes.size())
+    return out;
+  Result<Json> pred = parse_json(plan.prediction_json, "prediction");
+  if (!pred.is_ok() || !pred->contains("memory_per_stage") || !(*pred)["memory_per_stage"].is_array()) return out;
+  const Json& stages = (*pred)["memory_per_stage"];
+  const auto peak = std::max_element(rec.peak_memory_bytes.begin(), rec.peak_memory_bytes.end());
+  out.rank = int(peak - rec.peak_memory_bytes.begin());
+  const RankGrid grid(plan.layout);  // a loaded plan's layout is validated
+  if (out.rank < grid.world()) out.stage = grid.coords(out.rank).pp;
+  if (out.stage >= int(stages.size()) || !stages[size_t(out.stage)].is_object()) return out;
+  const Json& s = stages[size_t(out.stage)];
+  static const char* const kKeys[kNumMemoryClasses] = {"weights_bytes",     "grads_bytes",       "optimizer_bytes",
+                                                       "activations_bytes", "comm_buffer_bytes", "workspace_bytes",
+                                                       "inputs_bytes",      nullptr};
+  for (int c = 0; c < kNumMemoryClasses; ++c) {
+    MemoryClassRow row{std::string(memory_class_name(c)), std::numeric_limits<double>::quiet_NaN(),
+                       rec.peak_memory_by_class[size_t(out.rank)][size_t(c)]};
+    if (kKeys[c]) {
+      if (!s.contains(kKeys[c]) || !s[kKeys[c]].is_number()) return MemoryComparison{};  // a plan of another version
+      row.predicted = s[kKeys[c]].get<double>();
+    }
+    out.rows.push_back(row);
+  }
+  out.available = true;
+  return out;
+}
 
 Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& rec, bool other_hardware) {
   LOOM_RETURN_IF_ERROR(check_same_model(plan, rec));

@@ -31,4 +31,23 @@ struct ComparisonRow {
 // model, layout, world size and tokens per step must still match the record.
 Result<std::vector<ComparisonRow>> compare_rows(const Plan& plan, const RunRecord& record, bool other_hardware = false);
 
+// Peak memory by buffer class (core/memory_class.h): the rank whose measured
+// peak is the largest, what was live at it, against the prediction for that
+// rank's pipeline stage (memory_per_stage: weights_bytes ... inputs_bytes).
+// `available` is false (rows empty) for a record without the breakdown (an
+// older executor) or a prediction without the executor's classes (a plan for
+// a framework, or an older plan).
+struct MemoryClassRow {
+  std::string name;     // memory_class_name
+  double predicted = 0; // NaN: the simulator has no term for the class ("other")
+  double measured = 0;
+};
+struct MemoryComparison {
+  bool available = false;
+  int rank = 0, stage = 0;
+  std::vector<MemoryClassRow> rows;
+};
+// Call after compare_rows accepted the pair.
+MemoryComparison compare_memory(const Plan& plan, const RunRecord& record);
+
 }  // namespace loom

@@ -52,6 +52,15 @@ std::string run_record_to_json(const RunRecord& r) {
   j["mfu_formula"] = r.mfu_formula;
   j["peak_flops_per_rank"] = r.peak_flops_per_rank;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  if (!r.peak_memory_by_class.empty()) {
+    OrderedJson per_rank = OrderedJson::array();
+    for (const MemoryBreakdown& b : r.peak_memory_by_class) {
+      OrderedJson o;
+      for (int c = 0; c < kNumMemoryClasses; ++c) o[std::string(memory_class_name(c))] = b[size_t(c)];
+      per_rank.push_back(o);
+    }
+    j["peak_memory_by_class"] = per_rank;
+  }
   j["losses"] = r.losses;
   j["step_times_s"] = r.step_times_s;
   return j.dump(2) + "\n";
@@ -121,6 +130,24 @@ Result<RunRecord> parse_run_record(const std::string& text, const std::string& w
   LOOM_RETURN_IF_ERROR(numbers("losses", r.losses));
   LOOM_RETURN_IF_ERROR(numbers("step_times_s", r.step_times_s));
   LOOM_RETURN_IF_ERROR(numbers("peak_memory_bytes", r.peak_memory_bytes));
+  if (j.contains("peak_memory_by_class")) {
+    const Json& a = j["peak_memory_by_class"];
+    if (!a.is_array() || a.size() != r.peak_memory_bytes.size())
+      return invalid_argument(what + ": peak_memory_by_class must be an array with one object per rank, as "
+                              "peak_memory_bytes (" + std::to_string(r.peak_memory_bytes.size()) + " ranks)");
+    for (const Json& o : a) {
+      if (!o.is_object()) return invalid_argument(what + ": peak_memory_by_class holds a non-object");
+      MemoryBreakdown b{};
+      for (int c = 0; c < kNumMemoryClasses; ++c) {
+        const std::string key(memory_class_name(c));
+        if (!o.contains(key)) continue;  // a class a later version added reads as 0
+        if (!o[key].is_number() || o[key].get<double>() < 0)
+          return invalid_argument(what + ": peak_memory_by_class." + key + " must be a number of bytes >= 0");
+        b[size_t(c)] = o[key].get<double>();
+      }
+      r.peak_memory_by_class.push_back(b);
+    }
+  }
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_class.h"
 #include "core/phases.h"
 #include "core/status.h"
 
@@ -50,6 +51,9 @@ struct RunRecord {
   std::string mfu_formula;
   double peak_flops_per_rank = 0;      // the peak MFU is measured against
   std::vector<double> peak_memory_bytes;  // per rank
+  // Per rank, what was live at that rank's peak by class (core/memory_class.h);
+  // empty in records written before the executor kept a memory ledger.
+  std::vector<MemoryBreakdown> peak_memory_by_class;
 };
 
 // Always writes the current schema version.

@@ -69,6 +69,8 @@ void MemoryView::show_result(const SimResult* r) {
                         {"optimizer", &StageMemory::optimizer_bytes, QColor(0x55, 0xa8, 0x68)},
                         {"activations", &StageMemory::activations_bytes, QColor(0xc4, 0x4e, 0x52)},
                         {"comm buffers", &StageMemory::comm_buffer_bytes, QColor(0x81, 0x72, 0xb3)},
+                        {"workspace", &StageMemory::workspace_bytes, QColor(0xda, 0x8b, 0xc3)},
+                        {"inputs", &StageMemory::inputs_bytes, QColor(0xcc, 0xb9, 0x74)},
                         {"runtime reserve", &StageMemory::overhead_bytes, QColor(0x93, 0x78, 0x60)}};
   auto* series = new QStackedBarSeries();
   QStringList cats;

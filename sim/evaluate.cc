@@ -414,14 +414,19 @@ Estimate Evaluator::estimate(const Layout& l) const {
   thread_local std::vector<StageCosts> stages;
   stages.resize(l.pp);
   est.fits = true;
-  // Interior stages with the same layer counts cost the same, and hold no more
-  // memory than the first of them (in-flight micro-batches never grow with the
-  // stage index under GPipe, 1F1B or interleaving): compute each kind once.
+  // Interior stages with the same layer counts cost the same: compute each
+  // kind once. Memory is taken for every stage (the executor's pipeline
+  // buffers differ from stage to stage, sim/memory_model.h).
   int prev_layers = -1, prev_moe = -1;
   for (int s = 0; s < l.pp; ++s) {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
     const bool ends = s == 0 || s == l.pp - 1;
     StageCosts& sc = stages[s];
+    double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
+    if (total > est.peak_memory_bytes) {
+      est.peak_memory_bytes = total;
+      est.worst_stage = s;
+    }
     if (!ends && s > 1 && layers == prev_layers && moe == prev_moe) {
       sc = stages[s - 1];
       sc.stage = s;
@@ -429,11 +434,6 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
     prev_layers = ends ? -1 : layers;
     prev_moe = ends ? -1 : moe;
-    double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
-    if (total > est.peak_memory_bytes) {
-      est.peak_memory_bytes = total;
-      est.worst_stage = s;
-    }
     sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.flops_per_micro = sc.weight_cast_s = 0;
     sc.traffic_per_micro = Traffic{};
     fill_stage(l, pc, split, s, sc);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <tuple>
 
+#include "core/program.h"
 #include "sim/compute_model.h"
 
 namespace loom {
@@ -42,7 +45,230 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& 
   return p;
 }
 
+BackwardWorkspace executor_backward_workspace(const ModelSpec& m, const Layout& l, int64_t seq) {
+  // The executor computes in fp32 (16-bit copies are saved activations only).
+  const double f = 4, t = l.tp, N = double(l.micro_batch) * double(seq), C = double(m.hidden);
+  const double Nl = l.sequence_parallel ? N / t : N;
+  const double F = double(m.ffn_hidden) / t, q = double(m.num_heads) * double(m.head_dim) / t,
+               kv = double(m.num_kv_heads) * double(m.head_dim) / t;
+  const double flowing = 2 * Nl * C;  // the chunk's dx and dy
+  const double gathered = 2 * N * C;   // dfull, dh_part: the whole layer
+  const bool gelu = m.norm == NormKind::kLayerNorm;  // the executor's GPT-2 block; RMSNorm blocks use SwiGLU
+  const double mlp = (gelu ? 2 : 3) * N * F;
+  double attention = 2 * Nl * C + N * (2 * q + 2 * kv);  // dh, dx_mid, dctx, dq, dk, dv
+  if (m.qk_norm) attention += N * (q + kv);                // the normed q, k gradients
+  BackwardWorkspace w;
+  w.layer = f * (flowing + gathered + std::max(mlp, attention));
+  w.head = f * (flowing + N * C + Nl * C);  // dh_part, dh
+  return w;
+}
+
+double executor_layer_activation_bytes(const ModelSpec& m, const Layout& l, int64_t seq, Precision precision,
+                                       bool fp32) {
+  const bool half = !fp32 && precision != Precision::kFp32;
+  const double large = half ? 2 : 4, residual = half && precision != Precision::kFp16 ? 2 : 4, stat = 4;
+  const double t = l.tp, N = double(l.micro_batch) * double(seq), C = double(m.hidden);
+  const double Nl = l.sequence_parallel ? N / t : N;
+  const double hq = double(m.num_heads) / t, hk = double(m.num_kv_heads) / t, D = double(m.head_dim);
+  const double F = double(m.ffn_hidden) / t;
+  const bool gelu = m.norm == NormKind::kLayerNorm;
+  if (l.recompute == Recompute::kFull) return residual * Nl * C;
+  double bytes = residual * 2 * Nl * C;                   // x_in, x_mid
+  bytes += large * 2 * N * C;                             // h1, h2
+  bytes += stat * (gelu ? 4 : 2) * Nl;                    // norm means (LayerNorm) and rstds
+  bytes += large * N * (hq + 2 * hk) * D;                 // q, k, v
+  if (m.qk_norm) bytes += large * N * (hq + hk) * D + stat * N * (hq + hk);
+  if (l.recompute != Recompute::kSelective) bytes += large * N * hq * D + stat * N * hq;  // ctx, lse
+  bytes += large * (gelu ? 2 : 3) * N * F;                // MLP intermediates
+  return bytes;
+}
+
 namespace {
+
+// executor_p2p_buffers for every stage, from the program of `config`.
+std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
+  std::vector<P2pBuffers> out(size_t(config.pp), P2pBuffers{2, 2});  // one in, one out if it cannot be built
+  Result<Program> built = build_program(config);
+  if (!built.is_ok() || int(built->stage_ops.size()) != config.pp) return out;
+  const Program& prog = *built;
+  const int pp = config.pp, last_global = pp * std::max(1, config.virtual_stages) - 1;
+  // Each op's position in its stage's issue order, and each receive by (stage, kind, tag).
+  std::vector<int> pos(prog.ops.size(), 0);
+  std::map<std::tuple<int, int, int>, int32_t> recv_of;
+  for (int s = 0; s < pp; ++s)
+    for (size_t i = 0; i < prog.stage_ops[size_t(s)].size(); ++i) {
+      const Op& op = prog.ops[size_t(prog.stage_ops[size_t(s)][i])];
+      pos[size_t(op.id)] = int(i);
+      if (op.kind == OpKind::kRecvActivation || op.kind == OpKind::kRecvGrad)
+        recv_of[{s, int(op.kind), op.tag}] = op.id;
+    }
+  // Sends issued on `stage` before its op `at` whose receive the program does
+  // not order before `at`. Each stage runs its ops one after another, so what
+  // surely happened before `at` is, per stage, a prefix of its issue order:
+  // grow the prefixes through the cross-stage dependencies to a fixed point.
+  auto pending_at = [&](int stage, int at) {
+    std::vector<int> done(size_t(pp), -1), scanned(size_t(pp), -1);
+    done[size_t(stage)] = at;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (int s = 0; s < pp; ++s)
+        for (; scanned[size_t(s)] < done[size_t(s)]; ++scanned[size_t(s)]) {
+          const Op& op = prog.ops[size_t(prog.stage_ops[size_t(s)][size_t(scanned[size_t(s)] + 1)])];
+          for (int32_t d : prog.deps_of(op)) {
+            const int ds = prog.ops[size_t(d)].stage;
+            if (pos[size_t(d)] > done[size_t(ds)]) {
+              done[size_t(ds)] = pos[size_t(d)];
+              grew = true;
+            }
+          }
+        }
+    }
+    int pending = 0;
+    const std::vector<int32_t>& mine = prog.stage_ops[size_t(stage)];
+    for (int i = 0; i < at; ++i) {
+      const Op& op = prog.ops[size_t(mine[size_t(i)])];
+      if (op.kind != OpKind::kSendActivation && op.kind != OpKind::kSendGrad) continue;
+      const int kind = int(op.kind == OpKind::kSendActivation ? OpKind::kRecvActivation : OpKind::kRecvGrad);
+      auto it = recv_of.find({op.peer_stage, kind, op.tag});
+      if (it == recv_of.end() || pos[size_t(it->second)] > done[size_t(op.peer_stage)]) ++pending;
+    }
+    return pending;
+  };
+  for (int stage = 0; stage < pp; ++stage) {
+    // The stage's ops in issue order: the buffers live (sends freed as
+    // issued) as each backward starts, at the moments with the most
+    // chunk-micro-batches in flight.
+    struct Moment {
+      int at, live;
+    };
+    std::vector<Moment> peak;
+    int live = 0, in_flight = 0, best_in_flight = -1;
+    const std::vector<int32_t>& mine = prog.stage_ops[size_t(stage)];
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const Op& op = prog.ops[size_t(mine[i])];
+      const int global = op.chunk * pp + op.stage;
+      switch (op.kind) {
+        case OpKind::kRecvActivation:
+        case OpKind::kRecvGrad: ++live; break;
+        case OpKind::kSendActivation:
+        case OpKind::kSendGrad: --live; break;
+        case OpKind::kForward:
+          ++in_flight;
+          if (global != last_global) ++live;  // the output, until sent
+          if (global != 0) --live;            // the received input, consumed
+          break;
+        case OpKind::kBackward: {
+          const bool last_part = op.part == op.num_parts - 1;
+          if (op.part == 0) {
+            // The input's gradient is allocated before a one-part backward runs.
+            const Moment m{int(i), live + (last_part && global != 0 ? 1 : 0)};
+            if (in_flight > best_in_flight) peak.clear();
+            if (in_flight >= best_in_flight) {
+              best_in_flight = in_flight;
+              peak.push_back(m);
+            }
+          }
+          if (last_part) {
+            --in_flight;
+            if (global != 0) ++live;            // the input's gradient, until sent
+            if (global != last_global) --live;  // the received gradient, consumed
+          }
+          break;
+        }
+        default: break;
+      }
+    }
+    if (peak.empty()) {
+      out[size_t(stage)] = P2pBuffers{0, 0};
+      continue;
+    }
+    // The schedule's steady state repeats: its first moments tell.
+    P2pBuffers b{peak[0].live, 0};
+    for (size_t k = 0; k < peak.size() && k < 4; ++k) {
+      b.surely = std::min(b.surely, peak[k].live);
+      b.at_most = std::max(b.at_most, peak[k].live + pending_at(stage, peak[k].at));
+    }
+    out[size_t(stage)] = b;
+  }
+  return out;
+}
+
+}  // namespace
+
+P2pBuffers executor_p2p_buffers(const Layout& l, int64_t global_batch, int stage) {
+  if (l.pp <= 1 || stage < 0 || stage >= l.pp) return {};
+  // The transfers depend on the schedule only (no data-parallel ops), and
+  // the moments that tell come within the first micro-batches: the warm-up
+  // holds at most 2*pp*v - 1 and the steady state repeats after it, so a
+  // step of at most 4*pp*v micro-batches (a multiple of pp, as interleaving
+  // wants) shows the same. A search meets few distinct schedules: memoized.
+  ProgramConfig c = program_config_for(l, global_batch, kDefaultGradBuckets);
+  c.dp_comm = false;
+  c.zero = 0;
+  c.micro_batches = std::min<int64_t>(c.micro_batches, 4LL * l.pp * std::max(1, l.virtual_stages));
+  const auto key = std::make_tuple(c.pp, c.virtual_stages, int(c.schedule), c.micro_batches, c.grad_buckets);
+  thread_local std::map<std::tuple<int, int, int, int64_t, int>, std::vector<P2pBuffers>> memo;
+  auto it = memo.find(key);
+  if (it == memo.end()) {
+    if (memo.size() > 4096) memo.clear();
+    it = memo.emplace(key, p2p_buffers_per_stage(c)).first;
+  }
+  return it->second[size_t(stage)];
+}
+
+namespace {
+
+// Loom's executor's transient memory at a stage's peak: activations,
+// backward workspace, the step's inputs (sim/memory_model.h).
+void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train, int stage, int layers,
+                         double in_flight_units, int64_t micro_batches, StageMemory* sm) {
+  const double T = double(l.micro_batch) * double(train.seq_len), h = double(m.hidden);
+  const double Nl = l.sequence_parallel ? T / l.tp : T;
+  const double saved = executor_layer_activation_bytes(m, l, train.seq_len, train.precision);
+  const double held_layers = in_flight_units * layers * saved;
+  // What backward adds to the layer it is in: full recompute re-runs the
+  // layer's forward in fp32 (with its output buffer); selective recomputes
+  // the attention output and log-sum-exp; 16-bit saves are restored to fp32.
+  Layout keep_all = l;
+  keep_all.recompute = Recompute::kNone;
+  const double fp32_layer = executor_layer_activation_bytes(m, keep_all, train.seq_len, train.precision, true);
+  double in_backward = 0;
+  if (l.recompute == Recompute::kFull)
+    in_backward = fp32_layer + 4 * Nl * h;
+  else
+    in_backward = fp32_layer - saved;
+  // The head keeps from its forward to its backward the fp32 logits of the
+  // padded vocabulary slice (turned into their gradient in place), the
+  // gathered normed input, the head's input and the norm's statistics. Every
+  // micro-batch whose forward is done and backward is not holds them: all m
+  // under GPipe, one otherwise (the last stage runs each backward right after
+  // its forward).
+  const bool last = stage == l.pp - 1;
+  double head_keep = 0, held_heads = 0;
+  if (last) {
+    const double Vp = double((m.vocab + 63) / 64 * 64);
+    head_keep = 4 * (T * Vp / l.tp + T * h + Nl * h + 2 * Nl);
+    held_heads = l.schedule == Schedule::kGpipe ? double(micro_batches) : 1.0;
+  }
+  // The peak comes inside a backward: of the head (its buffers live, its own
+  // temporaries beside them) or of the top layer (that micro-batch's head
+  // buffers freed, the layer's temporaries and restored tensors live),
+  // whichever needs more.
+  const BackwardWorkspace w = executor_backward_workspace(m, l, train.seq_len);
+  const double head_moment = last ? held_heads * head_keep + w.head : 0;
+  const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + in_backward + w.layer;
+  if (last && head_moment >= layer_moment) {
+    sm->activations_bytes = held_layers + held_heads * head_keep;
+    sm->workspace_bytes = w.head;
+  } else {
+    sm->activations_bytes = held_layers + std::max(0.0, held_heads - 1) * head_keep + in_backward;
+    sm->workspace_bytes = w.layer;
+  }
+  // The step's token ids and targets (int32), on the stages that embed or
+  // take the loss.
+  if (stage == 0 || last) sm->inputs_bytes = 2 * 4 * double(train.global_batch / l.dp) * double(train.seq_len);
+}
+
 }  // namespace
 
 double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOptions& opt, int64_t seq,
@@ -175,7 +401,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // a model chunk's full gradient back after its reduce-scatter, so one
   // chunk's is live at a time; ZeRO-3 gathers a chunk's weights in place for
   // its use (one chunk at a time, the rest held as shards).
-  const bool loom_executor = opt.framework.empty();
+  const bool loom_executor = opt.framework.empty() && opt.loom_executor;
   if (loom_executor && l.zero >= 1) {
     const double chunks = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
     const double full_grads = params.total() * sb.grads, full_weights = params.total() * sb.weights;
@@ -192,37 +418,40 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const int layers = sm.layers, moe_layers = split.stage_moe_layers(stage), dense_layers = layers - moe_layers;
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
   const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
-  const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
-  if (l.recompute == Recompute::kFull) {
-    sm.activations_bytes = double(in_flight) * per_unit * layers * act.checkpoint;
-    // Backward of one layer re-materializes that layer's activations.
-    sm.activations_bytes += std::max(act_dense, act_moe);
+  if (loom_executor) {
+    executor_transients(m, l, train, stage, layers, double(in_flight) * per_unit, micro_batches, &sm);
   } else {
-    sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
-  }
-  if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
-  if (stage == l.pp - 1) {
-    // One micro-batch's logits: in a framework, 16-bit logits and the fp32
-    // copy its cross-entropy makes (Megatron's vocab-parallel loss upcasts);
-    // Loom's executor (no framework) writes fp32 logits and turns them into
-    // their gradient in place (exec/model/chunk.cc): one fp32 buffer.
-    const double logit_bytes = opt.framework.empty() ? 4 : e + 4;
-    sm.activations_bytes += T * (double(m.vocab) / l.tp) * logit_bytes + T * h * e * r;
-    // Multi-token prediction: each module's block for every micro-batch in
-    // flight (as the stage's layers), the concatenated 2h projection input,
-    // and its own head's logits.
-    if (m.num_mtp_layers > 0) {
-      const double block = l.recompute == Recompute::kFull ? act.checkpoint
-                           : m.is_moe_layer(m.num_layers - 1) ? act.moe : act.dense;
-      sm.activations_bytes += m.num_mtp_layers * (double(in_flight) * per_unit * (block + 2 * T * h * e * r) +
-                                                  T * (double(m.vocab) / l.tp) * (e + 4));
+    const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
+    if (l.recompute == Recompute::kFull) {
+      sm.activations_bytes = double(in_flight) * per_unit * layers * act.checkpoint;
+      // Backward of one layer re-materializes that layer's activations.
+      sm.activations_bytes += std::max(act_dense, act_moe);
+    } else {
+      sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
+    }
+    if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
+    if (stage == l.pp - 1) {
+      // One micro-batch's logits: 16-bit logits and the fp32 copy the
+      // framework's cross-entropy makes (Megatron's vocab-parallel loss upcasts).
+      sm.activations_bytes += T * (double(m.vocab) / l.tp) * (e + 4) + T * h * e * r;
+      // Multi-token prediction: each module's block for every micro-batch in
+      // flight (as the stage's layers), the concatenated 2h projection input,
+      // and its own head's logits.
+      if (m.num_mtp_layers > 0) {
+        const double block = l.recompute == Recompute::kFull ? act.checkpoint
+                             : m.is_moe_layer(m.num_layers - 1) ? act.moe : act.dense;
+        sm.activations_bytes += m.num_mtp_layers * (double(in_flight) * per_unit * (block + 2 * T * h * e * r) +
+                                                    T * (double(m.vocab) / l.tp) * (e + 4));
+      }
     }
   }
 
-  // Communication buffers.
+  // Communication buffers. Loom's executor sends fp32 activations and
+  // gathers SP's into the saved activations themselves.
   double comm = 0;
-  if (l.pp > 1) comm += 2 * T * h * e * r;                   // p2p send / recv buffers
-  if (l.tp > 1 && l.sequence_parallel) comm += T * h * e;    // all-gathered activation
+  if (l.pp > 1)  // p2p send / recv buffers
+    comm += (loom_executor ? executor_p2p_buffers(l, train.global_batch, stage).at_most * 4.0 : 2 * e) * T * h * r;
+  if (l.tp > 1 && l.sequence_parallel && !loom_executor) comm += T * h * e;  // all-gathered activation
   if (l.zero == 3 && !loom_executor) {
     // Two layers of gathered (unsharded) weights: the one in use and the prefetch.
     double layer_params = layers ? (params.total() / std::max(1, layers)) : 0;
@@ -261,10 +490,10 @@ std::string MemoryReport::why_not() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "stage %d needs %.1f GB of %.1f GB: over by %.1f GB (weights %.1f, grads %.1f, optimizer %.1f, "
-                "activations %.1f, buffers %.1f, overhead %.1f GB)",
+                "activations %.1f, buffers %.1f, workspace %.1f, overhead %.1f GB)",
                 s.stage, s.total_bytes() / 1e9, capacity_bytes / 1e9, (s.total_bytes() - capacity_bytes) / 1e9,
                 s.weights_bytes / 1e9, s.grads_bytes / 1e9, s.optimizer_bytes / 1e9, s.activations_bytes / 1e9,
-                s.comm_buffer_bytes / 1e9, s.overhead_bytes / 1e9);
+                s.comm_buffer_bytes / 1e9, (s.workspace_bytes + s.inputs_bytes) / 1e9, s.overhead_bytes / 1e9);
   return buf;
 }
 

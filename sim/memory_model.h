@@ -50,6 +50,40 @@ double layer_activation_bytes(const ModelSpec& model, const Layout& layout, cons
 // Korthikanti's checkpoint for full recompute: the layer input.
 double layer_checkpoint_bytes(const ModelSpec& model, const Layout& layout, int64_t seq, Precision precision);
 
+// Loom's executor (exec/model/chunk.cc): the buffers one layer's backward
+// holds at once beside the saved activations (the gradient flowing down, the
+// gathered gradient, and the larger of the MLP's and the attention's
+// temporaries), and those of the head's backward.
+struct BackwardWorkspace {
+  double layer = 0, head = 0;
+};
+BackwardWorkspace executor_backward_workspace(const ModelSpec& model, const Layout& layout, int64_t seq);
+// What the executor's layer keeps from forward to backward for one
+// micro-batch (its LayerActs, exec/model/chunk.cc): the residual stream in,
+// the two gathered norm outputs and their statistics, q, k, v (and under
+// qk-norm their inputs and statistics), the attention output and its
+// log-sum-exp, the mid residual, the MLP's two (GELU) or three (SwiGLU)
+// intermediates. Large tensors are saved in 16 bits under bf16 / fp16 (the
+// residual stream in fp32 under fp16), the statistics in fp32; `fp32`
+// prices the copy backward restores. Selective recompute drops the
+// attention output and log-sum-exp, full recompute keeps the input only.
+// Pipeline send / receive buffers (one micro-batch's fp32 boundary tensor
+// each) the executor holds at a stage's peak: walking the stage's ops of the
+// step's program (core/program.h) in issue order, the received tensors not
+// yet consumed and the outputs not yet sent when a backward starts with the
+// most chunk-micro-batches in flight (the first four such moments: the
+// steady state repeats), and at most those plus the sends issued before it
+// whose matching receive the program does not order before it (the peer may
+// not have taken them yet; the executor frees a send's buffer when it
+// completes). 0 without a pipeline.
+struct P2pBuffers {
+  int surely = 0;   // the peers keeping pace: every send taken as issued
+  int at_most = 0;  // and every send the program does not order before the peak still pending
+};
+P2pBuffers executor_p2p_buffers(const Layout& layout, int64_t global_batch, int stage);
+double executor_layer_activation_bytes(const ModelSpec& model, const Layout& layout, int64_t seq,
+                                       Precision precision, bool fp32 = false);
+
 // Micro-batches (interleaved: chunk-micro-batches) whose activations a stage
 // holds at its peak under the schedule.
 int64_t in_flight_micro_batches(const Layout& layout, int64_t micro_batches, int stage);
@@ -63,9 +97,14 @@ struct StageMemory {
   double optimizer_bytes = 0;
   double activations_bytes = 0;
   double comm_buffer_bytes = 0;
+  // Loom's executor only (a framework's are in overhead_bytes): backward's
+  // own buffers at the stage's peak, and the step's token ids and targets.
+  double workspace_bytes = 0;
+  double inputs_bytes = 0;
   double overhead_bytes = 0;   // runtime reserve + fragmentation allowance
   double total_bytes() const {
-    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + comm_buffer_bytes + overhead_bytes;
+    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + comm_buffer_bytes + workspace_bytes +
+           inputs_bytes + overhead_bytes;
   }
 };
 

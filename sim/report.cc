@@ -81,6 +81,8 @@ std::string prediction_json(const SimResult& r, int indent) {
     js["optimizer_bytes"] = s.optimizer_bytes;
     js["activations_bytes"] = s.activations_bytes;
     js["comm_buffer_bytes"] = s.comm_buffer_bytes;
+    js["workspace_bytes"] = s.workspace_bytes;
+    js["inputs_bytes"] = s.inputs_bytes;
     js["overhead_bytes"] = s.overhead_bytes;
     js["total_bytes"] = s.total_bytes();
     if (s.stage < int(r.timeline.compute_busy_s.size())) {
@@ -213,14 +215,15 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
   }
   o << "memory  per rank, capacity " << human_bytes(hw.accel.memory_bytes) << (r.memory.fits ? "" : "  DOES NOT FIT")
     << "\n";
-  std::snprintf(buf, sizeof buf, "  %-6s %7s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "layers", "weights",
-                "grads", "optimizer", "activations", "buffers", "overhead", "total");
+  std::snprintf(buf, sizeof buf, "  %-6s %7s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "layers", "weights",
+                "grads", "optimizer", "activations", "buffers", "workspace", "overhead", "total");
   o << buf;
   for (const StageMemory& s : r.memory.stages) {
-    std::snprintf(buf, sizeof buf, "  %-6d %7d %11s %11s %11s %11s %11s %11s %11s\n", s.stage, s.layers,
+    std::snprintf(buf, sizeof buf, "  %-6d %7d %11s %11s %11s %11s %11s %11s %11s %11s\n", s.stage, s.layers,
                   human_bytes(s.weights_bytes).c_str(), human_bytes(s.grads_bytes).c_str(),
                   human_bytes(s.optimizer_bytes).c_str(), human_bytes(s.activations_bytes).c_str(),
-                  human_bytes(s.comm_buffer_bytes).c_str(), human_bytes(s.overhead_bytes).c_str(),
+                  human_bytes(s.comm_buffer_bytes).c_str(), human_bytes(s.workspace_bytes + s.inputs_bytes).c_str(),
+                  human_bytes(s.overhead_bytes).c_str(),
                   human_bytes(s.total_bytes()).c_str());
     o << buf;
   }

@@ -21,10 +21,14 @@ bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 
 struct SimOptions {
   // The training stack whose defaults these options were set from
-  // (frameworks/<name>.json, sim/framework.h); empty: none named, and the
-  // buffers are those of Loom's own executor (`loom execute`), e.g. one fp32
-  // logits buffer that becomes its gradient in place.
+  // (frameworks/<name>.json, sim/framework.h); empty: none named.
   std::string framework;
+  // With no framework named, the buffers are those of Loom's own executor
+  // (`loom execute`: sim/memory_model.h, e.g. fp32 logits that become their
+  // gradient in place, backward's workspace, the pipeline's buffers from the
+  // program). False: the papers' accounting of an unnamed stack (the
+  // validation's published runs that name none).
+  bool loom_executor = true;
   // Attention kernel: true = a fused flash-style kernel (no s*s activations
   // kept, causal blocks skipped); false = materialized scores + fused
   // scale-mask-softmax as in Megatron-LM 2021.

@@ -150,6 +150,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   const Framework* fw = framework ? &*framework : nullptr;
   // The framework's options, then the row's own.
   SimOptions opt = make_sim_options(req, *hw, fw);
+  opt.loom_executor = false;  // a published run: another stack's buffers
   if (run.flash_attention >= 0) opt.flash_attention = run.flash_attention == 1;
   if (run.fp32_main_grads >= 0) opt.fp32_main_grads = run.fp32_main_grads == 1;
   if (run.tp_async_backward >= 0) opt.tp_async_backward = run.tp_async_backward == 1;

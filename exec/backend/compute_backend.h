@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "core/memory_class.h"
 #include "exec/backend/kernels.h"
 #include "exec/backend/op_timer.h"
 
@@ -60,6 +61,9 @@ class ComputeBackend {
   virtual void release(void* ptr, size_t bytes) = 0;
   virtual size_t peak_allocated_bytes() const = 0;
   virtual size_t allocated_bytes() const = 0;
+  // What was live at the peak, by class (exec/backend/memory_ledger.h): the
+  // figures sum to peak_allocated_bytes().
+  virtual MemoryBreakdown peak_memory_breakdown() const = 0;
   // Gives the memory of [ptr, ptr + bytes) back while keeping the range
   // addressable; it reads as zeros until written again (ZeRO-3 releases the
   // parameters it does not own between uses). reclaim() accounts the range

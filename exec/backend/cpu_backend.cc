@@ -11,6 +11,7 @@
 
 #include "exec/backend/backend_error.h"
 #include "exec/backend/compute_backend.h"
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 
@@ -73,18 +74,19 @@ class CpuBackend final : public ComputeBackend {
     if (!p)
       throw_backend_error(resource_exhausted(
           "out of host memory: allocating " + std::to_string(rounded >> 20) + " MiB with " +
-          std::to_string(allocated_.load() >> 20) + " MiB of tensors live on this rank; lower the micro-batch, use "
+          std::to_string(ledger_.live_bytes() >> 20) + " MiB of tensors live on this rank; lower the micro-batch, use "
           "recompute, ZeRO, or more ranks (or more memory per rank)"));
     if (poison_uninitialized()) std::memset(p, 0xFF, rounded);
-    add(bytes);
+    ledger_.on_allocate(p, bytes);
     return p;
   }
-  void release(void* ptr, size_t bytes) override {
+  void release(void* ptr, size_t) override {
+    ledger_.on_release(ptr);
     std::free(ptr);
-    allocated_.fetch_sub(bytes);
   }
-  size_t peak_allocated_bytes() const override { return peak_.load(); }
-  size_t allocated_bytes() const override { return allocated_.load(); }
+  size_t peak_allocated_bytes() const override { return ledger_.peak_bytes(); }
+  size_t allocated_bytes() const override { return ledger_.live_bytes(); }
+  MemoryBreakdown peak_memory_breakdown() const override { return ledger_.peak_breakdown(); }
   // Whole pages inside the range go back to the OS (MADV_DONTNEED: anonymous
   // pages read as zeros afterwards); the partial pages at the ends are zeroed.
   void discard(void* ptr, size_t bytes) override {
@@ -97,11 +99,11 @@ class CpuBackend final : public ComputeBackend {
     std::memset(p, 0, size_t(b - p));
     std::memset(e, 0, size_t(p + bytes - e));
     ::madvise(b, size_t(e - b), MADV_DONTNEED);
-    allocated_.fetch_sub(size_t(e - b));
+    ledger_.on_discard(b, size_t(e - b));
   }
   void reclaim(void* ptr, size_t bytes) override {
     auto [b, e] = inner_pages(ptr, bytes);
-    if (b < e) add(size_t(e - b));
+    if (b < e) ledger_.on_reclaim(b, size_t(e - b));
   }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
@@ -121,19 +123,12 @@ class CpuBackend final : public ComputeBackend {
   }
 
  private:
-  void add(size_t bytes) {
-    size_t now = allocated_.fetch_add(bytes) + bytes;
-    size_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-  }
   static std::pair<char*, char*> inner_pages(void* ptr, size_t bytes) {
     const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
     uintptr_t b = (uintptr_t(ptr) + page - 1) / page * page, e = (uintptr_t(ptr) + bytes) / page * page;
     return {reinterpret_cast<char*>(b), reinterpret_cast<char*>(e)};
   }
-  std::atomic<size_t> allocated_{0};
-  std::atomic<size_t> peak_{0};
+  MemoryLedger ledger_;
   std::unique_ptr<Kernels> kernels_ = make_cpu_kernels();
   std::vector<std::unique_ptr<Kernels>> wrappers_;  // each over the one before (the first over kernels_)
 };

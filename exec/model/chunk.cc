@@ -1,4 +1,5 @@
 #include "exec/model/chunk.h"
+#include "exec/backend/memory_ledger.h"
 
 #include "core/program.h"
 
@@ -152,6 +153,7 @@ Status ModelChunk::leave_tp(float* partial_full, float* out_local) {
 Status ModelChunk::leave_tp_backward(float* dpartial_full, float* dlocal) { return leave_tp(dpartial_full, dlocal); }
 
 Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep) {
+  MemoryClassScope charge(MemoryClass::kActivations);
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
@@ -257,7 +259,10 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   return Status::ok();
 }
 
+// Backward's own buffers (activation gradients, temporaries) are workspace;
+// what it restores or recomputes of the forward is activations.
 Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a) {
+  MemoryClassScope charge(MemoryClass::kWorkspace);
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
@@ -266,14 +271,17 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   ParamStore& P = *params_;
   const bool qkv_bias = d.gpt2 || d.qkv_bias;
   if (a.packed) {
+    MemoryClassScope restored(MemoryClass::kActivations);
     a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) { unpack(backend_, b); });
     a.packed = false;
   }
   if (cfg_.recompute == Recompute::kFull) {
+    MemoryClassScope recomputed(MemoryClass::kActivations);
     DeviceBuffer x = std::move(a.x_in);
     DeviceBuffer out = make(backend_, Nl * C);
     LOOM_RETURN_IF_ERROR(layer_forward(layer, x.f32(), out.f32(), a, /*keep=*/true));
   } else if (a.ctx.empty()) {
+    MemoryClassScope recomputed(MemoryClass::kActivations);
     a.ctx = make(backend_, N * Hq * D);
     a.lse = make(backend_, B * Hq * T);
     k.attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D});
@@ -378,6 +386,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
   const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
   ParamStore& P = *params_;
+  MemoryClassScope charge(MemoryClass::kActivations);
   auto acts = std::make_unique<MicroActs>();
   acts->layers.resize(cfg_.num_layers);
   DeviceBuffer x = make(backend_, Nl * C), y = make(backend_, Nl * C);
@@ -458,6 +467,7 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
   const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
   ParamStore& P = *params_;
+  MemoryClassScope charge(MemoryClass::kWorkspace);
   if (num_parts < 1 || part < 0 || part >= num_parts)
     return internal_error("backward part " + std::to_string(part) + " of " + std::to_string(num_parts));
   if (part == 0) {
@@ -487,6 +497,13 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
       else
         k.rmsnorm_backward({dh.f32(), acts->head_in.f32(), P.param("final_norm.weight"), acts->rstdf.f32(),
                            bwd_->dx.f32(), P.grad("final_norm.weight"), Nl, C});
+      // The head is done with this micro-batch: its logits (the largest
+      // buffer with a real vocabulary) go before the layers' backward.
+      acts->dlogits = DeviceBuffer();
+      acts->hf = DeviceBuffer();
+      acts->head_in = DeviceBuffer();
+      acts->meanf = DeviceBuffer();
+      acts->rstdf = DeviceBuffer();
     } else {
       backend_->copy(bwd_->dx.f32(), dout, size_t(Nl * C) * sizeof(float));
     }

@@ -1,4 +1,5 @@
 #include "exec/model/params.h"
+#include "exec/backend/memory_ledger.h"
 
 #include <algorithm>
 #include <cmath>
@@ -117,7 +118,11 @@ void ParamStore::materialize(ComputeBackend* backend, uint64_t seed) {
   // place, a device backend through one uninitialized host buffer. Rows are
   // drawn in parallel (first touch included): 355M parameters take well under
   // a second on 16 cores.
-  params_ = DeviceBuffer::uninitialized(backend, size_t(total_) * sizeof(float));
+  {
+    MemoryClassScope charge(MemoryClass::kWeights);
+    params_ = DeviceBuffer::uninitialized(backend, size_t(total_) * sizeof(float));
+  }
+  MemoryClassScope charge(MemoryClass::kGrads);
   grads_ = DeviceBuffer(backend, size_t(total_) * sizeof(float));
   std::unique_ptr<float[]> staging;
   float* host = params_.f32();

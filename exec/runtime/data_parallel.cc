@@ -2,6 +2,7 @@
 // base class, what each stage does at the program's sync and gather ops in
 // one class per stage.
 #include "exec/runtime/data_parallel.h"
+#include "exec/backend/memory_ledger.h"
 
 #include <algorithm>
 
@@ -34,6 +35,7 @@ Status DataParallel::allocate() {
   if (cfg_.sum_replicated_over_tp)
     for (const ParamInfo& p : params_->infos())
       if (p.shard == ShardKind::kReplicated) replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
+  MemoryClassScope charge(MemoryClass::kGrads);
   if (cfg_.zero >= 1) shard_grad_ = DeviceBuffer(backend_, shard_total_ * sizeof(float));
   return Status::ok();
 }
@@ -95,6 +97,7 @@ Status DataParallel::sum_replicated(const std::vector<const ZeroUnit*>& units) {
     }
   }
   if (total == 0) return Status::ok();
+  MemoryClassScope charge(MemoryClass::kCommBuffers);
   auto packed = DeviceBuffer::uninitialized(backend_, total * sizeof(float));  // written whole below
   size_t at = 0;
   for (const ParamInfo* p : reps) {

@@ -233,6 +233,12 @@ Status open_trainer(Session& s) {
   cfg.backend = s.devices.backend.get();
   cfg.device_world = s.devices.world.get();
   if (!o.quiet) s.say("backend: %s", s.devices.description.c_str());
+  if (s.devices.precision != cfg.train.precision && s.lead())
+    std::fprintf(stderr,
+                 "loom execute: note: the plan is %s but the backend computes in %s: its memory and times are not "
+                 "the ones the plan predicts (plan with --precision %s for this backend)\n",
+                 precision_name(cfg.train.precision), precision_name(s.devices.precision),
+                 precision_name(s.devices.precision));
   size_t free_b = 0, total_b = 0;  // CUDA: this rank's stage against its device's free memory
   if (device_memory(s.devices, &free_b, &total_b))
     LOOM_RETURN_IF_ERROR(check_device_memory(s.plan, cfg.model, cfg.train, cfg.layout, s.world.rank(),

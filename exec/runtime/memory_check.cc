@@ -30,9 +30,10 @@ double ranks_memory_bytes(const ModelSpec& model, const TrainSpec& train, const 
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "stage %d per rank: weights %.3g GB, gradients %.3g GB, optimizer %.3g GB, activations %.3g GB, "
-                  "buffers %.3g GB, overhead %.3g GB",
+                  "buffers %.3g GB, workspace %.3g GB, overhead %.3g GB",
                   s.stage, s.weights_bytes / 1e9, s.grads_bytes / 1e9, s.optimizer_bytes / 1e9,
-                  s.activations_bytes / 1e9, s.comm_buffer_bytes / 1e9, s.overhead_bytes / 1e9);
+                  s.activations_bytes / 1e9, s.comm_buffer_bytes / 1e9, (s.workspace_bytes + s.inputs_bytes) / 1e9,
+                  s.overhead_bytes / 1e9);
     *detail = buf;
   }
   return need;

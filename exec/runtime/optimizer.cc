@@ -1,4 +1,5 @@
 #include "exec/runtime/optimizer.h"
+#include "exec/backend/memory_ledger.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,7 @@ Optimizer::Optimizer(const TrainSpec& train, const LossScalerOptions& scaling_op
 
 void Optimizer::allocate() {
   const size_t n = dp_->state_floats();
+  MemoryClassScope charge(MemoryClass::kOptimizer);
   m_ = DeviceBuffer(backend_, n * sizeof(float));
   v_ = DeviceBuffer(backend_, n * sizeof(float));
 }

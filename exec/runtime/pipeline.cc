@@ -1,4 +1,5 @@
 #include "exec/runtime/pipeline.h"
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 
@@ -78,14 +79,33 @@ Status Pipeline::send(const Op& op) {
   LOOM_ASSIGN_OR_RETURN(auto req, channel(op).isend(buf.f32(), buf.floats(), op.peer_stage, op.tag));
   sends_.push_back(std::move(req));
   send_buffers_.push_back(std::move(buf));
+  return reap_sends();
+}
+
+Status Pipeline::reap_sends() {
+  size_t kept = 0;
+  for (size_t i = 0; i < sends_.size(); ++i) {
+    if (sends_[i]->test()) {
+      LOOM_RETURN_IF_ERROR(sends_[i]->wait());
+      continue;
+    }
+    if (kept != i) {
+      sends_[kept] = std::move(sends_[i]);
+      send_buffers_[kept] = std::move(send_buffers_[i]);
+    }
+    ++kept;
+  }
+  sends_.resize(kept);
+  send_buffers_.resize(kept);
   return Status::ok();
 }
 
 Status Pipeline::recv(const Op& op, size_t floats) {
+  MemoryClassScope charge(MemoryClass::kCommBuffers);
   auto buf = DeviceBuffer::uninitialized(backend_, floats * sizeof(float));
   LOOM_RETURN_IF_ERROR(channel(op).recv(buf.f32(), buf.floats(), op.peer_stage, op.tag));
   (op.kind == OpKind::kRecvGrad ? grad_in_ : act_in_)[{op.chunk, op.micro}] = std::move(buf);
-  return Status::ok();
+  return reap_sends();
 }
 
 Status Pipeline::wait_sends() {

@@ -45,10 +45,16 @@ class Pipeline {
   Status recv(const Op& op, size_t floats);
   // Completes the sends in flight (before the optimizer).
   Status wait_sends();
+  // Sends in flight, whose buffers are held (for tests).
+  size_t sends_in_flight() const { return sends_.size(); }
 
  private:
   Pipeline(const Layout& layout, int stage, ComputeBackend* backend) : layout_(layout), stage_(stage), backend_(backend) {}
   Communicator& channel(const Op& op);
+  // Frees the buffers of the sends that have completed (each send and receive
+  // reaps), so a stage holds the outputs its peer has not yet received, not
+  // every output of the step.
+  Status reap_sends();
   using Key = std::pair<int, int>;  // (chunk, micro)
 
   Layout layout_;

@@ -20,15 +20,23 @@ double median(std::vector<double> v) {
 }
 
 // The critical rank's phases: every rank's means; the rank with the largest
-// compute (forward + backward) wins. Peak memory of every rank.
-Status gather_figures(Communicator& world, const StepPhases& mean, size_t peak_mem, RunRecord* rec) {
+// compute (forward + backward) wins. Peak memory of every rank, and what was
+// live at it by class.
+Status gather_figures(Communicator& world, const StepPhases& mean, size_t peak_mem, const MemoryBreakdown& at_peak,
+                      RunRecord* rec) {
   const size_t rank = size_t(world.rank()), ranks = size_t(world.size());
-  std::vector<double> all(kNumPhases * ranks, 0.0), mem(ranks, 0.0);
+  std::vector<double> all(kNumPhases * ranks, 0.0), mem(ranks, 0.0), classes(ranks * kNumMemoryClasses, 0.0);
   const PhaseArray mine = flatten(mean);
   std::copy(mine.begin(), mine.end(), all.begin() + ptrdiff_t(rank * kNumPhases));
   mem[rank] = double(peak_mem);
+  std::copy(at_peak.begin(), at_peak.end(), classes.begin() + ptrdiff_t(rank * kNumMemoryClasses));
   LOOM_RETURN_IF_ERROR(world.all_reduce(all.data(), all.size()));
   LOOM_RETURN_IF_ERROR(world.all_reduce(mem.data(), mem.size()));
+  LOOM_RETURN_IF_ERROR(world.all_reduce(classes.data(), classes.size()));
+  rec->peak_memory_by_class.assign(ranks, MemoryBreakdown{});
+  for (size_t r = 0; r < ranks; ++r)
+    std::copy_n(classes.begin() + ptrdiff_t(r * kNumMemoryClasses), kNumMemoryClasses,
+                rec->peak_memory_by_class[r].begin());
   std::vector<StepPhases> per_rank(ranks);
   for (size_t r = 0; r < ranks; ++r) {
     PhaseArray slot;
@@ -60,6 +68,7 @@ Result<RunOutcome> drive_run(Communicator& world, Trainer& trainer, const TrainS
   double ckpt_stall_s = 0, time_sum = 0;
   int64_t measured = 0;
   size_t peak_mem = 0;
+  MemoryBreakdown at_peak{};
   RunOutcome out;
   for (int64_t step = first; step < last; ++step) {
     LOOM_ASSIGN_OR_RETURN(StepResult r, trainer.step(step));
@@ -78,7 +87,10 @@ Result<RunOutcome> drive_run(Communicator& world, Trainer& trainer, const TrainS
     }
     rec->losses.push_back(r.loss);
     rec->step_times_s.push_back(r.step_time_s);
-    peak_mem = std::max(peak_mem, r.peak_memory_bytes);
+    if (r.peak_memory_bytes >= peak_mem) {
+      peak_mem = r.peak_memory_bytes;
+      at_peak = r.peak_memory_breakdown;
+    }
     if (step - first >= rec->warmup_steps) {
       ++measured;
       time_sum += r.step_time_s;
@@ -116,7 +128,7 @@ Result<RunOutcome> drive_run(Communicator& world, Trainer& trainer, const TrainS
   if (c.checkpointer) LOOM_RETURN_IF_ERROR(c.checkpointer->wait());
   rec->checkpoint_stall_s = ckpt_stall_s;
   const double n = double(std::max<int64_t>(1, measured));
-  LOOM_RETURN_IF_ERROR(gather_figures(world, sum / n, peak_mem, rec));
+  LOOM_RETURN_IF_ERROR(gather_figures(world, sum / n, peak_mem, at_peak, rec));
   rec->step_time_s = measured ? time_sum / n : (rec->step_times_s.empty() ? 0 : rec->step_times_s.back());
   const auto from = rec->step_times_s.begin() + std::min<ptrdiff_t>(rec->warmup_steps, ptrdiff_t(rec->step_times_s.size()));
   rec->step_time_median_s = from == rec->step_times_s.end() ? rec->step_time_s

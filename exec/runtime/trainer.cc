@@ -1,6 +1,7 @@
 // The Trainer's set-up and its program walk: every op of this rank's stage,
 // in program order, dispatched to the module that runs it.
 #include "exec/runtime/trainer.h"
+#include "exec/backend/memory_ledger.h"
 
 #include "exec/runtime/trainer_impl.h"
 
@@ -193,6 +194,7 @@ Status Trainer::Impl::forward(const Op& op) {
     LOOM_ASSIGN_OR_RETURN(in, pipeline->forward_input(c, micro));
   }
   DeviceBuffer out;
+  MemoryClassScope charge(MemoryClass::kCommBuffers);  // the stage's output, until it is sent
   if (!last_global(c))
     out = DeviceBuffer::uninitialized(backend, size_t(chunks[size_t(c)]->activation_floats()) * sizeof(float));
   const float scale = float(1.0 / double(cfg.train.tokens_per_step()));
@@ -215,6 +217,7 @@ Status Trainer::Impl::backward(const Op& op) {
   }
   const bool last_part = op.part == op.num_parts - 1;
   DeviceBuffer din;
+  MemoryClassScope charge(MemoryClass::kCommBuffers);  // the input's gradient, until it is sent
   if (last_part && !first_global(c))
     din = DeviceBuffer::uninitialized(backend, size_t(chunk.activation_floats()) * sizeof(float));
   LOOM_RETURN_IF_ERROR(chunk.backward_part(micro, dout, din.f32(), op.part, op.num_parts));
@@ -312,6 +315,7 @@ Status Trainer::Impl::load_batch(int64_t step) {
   LOOM_RETURN_IF_ERROR(data->read(first, per_dp, T, tokens.data(), targets.data()));
   const size_t bytes = tokens.size() * sizeof(int32_t);
   if (tokens_dev.bytes() != bytes) {
+    MemoryClassScope charge(MemoryClass::kInputs);
     tokens_dev = DeviceBuffer(backend, bytes);
     targets_dev = DeviceBuffer(backend, bytes);
   }
@@ -365,6 +369,7 @@ Status Trainer::run_step(int64_t step, StepResult* out) {
   r.step_time_s = max_elapsed;
   r.phases = s.times;
   r.peak_memory_bytes = s.backend->peak_allocated_bytes();
+  r.peak_memory_breakdown = s.backend->peak_memory_breakdown();
   events_ = s.events;
   return Status::ok();
 }

@@ -75,6 +75,7 @@ struct StepResult {
   // not timed apart (tp_comm_exposed_s is kNotMeasured).
   StepPhases phases;
   size_t peak_memory_bytes = 0;
+  MemoryBreakdown peak_memory_breakdown{};  // what was live at that peak, by class
 };
 
 class Trainer {

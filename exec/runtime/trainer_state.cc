@@ -6,6 +6,7 @@
 
 #include "core/json_util.h"
 #include "exec/backend/backend_error.h"
+#include "exec/backend/memory_ledger.h"
 #include "exec/checkpoint/checkpoint.h"
 #include "exec/checkpoint/training_state.h"
 #include "exec/runtime/trainer_checkpoint.h"
@@ -143,6 +144,7 @@ Status snapshot_impl(Trainer::Impl& s, int64_t next_step, bool light, ckpt::Save
     float* m_dst = m_host.data();
     float* v_dst = v_host.data();
     if (!s.backend->host_visible()) {
+      MemoryClassScope charge(MemoryClass::kOptimizer);
       m_full = DeviceBuffer(s.backend, numel * sizeof(float));
       v_full = DeviceBuffer(s.backend, numel * sizeof(float));
       m_dst = m_full.f32();

@@ -488,6 +488,18 @@ TEST_F(LoomExecuteChecks, ScaleReplansAndCompareRefusesTheUnscaledPlan) {
   EXPECT_EQ(rec["plan_hash"], scaled["plan_hash"]);
   Outcome c = loom({"compare", path("scaled.json").string(), path("run.json").string()});
   EXPECT_EQ(c.exit_code, 0) << describe(c);
+  // The executor's buffers at its peak, class by class beside the prediction's
+  // terms; nothing allocated outside the classes.
+  EXPECT_NE(c.out.find("peak memory by class (rank 0, stage 0"), std::string::npos) << describe(c);
+  ASSERT_TRUE(rec.contains("peak_memory_by_class")) << rec.dump(2);
+  EXPECT_EQ(rec["peak_memory_by_class"][0]["other"], 0.0);
+  Outcome cj = loom({"compare", path("scaled.json").string(), path("run.json").string(), "--json"});
+  ASSERT_EQ(cj.exit_code, 0) << describe(cj);
+  const json classes = parse_or_fail(cj.out, "compare --json")["peak_memory_by_class"]["classes"];
+  for (const char* k : {"weights", "grads", "optimizer", "activations", "workspace", "inputs"}) {
+    const double want = classes[k]["predicted"], got = classes[k]["measured"];
+    EXPECT_NEAR(got, want, 0.02 * want + 1) << k << "\n" << cj.out;
+  }
   c = loom({"compare", path("plan.json").string(), path("run.json").string()});
   EXPECT_EQ(c.exit_code, 2) << describe(c);
   EXPECT_NE(c.err.find("different model"), std::string::npos) << describe(c);

@@ -21,6 +21,7 @@
 
 #include "exec/backend/backend_error.h"
 #include "exec/backend/cuda/cuda_backend.h"
+#include "exec/backend/memory_ledger.h"
 #include "exec/backend/cuda/cuda_kernels.h"
 #include "exec/backend/cuda/cuda_op_timer.h"
 #include "exec/backend/kernel_sync_check.h"
@@ -122,7 +123,7 @@ class CudaBackend final : public ComputeBackend {
           (void)cudaGetLastError();
           throw_backend_error(resource_exhausted(
               "out of memory on GPU " + std::to_string(device_) + ": allocating " + gib(double(rounded)) +
-              " with " + gib(double(allocated_.load())) + " of tensors live (peak " + gib(double(peak_.load())) +
+              " with " + gib(double(ledger_.live_bytes())) + " of tensors live (peak " + gib(double(ledger_.peak_bytes())) +
               "), " + gib(double(free_b)) + " free of " + gib(double(total_b)) +
               "; lower the micro-batch, use recompute=selective or full, ZeRO, or more pipeline / tensor ranks"));
         }
@@ -131,7 +132,7 @@ class CudaBackend final : public ComputeBackend {
     }
     if (poison_uninitialized())
       if (cudaError_t e = cudaMemsetAsync(p, 0xFF, rounded, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
-    add(bytes);
+    ledger_.on_allocate(p, bytes);
     std::lock_guard<std::mutex> lock(mu_);
     sizes_[p] = rounded;
     return p;
@@ -143,18 +144,19 @@ class CudaBackend final : public ComputeBackend {
     const size_t rounded = it != sizes_.end() ? it->second : round_up(bytes);
     if (it != sizes_.end()) sizes_.erase(it);
     free_.emplace(rounded, ptr);
-    allocated_.fetch_sub(bytes);
+    ledger_.on_release(ptr);
   }
-  size_t peak_allocated_bytes() const override { return peak_.load(); }
-  size_t allocated_bytes() const override { return allocated_.load(); }
+  size_t peak_allocated_bytes() const override { return ledger_.peak_bytes(); }
+  size_t allocated_bytes() const override { return ledger_.live_bytes(); }
+  MemoryBreakdown peak_memory_breakdown() const override { return ledger_.peak_breakdown(); }
   // Device memory cannot be returned in place: the range is zeroed (it reads
   // as zeros until rewritten) and no longer counted as resident.
   void discard(void* ptr, size_t bytes) override {
     if (cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, stream_); e != cudaSuccess) fatal(e, "cudaMemsetAsync");
     debug_check("discard", bytes);
-    allocated_.fetch_sub(bytes);
+    ledger_.on_discard(ptr, bytes);
   }
-  void reclaim(void*, size_t bytes) override { add(bytes); }
+  void reclaim(void* ptr, size_t bytes) override { ledger_.on_reclaim(ptr, bytes); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess)
       fatal(e, "cudaMemcpyAsync to device");
@@ -250,17 +252,12 @@ class CudaBackend final : public ComputeBackend {
     for (auto& [bytes, p] : free_) cudaFree(p);
     free_.clear();
   }
-  void add(size_t bytes) {
-    size_t now = allocated_.fetch_add(bytes) + bytes, peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-  }
   int device_;
   cudaStream_t stream_ = nullptr;
   std::mutex mu_;
   std::multimap<size_t, void*> free_;
   std::map<void*, size_t> sizes_;
-  std::atomic<size_t> allocated_{0}, peak_{0};
+  MemoryLedger ledger_;
   std::unique_ptr<Kernels> kernels_;
   const bool sync_debug_ = sync_debug_requested();
   std::vector<std::unique_ptr<Kernels>> wrappers_;  // each over the one before (the first over kernels_)

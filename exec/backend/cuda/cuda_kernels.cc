@@ -9,6 +9,7 @@
 
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_ops.h"
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 
@@ -153,6 +154,7 @@ class CudaKernels final : public Kernels {
   void add_sum_squares(const AddSumSquares& a) override {
     // One device double per piece; take_sum_squares() reads them all back.
     if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {
+      MemoryClassScope workspace(MemoryClass::kWorkspace);
       DeviceBuffer bigger(be_, std::max<size_t>(256, 2 * (pieces_n_ + 1)) * sizeof(double));
       if (pieces_n_) be_->copy(bigger.f32(), pieces_.f32(), pieces_n_ * sizeof(double));
       pieces_ = std::move(bigger);
@@ -176,6 +178,7 @@ class CudaKernels final : public Kernels {
   // A double computed on the stream, read back through pinned memory.
   template <typename F>
   double host_result(F&& compute) {
+    MemoryClassScope workspace(MemoryClass::kWorkspace);
     if (result_.empty()) result_ = DeviceBuffer(be_, sizeof(double));
     if (!host_sum_) note(cuda::cuda_status(cudaMallocHost(reinterpret_cast<void**>(&host_sum_), sizeof(double)),
                                            "cudaMallocHost", __FILE__, __LINE__));
@@ -190,6 +193,7 @@ class CudaKernels final : public Kernels {
   // The attention workspace for a shape, grown on demand and kept.
   cuda::AttentionGemmScratch attention_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D) {
     auto grow = [&](DeviceBuffer& b, size_t bytes) -> void* {
+      MemoryClassScope workspace(MemoryClass::kWorkspace);
       if (b.bytes() < bytes) b = DeviceBuffer(be_, bytes);
       return b.f32();
     };
@@ -210,6 +214,7 @@ class CudaKernels final : public Kernels {
   // it lies in the parameter buffer, else a cast into scratch slot `slot`.
   const uint16_t* half_of(const float* x, int64_t n, int slot) {
     if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {
+      MemoryClassScope workspace(MemoryClass::kWorkspace);
       if (weights_bf16_.empty()) weights_bf16_ = DeviceBuffer(be_, size_t(weights_n_) * sizeof(uint16_t));
       auto* w16 = reinterpret_cast<uint16_t*>(weights_bf16_.f32());
       // Cast the stale ranges this operand touches (whole ranges: a chunk's
@@ -228,6 +233,7 @@ class CudaKernels final : public Kernels {
       return status_.is_ok() ? w16 + (x - weights_) : nullptr;
     }
     DeviceBuffer& buf = scratch_[slot];
+    MemoryClassScope workspace(MemoryClass::kWorkspace);
     if (buf.bytes() < size_t(n) * sizeof(uint16_t)) buf = DeviceBuffer(be_, size_t(n) * sizeof(uint16_t));
     auto* out = reinterpret_cast<uint16_t*>(buf.f32());
     note(cuda::cast_to_16(input_, x, out, n, s_));

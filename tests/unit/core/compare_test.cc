@@ -392,3 +392,51 @@ TEST(OpCompare, TheProgramHashRoundTripsThroughTheTrace) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Peak memory by class: the rank with the largest peak, its pipeline stage,
+// what was live at it against that stage's predicted terms; a record without
+// the breakdown has none; the breakdown round-trips and a malformed one is
+// an error naming the field.
+TEST(MemoryByClass, TheRankWithTheLargestPeakAgainstItsStage) {
+  const Plan p = sample_plan();  // dp2 tp2 pp2: ranks 4-7 are stage 1 (tp-cp-ep-dp-pp)
+  RunRecord rec = sample_record(p);
+  EXPECT_FALSE(compare_memory(p, rec).available) << "an older record: no breakdown";
+  rec.peak_memory_bytes = {1e9, 1e9, 1e9, 1e9, 1e9, 3e9, 1e9, 1e9};
+  rec.peak_memory_by_class.assign(8, MemoryBreakdown{});
+  rec.peak_memory_by_class[5][size_t(MemoryClass::kActivations)] = 2e9;
+  rec.peak_memory_by_class[5][size_t(MemoryClass::kWeights)] = 1e9;
+  const MemoryComparison m = compare_memory(p, rec);
+  ASSERT_TRUE(m.available);
+  EXPECT_EQ(m.rank, 5);
+  EXPECT_EQ(m.stage, 1);
+  ASSERT_EQ(m.rows.size(), size_t(kNumMemoryClasses));
+  const json stage = json::parse(p.prediction_json)["memory_per_stage"][1];
+  EXPECT_EQ(m.rows[size_t(MemoryClass::kActivations)].name, "activations");
+  EXPECT_EQ(m.rows[size_t(MemoryClass::kActivations)].measured, 2e9);
+  EXPECT_EQ(m.rows[size_t(MemoryClass::kActivations)].predicted, stage["activations_bytes"].get<double>());
+  EXPECT_EQ(m.rows[size_t(MemoryClass::kWorkspace)].predicted, stage["workspace_bytes"].get<double>());
+  EXPECT_TRUE(std::isnan(m.rows[size_t(MemoryClass::kOther)].predicted)) << "no term for untagged buffers";
+
+  // Written and read back as it was.
+  auto back = parse_run_record(run_record_to_json(rec));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_EQ(back->peak_memory_by_class.size(), 8u);
+  EXPECT_EQ(back->peak_memory_by_class[5], rec.peak_memory_by_class[5]);
+  // One entry per rank, numbers of bytes >= 0.
+  json j = json::parse(run_record_to_json(rec));
+  j["peak_memory_by_class"].erase(0);
+  auto short_one = parse_run_record(j.dump());
+  ASSERT_FALSE(short_one.is_ok());
+  EXPECT_TRUE(has(short_one.status(), "peak_memory_by_class")) << short_one.status().to_string();
+  j = json::parse(run_record_to_json(rec));
+  j["peak_memory_by_class"][2]["grads"] = -1;
+  auto negative = parse_run_record(j.dump());
+  ASSERT_FALSE(negative.is_ok());
+  EXPECT_TRUE(has(negative.status(), "peak_memory_by_class.grads")) << negative.status().to_string();
+}
+
+}  // namespace
+}  // namespace loom

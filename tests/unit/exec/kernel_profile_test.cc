@@ -300,6 +300,7 @@ TEST(KernelProfile, BackendsWithoutAWrapperSlotRefuse) {
     void* allocate(size_t) override { return nullptr; }
     void release(void*, size_t) override {}
     size_t peak_allocated_bytes() const override { return 0; }
+    MemoryBreakdown peak_memory_breakdown() const override { return {}; }
     size_t allocated_bytes() const override { return 0; }
     void discard(void*, size_t) override {}
     void reclaim(void*, size_t) override {}

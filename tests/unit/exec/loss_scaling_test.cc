@@ -77,6 +77,7 @@ class Fp16CpuBackend final : public ComputeBackend {
   void* allocate_uninitialized(size_t b) override { return cpu_->allocate_uninitialized(b); }
   void release(void* p, size_t b) override { cpu_->release(p, b); }
   size_t peak_allocated_bytes() const override { return cpu_->peak_allocated_bytes(); }
+  MemoryBreakdown peak_memory_breakdown() const override { return cpu_->peak_memory_breakdown(); }
   size_t allocated_bytes() const override { return cpu_->allocated_bytes(); }
   void discard(void* p, size_t b) override { cpu_->discard(p, b); }
   void reclaim(void* p, size_t b) override { cpu_->reclaim(p, b); }

@@ -18,6 +18,7 @@ SimOptions korthikanti_options() {
   SimOptions o;
   o.flash_attention = false;  // the paper keeps the softmax output
   o.dropout = 1;              // ... and dropout masks
+  o.loom_executor = false;    // the paper's accounting, not Loom's executor's buffers
   return o;
 }
 
@@ -143,9 +144,11 @@ TEST(MemoryModel, LoomExecutorZeroBuffers) {
 }
 
 // The last stage holds one micro-batch of logits: a framework keeps 16-bit
-// logits and its loss's fp32 copy (e + 4 bytes each), Loom's executor one fp32
-// buffer that becomes the gradient in place (4 bytes): GPT-2 at 512 tokens in
-// bf16 differs by 512 x 50257 x 2 bytes.
+// logits and its loss's fp32 copy (e + 4 bytes each); Loom's executor one fp32
+// buffer of the vocabulary padded to a multiple of 64 that becomes the
+// gradient in place, beside the gathered normed input and the head's input
+// (fp32) and the final norm's statistics. With GPT-2's vocabulary the peak
+// comes in the head's backward, with those and the head's workspace live.
 TEST(MemoryModel, LogitsAsTheExecutorHoldsThem) {
   ModelSpec m = testing::load_model_or_die("gpt2-124m");
   TrainSpec t;
@@ -158,8 +161,15 @@ TEST(MemoryModel, LogitsAsTheExecutorHoldsThem) {
   SimOptions megatron;
   megatron.framework = "megatron-core";
   const double fw = stage_memory(m, l, t, megatron, split, 0).activations_bytes;
-  const double loom = stage_memory(m, l, t, SimOptions{}, split, 0).activations_bytes;
-  EXPECT_NEAR(fw - loom, 512.0 * 50257 * 2, 1);
+  const double korthikanti_layers = 12 * layer_activation_bytes(m, l, megatron, 128, Precision::kBf16, false);
+  // (and GPT-2's embedding dropout mask, 1 byte per element, on the first stage)
+  EXPECT_NEAR(fw - korthikanti_layers, 512.0 * 50257 * (2 + 4) + 512.0 * 768 * 2 + 512.0 * 768, 1);
+  const StageMemory loom = stage_memory(m, l, t, SimOptions{}, split, 0);
+  const double layers = 12 * executor_layer_activation_bytes(m, l, 128, Precision::kBf16);
+  EXPECT_NEAR(loom.activations_bytes - layers, 4 * (512.0 * 50304 + 2 * 512.0 * 768 + 2 * 512.0), 1);
+  EXPECT_DOUBLE_EQ(loom.workspace_bytes, executor_backward_workspace(m, l, 128).head);
+  // The step's token ids and targets (int32).
+  EXPECT_DOUBLE_EQ(loom.inputs_bytes, 2 * 4 * 4 * 128.0);
 }
 
 TEST(MemoryModel, ModelStatesFollowZeroStagesOnARealModel) {
@@ -301,8 +311,43 @@ TEST(MemoryModel, MtpModuleOnTheLastStage) {
   TrainSpec t;
   t.global_batch = 64;
   t.seq_len = 4096;
-  EXPECT_GT(stage_memory(m, l, t, SimOptions{}, split, 3).activations_bytes,
-            stage_memory(no_mtp, l, t, SimOptions{}, split, 3).activations_bytes);
+  SimOptions megatron;  // Loom's executor runs no MTP; a framework's accounting
+  megatron.framework = "megatron-core";
+  EXPECT_GT(stage_memory(m, l, t, megatron, split, 3).activations_bytes,
+            stage_memory(no_mtp, l, t, megatron, split, 3).activations_bytes);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The executor's pipeline buffers from the program: none without a pipeline;
+// under GPipe the first stage's first backward waits for a gradient the last
+// stage sends after receiving every activation, so nothing it sent can still
+// be pending; otherwise between the buffers surely live and those possibly so.
+TEST(MemoryModel, ExecutorPipelineBuffersFromTheProgram) {
+  Layout l;
+  EXPECT_EQ(executor_p2p_buffers(l, 8, 0).at_most, 0);
+  l.pp = 2;
+  l.micro_batch = 1;
+  l.schedule = Schedule::kGpipe;
+  const P2pBuffers g0 = executor_p2p_buffers(l, 8, 0), g1 = executor_p2p_buffers(l, 8, 1);
+  EXPECT_EQ(g0.surely, 1) << "the received gradient";
+  EXPECT_EQ(g0.at_most, g0.surely);
+  EXPECT_EQ(g1.surely, 1) << "the input's gradient, allocated before the backward";
+  for (Schedule s : {Schedule::k1F1B, Schedule::kInterleaved}) {
+    l.schedule = s;
+    l.pp = 4;
+    l.virtual_stages = s == Schedule::kInterleaved ? 2 : 1;
+    for (int stage = 0; stage < 4; ++stage) {
+      const P2pBuffers b = executor_p2p_buffers(l, 16, stage);
+      EXPECT_GE(b.surely, 1) << int(s) << " stage " << stage;
+      EXPECT_LE(b.surely, b.at_most) << int(s) << " stage " << stage;
+      EXPECT_LE(b.at_most, 8) << "never every transfer of the step";
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,187 @@
+// The simulator's memory model for Loom's executor against what the executor
+// allocates, buffer class by buffer class, under mpirun (4 ranks).
+//
+// Each case trains a small model of a family for 2 steps with a layout; every
+// rank takes what its backend's memory ledger held at the rank's peak, by
+// class (exec/backend/memory_ledger.h), and the simulator's prediction for
+// that rank's pipeline stage (sim/memory_model.h stage_memory, the
+// Loom-executor form: no framework named). Each class must agree within 3%
+// of itself or 0.5% of the stage's total, whichever is larger, and the peak
+// total within 2%; no allocation may fall outside the classes. The pipeline's
+// send / receive buffers depend on how far the peer has got (a send holds its
+// buffer until the peer takes it): they must lie between those the program
+// says are surely live and those it allows to be (executor_p2p_buffers),
+// which the prediction takes. The models
+// carry real-size vocabularies (so the logits and the head's buffers, the
+// largest transient, are in play), GELU and SwiGLU MLPs, GQA and Qwen3's
+// per-head q/k norms.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/stage_split.h"
+#include "exec/comm/mpi_communicator.h"
+#include "exec/runtime/trainer.h"
+#include "sim/memory_model.h"
+
+namespace loom::exec {
+namespace {
+
+struct Case {
+  const char* family;
+  const char* layout;
+  int ranks;
+};
+
+const Case kCases[] = {
+    {"gpt2", "dp=1,micro=2", 1},
+    {"gpt2", "dp=1,micro=8,recompute=full", 1},
+    {"gpt2", "dp=1,micro=8,recompute=selective", 1},
+    {"gpt2", "dp=2,zero=0", 2},
+    {"gpt2", "dp=2,zero=1", 2},
+    {"gpt2", "dp=2,zero=2", 2},
+    {"gpt2", "dp=2,zero=3", 2},
+    {"gpt2", "dp=1,tp=2", 2},
+    {"gpt2", "dp=1,tp=2,sp=1", 2},
+    {"gpt2", "dp=1,pp=2,schedule=gpipe,micro=2", 2},
+    {"gpt2", "dp=1,pp=2,schedule=1f1b,micro=2", 2},
+    {"gpt2", "dp=1,pp=4,schedule=1f1b,micro=1", 4},
+    {"gpt2", "dp=1,pp=2,schedule=interleaved,v=2,micro=2", 2},
+    {"llama", "dp=1,micro=4", 1},
+    {"llama", "dp=2,tp=2,sp=1,zero=1", 4},
+    {"llama", "dp=2,pp=2,schedule=1f1b,micro=2,zero=2", 4},
+    {"qwen3", "dp=1,tp=2", 2},
+    {"qwen3", "dp=1,pp=2,schedule=1f1b,micro=2", 2},
+};
+
+ModelSpec model_of(const std::string& family) {
+  const std::string json =
+      family == "gpt2"
+          ? R"({"model_type":"gpt2","n_embd":64,"n_layer":4,"n_head":4,"n_positions":128,"vocab_size":8000})"
+      : family == "llama"
+          ? R"({"model_type":"llama","hidden_size":64,"intermediate_size":176,"num_hidden_layers":4,
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":6000,"max_position_embeddings":128,
+                "tie_word_embeddings":false})"
+          : R"({"model_type":"qwen3","hidden_size":64,"intermediate_size":192,"num_hidden_layers":4,
+                "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":5000,
+                "max_position_embeddings":128,"tie_word_embeddings":true})";
+  return parse_model_spec(json, "memory-" + family).value();
+}
+
+// What the simulator predicts for a stage, by the ledger's classes (NaN: no term).
+MemoryBreakdown predicted(const StageMemory& s) {
+  MemoryBreakdown b{};
+  b[size_t(MemoryClass::kWeights)] = s.weights_bytes;
+  b[size_t(MemoryClass::kGrads)] = s.grads_bytes;
+  b[size_t(MemoryClass::kOptimizer)] = s.optimizer_bytes;
+  b[size_t(MemoryClass::kActivations)] = s.activations_bytes;
+  b[size_t(MemoryClass::kCommBuffers)] = s.comm_buffer_bytes;
+  b[size_t(MemoryClass::kWorkspace)] = s.workspace_bytes;
+  b[size_t(MemoryClass::kInputs)] = s.inputs_bytes;
+  b[size_t(MemoryClass::kOther)] = 0;
+  return b;
+}
+
+}  // namespace
+}  // namespace loom::exec
+
+int main(int argc, char** argv) {
+  using namespace loom;
+  using namespace loom::exec;
+  auto world_or = mpi_world(&argc, &argv, MpiOptions{60});
+  if (!world_or.is_ok()) {
+    std::fprintf(stderr, "%s\n", world_or.status().to_string().c_str());
+    return 1;
+  }
+  auto& world = *world_or;
+  const char* path = argc > 1 ? argv[1] : LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
+  auto data = open_byte_text(path, 1234);
+  if (!data.is_ok()) {
+    std::fprintf(stderr, "%s\n", data.status().to_string().c_str());
+    return 1;
+  }
+  int failures = 0;
+  for (const Case& c : kCases) {
+    if (c.ranks > world->size()) continue;
+    const bool member = world->rank() < c.ranks;
+    auto sub = world->split(member ? 0 : 1, world->rank(), "case");
+    if (!sub.is_ok()) return 1;
+    double worst = 0, worst_total = 0;
+    std::string detail, error;
+    if (member) {
+      TrainerConfig cfg;
+      cfg.model = model_of(c.family);
+      cfg.train.global_batch = 8;
+      cfg.train.seq_len = 64;
+      cfg.train.steps = 2;
+      cfg.train.precision = Precision::kFp32;
+      cfg.layout = parse_layout(c.layout).value();
+      auto trainer = Trainer::create(sub->get(), cfg, data->get());
+      StepResult last;
+      Status st = trainer.status();
+      for (int64_t s = 0; st.is_ok() && s < cfg.train.steps; ++s) {
+        auto r = (*trainer)->step(s);
+        st = r.status();
+        if (r.is_ok()) last = *r;
+      }
+      if (!st.is_ok()) {
+        error = st.to_string();
+        worst = 1e9;
+      } else {
+        const int stage = RankGrid(cfg.layout).coords((*sub)->rank()).pp;
+        const StageMemory sm = stage_memory(cfg.model, cfg.layout, cfg.train, SimOptions{},
+                                            split_layers(cfg.model, cfg.layout), stage);
+        const MemoryBreakdown want = predicted(sm), got = last.peak_memory_breakdown;
+        double total_want = 0, total_got = 0;
+        for (int k = 0; k < kNumMemoryClasses; ++k) {
+          total_want += want[size_t(k)];
+          total_got += got[size_t(k)];
+        }
+        // The pipeline's send buffers the peer has not yet taken depend on
+        // timing: between the buffers surely live and those possibly pending.
+        const P2pBuffers p2p = executor_p2p_buffers(cfg.layout, cfg.train.global_batch, stage);
+        const double p2p_bytes = double(cfg.layout.micro_batch) * double(cfg.train.seq_len) * double(cfg.model.hidden) *
+                                 4 / (cfg.layout.sequence_parallel ? cfg.layout.tp : 1);
+        const double comm = got[size_t(MemoryClass::kCommBuffers)];
+        if (comm < p2p.surely * p2p_bytes - 0.5 || comm > p2p.at_most * p2p_bytes + 0.5)
+          detail += " comm_buffers " + std::to_string(comm) + " outside [" + std::to_string(p2p.surely * p2p_bytes) +
+                    ", " + std::to_string(p2p.at_most * p2p_bytes) + "];";
+        for (int k = 0; k < kNumMemoryClasses; ++k) {
+          if (k == int(MemoryClass::kCommBuffers)) continue;
+          const double diff = std::fabs(got[size_t(k)] - want[size_t(k)]);
+          const double allowed = std::max(0.03 * want[size_t(k)], 0.005 * total_want);
+          if (std::getenv("LOOM_MEMORY_VERBOSE"))
+            std::fprintf(stderr, "  rank %d %s %s %s: predicted %.0f measured %.0f\n", (*sub)->rank(), c.family,
+                         c.layout, std::string(memory_class_name(k)).c_str(), want[size_t(k)], got[size_t(k)]);
+          worst = std::max(worst, diff / allowed);
+          if (diff > allowed)
+            detail += " " + std::string(memory_class_name(k)) + " predicted " + std::to_string(want[size_t(k)]) +
+                      " measured " + std::to_string(got[size_t(k)]) + ";";
+        }
+        // The total against the prediction (with the possibly pending sends):
+        // the measured peak may fall below it by those, never exceed it.
+        worst_total = std::fabs((total_got - comm) / (total_want - want[size_t(MemoryClass::kCommBuffers)]) - 1);
+        if (std::fabs(total_got - double(last.peak_memory_bytes)) > 0.5)
+          detail += " the classes sum to " + std::to_string(total_got) + ", the peak is " +
+                    std::to_string(last.peak_memory_bytes) + ";";
+        if (worst_total > 0.02) detail += " total off by " + std::to_string(100 * worst_total) + "%;";
+      }
+    }
+    double flag = (member && (!error.empty() || !detail.empty())) ? 1 : 0, w = worst, wt = worst_total;
+    world->all_reduce(&flag, 1, ReduceOp::kMax);
+    world->all_reduce(&w, 1, ReduceOp::kMax);
+    world->all_reduce(&wt, 1, ReduceOp::kMax);
+    if (world->rank() == 0)
+      std::printf("%-6s %-46s %d ranks  worst class %.2f of its tolerance, total off %.2f%%  %s\n", c.family,
+                  c.layout, c.ranks, w, 100 * wt, flag == 0 ? "ok" : "FAILED");
+    if (!error.empty() || !detail.empty())
+      std::fprintf(stderr, "  rank %d %s %s:%s%s\n", world->rank(), c.family, c.layout, error.c_str(), detail.c_str());
+    failures += flag != 0;
+  }
+  if (world->rank() == 0) std::printf("%d passed, %d failed\n", int(std::size(kCases)) - failures, failures);
+  world.reset();
+  mpi_finalize();
+  return failures ? 1 : 0;
+}
