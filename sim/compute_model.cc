@@ -593,6 +593,11 @@ PieceCost mtp_projection_cost(const ModelSpec& m, const HwProfile& hw, const Sim
   return c;
 }
 
+double memory_pass_time_s(const HwProfile& hw, double bytes) {
+  const double eff = hw.accel.memory_bw_efficiency > 0 ? hw.accel.memory_bw_efficiency : 1.0;
+  return bytes / (hw.accel.memory_bw_bytes_per_s * eff);
+}
+
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
   // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
   // gradient, write the 16-bit weights; one more gradient read for the norm.

@@ -96,6 +96,8 @@ PieceCost mtp_projection_cost(const ModelSpec& model, const HwProfile& hw, const
 // Optimizer step (AdamW) over `local_params` parameters held by this rank,
 // plus the gradient-norm pass: memory bound.
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision precision, double local_params);
+// One pass writing (or reading) `bytes` at the profile's memory rate (a memset).
+double memory_pass_time_s(const HwProfile& hw, double bytes);
 
 // Contention: an NCCL collective keeps one thread block (an SM) per channel
 // resident for its whole duration, so compute that overlaps it runs on the

@@ -174,6 +174,11 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
+  // Loom's executor zeroes its fp32 gradients for the next step inside the
+  // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
+  // and, under ZeRO, the owned shard's buffer.
+  if (opt_.framework.empty() && opt_.loom_executor)
+    sc.optimizer_s += memory_pass_time_s(hw_, 4 * (params.total() + (l.zero >= 1 ? local_params : 0.0)));
   // A tied embedding split over the pipeline: the first and the last stage
   // each hold a copy and all-reduce its gradient before the update
   // (Megatron's _allreduce_embedding_grads; the executor sums the pair in

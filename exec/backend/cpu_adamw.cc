@@ -12,16 +12,16 @@
 
 namespace loom::cpu {
 
-// param(n), grad(n), m(n), v(n); step counts from 1.
+// param(n), grad(n), m(n), v(n); step counts from 1; the gradient is grad * grad_scale.
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int64_t step) {
+                  float eps, float weight_decay, int64_t step, float grad_scale) {
   // Bias corrections in double: 1 - 0.999^t is ~1e-3 at t = 1.
   const double t = static_cast<double>(step);
   const float m_corr = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), t)));
   const float v_corr = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), t)));
   LOOM_OMP_FOR_IF(n)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * grad_scale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;

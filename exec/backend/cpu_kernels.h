@@ -85,7 +85,8 @@ class CpuKernels : public Kernels {
     cpu::xent_backward(a.logits, a.targets, a.row_max, a.row_sumexp, a.dlogits, a.N, a.V, a.v_begin, a.scale);
   }
   void adamw_update(const AdamwUpdate& a) override {
-    cpu::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step);
+    cpu::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
+                      a.grad_scale);
   }
   void add_inplace(const AddInplace& a) override { cpu::add_inplace(a.y, a.x, a.n); }
   void add_bias(const AddBias& a) override { cpu::add_bias(a.y, a.bias, a.N, a.C); }

@@ -97,7 +97,7 @@ void xent_backward(const float* logits, const int32_t* targets, const float* row
 // AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected
 // moments; `step` counts from 1. Updates param, m, v in place.
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int64_t step);
+                  float eps, float weight_decay, int64_t step, float grad_scale = 1.0f);
 
 // Small helpers.
 void add_inplace(float* y, const float* x, int64_t n);            // y += x

@@ -346,7 +346,9 @@ struct XentBackward {
 };
 
 // AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected
-// moments; `step` counts from 1. Updates param, m, v in place.
+// moments; `step` counts from 1. Updates param, m, v in place. The gradient
+// enters as grad * grad_scale (clipping and the loss scale folded in, as
+// fused optimizers take them, so no separate pass rescales the gradients).
 struct AdamwUpdate {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kAdamwUpdate;
@@ -356,6 +358,7 @@ struct AdamwUpdate {
   int64_t n;
   float lr, beta1, beta2, eps, weight_decay;
   int64_t step;
+  float grad_scale = 1.0f;
   KernelCall describe(Precision p) const;
 };
 

@@ -93,9 +93,9 @@ Result<OptimizerResult> Optimizer::step(int64_t step) {
     if (!own) continue;
     const float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
     float* g = dp_->update_grad(*own);
-    if (clip != 1.0) k.scale_inplace({g, float(clip), own->size()});
     k.adamw_update({params_->params() + own->begin, g, m_.f32() + own->state_offset, v_.f32() + own->state_offset,
-                   own->size(), float(r.lr), float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step_});
+                    own->size(), float(r.lr), float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step_,
+                    float(clip)});
   }
   dp_->clear_grads();
   for (const ZeroUnit& u : dp_->units()) k.weights_changed(params_->params() + u.begin, int64_t(u.size));

@@ -123,13 +123,15 @@ TEST(CudaOps, AdamWMatchesCpuOverSteps) {
   for (int64_t step = 1; step <= 5; ++step) {
     auto g = random_vec(static_cast<size_t>(n), uint32_t(10 + step));
     Dev<float> dg(g);
-    cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-    ASSERT_TRUE(cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, nullptr).is_ok());
+    // The last step folds a clipping factor into the gradient.
+    const float gs = step == 3 ? 0.37f : 1.0f;
+    cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs);
+    ASSERT_TRUE(cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs, nullptr).is_ok());
   }
   expect_close(dp.host(), p, 1e-6, "param");
   expect_close(dm.host(), m, 1e-6, "m");
   expect_close(dv.host(), v, 1e-6, "v");
-  EXPECT_FALSE(cuda::adamw_update(dp.p, dp.p, dm.p, dv.p, n, 1, 0.9f, 0.95f, 1e-8f, 0, 0, nullptr).is_ok());
+  EXPECT_FALSE(cuda::adamw_update(dp.p, dp.p, dm.p, dv.p, n, 1, 0.9f, 0.95f, 1e-8f, 0, 0, 1.0f, nullptr).is_ok());
 }
 
 TEST(CudaOps, SumSquaresAddAndTriadMatchCpu) {

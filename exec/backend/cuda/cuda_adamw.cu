@@ -10,9 +10,9 @@ namespace loom::cuda {
 namespace {
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2,
-                             float eps, float wd, float m_corr, float v_corr) {
+                             float eps, float wd, float m_corr, float v_corr, float gs) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
+    const float gi = g[i] * gs;
     const float mi = b1 * m[i] + (1.0f - b1) * gi;
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
@@ -25,7 +25,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
 }  // namespace
 
 Status adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int64_t step, cudaStream_t stream) {
+                    float beta2, float eps, float weight_decay, int64_t step, float grad_scale, cudaStream_t stream) {
   if (n <= 0) return Status::ok();
   if (step < 1) return invalid_argument("adamw_update: step must count from 1");
   // Bias corrections in double on the host, as the CPU reference.
@@ -33,7 +33,7 @@ Status adamw_update(float* param, const float* grad, float* m, float* v, int64_t
   const float m_corr = float(1.0 / (1.0 - std::pow(double(beta1), t)));
   const float v_corr = float(1.0 / (1.0 - std::pow(double(beta2), t)));
   adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, m_corr,
-                                                     v_corr);
+                                                     v_corr, grad_scale);
   LOOM_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

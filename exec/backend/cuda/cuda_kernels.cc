@@ -134,7 +134,7 @@ class CudaKernels final : public Kernels {
   }
   void adamw_update(const AdamwUpdate& a) override {
     note(cuda::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
-                            s_));
+                            a.grad_scale, s_));
   }
   void add_inplace(const AddInplace& a) override { note(cuda::add_inplace(a.y, a.x, a.n, s_)); }
   void add_bias(const AddBias& a) override { note(cuda::add_bias(a.y, a.bias, a.N, a.C, s_)); }

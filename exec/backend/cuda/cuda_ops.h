@@ -116,7 +116,7 @@ Status gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 Status gelu_backward(const float* dy, const float* x, float* dx, int64_t n, cudaStream_t stream);
 // AdamW with decoupled weight decay, bias-corrected; `step` counts from 1.
 Status adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int64_t step, cudaStream_t stream);
+                    float beta2, float eps, float weight_decay, int64_t step, float grad_scale, cudaStream_t stream);
 // *out (device, one double) = sum of x^2.
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream);
 // *out (device, one double) = sum of x.

@@ -579,6 +579,24 @@ TEST(CpuAdamW, OneStepMatchesHandComputedValues) {
   EXPECT_NEAR(p[0], 0.497985866561207, 2e-7);
 }
 
+// The folded gradient scale (clipping, the loss scale) is exactly a pass that
+// multiplies the gradient first: the same float products, the same update.
+TEST(CpuAdamW, GradScaleIsTheGradientMultipliedFirst) {
+  const int64_t n = 257;
+  const Vec p0 = random_vec(n, 120), g = random_vec(n, 121), m0 = random_vec(n, 122, -0.1f, 0.1f);
+  const Vec v0 = random_vec(n, 123, 0.0f, 0.01f);
+  Vec p_a = p0, m_a = m0, v_a = v0, p_b = p0, m_b = m0, v_b = v0, scaled = g;
+  const float s = 0.2371f;
+  for (float& x : scaled) x *= s;
+  adamw_update(p_a.data(), g.data(), m_a.data(), v_a.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5, s);
+  adamw_update(p_b.data(), scaled.data(), m_b.data(), v_b.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 5);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(p_a[i], p_b[i]) << i;
+    EXPECT_EQ(m_a[i], m_b[i]) << i;
+    EXPECT_EQ(v_a[i], v_b[i]) << i;
+  }
+}
+
 TEST(CpuAdamW, WeightDecayIsDecoupledFromTheMoments) {
   const int64_t n = 64;
   const Vec p0 = random_vec(n, 110), g = random_vec(n, 111), m0 = random_vec(n, 112, -0.1f, 0.1f);
