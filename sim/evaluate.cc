@@ -535,11 +535,13 @@ Estimate Evaluator::estimate(const Layout& l) const {
       // its first bucket, or fully exposed after the optimizer.
       exposed += l.overlap_param_gather ? d.param_gather_s / nb : d.param_gather_s;
     }
-    dp_exposed = std::max(dp_exposed, exposed);
     // The DP stream's time this stage's compute hides, and the SMs it holds.
     double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
     if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
     if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
+    // Collectives that progress only in the host's waits hide behind nothing.
+    if (opt_.dp_comm_host_progress) exposed = total;
+    dp_exposed = std::max(dp_exposed, exposed);
     const double net_share = d.crosses_nodes ? sc.net_share : 0.0;
     contention = std::max(contention, std::max(0.0, total - exposed) * (contention_fraction + net_share));
   }

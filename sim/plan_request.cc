@@ -76,6 +76,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (hw.is_cpu()) {
     // CPU ranks: no device context or allocator pool to reserve for.
     opt.runtime_reserve_bytes = 0;
+    opt.dp_comm_host_progress = true;  // Open MPI's collectives progress in the host's MPI calls
     opt.flash_attention = true;  // the CPU attention kernel keeps no s*s scores
   }
   return opt;

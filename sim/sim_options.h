@@ -29,6 +29,14 @@ struct SimOptions {
   // program). False: the papers' accounting of an unnamed stack (the
   // validation's published runs that name none).
   bool loom_executor = true;
+  // The DP collectives progress only while the host calls into the
+  // communicator: Open MPI's non-blocking collectives (libnbc) on CPU ranks,
+  // without an asynchronous progress thread, move data inside MPI calls, so
+  // the executor's reductions and gathers advance in its waits, not beside
+  // its compute. The event engine then starts each one when the compute op
+  // before its first consumer ends (sim/simulate.cc). On for CPU profiles
+  // (make_sim_options); NCCL runs them on a stream of their own.
+  bool dp_comm_host_progress = false;
   // Attention kernel: true = a fused flash-style kernel (no s*s activations
   // kept, causal blocks skipped); false = materialized scores + fused
   // scale-mask-softmax as in Megatron-LM 2021.

@@ -105,6 +105,46 @@ std::vector<double> with_nic_sharing(const Program& prog, const Timeline& tl, co
   return out;
 }
 
+// DP collectives that progress only while the host calls into the
+// communicator (SimOptions::dp_comm_host_progress): each starts no earlier
+// than the end of the compute op before its first consumer on the stage, so
+// that consumer waits for all of it, as the executor's wait does.
+Program with_host_progressed_dp(const Program& prog) {
+  const size_t n = prog.ops.size();
+  std::vector<std::vector<int32_t>> extra(n);
+  std::vector<int32_t> first_consumer(n, -1);  // index in the stage's issue order
+  for (const auto& ids : prog.stage_ops) {
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int32_t d : prog.deps_of(prog.ops[size_t(ids[i])]))
+        if (prog.ops[size_t(d)].stream == Stream::kDpComm && prog.ops[size_t(d)].stage == prog.ops[size_t(ids[i])].stage &&
+            first_consumer[size_t(d)] < 0)
+          first_consumer[size_t(d)] = int32_t(i);
+    int32_t last_compute = -1;  // index of the last compute op seen
+    std::vector<int32_t> compute_before(ids.size(), -1);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      compute_before[i] = last_compute;
+      if (prog.ops[size_t(ids[i])].stream == Stream::kCompute) last_compute = int32_t(i);
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t id = ids[i], c = first_consumer[size_t(id)];
+      if (prog.ops[size_t(id)].stream != Stream::kDpComm || c < 0) continue;
+      const int32_t p = compute_before[size_t(c)];
+      if (p > int32_t(i)) extra[size_t(id)].push_back(ids[size_t(p)]);
+    }
+  }
+  Program out = prog;
+  out.deps.clear();
+  out.deps.reserve(prog.deps.size() + n / 4);
+  for (Op& op : out.ops) {
+    const auto old = prog.deps_of(prog.ops[size_t(op.id)]);
+    op.dep_begin = static_cast<int32_t>(out.deps.size());
+    out.deps.insert(out.deps.end(), old.begin(), old.end());
+    out.deps.insert(out.deps.end(), extra[size_t(op.id)].begin(), extra[size_t(op.id)].end());
+    op.dep_count = static_cast<int32_t>(out.deps.size()) - op.dep_begin;
+  }
+  return out;
+}
+
 Program with_blocking_sends(const Program& prog) {
   const size_t n = prog.ops.size();
   const int P = static_cast<int>(prog.stage_ops.size());
@@ -163,9 +203,12 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   // The engine times the program the framework runs; r.program stays the
   // executor's (its ops, ids and hash are the plan's).
   const bool blocking = l.pp > 1 && blocking_p2p(eval.options(), l.schedule);
-  Program timed_blocking;
-  if (blocking) timed_blocking = with_blocking_sends(r.program);
-  const Program& timed = blocking ? timed_blocking : r.program;
+  const bool host_dp = l.dp > 1 && eval.options().dp_comm_host_progress;
+  Program timed_host, timed_blocking;
+  if (host_dp) timed_host = with_host_progressed_dp(r.program);
+  const Program& base = host_dp ? timed_host : r.program;
+  if (blocking) timed_blocking = with_blocking_sends(base);
+  const Program& timed = blocking ? timed_blocking : base;
   r.durations_s = op_durations(eval, l, r.program, r.stages, dp);
   if (blocking) {
     const double t_p2p = eval.p2p_time_s(l);
