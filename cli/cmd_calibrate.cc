@@ -82,7 +82,10 @@ struct Point {
 
 // An efficiency table from measured GEMM points: the median efficiency
 // (rate / peak, within [floor, 1]) in each factor-of-4 band of GEMM size,
-// keyed by the band's middle point. Sorts `pts` by FLOPs.
+// keyed by the band's middle point, and the end bands' efficiencies again at
+// the smallest and largest sizes measured: the lookup is flat beyond the
+// ends either way, so prices do not change, but the table spans what was
+// measured (sim/coverage.h flags only shapes outside it). Sorts `pts` by FLOPs.
 OrderedJson band_table(std::vector<Point>& pts, double peak, double floor) {
   std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
   OrderedJson table = OrderedJson::array();
@@ -95,6 +98,13 @@ OrderedJson band_table(std::vector<Point>& pts, double peak, double floor) {
     if (table.empty() || gflop > table.back()["gflop"].get<double>())
       table.push_back({{"gflop", gflop}, {"efficiency", std::clamp(eff[eff.size() / 2], floor, 1.0)}});
     i = j;
+  }
+  if (!pts.empty() && !table.empty()) {
+    const double lo = pts.front().flops / 1e9, hi = pts.back().flops / 1e9;
+    if (lo < table.front()["gflop"].get<double>())
+      table.insert(table.begin(), {{"gflop", lo}, {"efficiency", table.front()["efficiency"]}});
+    if (hi > table.back()["gflop"].get<double>())
+      table.push_back({{"gflop", hi}, {"efficiency", table.back()["efficiency"]}});
   }
   return table;
 }
