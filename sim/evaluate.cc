@@ -176,9 +176,11 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
   // Loom's executor zeroes its fp32 gradients for the next step inside the
   // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
-  // and, under ZeRO, the owned shard's buffer.
+  // (ZeRO-2/3 gave it back after its reduce-scatter: nothing to zero) and,
+  // under ZeRO, the owned shard's buffer.
   if (opt_.framework.empty() && opt_.loom_executor)
-    sc.optimizer_s += memory_pass_time_s(hw_, 4 * (params.total() + (l.zero >= 1 ? local_params : 0.0)));
+    sc.optimizer_s +=
+        memory_pass_time_s(hw_, 4 * ((l.zero >= 2 ? 0.0 : params.total()) + (l.zero >= 1 ? local_params : 0.0)));
   // A tied embedding split over the pipeline: the first and the last stage
   // each hold a copy and all-reduce its gradient before the update
   // (Megatron's _allreduce_embedding_grads; the executor sums the pair in

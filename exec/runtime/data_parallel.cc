@@ -180,7 +180,17 @@ Status DataParallel::wait_all() {
 }
 
 void DataParallel::clear_grads() {
-  params_->zero_grads();
+  // ZeRO-2/3 gave each chunk's full gradient back after its last
+  // reduce-scatter, and it reads as zeros: zero only what is resident (a
+  // memset of the rest would fault its pages back in for nothing).
+  bool any_discarded = false;
+  for (int c = 0; c < int(gathers_.size()); ++c) any_discarded |= grads_discarded(c);
+  if (!any_discarded) {
+    params_->zero_grads();
+  } else {
+    for (const ZeroUnit& u : units_)
+      if (!grads_discarded(u.chunk)) backend_->fill_zero(params_->grads() + u.begin, u.size * sizeof(float));
+  }
   if (!shard_grad_.empty()) backend_->fill_zero(shard_grad_.f32(), shard_grad_.bytes());
 }
 
@@ -280,6 +290,7 @@ class Zero2 : public Zero1 {
     backend_->discard(params_->grads() + u.begin, u.size * sizeof(float));
     discarded_[size_t(u.chunk)] = true;
   }
+  bool grads_discarded(int chunk) const override { return discarded_[size_t(chunk)]; }
   void reclaim_grads(int chunk) override {
     if (!discarded_[size_t(chunk)]) return;
     for (const ZeroUnit* u : units_of_chunk(chunk)) backend_->reclaim(params_->grads() + u->begin, u->size * sizeof(float));

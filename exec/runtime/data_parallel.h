@@ -142,6 +142,8 @@ class DataParallel {
   const std::vector<const ZeroUnit*>& units_of_chunk(int chunk) const { return chunk_units_[size_t(chunk)]; }
   // ZeRO-2/3 gave a chunk's full gradients back: account them again.
   virtual void reclaim_grads(int chunk) { (void)chunk; }
+  // Whether the chunk's full gradient was given back (it reads as zeros).
+  virtual bool grads_discarded(int chunk) const { (void)chunk; return false; }
   // After a unit's reduce-scatter completed (ZeRO >= 1).
   virtual void after_reduce(const ZeroUnit& u) { (void)u; }
   Status finish_reduction(size_t i, bool block, bool* done);
