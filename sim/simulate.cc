@@ -113,23 +113,38 @@ Program with_host_progressed_dp(const Program& prog) {
   const size_t n = prog.ops.size();
   std::vector<std::vector<int32_t>> extra(n);
   std::vector<int32_t> first_consumer(n, -1);  // index in the stage's issue order
+  std::vector<int32_t> pos(n, -1);             // each op's index in its stage's issue order
+  for (const auto& ids : prog.stage_ops)
+    for (size_t i = 0; i < ids.size(); ++i) pos[size_t(ids[i])] = int32_t(i);
   for (const auto& ids : prog.stage_ops) {
     for (size_t i = 0; i < ids.size(); ++i)
       for (int32_t d : prog.deps_of(prog.ops[size_t(ids[i])]))
         if (prog.ops[size_t(d)].stream == Stream::kDpComm && prog.ops[size_t(d)].stage == prog.ops[size_t(ids[i])].stage &&
             first_consumer[size_t(d)] < 0)
           first_consumer[size_t(d)] = int32_t(i);
-    int32_t last_compute = -1;  // index of the last compute op seen
-    std::vector<int32_t> compute_before(ids.size(), -1);
+    // The compute ops in issue order, and for each the latest DP op (by its
+    // index in the stage's order) that it or a compute op before it needs: a
+    // DP op may wait only for compute that does not itself wait for it or
+    // for a DP op behind it on the DP stream.
+    std::vector<int32_t> compute_at, needs_dp_upto;
+    std::vector<int32_t> compute_before(ids.size(), -1);  // position in compute_at of the last compute op before i
+    int32_t upto = -1;
     for (size_t i = 0; i < ids.size(); ++i) {
-      compute_before[i] = last_compute;
-      if (prog.ops[size_t(ids[i])].stream == Stream::kCompute) last_compute = int32_t(i);
+      compute_before[i] = int32_t(compute_at.size()) - 1;
+      const Op& op = prog.ops[size_t(ids[i])];
+      if (op.stream != Stream::kCompute) continue;
+      for (int32_t d : prog.deps_of(op))
+        if (prog.ops[size_t(d)].stream == Stream::kDpComm && prog.ops[size_t(d)].stage == op.stage)
+          upto = std::max(upto, pos[size_t(d)]);
+      compute_at.push_back(int32_t(i));
+      needs_dp_upto.push_back(upto);
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t id = ids[i], c = first_consumer[size_t(id)];
       if (prog.ops[size_t(id)].stream != Stream::kDpComm || c < 0) continue;
-      const int32_t p = compute_before[size_t(c)];
-      if (p > int32_t(i)) extra[size_t(id)].push_back(ids[size_t(p)]);
+      int32_t k = compute_before[size_t(c)];
+      while (k >= 0 && needs_dp_upto[size_t(k)] >= int32_t(i)) --k;
+      if (k >= 0 && compute_at[size_t(k)] > int32_t(i)) extra[size_t(id)].push_back(ids[size_t(compute_at[size_t(k)])]);
     }
   }
   Program out = prog;

@@ -1,10 +1,10 @@
 #include "exec/model/chunk.h"
-#include "exec/backend/memory_ledger.h"
-
-#include "core/program.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "core/program.h"
+#include "exec/backend/memory_ledger.h"
 
 
 namespace loom::exec {

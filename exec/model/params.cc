@@ -1,5 +1,4 @@
 #include "exec/model/params.h"
-#include "exec/backend/memory_ledger.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +6,7 @@
 #include <cstring>
 
 #include "core/mix.h"
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 

@@ -2,9 +2,10 @@
 // base class, what each stage does at the program's sync and gather ops in
 // one class per stage.
 #include "exec/runtime/data_parallel.h"
-#include "exec/backend/memory_ledger.h"
 
 #include <algorithm>
+
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 

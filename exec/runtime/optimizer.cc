@@ -1,9 +1,11 @@
 #include "exec/runtime/optimizer.h"
-#include "exec/backend/memory_ledger.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
+
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 
@@ -61,7 +63,9 @@ Result<OptimizerResult> Optimizer::step(int64_t step) {
     if (own) k.add_sum_squares({dp_->update_grad(*own), own->size()});
   }
   double sq = k.take_sum_squares({});
+  const auto sync_start = std::chrono::steady_clock::now();
   LOOM_RETURN_IF_ERROR(world_->all_reduce(&sq, 1, ReduceOp::kSum));
+  r.norm_sync_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
   r.lr = lr_schedule(t, step);
   // Every rank holds the same total, so every rank takes the same branch.
   const bool finite = std::isfinite(sq);

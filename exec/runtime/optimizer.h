@@ -25,6 +25,10 @@ struct OptimizerResult {
   double grad_norm = 0;  // before clipping; infinite on a step skipped for fp16 overflow
   double lr = 0;
   bool skipped = false;  // fp16: the gradients overflowed, no update was made
+  // Seconds in the gradient norm's all-reduce over the world: mostly waiting
+  // for the ranks still in their last backward (the other pipeline stages),
+  // which the trainer counts as pipeline (or DP) wait, not optimizer time.
+  double norm_sync_s = 0;
 };
 
 class Optimizer {

@@ -1,4 +1,5 @@
 #include "exec/runtime/pipeline.h"
+
 #include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {

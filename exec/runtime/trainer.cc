@@ -1,7 +1,6 @@
 // The Trainer's set-up and its program walk: every op of this rank's stage,
 // in program order, dispatched to the module that runs it.
 #include "exec/runtime/trainer.h"
-#include "exec/backend/memory_ledger.h"
 
 #include "exec/runtime/trainer_impl.h"
 
@@ -9,6 +8,7 @@
 
 #include "core/stage_split.h"
 #include "exec/backend/backend_error.h"
+#include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 
@@ -292,7 +292,13 @@ Status Trainer::Impl::run_op(const Op& op) {
       t0 = Clock::now();
       LOOM_RETURN_IF_ERROR(wait_dp(sharding->wait_all()));
       LOOM_RETURN_IF_ERROR(optimizer_step(op));
-      times.optimizer_s += op_seconds();
+      {
+        // The norm's all-reduce waits for the ranks still in backward: the
+        // pipeline's drain (or, without a pipeline, the DP ranks' imbalance).
+        const double total = op_seconds(), sync = std::min(update.norm_sync_s, total);
+        times.optimizer_s += total - sync;
+        (cfg.layout.pp > 1 ? times.pipeline_wait_s : times.dp_comm_exposed_s) += sync;
+      }
       break;
   }
   record(op, t0, seconds_since(t0));

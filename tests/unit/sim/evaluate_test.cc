@@ -352,6 +352,18 @@ TEST(Simulate, HostProgressedDpCollectivesHideBehindNothing) {
     EXPECT_GT(b->time.step_time_s, a->time.step_time_s) << layout;
     EXPECT_LE(b->time.step_time_s - a->time.step_time_s, all - a->time.dp_comm_s + 1e-9) << layout;
   }
+  // Every layout's program stays acyclic with the DP ops held back (ZeRO-3's
+  // gathers queue behind the reduce-scatters they wait for).
+  Evaluator waits = make_eval("llama-3-8b", "dgx-h100", 64, 2048, host);
+  SearchSpace sp;
+  sp.world = 16;
+  sp.max_micro_batch = 2;
+  const auto layouts = enumerate_layouts(waits, sp);
+  ASSERT_GT(layouts.size(), 50u);
+  for (const Layout& l : layouts) {
+    auto r = simulate_layout(waits, l);
+    ASSERT_TRUE(r.is_ok()) << l.to_string() << ": " << r.status().to_string();
+  }
 }
 
 }  // namespace
