@@ -105,6 +105,21 @@ std::vector<double> with_nic_sharing(const Program& prog, const Timeline& tl, co
   return out;
 }
 
+// `out`'s deps: each op's deps in `prog`, then extra[op] (out's ops are prog's, maybe moved).
+void add_deps(const Program& prog, const std::vector<std::vector<int32_t>>& extra, Program* out) {
+  size_t added = 0;
+  for (const auto& e : extra) added += e.size();
+  out->deps.clear();
+  out->deps.reserve(prog.deps.size() + added);
+  for (Op& op : out->ops) {
+    const auto old = prog.deps_of(prog.ops[size_t(op.id)]);
+    op.dep_begin = static_cast<int32_t>(out->deps.size());
+    out->deps.insert(out->deps.end(), old.begin(), old.end());
+    out->deps.insert(out->deps.end(), extra[size_t(op.id)].begin(), extra[size_t(op.id)].end());
+    op.dep_count = static_cast<int32_t>(out->deps.size()) - op.dep_begin;
+  }
+}
+
 // DP collectives that progress only while the host calls into the
 // communicator (SimOptions::dp_comm_host_progress): each starts no earlier
 // than the end of the compute op before its first consumer on the stage, so
@@ -148,15 +163,7 @@ Program with_host_progressed_dp(const Program& prog) {
     }
   }
   Program out = prog;
-  out.deps.clear();
-  out.deps.reserve(prog.deps.size() + n / 4);
-  for (Op& op : out.ops) {
-    const auto old = prog.deps_of(prog.ops[size_t(op.id)]);
-    op.dep_begin = static_cast<int32_t>(out.deps.size());
-    out.deps.insert(out.deps.end(), old.begin(), old.end());
-    out.deps.insert(out.deps.end(), extra[size_t(op.id)].begin(), extra[size_t(op.id)].end());
-    op.dep_count = static_cast<int32_t>(out.deps.size()) - op.dep_begin;
-  }
+  add_deps(prog, extra, &out);
   return out;
 }
 
@@ -190,15 +197,7 @@ Program with_blocking_sends(const Program& prog) {
       }
     }
   }
-  out.deps.clear();
-  out.deps.reserve(prog.deps.size() + n / 2);
-  for (Op& op : out.ops) {
-    const auto old = prog.deps_of(prog.ops[size_t(op.id)]);
-    op.dep_begin = static_cast<int32_t>(out.deps.size());
-    out.deps.insert(out.deps.end(), old.begin(), old.end());
-    out.deps.insert(out.deps.end(), extra[size_t(op.id)].begin(), extra[size_t(op.id)].end());
-    op.dep_count = static_cast<int32_t>(out.deps.size()) - op.dep_begin;
-  }
+  add_deps(prog, extra, &out);
   return out;
 }
 
