@@ -19,8 +19,10 @@ struct CalibArgs {
 };
 
 // Every rank runs the sweeps at once; rank 0 gets the profile's JSON text
-// (the others an empty string). `summary` prints the measured figures.
+// (the others an empty string). `summary` prints the measured figures;
+// `worst_spread` gets the worst interquartile spread of repeated
+// measurements (relative to their median: the machine's noise).
 Result<std::string> measure_profile_json(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a,
-                                         bool summary);
+                                         bool summary, double* worst_spread = nullptr);
 
 }  // namespace loom::cli

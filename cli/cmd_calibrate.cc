@@ -32,7 +32,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Median seconds per call of `fn` over samples lasting at least `min_s` in
+// Median seconds per call of `fn` (and in *best the fastest sample's: the
+// machine's capability, which contention can only slow) over samples lasting at least `min_s` in
 // total. Every rank runs it at the same time (a barrier starts each sample)
 // and the same number of calls. A sample repeats `fn` for about `sample_s`, far
 // longer than a scheduler time slice: when ranks outnumber cores, a single
@@ -40,7 +41,7 @@ using Clock = std::chrono::steady_clock;
 // at the shared rate that whole samples see.
 template <typename Fn>
 Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spread, double sample_s,
-                       exec::KernelBench* device = nullptr) {
+                       exec::KernelBench* device = nullptr, double* best = nullptr) {
   // The first sample sizes itself by a probe call (at most 16 calls: an
   // unpreempted probe can be far faster than the shared rate); later ones by
   // the previous sample's time per call. The slowest rank decides.
@@ -73,6 +74,10 @@ Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spr
   if (spread) *spread = (t[t.size() * 3 / 4] - t[t.size() / 4]) / med;  // interquartile range / median
   // The slowest rank sets the pace of a lock-step training step.
   LOOM_RETURN_IF_ERROR(w.all_reduce(&med, 1, exec::ReduceOp::kMax));
+  if (best) {
+    *best = t.front();
+    LOOM_RETURN_IF_ERROR(w.all_reduce(best, 1, exec::ReduceOp::kMax));
+  }
   return med;
 }
 
@@ -148,9 +153,9 @@ class Calibrator {
   }
 
  private:
-  Result<double> timed(const exec::KernelBench::Run& run, double budget) {
+  Result<double> timed(const exec::KernelBench::Run& run, double budget, double* best = nullptr) {
     double spread = 0;
-    auto t = time_it(w_, [&] { run(); return Status::ok(); }, budget, &spread, sample_s_, &bench_);
+    auto t = time_it(w_, [&] { run(); return Status::ok(); }, budget, &spread, sample_s_, &bench_, best);
     worst_spread_ = std::max(worst_spread_, spread);
     return t;
   }
@@ -163,6 +168,10 @@ class Calibrator {
   // were last touched a layer ago: the bench keeps the first hot and rotates
   // the others through bench.cold_set_bytes(). Timing one hot set of
   // matrices overstated small GEMMs by 10-25% here; all-cold understated them.
+  // The peak is the best rate a shape reached in its fastest samples (what
+  // the machine can do: contention only slows it, so a busy machine does not
+  // lower the MFU denominator); the efficiencies are the median rates over
+  // it, so times priced as peak x efficiency are the median rates.
   Status gemms(Measured* m) {
     const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
     for (int64_t rows : {64, 256, 1024, 4096})
@@ -170,14 +179,16 @@ class Calibrator {
         for (int64_t k : {nk, 4 * nk}) {
           if (rows * nk * k > (a_.quick ? 1LL << 31 : 1LL << 33)) continue;
           exec::KernelBench::GemmRuns g = bench_.gemm(rows, nk, k, bench_.cold_set_bytes());
-          double total = 0;
+          double total = 0, fastest = 0;
           for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
-            LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8));
+            double best = 0;
+            LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8, &best));
             total += t;
+            fastest += best;
           }
           m->gemm.push_back({2.0 * rows * nk * k, 3 * 2.0 * rows * nk * k / total});
+          m->peak = std::max(m->peak, 3 * 2.0 * rows * nk * k / fastest);
         }
-    for (const Point& p : m->gemm) m->peak = std::max(m->peak, p.flops_per_s);
     if (exec::KernelBench::Run f32 = bench_.gemm_fp32(4096, 4096, 4096)) {  // GPU: the CUDA-core rate
       LOOM_ASSIGN_OR_RETURN(double t, timed(f32, min_s_));
       m->fp32_peak = 2.0 * 4096 * 4096 * 4096 / t;
@@ -420,13 +431,14 @@ void print_summary(const Measured& m, int n) {
 }  // namespace
 
 Result<std::string> measure_profile_json(exec::Communicator& w, exec::KernelBench& bench, const CalibArgs& a,
-                                         bool summary) {
+                                         bool summary, double* worst_spread) {
   const int n = w.size();
   if (bench.sm_arch() > 0 && n > 1)
     return unsupported("--backend cuda measures the kernels of one GPU (its collectives are not measured yet): run "
                        "it without mpirun");
   Measured m;
   LOOM_RETURN_IF_ERROR(Calibrator(w, bench, a).run(&m));
+  if (worst_spread) *worst_spread = m.worst_spread;
   if (w.rank() != 0) return std::string();
   const OrderedJson j = profile_json(m, bench, a, n);
   // The profile must load like any other.

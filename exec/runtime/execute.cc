@@ -387,6 +387,15 @@ Result<ExecuteResult> execute_plan(Communicator& world, const ExecuteOptions& op
   r.end = outcome.end;
   r.steps_done = outcome.steps_done;
   r.checkpointing = s.checkpointer != nullptr;
+  // Above 100% the denominator is wrong, not the run: the profile's peak is
+  // below what this run's own FLOP rate proves the hardware does.
+  if (rec.mfu > 1.0 && s.lead())
+    std::fprintf(stderr,
+                 "loom execute: warning: MFU %.0f%%: the hardware profile's peak (%.3g GFLOP/s per rank for %d "
+                 "threads) is below what this run achieved (%.3g GFLOP/s); the profile was measured on a busy "
+                 "machine or for other hardware: measure it again (`loom calibrate`, or plan again with --hw "
+                 "cpu-local after deleting its cache under %s/hw)\n",
+                 100 * rec.mfu, peak / 1e9, s.compute_threads, rec.mfu * peak / 1e9, user_cache_dir().c_str());
   if (outcome.end == RunEnd::kCompleted) {
     if (s.checkpointer && !options.quiet) s.say("checkpoint stall: %.3f s in total over the run", rec.checkpoint_stall_s);
     LOOM_RETURN_IF_ERROR(write_outputs(s, r));
