@@ -132,11 +132,13 @@ Program with_host_progressed_dp(const Program& prog) {
   for (const auto& ids : prog.stage_ops)
     for (size_t i = 0; i < ids.size(); ++i) pos[size_t(ids[i])] = int32_t(i);
   for (const auto& ids : prog.stage_ops) {
-    for (size_t i = 0; i < ids.size(); ++i)
-      for (int32_t d : prog.deps_of(prog.ops[size_t(ids[i])]))
-        if (prog.ops[size_t(d)].stream == Stream::kDpComm && prog.ops[size_t(d)].stage == prog.ops[size_t(ids[i])].stage &&
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Op& op = prog.ops[size_t(ids[i])];
+      for (int32_t d : prog.deps_of(op))
+        if (prog.ops[size_t(d)].stream == Stream::kDpComm && prog.ops[size_t(d)].stage == op.stage &&
             first_consumer[size_t(d)] < 0)
           first_consumer[size_t(d)] = int32_t(i);
+    }
     // The compute ops in issue order, and for each the latest DP op (by its
     // index in the stage's order) that it or a compute op before it needs: a
     // DP op may wait only for compute that does not itself wait for it or

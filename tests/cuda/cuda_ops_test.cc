@@ -126,7 +126,8 @@ TEST(CudaOps, AdamWMatchesCpuOverSteps) {
     // The last step folds a clipping factor into the gradient.
     const float gs = step == 3 ? 0.37f : 1.0f;
     cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs);
-    ASSERT_TRUE(cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs, nullptr).is_ok());
+    ASSERT_TRUE(
+        cuda::adamw_update(dp.p, dg.p, dm.p, dv.p, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, gs, nullptr).is_ok());
   }
   expect_close(dp.host(), p, 1e-6, "param");
   expect_close(dm.host(), m, 1e-6, "m");

@@ -21,10 +21,10 @@
 
 #include "exec/backend/backend_error.h"
 #include "exec/backend/cuda/cuda_backend.h"
-#include "exec/backend/memory_ledger.h"
 #include "exec/backend/cuda/cuda_kernels.h"
 #include "exec/backend/cuda/cuda_op_timer.h"
 #include "exec/backend/kernel_sync_check.h"
+#include "exec/backend/memory_ledger.h"
 #include "exec/backend/cuda/cuda_ops.h"
 
 namespace loom::exec {
@@ -123,8 +123,8 @@ class CudaBackend final : public ComputeBackend {
           (void)cudaGetLastError();
           throw_backend_error(resource_exhausted(
               "out of memory on GPU " + std::to_string(device_) + ": allocating " + gib(double(rounded)) +
-              " with " + gib(double(ledger_.live_bytes())) + " of tensors live (peak " + gib(double(ledger_.peak_bytes())) +
-              "), " + gib(double(free_b)) + " free of " + gib(double(total_b)) +
+              " with " + gib(double(ledger_.live_bytes())) + " of tensors live (peak " +
+              gib(double(ledger_.peak_bytes())) + "), " + gib(double(free_b)) + " free of " + gib(double(total_b)) +
               "; lower the micro-batch, use recompute=selective or full, ZeRO, or more pipeline / tensor ranks"));
         }
       }

@@ -145,7 +145,8 @@ TEST(Evaluate, TiedEmbeddingGradientsAreAllReducedBetweenFirstAndLastStage) {
   for (int s = 0; s < 2; ++s) {
     // The update, Loom's executor zeroing its fp32 gradients, and the all-reduce.
     const double params = stage_params(m, l, split, s).total();
-    const double base = optimizer_time_s(hw, SimOptions{}, Precision::kBf16, params) + memory_pass_time_s(hw, 4 * params);
+    const double base =
+        optimizer_time_s(hw, SimOptions{}, Precision::kBf16, params) + memory_pass_time_s(hw, 4 * params);
     EXPECT_NEAR(stages[size_t(s)].optimizer_s - base, ar, 1e-12) << "stage " << s;
   }
   EXPECT_GT(ar, 1e-3) << "161 MB over one NIC pair takes milliseconds";
