@@ -83,6 +83,7 @@ Result<double> time_it(exec::Communicator& w, Fn&& fn, double min_s, double* spr
 
 struct Point {
   double flops, flops_per_s;
+  double forward_share = 0;  // weight GEMMs: forward time / (forward + dgrad + wgrad); 0 = not measured
 };
 
 // An efficiency table from measured GEMM points: the median efficiency
@@ -93,23 +94,40 @@ struct Point {
 // measured (sim/coverage.h flags only shapes outside it). Sorts `pts` by FLOPs.
 OrderedJson band_table(std::vector<Point>& pts, double peak, double floor) {
   std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.flops < y.flops; });
+  const bool shares = !pts.empty() && std::all_of(pts.begin(), pts.end(), [](const Point& p) {
+    return p.forward_share > 0;
+  });
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   OrderedJson table = OrderedJson::array();
   for (size_t i = 0; i < pts.size();) {
     size_t j = i;
-    std::vector<double> eff;
-    while (j < pts.size() && pts[j].flops < pts[i].flops * 4) eff.push_back(pts[j++].flops_per_s / peak);
-    std::sort(eff.begin(), eff.end());
+    std::vector<double> eff, share;
+    for (; j < pts.size() && pts[j].flops < pts[i].flops * 4; ++j) {
+      eff.push_back(pts[j].flops_per_s / peak);
+      share.push_back(pts[j].forward_share);
+    }
     const double gflop = pts[(i + j - 1) / 2].flops / 1e9;
-    if (table.empty() || gflop > table.back()["gflop"].get<double>())
-      table.push_back({{"gflop", gflop}, {"efficiency", std::clamp(eff[eff.size() / 2], floor, 1.0)}});
+    if (table.empty() || gflop > table.back()["gflop"].get<double>()) {
+      table.push_back({{"gflop", gflop}, {"efficiency", std::clamp(median(eff), floor, 1.0)}});
+      if (shares) table.back()["forward_share"] = median(share);
+    }
     i = j;
   }
   if (!pts.empty() && !table.empty()) {
     const double lo = pts.front().flops / 1e9, hi = pts.back().flops / 1e9;
-    if (lo < table.front()["gflop"].get<double>())
-      table.insert(table.begin(), {{"gflop", lo}, {"efficiency", table.front()["efficiency"]}});
-    if (hi > table.back()["gflop"].get<double>())
-      table.push_back({{"gflop", hi}, {"efficiency", table.back()["efficiency"]}});
+    if (lo < table.front()["gflop"].get<double>()) {
+      OrderedJson first = table.front();
+      first["gflop"] = lo;
+      table.insert(table.begin(), first);
+    }
+    if (hi > table.back()["gflop"].get<double>()) {
+      OrderedJson last = table.back();
+      last["gflop"] = hi;
+      table.push_back(last);
+    }
   }
   return table;
 }
@@ -179,14 +197,15 @@ class Calibrator {
         for (int64_t k : {nk, 4 * nk}) {
           if (rows * nk * k > (a_.quick ? 1LL << 31 : 1LL << 33)) continue;
           exec::KernelBench::GemmRuns g = bench_.gemm(rows, nk, k, bench_.cold_set_bytes());
-          double total = 0, fastest = 0;
+          double total = 0, fastest = 0, forward = 0;
           for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
             double best = 0;
             LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8, &best));
+            if (run == &g.forward) forward = t;
             total += t;
             fastest += best;
           }
-          m->gemm.push_back({2.0 * rows * nk * k, 3 * 2.0 * rows * nk * k / total});
+          m->gemm.push_back({2.0 * rows * nk * k, 3 * 2.0 * rows * nk * k / total, forward / total});
           m->peak = std::max(m->peak, 3 * 2.0 * rows * nk * k / fastest);
         }
     if (exec::KernelBench::Run f32 = bench_.gemm_fp32(4096, 4096, 4096)) {  // GPU: the CUDA-core rate
@@ -265,12 +284,13 @@ class Calibrator {
           if (a_.quick && (V == 128256 || h == 768)) continue;
           if (double(rows) * double(V) * double(h) > double(a_.quick ? 1LL << 31 : 1LL << 32)) continue;
           exec::KernelBench::GemmRuns g = bench_.gemm(rows, V, h, bench_.cold_set_bytes());
-          double total = 0;
+          double total = 0, forward = 0;
           for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
             LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8));
+            if (run == &g.forward) forward = t;
             total += t;
           }
-          pts.push_back({2.0 * rows * V * h, 3 * 2.0 * rows * V * h / total});
+          pts.push_back({2.0 * rows * V * h, 3 * 2.0 * rows * V * h / total, forward / total});
         }
     m->head_table = band_table(pts, m->peak, 1e-3);
     return Status::ok();

@@ -107,6 +107,15 @@ Status parse_gemm_table(const Json& acc, const std::string& where, GemmEfficienc
       return invalid_argument(wi + ".gflop must be larger than the previous point's; sort the table by gflop");
     t.flops.push_back(gflop * kGiga);
     t.efficiency.push_back(eff);
+    if (arr[i].contains("forward_share") != arr[0].contains("forward_share"))
+      return invalid_argument(wi + ": give forward_share on every point of " + key + " or on none");
+    if (arr[i].contains("forward_share")) {
+      LOOM_ASSIGN_OR_RETURN(double share, fraction(arr[i], "forward_share", wi));
+      if (share <= 0 || share >= 1)
+        return invalid_argument(wi + ".forward_share must lie strictly between 0 and 1 (the forward GEMM's share "
+                                     "of forward + input gradient + weight gradient time)");
+      t.forward_share.push_back(share);
+    }
   }
   return Status::ok();
 }
@@ -293,6 +302,17 @@ double GemmEfficiencyTable::lookup(double gemm_flops) const {
   return efficiency[lo] + t * (efficiency[hi] - efficiency[lo]);
 }
 
+double GemmEfficiencyTable::forward_share_at(double gemm_flops) const {
+  const size_t n = flops.size();
+  if (n == 0 || forward_share.size() != n) return 1.0 / 3.0;
+  if (!(gemm_flops > flops.front())) return forward_share.front();
+  if (gemm_flops >= flops.back()) return forward_share.back();
+  size_t hi = std::upper_bound(flops.begin(), flops.end(), gemm_flops) - flops.begin();
+  size_t lo = hi - 1;
+  double t = std::log(gemm_flops / flops[lo]) / std::log(flops[hi] / flops[lo]);
+  return forward_share[lo] + t * (forward_share[hi] - forward_share[lo]);
+}
+
 double CommTimeTable::lookup(double b) const {
   const size_t n = bytes.size();
   if (n == 0 || time_s.size() != n) return 0;
@@ -356,6 +376,20 @@ Result<HwProfile> load_hw_profile(const std::string& path_or_name) {
   return parse_hw_profile(text, std::filesystem::path(path).stem().string());
 }
 
+namespace {
+
+OrderedJson gemm_table_json(const GemmEfficiencyTable& t) {
+  OrderedJson table = OrderedJson::array();
+  const bool shares = t.forward_share.size() == t.flops.size();
+  for (size_t i = 0; i < t.flops.size() && i < t.efficiency.size(); ++i) {
+    table.push_back({{"gflop", t.flops[i] / kGiga}, {"efficiency", t.efficiency[i]}});
+    if (shares) table.back()["forward_share"] = t.forward_share[i];
+  }
+  return table;
+}
+
+}  // namespace
+
 std::string hw_profile_to_json(const HwProfile& hw) {
   const AcceleratorSpec& a = hw.accel;
   OrderedJson acc;
@@ -369,25 +403,10 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   acc["memory_bw_gb_per_s"] = a.memory_bw_bytes_per_s / kGiga;
   acc["memory_bw_efficiency"] = a.memory_bw_efficiency;
   if (a.optimizer_bw_efficiency > 0) acc["optimizer_bw_efficiency"] = a.optimizer_bw_efficiency;
-  OrderedJson table = OrderedJson::array();
-  for (size_t i = 0; i < a.gemm_efficiency.flops.size() && i < a.gemm_efficiency.efficiency.size(); ++i)
-    table.push_back({{"gflop", a.gemm_efficiency.flops[i] / kGiga}, {"efficiency", a.gemm_efficiency.efficiency[i]}});
-  acc["gemm_efficiency"] = table;
+  acc["gemm_efficiency"] = gemm_table_json(a.gemm_efficiency);
   if (a.fp8_gemm_best_efficiency > 0) acc["fp8_gemm_best_efficiency"] = a.fp8_gemm_best_efficiency;
-  if (!a.attention_efficiency.flops.empty()) {
-    OrderedJson att = OrderedJson::array();
-    for (size_t i = 0; i < a.attention_efficiency.flops.size(); ++i)
-      att.push_back({{"gflop", a.attention_efficiency.flops[i] / kGiga},
-                     {"efficiency", a.attention_efficiency.efficiency[i]}});
-    acc["attention_efficiency"] = att;
-  }
-  if (!a.head_gemm_efficiency.flops.empty()) {
-    OrderedJson head = OrderedJson::array();
-    for (size_t i = 0; i < a.head_gemm_efficiency.flops.size(); ++i)
-      head.push_back({{"gflop", a.head_gemm_efficiency.flops[i] / kGiga},
-                      {"efficiency", a.head_gemm_efficiency.efficiency[i]}});
-    acc["head_gemm_efficiency"] = head;
-  }
+  if (!a.attention_efficiency.flops.empty()) acc["attention_efficiency"] = gemm_table_json(a.attention_efficiency);
+  if (!a.head_gemm_efficiency.flops.empty()) acc["head_gemm_efficiency"] = gemm_table_json(a.head_gemm_efficiency);
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (a.cpu_threads > 0) acc["cpu_threads"] = a.cpu_threads;
   if (a.xent_fwd_ns_per_logit > 0) {

@@ -32,10 +32,18 @@ inline double element_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 
 // GEMM efficiency (achieved / peak) as a function of the GEMM's work. Points
 // are (flops, efficiency) sorted by flops; lookups interpolate linearly in
 // log(flops) and clamp at both ends.
+//
+// Optional `forward_share`, one per point: the forward GEMM's share of the
+// three passes' time (forward y = x W^T, input gradient, weight gradient), as
+// `loom calibrate` measures it; the efficiency is the three passes' mean rate.
+// Empty: the three run at one rate (share 1/3), as cuBLAS's best kernels do
+// on large GEMMs.
 struct GemmEfficiencyTable {
   std::vector<double> flops;
   std::vector<double> efficiency;
+  std::vector<double> forward_share;
   double lookup(double gemm_flops) const;
+  double forward_share_at(double gemm_flops) const;  // 1/3 without measured shares
 };
 
 struct AcceleratorSpec {

@@ -26,12 +26,22 @@ Precision sixteen_bit(Precision p) { return p == Precision::kFp8 ? Precision::kB
 double fp8_cast_bytes(const SimOptions& opt) { return 2 + 1 + 1 + (opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 0); }
 int fp8_cast_kernels(const SimOptions& opt) { return opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 1; }
 
+// Splits three passes' time (the table's mean rate x 3) into forward and
+// backward (input + weight gradient) by the table's measured forward share
+// at those FLOPs (1/3 where none is measured).
+void split_passes(const GemmEfficiencyTable& t, double three_passes_s, double lookup_flops, double* fwd_s,
+                  double* bwd_s) {
+  const double share = t.forward_share_at(lookup_flops);
+  *fwd_s += three_passes_s * share;
+  *bwd_s += three_passes_s * (1 - share);
+}
+
 // Accumulates GEMMs of a piece: forward and backward (dgrad + wgrad).
 struct GemmSum {
   const HwProfile& hw;
   Precision p;
   const SimOptions& opt;
-  double fwd_s = 0, fwd_flops = 0;
+  double fwd_s = 0, bwd_s = 0, fwd_flops = 0;
   // FP8 linears: elements of their inputs (cast in forward), of their output
   // gradients (cast in backward), and of their weights (cast once a step).
   double fp8_inputs = 0, fp8_output_grads = 0, fp8_weights = 0;
@@ -44,6 +54,12 @@ struct GemmSum {
     if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
     const Precision gp = fp8_layer ? p : sixteen_bit(p);
     add(count * gemm_time_s(hw, gp, m, n, k), gp, count, int(count), m, n, k);
+  }
+  // The LM head priced on its own measured table (`loom calibrate`).
+  void measured(const GemmEfficiencyTable& t, double peak, double m, double n, double k) {
+    const double flops = 2 * m * n * k;
+    split_passes(t, 3 * flops / (peak * t.lookup(flops)), flops, &fwd_s, &bwd_s);
+    fwd_flops += flops;
   }
   // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n) as one
   // grouped kernel.
@@ -60,7 +76,8 @@ struct GemmSum {
 
  private:
   void add(double time_s, Precision gp, double gemms, int kernels, double m, double n, double k) {
-    fwd_s += time_s;
+    const bool fp8 = gp == Precision::kFp8 && hw.accel.supports(Precision::kFp8);
+    split_passes(hw.accel.gemm_efficiency, 3 * time_s, gemms / kernels * (fp8 ? 1 : 2) * m * n * k, &fwd_s, &bwd_s);
     fwd_flops += gemms * 2 * m * n * k;
     if (gp != Precision::kFp8) return;
     fp8_inputs += gemms * m * k;
@@ -440,7 +457,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   const double fwd_hidden_tp = tp_fwd_total - c.fwd_tp_s, bwd_hidden_tp = tp_bwd_total - c.bwd_tp_s;
 
   double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) + fwd_hidden_tp * contention;
-  double bwd_compute = 2 * gemm.fwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) + bwd_hidden_tp * contention;
+  double bwd_compute = gemm.bwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) + bwd_hidden_tp * contention;
   if (opt.ep_comm_overlap && c.ep_calls > 0) {
     // DualPipe-style: a forward and a backward micro-batch chunk run
     // together, each one's dispatch / combine behind the other's compute.
@@ -526,10 +543,8 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
     gemm.weight(T, V / t, h, 1, false);  // the output layer stays 16-bit under FP8
   } else {
     // Measured on the head's own shapes (`loom calibrate`): the mean rate of
-    // its three GEMMs, so forward + backward = 3x this.
-    const double flops = 2 * T * (V / t) * h;
-    gemm.fwd_s = flops / (hw.accel.peak_flops(sixteen_bit(p)) * head_table.lookup(flops));
-    gemm.fwd_flops = flops;
+    // its three GEMMs, split between the passes by its measured forward share.
+    gemm.measured(head_table, hw.accel.peak_flops(sixteen_bit(p)), T, V / t, h);
   }
   // Final norm; cross-entropy over the local vocab slice in fp32
   // (read logits, write/read fp32 softmax, write gradients).
@@ -547,7 +562,7 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
     // reduce-scattered; behind the weight gradient with tp_async_backward.
     bwd_comm = collective_time(hw, sh.sp ? Collective::kReduceScatter : Collective::kAllReduce, sh.tp_group,
                                T * h * e, &c.tp_bytes, 1);
-    bwd_exposed = opt.tp_async_backward ? std::max(0.0, bwd_comm - gemm.fwd_s) : bwd_comm;
+    bwd_exposed = opt.tp_async_backward ? std::max(0.0, bwd_comm - gemm.bwd_s / 2) : bwd_comm;  // the wgrad's time
     c.tp_calls = sh.sp ? 5 : 4;
   }
   c.fwd_tp_s = comm;
@@ -565,7 +580,7 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
     ce_bwd_s = 0;
   }
   c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
-  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
+  c.bwd_s = gemm.bwd_s + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;
@@ -582,7 +597,7 @@ PieceCost mtp_projection_cost(const ModelSpec& m, const HwProfile& hw, const Sim
   // The next token's embedding lookup, the two RMSNorms and the concatenation.
   const double bytes = T * h * e * r * (1 + 2 * 2 + 2 * 2);
   c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, bytes, 4) + gemm.cast_s(gemm.fp8_inputs);
-  c.bwd_s = 2 * gemm.fwd_s + mem_time_s(hw, opt, 2 * bytes, 4) + gemm.cast_s(gemm.fp8_output_grads);
+  c.bwd_s = gemm.bwd_s + mem_time_s(hw, opt, 2 * bytes, 4) + gemm.cast_s(gemm.fp8_output_grads);
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;

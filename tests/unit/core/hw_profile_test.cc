@@ -254,6 +254,29 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
                StatusCode::kInvalidArgument, {"attention_efficiency[1].gflop", "sort"});
 }
 
+TEST(HwProfile, GemmForwardSharesParseCheckAndRoundTrip) {
+  const std::string shared = R"(, "head_gemm_efficiency": [{"gflop": 0.1, "efficiency": 0.5, "forward_share": 0.4},
+      {"gflop": 10, "efficiency": 0.6, "forward_share": 0.3}])";
+  auto r = parse_hw_profile(minimal_profile(shared), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const GemmEfficiencyTable& t = r->accel.head_gemm_efficiency;
+  ASSERT_EQ(t.forward_share.size(), 2u);
+  // Linear in log(flops): 1 GFLOP is halfway between 0.1 and 10 GFLOP.
+  EXPECT_NEAR(t.forward_share_at(1e9), 0.35, 1e-12);
+  EXPECT_DOUBLE_EQ(t.forward_share_at(1e3), 0.4);
+  EXPECT_DOUBLE_EQ(t.forward_share_at(1e15), 0.3);
+  EXPECT_DOUBLE_EQ(r->accel.gemm_efficiency.forward_share_at(1e9), 1.0 / 3.0);  // none measured
+  auto back = parse_hw_profile(hw_profile_to_json(*r), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->accel.head_gemm_efficiency.forward_share, t.forward_share);
+  EXPECT_TRUE(back->accel.gemm_efficiency.forward_share.empty());
+  expect_error(minimal_profile(R"(, "head_gemm_efficiency": [{"gflop": 0.1, "efficiency": 0.5, "forward_share": 0.4},
+      {"gflop": 10, "efficiency": 0.6}])"),
+               StatusCode::kInvalidArgument, {"head_gemm_efficiency[1]", "every point", "or on none"});
+  expect_error(minimal_profile(R"(, "head_gemm_efficiency": [{"gflop": 0.1, "efficiency": 0.5, "forward_share": 1}])"),
+               StatusCode::kInvalidArgument, {"forward_share", "strictly between 0 and 1"});
+}
+
 TEST(HwProfile, MeasuredCollectivesParseCheckAndRoundTrip) {
   const std::string node = R"("intra_latency_us": 3, "source": "test"})";
   auto with = [&](const std::string& mc) {

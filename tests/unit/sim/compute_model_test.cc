@@ -198,6 +198,39 @@ TEST(ComputeModel, MeasuredHeadGemmsPriceTheHead) {
   EXPECT_EQ(with_table.fwd_flops, flops);
 }
 
+// A measured forward share moves GEMM time between the passes and keeps
+// their sum: with share s the forward GEMMs take 3 s of the mean pass's time.
+TEST(ComputeModel, MeasuredForwardSharesSplitTheGemmPasses) {
+  HwProfile even = testing::load_hw_or_die("cpu-local");
+  HwProfile skew = even;
+  skew.accel.gemm_efficiency.forward_share.assign(skew.accel.gemm_efficiency.flops.size(), 0.5);
+  skew.accel.head_gemm_efficiency.flops = {1e9, 1e11};
+  skew.accel.head_gemm_efficiency.efficiency = {0.25, 0.25};
+  skew.accel.head_gemm_efficiency.forward_share = {0.2, 0.2};
+  HwProfile head_even = skew;
+  head_even.accel.head_gemm_efficiency.forward_share.clear();
+  ModelSpec m = testing::load_model_or_die("gpt2-124m");
+  Layout l;
+  l.micro_batch = 4;
+  const ComputeShape sh = shape_for(l, 128, even);
+  const PieceCost a = layer_cost(m, even, SimOptions{}, Precision::kFp32, sh, false);
+  const PieceCost b = layer_cost(m, skew, SimOptions{}, Precision::kFp32, sh, false);
+  // Hand calculation: GEMM time G per pass at share 1/3 (forward G, backward
+  // 2G); at share 1/2 forward 1.5 G and backward 1.5 G.
+  const double T = 512, h = 768, G = gemm_time_s(even, Precision::kFp32, T, 3 * h, h) +
+                                     gemm_time_s(even, Precision::kFp32, T, h, h) +
+                                     gemm_time_s(even, Precision::kFp32, T, 4 * h, h) +
+                                     gemm_time_s(even, Precision::kFp32, T, h, 4 * h);
+  EXPECT_NEAR(b.fwd_s - a.fwd_s, 0.5 * G, 1e-9 * G);
+  EXPECT_NEAR(b.bwd_s - a.bwd_s, -0.5 * G, 1e-9 * G);
+  // The head on its own table: 3 passes of flops / (peak x 0.25), forward 20%.
+  const PieceCost h_even = head_cost(m, head_even, SimOptions{}, Precision::kFp32, sh);
+  const PieceCost h_skew = head_cost(m, skew, SimOptions{}, Precision::kFp32, sh);
+  const double t = 2.0 * 512 * 50257 * 768 / (skew.accel.peak_fp32_flops * 0.25);
+  EXPECT_NEAR(h_skew.fwd_s - h_even.fwd_s, (0.6 - 1) * t, 1e-9 * t);
+  EXPECT_NEAR(h_skew.bwd_s - h_even.bwd_s, (2.4 - 2) * t, 1e-9 * t);
+}
+
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   // The measurements the H100 table comes from (XLA's sm_90 matmul table,
