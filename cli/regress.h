@@ -43,6 +43,10 @@ struct CaseResult {
   // "compute", "forward", "backward", "pipeline_wait", "dp_comm", "optimizer",
   // "tokens_per_s", "peak_memory".
   std::map<std::string, Figure> figures;
+  // The machine's speed while the case ran: reference workload runs per
+  // second (cli/machine_speed.h), the mean of a timing just before and just
+  // after it; 0 = not measured (results of older versions).
+  double machine_speed = 0;
 };
 
 struct MachineInfo {

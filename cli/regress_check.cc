@@ -32,6 +32,7 @@ std::string number(double x) {
 struct Baseline {
   std::string commit, date;
   std::map<std::string, double> tokens_per_s;  // case -> measured
+  std::map<std::string, double> machine_speed;  // case -> reference runs/s while it ran (absent: not measured)
 };
 
 Result<Baseline> load_baseline(const std::string& path) {
@@ -46,6 +47,9 @@ Result<Baseline> load_baseline(const std::string& path) {
   for (const auto& [name, c] : j["cases"].items()) {
     LOOM_ASSIGN_OR_RETURN(double t, json_positive(c, "tokens_per_s", w + ": cases." + name));
     b.tokens_per_s[name] = t;
+    if (c.contains("machine_speed")) {
+      LOOM_ASSIGN_OR_RETURN(b.machine_speed[name], json_positive(c, "machine_speed", w + ": cases." + name));
+    }
   }
   return b;
 }
@@ -58,9 +62,16 @@ Status save_baseline(const std::string& path, const RegressResults& r, Baseline 
   j["commit"] = r.commit;
   j["date"] = r.date;
   for (const CaseResult& c : r.cases)
-    if (c.error.empty() && c.figures.count("tokens_per_s")) b.tokens_per_s[c.name] = c.figures.at("tokens_per_s").measured;
+    if (c.error.empty() && c.figures.count("tokens_per_s")) {
+      b.tokens_per_s[c.name] = c.figures.at("tokens_per_s").measured;
+      if (c.machine_speed > 0) b.machine_speed[c.name] = c.machine_speed;
+      else b.machine_speed.erase(c.name);
+    }
   j["cases"] = OrderedJson::object();
-  for (const auto& [name, t] : b.tokens_per_s) j["cases"][name] = {{"tokens_per_s", t}};
+  for (const auto& [name, t] : b.tokens_per_s) {
+    j["cases"][name] = {{"tokens_per_s", t}};
+    if (b.machine_speed.count(name)) j["cases"][name]["machine_speed"] = b.machine_speed.at(name);
+  }
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   return write_text_file(path, j.dump(2) + "\n");
@@ -142,19 +153,33 @@ void check_figures(const CaseResult& c, std::vector<std::string>* failures) {
   }
 }
 
-// A case's measured throughput against this machine's baseline.
+// A case's measured throughput against this machine's baseline. Where both
+// runs timed the machine's reference workload around the case
+// (cli/machine_speed.h), the throughput is compared at equal machine speed:
+// tokens/s divided by reference runs/s, so that a shared machine running
+// slower today is not read as a slower executor; the raw change is printed
+// beside it.
 void check_throughput(const CaseResult& c, const Baseline& base, double margin, std::vector<std::string>* failures) {
   if (!base.tokens_per_s.count(c.name) || !c.figures.count("tokens_per_s")) return;
-  double was = base.tokens_per_s.at(c.name), now = c.figures.at("tokens_per_s").measured;
-  double change = now / was - 1;
-  bool ok = change >= -margin;
-  std::printf("%-20s %-16s %9s %8s%%  %s (baseline %.0f tok/s, commit %s)\n", c.name.c_str(), "throughput",
-              pct(change).c_str(), ("-" + std::to_string(int(std::lround(100 * margin)))).c_str(), ok ? "ok" : "FAIL",
+  const double was = base.tokens_per_s.at(c.name), now = c.figures.at("tokens_per_s").measured;
+  const double raw = now / was - 1;
+  const bool normalized = c.machine_speed > 0 && base.machine_speed.count(c.name);
+  const double speed = normalized ? c.machine_speed / base.machine_speed.at(c.name) : 1.0;
+  const double change = now / was / speed - 1;
+  const bool ok = change >= -margin;
+  const std::string allowed = "-" + std::to_string(int(std::lround(100 * margin)));
+  std::printf("%-20s %-16s %9s %8s%%  %s (baseline %.0f tok/s, commit %s", c.name.c_str(),
+              normalized ? "throughput@speed" : "throughput", pct(change).c_str(), allowed.c_str(), ok ? "ok" : "FAIL",
               was, base.commit.c_str());
+  if (normalized) std::printf("; raw %s at machine speed %s", pct(raw).c_str(), pct(speed - 1).c_str());
+  std::printf(")\n");
   if (!ok)
     failures->push_back(c.name + ": measured throughput " + std::to_string(int(now)) + " tokens/s is " + pct(change) +
+                        (normalized ? " at equal machine speed (raw " + pct(raw) + ", the machine " + pct(speed - 1) +
+                                          " against the baseline's run)"
+                                    : std::string()) +
                         " against this machine's baseline " + std::to_string(int(was)) + " (commit " + base.commit +
-                        ", " + base.date + "); allowed -" + std::to_string(int(std::lround(100 * margin))) + "%");
+                        ", " + base.date + "); allowed " + allowed + "%");
 }
 
 // Starts this machine's baseline from a run without one that passed its

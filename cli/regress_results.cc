@@ -83,6 +83,7 @@ std::string results_to_json(const RegressResults& r) {
     cj["model"] = c.model;
     cj["layout"] = c.layout;
     if (!c.error.empty()) cj["error"] = c.error;
+    if (c.machine_speed > 0) cj["machine_speed"] = c.machine_speed;
     cj["tolerances"] = OrderedJson::object();
     for (const auto& [k, v] : c.tolerances) cj["tolerances"][k] = v;
     cj["figures"] = OrderedJson::object();
@@ -136,6 +137,9 @@ Result<RegressResults> parse_results(const std::string& text, const std::string&
     LOOM_ASSIGN_OR_RETURN(c.layout, json_string_or(cj, "layout", "", w));
     LOOM_ASSIGN_OR_RETURN(c.error, json_string_or(cj, "error", "", w));
     LOOM_ASSIGN_OR_RETURN(c.tolerances, parse_tolerances(cj, w));
+    if (cj.contains("machine_speed")) {
+      LOOM_ASSIGN_OR_RETURN(c.machine_speed, json_positive(cj, "machine_speed", w));
+    }
     if (cj.contains("figures")) {
       if (!cj["figures"].is_object()) return invalid_argument(w + ".figures must be an object");
       for (const auto& [k, v] : cj["figures"].items()) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/machine_speed.h"
 #include "cli/parse_args.h"
 #include "core/output_file.h"
 #include "cli/regress.h"
@@ -305,7 +306,12 @@ int regress_run(int argc, char** argv) {
       if (!prof.is_ok()) return fail("regress run", prof.status());
       profile_of[c.ranks] = *prof;
     }
+    // The machine's speed just before and just after the case (for the
+    // throughput check against the baseline; cli/machine_speed.h).
+    auto before = reference_speed(0.3);
     CaseResult cr = run_case(env, c, profile_of[c.ranks]);
+    auto after = reference_speed(0.3);
+    if (before.is_ok() && after.is_ok()) cr.machine_speed = (*before + *after) / 2;
     if (!cr.error.empty()) {
       all_ran = false;
       std::fprintf(stderr, "regress: case %s failed: %s\n", c.name.c_str(), cr.error.c_str());

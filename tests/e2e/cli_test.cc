@@ -734,6 +734,56 @@ TEST_F(LoomCli, RegressCheckOverToleranceIsOneSided) {
   EXPECT_NE(bad.err.find("no case 'nope' in suite models"), std::string::npos) << describe(bad);
 }
 
+// The throughput check compares a case with the baseline at equal machine
+// speed where both runs timed the reference workload around the case: half
+// the tokens/s on a machine running at half speed is no regression; the same
+// fall at the same speed is.
+TEST_F(LoomCli, RegressThroughputIsComparedAtEqualMachineSpeed) {
+  auto results = [](double tokens_per_s, double speed) {
+    json c = {{"name", "c"},
+              {"ranks", 1},
+              {"layout", "dp=1"},
+              {"machine_speed", speed},
+              {"tolerances", {{"step_time", 0.5}}},
+              {"figures",
+               {{"step_time", {{"predicted", 1.0}, {"measured", 1.0}}},
+                {"tokens_per_s", {{"predicted", 1000.0}, {"measured", tokens_per_s}}}}}};
+    return json{{"schema_version", 1}, {"suite", "t"}, {"throughput_margin", 0.25},
+                {"machine", {{"key", "test-machine"}}}, {"cases", json::array({c})}}
+        .dump(2);
+  };
+  write_file(path("base.json"), results(1000, 400));
+  Outcome start = loom({"regress", "check", path("base.json").string(), "--baselines", path("b").string()});
+  ASSERT_EQ(start.exit_code, 0) << describe(start);
+  json stored = json::parse(read_file(path("b") / "test-machine" / "t.json"));
+  EXPECT_EQ(stored["cases"]["c"]["machine_speed"], 400.0);
+  write_file(path("slow_machine.json"), results(500, 200));
+  Outcome same = loom({"regress", "check", path("slow_machine.json").string(), "--baselines", path("b").string()});
+  EXPECT_EQ(same.exit_code, 0) << describe(same);
+  EXPECT_NE(same.out.find("throughput@speed"), std::string::npos) << describe(same);
+  EXPECT_NE(same.out.find("raw -50% at machine speed -50%"), std::string::npos) << describe(same);
+  write_file(path("slow_code.json"), results(500, 400));
+  Outcome slow = loom({"regress", "check", path("slow_code.json").string(), "--baselines", path("b").string()});
+  EXPECT_EQ(slow.exit_code, 1) << describe(slow);
+  EXPECT_NE(slow.err.find("c: measured throughput 500 tokens/s is -50% at equal machine speed (raw -50%, the machine "
+                          "+0% against the baseline's run)"),
+            std::string::npos)
+      << describe(slow);
+  // A results file without the reference (an older version's) is compared raw.
+  json old = json::parse(results(500, 200));
+  old["cases"][0].erase("machine_speed");
+  write_file(path("old.json"), old.dump(2));
+  Outcome raw = loom({"regress", "check", path("old.json").string(), "--baselines", path("b").string()});
+  EXPECT_EQ(raw.exit_code, 1) << describe(raw);
+  EXPECT_EQ(raw.out.find("throughput@speed"), std::string::npos) << describe(raw);
+  json bad = json::parse(results(500, 200));
+  bad["cases"][0]["machine_speed"] = -1;
+  write_file(path("neg.json"), bad.dump(2));
+  Outcome neg = loom({"regress", "check", path("neg.json").string(), "--baselines", path("b").string()});
+  EXPECT_EQ(neg.exit_code, 2) << describe(neg);
+  EXPECT_NE(neg.err.find("machine_speed"), std::string::npos) << describe(neg);
+}
+
 // `loom regress check` fails a figure predicted as 0 but measured (an infinite
 // error) instead of passing it, naming the figure.
 TEST_F(LoomCli, RegressCheckFailsAFigurePredictedAsZero) {
