@@ -29,6 +29,7 @@ struct PlanArgs {
   int64_t global_batch = 512;
   int64_t seq = 4096;
   std::string precision;  // empty: fp32 on a CPU profile, else bf16
+  std::string grad_reduce = "fp32";  // --grad-reduce
   std::string layout;      // evaluate this layout instead of searching
   std::string fix;         // pin dimensions of the search
   std::string scale;       // plan a scaled-down model
@@ -121,6 +122,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.seq = a.seq;
   // Loom's CPU backend computes in fp32: a CPU profile's plans default to it.
   req.precision = !a.precision.empty() ? a.precision : in.hw.is_cpu() ? "fp32" : "bf16";
+  req.grad_reduce = a.grad_reduce;
   if (in.hw.is_cpu() && req.precision != "fp32")
     std::fprintf(stderr,
                  "loom plan: note: --precision %s on the CPU profile %s: Loom's CPU backend computes in fp32, so "
@@ -181,9 +183,11 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
 }
 
 void print_header(const PlanArgs& a, const PlanInputs& in) {
-  std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s\n", in.model.name.c_str(), a.gpus,
+  std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s%s%s\n", in.model.name.c_str(), a.gpus,
               in.hw.accel.name.c_str(), in.hw.name.c_str(), (long long)a.global_batch, (long long)a.seq,
-              precision_name(in.train.precision));
+              precision_name(in.train.precision),
+              in.train.grad_reduce == GradReduce::kFp32 ? "" : ", gradients reduced in ",
+              in.train.grad_reduce == GradReduce::kFp32 ? "" : grad_reduce_name(in.train.grad_reduce));
 }
 
 // --layout: evaluate one layout. Exit 3 when it does not fit.
@@ -292,6 +296,10 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--seq", a.seq, "sequence length (tokens)")->capture_default_str();
   app.add_option("--precision", a.precision,
                  "fp32|bf16|fp16|fp8 (default: fp32 on a CPU profile, whose backend computes in fp32; else bf16)");
+  app.add_option("--grad-reduce", a.grad_reduce,
+                 "element type of the data-parallel gradient reduction: fp32, bf16 or fp8 (E4M3 with a scale per "
+                 "block); received pieces are summed in fp32")
+      ->capture_default_str();
   app.add_option("--layout", a.layout,
                  "evaluate one layout, e.g. dp=2,tp=4,pp=2,ep=1,zero=1,micro=1,schedule=1f1b,v=1,sp=1,recompute=none");
   app.add_option("--scale", a.scale, "plan the model scaled down, e.g. layers=4,hidden=256,heads=4,vocab=256");

@@ -38,6 +38,8 @@ OrderedJson train_json(const TrainSpec& t) {
   j["adam_eps"] = t.adam_eps;
   j["grad_clip"] = t.grad_clip;
   j["seed"] = t.seed;
+  // Written only when compressed, so that an fp32 plan's hash is unchanged.
+  if (t.grad_reduce != GradReduce::kFp32) j["grad_reduce"] = grad_reduce_name(t.grad_reduce);
   return j;
 }
 
@@ -88,6 +90,10 @@ Result<TrainSpec> parse_train(const Json& j) {
   LOOM_ASSIGN_OR_RETURN(t.grad_clip, json_number_or(j, "grad_clip", t.grad_clip, w));
   LOOM_ASSIGN_OR_RETURN(int64_t seed, json_int_or(j, "seed", 1234, w));
   t.seed = static_cast<uint64_t>(seed);
+  LOOM_ASSIGN_OR_RETURN(std::string reduce, json_string_or(j, "grad_reduce", "fp32", w));
+  auto gr = parse_grad_reduce(reduce);
+  if (!gr.is_ok()) return gr.status().with_context(w);
+  t.grad_reduce = *gr;
   LOOM_RETURN_IF_ERROR(validate_train_spec(t));
   return t;
 }

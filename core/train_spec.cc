@@ -11,6 +11,22 @@ namespace {
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
 }  // namespace
 
+const char* grad_reduce_name(GradReduce g) {
+  switch (g) {
+    case GradReduce::kFp32: return "fp32";
+    case GradReduce::kBf16: return "bf16";
+    case GradReduce::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+Result<GradReduce> parse_grad_reduce(const std::string& text) {
+  if (text == "fp32") return GradReduce::kFp32;
+  if (text == "bf16") return GradReduce::kBf16;
+  if (text == "fp8") return GradReduce::kFp8;
+  return invalid_argument("grad_reduce '" + text + "' is not one of fp32, bf16, fp8 (--grad-reduce)");
+}
+
 Status validate_train_spec(const TrainSpec& t) {
   if (t.global_batch <= 0)
     return invalid_argument("train: global_batch=" + std::to_string(t.global_batch) +

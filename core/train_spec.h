@@ -11,6 +11,18 @@ namespace loom {
 
 enum class LrSchedule { kConstant, kCosine, kLinear };
 
+// The element type of the data-parallel gradient reduction (`loom plan
+// --grad-reduce`): fp32 (the gradients as kept), bf16 (2 bytes, round to
+// nearest even) or fp8 (E4M3, 1 byte, one fp32 scale per block). Each rank
+// accumulates the pieces it receives in fp32, so rounding does not compound
+// across ranks (docs/executor.md, "Compressed gradient reduction").
+enum class GradReduce { kFp32, kBf16, kFp8 };
+const char* grad_reduce_name(GradReduce g);
+Result<GradReduce> parse_grad_reduce(const std::string& text);
+inline double grad_reduce_element_bytes(GradReduce g) {
+  return g == GradReduce::kFp32 ? 4.0 : g == GradReduce::kBf16 ? 2.0 : 1.0;
+}
+
 struct TrainSpec {
   int64_t global_batch = 0;  // sequences per optimizer step over all DP ranks (the kernels' B is the micro-batch)
   int64_t seq_len = 0;       // tokens per sequence (s)
@@ -25,6 +37,7 @@ struct TrainSpec {
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;    // global-norm clipping; 0 = off
   uint64_t seed = 1234;
+  GradReduce grad_reduce = GradReduce::kFp32;
   int64_t tokens_per_step() const { return global_batch * seq_len; }
 };
 

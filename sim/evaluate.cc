@@ -40,6 +40,32 @@ double grad_elem_bytes(Precision p, const SimOptions& opt) {
   return (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
 }
 
+// Bytes of one gradient element in the DP reduction: as kept (fp32), or the
+// plan's --grad-reduce type (bf16 2, fp8 1; the fp8 scale, 4 bytes per rank's
+// block of a bucket, is left out).
+double reduce_elem_bytes(const TrainSpec& t, const SimOptions& opt) {
+  return t.grad_reduce == GradReduce::kFp32 ? grad_elem_bytes(t.precision, opt) : grad_reduce_element_bytes(t.grad_reduce);
+}
+
+// The compressed reduction's own passes over `bytes` of fp32 gradients (Loom's
+// executor, exec/runtime/grad_compress.cc): quantizing the other ranks'
+// blocks (read 4, write b), summing the received ones into the owned block
+// in fp32 (read b, read and write 4) after copying it (8); an all-reduce then
+// quantizes the reduced block and every rank dequantizes all blocks (b + 4).
+// Memory-bound, at the streaming rate.
+double compress_time_s(const HwProfile& hw, const SimOptions& opt, const TrainSpec& t, double grad_bytes, int dp,
+                       bool all_reduce) {
+  if (t.grad_reduce == GradReduce::kFp32 || dp <= 1 || grad_bytes <= 0) return 0;
+  const double b = grad_reduce_element_bytes(t.grad_reduce), n = grad_bytes / b, others = double(dp - 1) / dp;
+  double bytes = n * others * (4 + b) + n * others * (b + 8) + n / dp * 8;
+  int kernels = 2 * dp;
+  if (all_reduce) {
+    bytes += n / dp * (4 + b) + n * (b + 4);
+    kernels += 1 + dp;
+  }
+  return bytes / (hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency) + kernels * opt.kernel_overhead_s;
+}
+
 // Bytes of one weight in the ZeRO parameter all-gather: the 16-bit (or
 // fp32) weight, or 1 with FP8 parameters.
 double gathered_weight_bytes(Precision p, const SimOptions& opt) {
@@ -170,8 +196,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
   sc.net_share = t_stage > 0 ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0)) / t_stage : 0.0;
   StageParams params = stage_params(model_, l, split, s);
-  sc.grad_bytes = params.dense * grad_elem_bytes(p, opt_);
-  sc.expert_grad_bytes = params.expert * grad_elem_bytes(p, opt_);
+  sc.grad_bytes = params.dense * reduce_elem_bytes(train_, opt_);
+  sc.expert_grad_bytes = params.expert * reduce_elem_bytes(train_, opt_);
   double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
   // Loom's executor zeroes its fp32 gradients for the next step inside the
@@ -252,7 +278,7 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   edp_shape.ranks = l.dp / l.ep;
   edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
   edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
-  const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / grad_elem_bytes(train_.precision, opt_);
+  const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / reduce_elem_bytes(train_, opt_);
   // ZeRO-3 gathers and reduce-scatters one layer at a time (FSDP2 wraps each
   // transformer block, DeepSpeed stage 3 fetches per submodule, Megatron's
   // FSDP per module): `units` collectives of 1/units of the bytes, each with
@@ -269,9 +295,11 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   };
   Collective grad_coll = l.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
   d.grad_sync = cost(grad_coll, dp_shape, sc.grad_bytes, units_dense);
+  d.grad_sync.time_s += compress_time_s(hw_, opt_, train_, sc.grad_bytes, dp_shape.ranks, l.zero == 0);
   d.grad_sync_s = d.grad_sync.time_s;
   if (sc.expert_grad_bytes > 0 && edp_shape.ranks > 1) {
     d.grad_sync_expert = cost(grad_coll, edp_shape, sc.expert_grad_bytes, units_expert);
+    d.grad_sync_expert.time_s += compress_time_s(hw_, opt_, train_, sc.expert_grad_bytes, edp_shape.ranks, l.zero == 0);
     d.grad_sync_s += d.grad_sync_expert.time_s;
   }
   if (l.zero >= 1) {

@@ -16,6 +16,7 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw) {
   train.warmup_steps = req.warmup;
   train.seed = req.seed;
   LOOM_ASSIGN_OR_RETURN(train.precision, parse_precision(req.precision));
+  LOOM_ASSIGN_OR_RETURN(train.grad_reduce, parse_grad_reduce(req.grad_reduce));
   LOOM_RETURN_IF_ERROR(validate_train_spec(train));
   if (req.gpus < 1) return invalid_argument("--gpus=" + std::to_string(req.gpus) + " must be >= 1");
   if (req.dropout < -2 || req.dropout > 1)

@@ -20,6 +20,7 @@ struct PlanRequest {
   int64_t global_batch = 512;
   int64_t seq = 4096;
   std::string precision = "bf16";
+  std::string grad_reduce = "fp32";  // TrainSpec::grad_reduce: fp32 | bf16 | fp8
   int64_t steps = 0;
   double lr = 3e-4;
   int64_t warmup = 0;

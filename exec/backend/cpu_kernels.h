@@ -95,6 +95,8 @@ class CpuKernels : public Kernels {
   // bf16, round to nearest even; NaN stays NaN (cpu_kernels.cc).
   void to_16bit(const To16bit& a) override;
   void from_16bit(const From16bit& a) override;
+  void grad_pack(const GradPack& a) override;
+  void grad_unpack(const GradUnpack& a) override;
   double sum(const Sum& a) override {
     double s = 0;
     for (int64_t i = 0; i < a.n; ++i) s += a.x[i];

@@ -161,6 +161,14 @@ KernelCall BiasBackward::describe(Precision) const {
 KernelCall ScaleInplace::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 2 * double(n)); }
 KernelCall To16bit::describe(Precision) const { return call(kOp, {{"n", n}}, 0, 6 * double(n)); }
 KernelCall From16bit::describe(Precision) const { return call(kOp, {{"n", n}}, 0, 6 * double(n)); }
+KernelCall GradPack::describe(Precision) const {
+  return call(kOp, {{"n", n}, {"fp8", format == GradFormat::kFp8 ? 1 : 0}}, 0,
+              kF32 * double(n) * (format == GradFormat::kFp8 ? 2 : 1) + double(grad_packed_bytes(format, n)));
+}
+KernelCall GradUnpack::describe(Precision) const {
+  return call(kOp, {{"n", n}, {"fp8", format == GradFormat::kFp8 ? 1 : 0}, {"accumulate", accumulate ? 1 : 0}}, 0,
+              double(grad_packed_bytes(format, n)) + kF32 * double(n) * (accumulate ? 2 : 1));
+}
 KernelCall Sum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall AddSumSquares::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall TakeSumSquares::describe(Precision) const { return call(kOp, {}, 0, 0); }

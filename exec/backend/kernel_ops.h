@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "core/hw_profile.h"  // loom::Precision
+#include "exec/backend/grad_format.h"
 #include "exec/backend/kernel_call.h"
 
 // X(Type, name) for every op, in KernelOp order.
@@ -65,6 +66,8 @@
   X(ScaleInplace, scale_inplace)                    \
   X(To16bit, to_16bit)                              \
   X(From16bit, from_16bit)                          \
+  X(GradPack, grad_pack)                            \
+  X(GradUnpack, grad_unpack)                        \
   X(Sum, sum)                                       \
   X(AddSumSquares, add_sum_squares)                 \
   X(TakeSumSquares, take_sum_squares)
@@ -415,6 +418,30 @@ struct From16bit {
   const uint16_t* x;
   float* y;
   int64_t n;
+  KernelCall describe(Precision p) const;
+};
+
+// The compressed gradient reduction (exec/backend/grad_format.h for the
+// formats): x(n) packed into y (grad_packed_bytes(format, n) bytes; fp8 puts
+// the block's amax in its header first).
+struct GradPack {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kGradPack;
+  const float* x;
+  uint8_t* y;
+  int64_t n;
+  GradFormat format;
+  KernelCall describe(Precision p) const;
+};
+// y(n) = unpacked x, or y(n) += unpacked x when `accumulate`.
+struct GradUnpack {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kGradUnpack;
+  const uint8_t* x;
+  float* y;
+  int64_t n;
+  GradFormat format;
+  bool accumulate;
   KernelCall describe(Precision p) const;
 };
 

@@ -60,6 +60,10 @@ class Communicator {
   virtual Result<std::unique_ptr<CommRequest>> ireduce_scatter(const float* send, float* recv,
                                                                size_t recv_count) = 0;
   virtual Result<std::unique_ptr<CommRequest>> iall_gather(const float* send, float* recv, size_t send_count) = 0;
+  // all_to_all's non-blocking form (the compressed gradient reduction moves
+  // packed bytes through it: a float is 4 bytes carried, never computed on).
+  virtual Result<std::unique_ptr<CommRequest>> iall_to_all(const float* send, float* recv,
+                                                           size_t count_per_peer) = 0;
   virtual Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int tag) = 0;
   virtual Result<std::unique_ptr<CommRequest>> irecv(float* buf, size_t count, int peer, int tag) = 0;
 

@@ -291,6 +291,9 @@ class MpiCommunicator final : public Communicator {
   Result<std::unique_ptr<CommRequest>> iall_gather(const float* send, float* recv, size_t send_count) override {
     return launch("iall_gather", [&](Ops& o) { return start_all_gather(o, send, recv, send_count); });
   }
+  Result<std::unique_ptr<CommRequest>> iall_to_all(const float* send, float* recv, size_t count_per_peer) override {
+    return launch("iall_to_all", [&](Ops& o) { return start_all_to_all(o, send, recv, count_per_peer); });
+  }
   Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int tag) override {
     return launch("isend", [&](Ops& o) { return start_p2p(o, const_cast<float*>(buf), count, peer, tag, false); });
   }

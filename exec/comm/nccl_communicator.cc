@@ -154,6 +154,17 @@ class NcclCommunicator final : public Communicator {
   Result<std::unique_ptr<CommRequest>> iall_gather(const float* send, float* recv, size_t send_count) override {
     return start("all_gather", [&] { return ncclAllGather(send, recv, send_count, ncclFloat, s_->comm, s_->stream); });
   }
+  Result<std::unique_ptr<CommRequest>> iall_to_all(const float* send, float* recv, size_t n) override {
+    return start("all_to_all", [&] {
+      ncclResult_t r = ncclGroupStart();
+      for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
+        r = ncclSend(send + size_t(p) * n, n, ncclFloat, p, s_->comm, s_->stream);
+        if (r == ncclSuccess) r = ncclRecv(recv + size_t(p) * n, n, ncclFloat, p, s_->comm, s_->stream);
+      }
+      ncclResult_t e = ncclGroupEnd();
+      return r != ncclSuccess ? r : e;
+    });
+  }
   Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int) override {
     return start("send", [&] { return ncclSend(buf, count, ncclFloat, peer, s_->comm, s_->stream); });
   }

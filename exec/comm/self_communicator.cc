@@ -43,6 +43,10 @@ class SelfCommunicator final : public Communicator {
     LOOM_RETURN_IF_ERROR(copy(send, recv, n));
     return done();
   }
+  Result<std::unique_ptr<CommRequest>> iall_to_all(const float* send, float* recv, size_t n) override {
+    LOOM_RETURN_IF_ERROR(copy(send, recv, n));
+    return done();
+  }
   Result<std::unique_ptr<CommRequest>> isend(const float* b, size_t n, int peer, int tag) override {
     LOOM_RETURN_IF_ERROR(send(b, n, peer, tag));
     return done();

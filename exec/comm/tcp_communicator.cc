@@ -436,6 +436,11 @@ class TcpCommunicator final : public Communicator {
       return tcp::all_gather_bytes(io, send, recv, send_count * sizeof(float));
     });
   }
+  Result<std::unique_ptr<CommRequest>> iall_to_all(const float* send, float* recv, size_t count_per_peer) override {
+    return launch("iall_to_all", [=](CollectiveIo& io) {
+      return tcp::all_to_all_bytes(io, send, recv, count_per_peer * sizeof(float));
+    });
+  }
   Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int tag) override {
     return start_send("isend", buf, count, peer, tag);
   }

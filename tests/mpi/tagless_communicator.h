@@ -36,6 +36,9 @@ class TaglessCommunicator final : public Communicator {
   Result<std::unique_ptr<CommRequest>> ireduce_scatter(const float* s, float* r, size_t n) override {
     return c_->ireduce_scatter(s, r, n);
   }
+  Result<std::unique_ptr<CommRequest>> iall_to_all(const float* s, float* r, size_t n) override {
+    return c_->iall_to_all(s, r, n);
+  }
   Result<std::unique_ptr<CommRequest>> iall_gather(const float* s, float* r, size_t n) override {
     return c_->iall_gather(s, r, n);
   }

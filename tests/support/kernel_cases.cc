@@ -609,6 +609,69 @@ std::vector<Case> cases<From16bit>() {
   return {c};
 }
 
+// The compressed gradient reduction's formats (exec/backend/grad_format.h):
+// gradients over a wide range with rounding boundaries of both formats, and
+// fp8's subnormals. Packed bytes live in 16-bit arrays (compared exactly).
+std::vector<float> grad_pack_inputs() {
+  auto x = random_vec(size_t(kElementwise), 48, -3.f, 3.f);
+  const float special[] = {0.f, -0.f, 1e-30f, 3.f, -3.f, 2.9999f, 1.00390625f, 1.0625f, 0.001953125f, 1e-5f};
+  for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); ++i) x[i * 131] = special[i];
+  return x;
+}
+
+template <>
+std::vector<Case> cases<GradPack>() {
+  std::vector<Case> all;
+  for (GradFormat f : {GradFormat::kBf16, GradFormat::kFp8}) {
+    Case c = make(KernelOp::kGradPack, f == GradFormat::kBf16 ? "grad_pack (bf16)" : "grad_pack (fp8)");
+    const int64_t bytes = grad_packed_bytes(f, kElementwise);
+    const int x = c.in("x", grad_pack_inputs()), y = c.in("y", std::vector<uint16_t>(size_t((bytes + 1) / 2), 0));
+    c.arrays[size_t(y)].checked = true;  // the odd fp8 tail byte stays 0 in both
+    c.run = [=](Kernels& k, const Bound& p) {
+      k.grad_pack({p.f(x), reinterpret_cast<uint8_t*>(p.u(y)), kElementwise, f});
+      return std::vector<double>{};
+    };
+    all.push_back(c);
+  }
+  return all;
+}
+
+template <>
+std::vector<Case> cases<GradUnpack>() {
+  std::vector<Case> all;
+  for (GradFormat f : {GradFormat::kBf16, GradFormat::kFp8})
+    for (bool acc : {false, true}) {
+      // Finite packed values: bf16 patterns below the exponent's all-ones,
+      // fp8 bytes other than 0x7f / 0xff, and an amax of 2.5 in the header.
+      const int64_t bytes = grad_packed_bytes(f, kElementwise);
+      std::vector<uint16_t> packed(size_t((bytes + 1) / 2));
+      for (size_t i = 0; i < packed.size(); ++i) {
+        uint16_t v = uint16_t(splitmix(i + 49) & 0xFFFFu);
+        if (f == GradFormat::kBf16) v &= 0xBFFFu;  // exponent never all ones
+        else {  // no NaN byte
+          if ((v & 0x7Fu) == 0x7Fu) v ^= 0x0001u;
+          if (((v >> 8) & 0x7Fu) == 0x7Fu) v ^= 0x0100u;
+        }
+        packed[i] = v;
+      }
+      if (f == GradFormat::kFp8) {
+        const float amax = 2.5f;
+        std::memcpy(packed.data(), &amax, 4);
+      }
+      Case c = make(KernelOp::kGradUnpack, std::string("grad_unpack (") + (f == GradFormat::kBf16 ? "bf16" : "fp8") +
+                                               (acc ? ", accumulate)" : ")"));
+      const int x = c.in("x", packed);
+      const int y = acc ? c.inout("y", random_vec(size_t(kElementwise), 50), kExact)
+                        : c.out("y", size_t(kElementwise), kExact);
+      c.run = [=](Kernels& k, const Bound& p) {
+        k.grad_unpack({reinterpret_cast<const uint8_t*>(p.u(x)), p.f(y), kElementwise, f, acc});
+        return std::vector<double>{};
+      };
+      all.push_back(c);
+    }
+  return all;
+}
+
 // |x| summed: the scale of a sum's rounding error.
 double abs_sum(const std::vector<float>& x) {
   double s = 0;

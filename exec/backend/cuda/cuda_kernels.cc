@@ -151,6 +151,10 @@ class CudaKernels final : public Kernels {
     note(precision_ == Precision::kFp16 ? cuda::cast_from_fp16(a.x, a.y, a.n, s_)
                                         : cuda::cast_from_bf16(a.x, a.y, a.n, s_));
   }
+  void grad_pack(const GradPack& a) override { note(cuda::grad_pack(a.x, a.y, a.n, a.format, s_)); }
+  void grad_unpack(const GradUnpack& a) override {
+    note(cuda::grad_unpack(a.x, a.y, a.n, a.format, a.accumulate, s_));
+  }
   void add_sum_squares(const AddSumSquares& a) override {
     // One device double per piece; take_sum_squares() reads them all back.
     if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {

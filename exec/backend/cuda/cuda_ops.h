@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "exec/backend/grad_format.h"
 
 struct cublasContext;
 
@@ -142,6 +143,12 @@ Status cast_from_bf16(const uint16_t* x, float* y, int64_t n, cudaStream_t strea
 Status cast_to_fp16(const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
 Status cast_from_fp16(const uint16_t* x, float* y, int64_t n, cudaStream_t stream);
 Status cast_to_16(GemmInput type, const float* x, uint16_t* y, int64_t n, cudaStream_t stream);
+
+// The compressed gradient reduction's pack / unpack (exec/backend/grad_format.h;
+// y / x 4-byte aligned).
+Status grad_pack(const float* x, uint8_t* y, int64_t n, exec::GradFormat format, cudaStream_t stream);
+Status grad_unpack(const uint8_t* x, float* y, int64_t n, exec::GradFormat format, bool accumulate,
+                   cudaStream_t stream);
 
 // C(M,N) = alpha op(A) op(B) + beta C, row-major like cpu::gemm, fp32
 // (TF32 tensor cores off: the fp32 reference path).
