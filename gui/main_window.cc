@@ -122,6 +122,7 @@ MainWindow::MainWindow(bool remember, QWidget* parent) : QMainWindow(parent), re
     session_.request().global_batch = st.value("global_batch", qlonglong(session_.request().global_batch)).toLongLong();
     session_.request().seq = st.value("seq", qlonglong(session_.request().seq)).toLongLong();
     session_.request().precision = st.value("precision", "bf16").toString().toStdString();
+    session_.request().grad_reduce = st.value("grad_reduce", "fp32").toString().toStdString();
     if (auto l = parse_layout(st.value("layout").toString().toStdString()); l.is_ok() && !st.value("layout").toString().isEmpty())
       session_.layout() = *l;
     restoreGeometry(st.value("geometry").toByteArray());
@@ -139,6 +140,7 @@ MainWindow::~MainWindow() {
     st.setValue("global_batch", qlonglong(session_.request().global_batch));
     st.setValue("seq", qlonglong(session_.request().seq));
     st.setValue("precision", QString::fromStdString(session_.request().precision));
+    st.setValue("grad_reduce", QString::fromStdString(session_.request().grad_reduce));
     st.setValue("layout", QString::fromStdString(session_.layout().to_string()));
     st.setValue("geometry", saveGeometry());
   }
@@ -181,6 +183,11 @@ void MainWindow::build_inputs() {
   form->addRow("Global batch (sequences)", batch_);
   form->addRow("Sequence length", seq_);
   form->addRow("Precision", precision_);
+  grad_reduce_ = new QComboBox();
+  grad_reduce_->addItems({"fp32", "bf16", "fp8"});
+  grad_reduce_->setToolTip("Element type of the data-parallel gradient reduction (--grad-reduce): the bytes on the "
+                           "wire; the executor sums what arrives in fp32");
+  form->addRow("Gradient reduce", grad_reduce_);
   framework_ = new QComboBox();
   framework_->addItems({"(Loom)", "megatron-core", "torchtitan", "deepspeed"});
   framework_->setToolTip("Training stack whose defaults the simulator models (frameworks/*.json): gradient dtype, "
@@ -231,7 +238,7 @@ void MainWindow::build_inputs() {
   };
   for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, micro_, v_})
     connect(s, &QSpinBox::valueChanged, this, changed);
-  for (QComboBox* c : {precision_, framework_, zero_, schedule_, recompute_})
+  for (QComboBox* c : {precision_, grad_reduce_, framework_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
   for (QCheckBox* c : {sp_, overlap_grad_, overlap_param_}) connect(c, &QCheckBox::toggled, this, changed);
   connect(model_box_, &QComboBox::activated, this, [this](int) { open_model(model_box_->currentText()); });
@@ -288,6 +295,7 @@ void MainWindow::write_controls() {
   batch_->setValue(int(r.global_batch));
   seq_->setValue(int(r.seq));
   precision_->setCurrentText(QString::fromStdString(r.precision));
+  grad_reduce_->setCurrentText(QString::fromStdString(r.grad_reduce));
   framework_->setCurrentText(r.framework.empty() ? QString("(Loom)") : QString::fromStdString(r.framework));
   dp_->setValue(l.dp);
   tp_->setValue(l.tp);
@@ -311,6 +319,7 @@ void MainWindow::read_controls() {
   r.global_batch = batch_->value();
   r.seq = seq_->value();
   r.precision = precision_->currentText().toStdString();
+  r.grad_reduce = grad_reduce_->currentText().toStdString();
   r.framework = framework_->currentIndex() == 0 ? std::string() : framework_->currentText().toStdString();
   l.dp = dp_->value();
   l.tp = tp_->value();

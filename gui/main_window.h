@@ -82,7 +82,7 @@ class MainWindow : public QMainWindow {
   PlannerSession session_;
   bool remember_;
   bool updating_ = false;
-  QComboBox *model_box_, *hw_box_, *precision_, *framework_, *zero_, *schedule_, *recompute_;
+  QComboBox *model_box_, *hw_box_, *precision_, *grad_reduce_, *framework_, *zero_, *schedule_, *recompute_;
   QSpinBox *gpus_, *batch_, *seq_, *dp_, *tp_, *pp_, *ep_, *micro_, *v_;
   QCheckBox *sp_, *overlap_grad_, *overlap_param_;
   QLabel* status_;

@@ -14,6 +14,9 @@ Result<std::string> export_megatron_args(const Plan& p) {
   if (l.zero >= 2)
     return unsupported("export megatron: zero=" + std::to_string(l.zero) +
                        " has no Megatron-LM distributed-optimizer equivalent; use zero=0/1, or --export deepspeed");
+  if (t.grad_reduce == GradReduce::kFp8)
+    return unsupported("export megatron: --grad-reduce fp8 has no Megatron-LM equivalent (it reduces gradients in "
+                       "fp32 or, with --grad-reduce-in-bf16, bf16); plan with --grad-reduce bf16 or fp32");
   std::ostringstream o;
   o << "--tensor-model-parallel-size " << l.tp << "\n";
   o << "--pipeline-model-parallel-size " << l.pp << "\n";
@@ -46,6 +49,9 @@ Result<std::string> export_megatron_args(const Plan& p) {
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   if (l.zero == 1) o << "--use-distributed-optimizer\n";
   if (l.overlap_grad_reduce && l.dp > 1) o << "--overlap-grad-reduce\n";
+  // Megatron's bf16 reduction is NCCL's (a ring re-rounding partial sums),
+  // where Loom's executor sums what arrives in fp32 (docs/executor.md).
+  if (t.grad_reduce == GradReduce::kBf16) o << "--grad-reduce-in-bf16\n";
   if (l.overlap_param_gather && l.zero == 1) o << "--overlap-param-gather\n";
   if (l.recompute == Recompute::kFull)
     o << "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
@@ -100,12 +106,16 @@ Result<std::string> export_deepspeed_config(const Plan& p) {
   if (l.pp > 1 && l.zero >= 2)
     return unsupported("export deepspeed: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only; "
                        "use zero<=1 with pp>1");
+  if (t.grad_reduce == GradReduce::kFp8)
+    return unsupported("export deepspeed: --grad-reduce fp8 has no DeepSpeed equivalent (communication_data_type "
+                       "is fp32, fp16 or bf16); plan with --grad-reduce bf16 or fp32");
   int64_t gas = l.num_micro_batches(t.global_batch);
   OrderedJson j;
   j["train_batch_size"] = t.global_batch;
   j["train_micro_batch_size_per_gpu"] = l.micro_batch;
   j["gradient_accumulation_steps"] = gas;
   j["gradient_clipping"] = t.grad_clip;
+  if (t.grad_reduce == GradReduce::kBf16) j["communication_data_type"] = "bf16";
   j["steps_per_print"] = 10;
   j["bf16"] = {{"enabled", t.precision == Precision::kBf16 || t.precision == Precision::kFp8}};
   j["fp16"] = {{"enabled", t.precision == Precision::kFp16}, {"loss_scale", 0}};
@@ -138,13 +148,16 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
   if (l.tp > 1 && !l.sequence_parallel)
     return unsupported("export torchtitan: torchtitan's tensor parallelism always shards the sequence; use sp=1");
   if (l.ep > 1) return unsupported("export torchtitan: expert parallelism is not exported yet; use ep=1");
+  if (t.grad_reduce == GradReduce::kFp8)
+    return unsupported("export torchtitan: --grad-reduce fp8 has no torchtitan equivalent (mixed_precision_reduce is "
+                       "float32 or bfloat16); plan with --grad-reduce bf16 or fp32");
   std::ostringstream o;
   o << "[training]\n";
   o << "local_batch_size = " << t.global_batch / l.dp << "\n";
   o << "global_batch_size = " << t.global_batch << "\n";
   o << "seq_len = " << t.seq_len << "\n";
   o << "mixed_precision_param = \"" << (t.precision == Precision::kFp32 ? "float32" : "bfloat16") << "\"\n";
-  o << "mixed_precision_reduce = \"float32\"\n";
+  o << "mixed_precision_reduce = \"" << (t.grad_reduce == GradReduce::kBf16 ? "bfloat16" : "float32") << "\"\n";
   if (t.steps > 0) o << "steps = " << t.steps << "\n";
   o << "\n[parallelism]\n";
   o << "data_parallel_replicate_degree = " << (l.zero == 0 ? l.dp : 1) << "\n";

@@ -38,6 +38,9 @@ Status DataParallel::allocate() {
       if (p.shard == ShardKind::kReplicated) replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
   MemoryClassScope charge(MemoryClass::kGrads);
   if (cfg_.zero >= 1) shard_grad_ = DeviceBuffer(backend_, shard_total_ * sizeof(float));
+  if (cfg_.grad_reduce != GradReduce::kFp32 && cfg_.dp_size > 1)
+    compress_ = std::make_unique<GradCompressor>(
+        backend_, dp_, cfg_.grad_reduce == GradReduce::kBf16 ? GradFormat::kBf16 : GradFormat::kFp8);
   return Status::ok();
 }
 
@@ -232,7 +235,9 @@ class Zero0 final : public DataParallel {
     LOOM_RETURN_IF_ERROR(sum_replicated(units));
     for (const ZeroUnit* u : units) {
       if (u->size == 0) continue;
-      LOOM_ASSIGN_OR_RETURN(auto req, dp_->iall_reduce(params_->grads() + u->begin, u->size, ReduceOp::kSum));
+      float* g = params_->grads() + u->begin;
+      LOOM_ASSIGN_OR_RETURN(auto req, compress_ ? compress_->iall_reduce(g, u->shard)
+                                                : dp_->iall_reduce(g, u->size, ReduceOp::kSum));
       syncs_.push_back(std::move(req));
     }
     return Status::ok();
@@ -255,7 +260,9 @@ class Zero1 : public DataParallel {
       LOOM_RETURN_IF_ERROR(wait_reductions(u->chunk, u));
       float* g = params_->grads() + u->begin;
       LOOM_RETURN_IF_ERROR(before_reduce(*u));
-      LOOM_ASSIGN_OR_RETURN(auto req, dp_->ireduce_scatter(g, shard_grad_.f32() + u->shard_offset, u->shard));
+      float* shard = shard_grad_.f32() + u->shard_offset;
+      LOOM_ASSIGN_OR_RETURN(auto req, compress_ ? compress_->ireduce_scatter(g, shard, u->shard)
+                                                : dp_->ireduce_scatter(g, shard, u->shard));
       reductions_.push_back({u, std::move(req)});
     }
     return Status::ok();

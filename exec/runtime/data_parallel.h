@@ -33,6 +33,7 @@
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
 #include "exec/model/params.h"
+#include "exec/runtime/grad_compress.h"
 
 namespace loom::exec {
 
@@ -61,6 +62,9 @@ struct DataParallelConfig {
   // Sequence parallelism with tp > 1: replicated parameters (norms, biases of
   // row-parallel layers) hold partial gradients per TP rank until summed.
   bool sum_replicated_over_tp = false;
+  // The DP reduction's element type (--grad-reduce): bf16 / fp8 pack the
+  // gradients on the wire and sum what arrives in fp32 (grad_compress.h).
+  GradReduce grad_reduce = GradReduce::kFp32;
 };
 
 class DataParallel {
@@ -156,6 +160,7 @@ class DataParallel {
   std::vector<ZeroUnit> units_;  // ascending begin
   size_t shard_total_ = 0;
   DeviceBuffer shard_grad_;      // ZeRO >= 1
+  std::unique_ptr<GradCompressor> compress_;  // --grad-reduce bf16 / fp8 with dp > 1
   std::vector<std::vector<std::unique_ptr<CommRequest>>> gathers_;  // in flight, per chunk
   std::vector<std::unique_ptr<CommRequest>> syncs_;                 // non-blocking all-reduces in flight (ZeRO-0)
   struct Reduction {

@@ -106,6 +106,7 @@ Status Trainer::Impl::setup() {
   dc.dp_rank = coords.dp;
   dc.num_chunks = l.virtual_stages;
   dc.sum_replicated_over_tp = l.sequence_parallel && l.tp > 1;
+  dc.grad_reduce = cfg.train.grad_reduce;
   sharding = DataParallel::create(dc, backend, &params, dp.get(), tp.get());
   const StageSplit split = split_layers(cfg.model, l);
   LOOM_RETURN_IF_ERROR(lay_out_params(split));

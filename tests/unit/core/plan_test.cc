@@ -203,6 +203,37 @@ TEST(Plan, ExportsFollowTheLayout) {
   EXPECT_EQ(export_megatron_args(p).status().code(), StatusCode::kUnsupported);
 }
 
+// --grad-reduce: recorded in the plan (and its hash) only when compressed,
+// read back, refused when unknown, and exported as each framework's option or
+// refused where the framework has none (fp8).
+TEST(Plan, GradReduceRoundTripsAndExports) {
+  Plan p = sample_plan();
+  const std::string fp32_hash = p.plan_hash();
+  EXPECT_EQ(plan_to_json(p).find("\"grad_reduce\""), std::string::npos);
+  p.train.grad_reduce = GradReduce::kBf16;
+  EXPECT_NE(p.plan_hash(), fp32_hash);
+  auto back = parse_plan(plan_to_json(p));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->train.grad_reduce, GradReduce::kBf16);
+  EXPECT_EQ(back->plan_hash(), p.plan_hash());
+  auto meg = export_megatron_args(p);
+  ASSERT_TRUE(meg.is_ok());
+  EXPECT_NE(meg->find("--grad-reduce-in-bf16\n"), std::string::npos);
+  auto ds = export_deepspeed_config(p);
+  ASSERT_TRUE(ds.is_ok());
+  EXPECT_EQ(nlohmann::json::parse(*ds)["communication_data_type"], "bf16");
+  p.train.grad_reduce = GradReduce::kFp8;
+  EXPECT_EQ(export_megatron_args(p).status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(export_deepspeed_config(p).status().code(), StatusCode::kUnsupported);
+  auto j = nlohmann::json::parse(plan_to_json(p));
+  EXPECT_EQ(j["train"]["grad_reduce"], "fp8");
+  j["train"]["grad_reduce"] = "int4";
+  auto bad = parse_plan(j.dump());
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("grad_reduce 'int4' is not one of fp32, bf16, fp8"), std::string::npos)
+      << bad.status().message();
+}
+
 }  // namespace
 }  // namespace loom
 

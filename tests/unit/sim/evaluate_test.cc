@@ -121,6 +121,41 @@ TEST(Evaluate, Zero3GathersPayOneLatencyPerLayer) {
   EXPECT_DOUBLE_EQ(tr.call_bytes[dp], sc.grad_bytes / 96);
 }
 
+// --grad-reduce: the DP gradient bytes follow the element type (fp32 4,
+// bf16 2, fp8 1 per gradient) while the ZeRO parameter gathers keep the
+// weights' bytes; the packing passes cost memory time, so a compressed sync
+// is never priced below its wire time.
+TEST(Evaluate, GradReduceTypeSetsTheDpGradientBytes) {
+  const Layout z1 = L("dp=64,zero=1");
+  double grad_bytes[3] = {0, 0, 0}, gather_bytes[3] = {0, 0, 0}, sync_s[3] = {0, 0, 0};
+  const GradReduce types[3] = {GradReduce::kFp32, GradReduce::kBf16, GradReduce::kFp8};
+  for (int i = 0; i < 3; ++i) {
+    TrainSpec t;
+    t.global_batch = 64;
+    t.seq_len = 128;
+    t.precision = Precision::kFp32;
+    t.grad_reduce = types[i];
+    // 8 layers of hidden 2048 (400M parameters): bandwidth-bound, where the
+    // per-peer pack and unpack launches (2 x dp of them) do not dominate.
+    Evaluator eval(testing::gpt_block_model(2048, 16, 8, /*vocab=*/256), load_hw_or_die("dgx-h100"), t, SimOptions{});
+    const StageCosts sc = eval.stage_costs(z1)[0];
+    const DpCollectives d = eval.dp_collectives(z1, sc);
+    grad_bytes[i] = sc.grad_bytes;
+    for (int c = 0; c < kNumLinkClasses; ++c) gather_bytes[i] += d.param_gather.sent_bytes[c];
+    sync_s[i] = d.grad_sync_s;
+    const GroupShape g = group_shape(z1, Dim::kDp, eval.hw().node.devices_per_node);
+    EXPECT_GE(d.grad_sync_s, collective_cost(eval.hw(), Collective::kReduceScatter, g, sc.grad_bytes).time_s);
+  }
+  EXPECT_DOUBLE_EQ(grad_bytes[1], grad_bytes[0] / 2);
+  EXPECT_DOUBLE_EQ(grad_bytes[2], grad_bytes[0] / 4);
+  EXPECT_NEAR(gather_bytes[1], gather_bytes[0], 1e-9 * gather_bytes[0]);
+  EXPECT_NEAR(gather_bytes[2], gather_bytes[0], 1e-9 * gather_bytes[0]);
+  // On 8 DGX H100 nodes the packing passes (~16 bytes of HBM traffic per
+  // gradient) cost about what halving the rails' bytes saves: compression is
+  // not free on a fast network, which the planner must show.
+  EXPECT_GT(sync_s[1], 0.5 * sync_s[0]);
+}
+
 // A tied embedding over a pipeline: the first and last stages all-reduce the
 // embedding's gradient before the update (Megatron's
 // _allreduce_embedding_grads): GPT-2 XL-sized vocabulary, pp = 2 over two
