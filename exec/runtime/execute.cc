@@ -233,6 +233,9 @@ Status open_trainer(Session& s) {
   cfg.backend = s.devices.backend.get();
   cfg.device_world = s.devices.world.get();
   if (!o.quiet) s.say("backend: %s", s.devices.description.c_str());
+  if (!o.quiet && cfg.train.grad_reduce != GradReduce::kFp32 && cfg.layout.dp > 1)
+    s.say("gradient reduction: %s on the wire, received pieces summed in fp32 (the plan's --grad-reduce)",
+          grad_reduce_name(cfg.train.grad_reduce));
   if (s.devices.precision != cfg.train.precision && s.lead())
     std::fprintf(stderr,
                  "loom execute: note: the plan is %s but the backend computes in %s: its memory and times are not "

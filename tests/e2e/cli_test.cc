@@ -734,6 +734,28 @@ TEST_F(LoomCli, RegressCheckOverToleranceIsOneSided) {
   EXPECT_NE(bad.err.find("no case 'nope' in suite models"), std::string::npos) << describe(bad);
 }
 
+// --grad-reduce: an unknown type and an fp8 export are refused naming the
+// option; a bf16 plan records it and exports Megatron's flag.
+TEST_F(LoomCli, GradReduceIsCheckedRecordedAndExported) {
+  Outcome bad = loom({"plan", "--model", "gpt2-124m", "--hw", "cpu-local", "--gpus", "2", "--global-batch", "8",
+                      "--seq", "64", "--grad-reduce", "int8", "--out", path("x.json").string()});
+  EXPECT_EQ(bad.exit_code, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("grad_reduce 'int8' is not one of fp32, bf16, fp8 (--grad-reduce)"), std::string::npos)
+      << describe(bad);
+  Outcome fp8 = loom({"plan", "--model", "gpt2-124m", "--hw", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+                      "--seq", "1024", "--grad-reduce", "fp8", "--export", "megatron"});
+  EXPECT_EQ(fp8.exit_code, 2) << describe(fp8);
+  EXPECT_NE(fp8.err.find("--grad-reduce fp8 has no Megatron-LM equivalent"), std::string::npos) << describe(fp8);
+  Outcome bf16 = loom({"plan", "--model", "gpt2-124m", "--hw", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+                       "--seq", "1024", "--grad-reduce", "bf16", "--layout", "dp=8", "--export", "megatron"});
+  EXPECT_EQ(bf16.exit_code, 0) << describe(bf16);
+  EXPECT_NE(bf16.out.find("--grad-reduce-in-bf16"), std::string::npos) << describe(bf16);
+  Outcome plan = loom({"plan", "--model", "gpt2-124m", "--hw", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+                       "--seq", "1024", "--grad-reduce", "bf16", "--layout", "dp=8", "--out", path("g.json").string()});
+  ASSERT_EQ(plan.exit_code, 0) << describe(plan);
+  EXPECT_EQ(json::parse(read_file(path("g.json")))["train"]["grad_reduce"], "bf16");
+}
+
 // The throughput check compares a case with the baseline at equal machine
 // speed where both runs timed the reference workload around the case: half
 // the tokens/s on a machine running at half speed is no regression; the same
