@@ -2,7 +2,9 @@
 // (docs/formats/checkpoint.md).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
@@ -12,6 +14,30 @@
 #include "exec/checkpoint/safetensors.h"
 
 namespace loom::cli {
+
+namespace fs = std::filesystem;
+
+// The checkpoint's model config as Hugging Face's config.json: its keys, the
+// architecture class transformers instantiates for the family, fp32 weights.
+Result<std::string> hf_config_json(const std::string& saved, const std::string& family) {
+  LOOM_ASSIGN_OR_RETURN(Json cfg, parse_json(saved, "the checkpoint's model config"));
+  if (!cfg.is_object()) return invalid_argument("the checkpoint's model config is not a JSON object");
+  static const std::map<std::string, std::string> kArch = {
+      {"gpt2", "GPT2LMHeadModel"},     {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},   {"qwen3", "Qwen3ForCausalLM"}, {"mixtral", "MixtralForCausalLM"},
+      {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}};
+  const std::string type = cfg.value("model_type", family);
+  if (!cfg.contains("architectures")) {
+    auto it = kArch.find(type);
+    if (it == kArch.end())
+      return invalid_argument("model_type '" + type + "' has no Hugging Face architecture Loom knows; the weights "
+                              "export needs one of gpt2, llama, mistral, qwen2, qwen3");
+    cfg["architectures"] = Json::array({it->second});
+  }
+  cfg["model_type"] = type;
+  cfg["torch_dtype"] = "float32";
+  return cfg.dump(2) + "\n";
+}
 
 namespace {
 
@@ -108,9 +134,23 @@ int cmd_ckpt(int argc, char** argv) {
                                                 " model (its metadata's model_type); pass --family " + saved_type +
                                                 " or leave --family out"));
   }
+  // config.json beside the weights, so Hugging Face loads the directory as
+  // is: the checkpoint's own config (HF keys), its architecture class and
+  // the exported dtype. Checked before the weights are written.
+  auto config = hf_config_json(ckpt::checkpoint_model_config(**r), family);
+  if (!config.is_ok()) return fail("ckpt export", config.status());
+  const std::string config_path = (fs::path(out).parent_path() / "config.json").string();
+  if (fs::exists(config_path)) {
+    auto old = read_text_file(config_path);
+    if (!old.is_ok() || *old != *config)
+      return fail("ckpt export", invalid_argument(config_path + " exists and is another model's config; export into "
+                                                  "another directory, or remove it"));
+  }
   Status s = ckpt::export_safetensors(**r, out, family);
   if (!s.is_ok()) return fail("ckpt export", s);
-  std::printf("wrote %s (%s, step %lld)\n", out.c_str(), family.c_str(), static_cast<long long>((*r)->step()));
+  if (Status c = write_text_file(config_path, *config); !c.is_ok()) return fail("ckpt export", c);
+  std::printf("wrote %s and %s (%s, step %lld)\n", out.c_str(), config_path.c_str(), family.c_str(),
+              static_cast<long long>((*r)->step()));
   return 0;
 }
 

@@ -23,6 +23,10 @@ inline double grad_reduce_element_bytes(GradReduce g) {
   return g == GradReduce::kFp32 ? 4.0 : g == GradReduce::kBf16 ? 2.0 : 1.0;
 }
 
+// The optimizer steps `loom execute` runs, and `--export` writes, when the
+// plan names none (`loom plan --steps 0`).
+inline constexpr int64_t kDefaultTrainSteps = 20;
+
 struct TrainSpec {
   int64_t global_batch = 0;  // sequences per optimizer step over all DP ranks (the kernels' B is the micro-batch)
   int64_t seq_len = 0;       // tokens per sequence (s)

@@ -1,5 +1,6 @@
 #include "sim/export.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "core/json_util.h"
@@ -46,6 +47,7 @@ Result<std::string> export_megatron_args(const Plan& p) {
     o << "--decoder-first-pipeline-num-layers " << first << "\n--decoder-last-pipeline-num-layers " << last << "\n";
   }
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
+  if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   if (l.zero == 1) o << "--use-distributed-optimizer\n";
   if (l.overlap_grad_reduce && l.dp > 1) o << "--overlap-grad-reduce\n";
@@ -68,8 +70,20 @@ Result<std::string> export_megatron_args(const Plan& p) {
   if (m.num_kv_heads != m.num_heads && !m.mla.enabled)
     o << "--group-query-attention\n--num-query-groups " << m.num_kv_heads << "\n";
   if (m.norm == NormKind::kRmsNorm) o << "--normalization RMSNorm\n";
+  o << "--norm-epsilon " << m.norm_eps << "\n";
+  if (m.qk_norm) o << "--qk-layernorm\n";
   if (m.mlp == MlpKind::kSwiGlu) o << "--swiglu\n";
-  if (m.position == PositionKind::kRope) o << "--position-embedding-type rope\n";
+  if (m.position == PositionKind::kRope) {
+    o << "--position-embedding-type rope\n--rotary-base " << int64_t(std::llround(m.rope_theta)) << "\n";
+    if (m.rope_scaling.type == "llama3") o << "--use-rope-scaling\n--rope-scaling-factor " << m.rope_scaling.factor << "\n";
+  }
+  // Dropout as the planner assumed it (sim/compute_model.h uses_dropout: the
+  // GPT-2 family 0.1, Megatron's default; others none, where Megatron would
+  // otherwise apply 0.1).
+  if (m.model_type != "gpt2") o << "--hidden-dropout 0.0\n--attention-dropout 0.0\n";
+  // The tokenizer: the model's Hugging Face name (its config's
+  // _name_or_path, else the file's), whose vocabulary the plan priced.
+  o << "--tokenizer-type HuggingFaceTokenizer\n--tokenizer-model " << m.name << "\n--vocab-size " << m.vocab << "\n";
   if (!m.tied_embeddings) o << "--untie-embeddings-and-output-weights\n";
   if (!m.linear_bias) o << "--disable-bias-linear\n";
   if (m.qkv_bias && !m.linear_bias) o << "--add-qkv-bias\n";
@@ -96,7 +110,7 @@ Result<std::string> export_megatron_args(const Plan& p) {
   o << "--lr-decay-style " << (t.lr_schedule == LrSchedule::kCosine ? "cosine" : t.lr_schedule == LrSchedule::kLinear ? "linear" : "constant") << "\n";
   o << "--weight-decay " << t.weight_decay << "\n--adam-beta1 " << t.beta1 << "\n--adam-beta2 " << t.beta2 << "\n";
   o << "--clip-grad " << t.grad_clip << "\n--seed " << t.seed << "\n";
-  if (t.steps > 0) o << "--train-iters " << t.steps << "\n";
+  o << "--train-iters " << (t.steps > 0 ? t.steps : kDefaultTrainSteps) << "\n";
   return o.str();
 }
 
@@ -131,7 +145,7 @@ Result<std::string> export_deepspeed_config(const Plan& p) {
   j["optimizer"] = {{"type", "AdamW"},
                     {"params", {{"lr", t.lr}, {"betas", {t.beta1, t.beta2}}, {"eps", t.adam_eps}, {"weight_decay", t.weight_decay}}}};
   j["scheduler"] = {{"type", "WarmupCosineLR"},
-                    {"params", {{"total_num_steps", std::max<int64_t>(t.steps, 1)}, {"warmup_num_steps", t.warmup_steps}}}};
+                    {"params", {{"total_num_steps", t.steps > 0 ? t.steps : kDefaultTrainSteps}, {"warmup_num_steps", t.warmup_steps}}}};
   if (l.recompute != Recompute::kNone)
     j["activation_checkpointing"] = {{"partition_activations", l.tp > 1}, {"contiguous_memory_optimization", false}};
   // Batch identity DeepSpeed enforces: train_batch = micro * gas * dp.

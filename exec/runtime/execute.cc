@@ -165,7 +165,7 @@ Status read_plan(Session& s) {
     LOOM_ASSIGN_OR_RETURN(cfg.model, scale_model(s.plan.model, scale));
   }
   if (o.steps >= 0) cfg.train.steps = o.steps;
-  if (cfg.train.steps <= 0) cfg.train.steps = 20;
+  if (cfg.train.steps <= 0) cfg.train.steps = kDefaultTrainSteps;
   LOOM_RETURN_IF_ERROR(validate_layout(cfg.layout, cfg.model, cfg.train, s.world.size()));
   // The (scaled) model must fit this host before anything is allocated (CUDA: once the device is open).
   if (o.backend == "cpu")

@@ -138,6 +138,17 @@ outputs)
   ln -s real/model.safetensors "$tmp/m.safetensors"
   "$loom" ckpt export "$tmp/ck" --out "$tmp/m.safetensors" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "export via link"; }
   [ -L "$tmp/m.safetensors" ] && [ -s "$tmp/real/model.safetensors" ] || fail "export replaced the symlink"
+  # config.json beside the weights (Hugging Face loads the directory as is);
+  # another model's config there is refused before anything is written
+  python3 - "$tmp/config.json" <<'PY' || fail "config.json beside the export"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["architectures"] == ["LlamaForCausalLM"] and c["model_type"] == "llama", c
+assert c["torch_dtype"] == "float32" and c["hidden_size"] > 0 and c["vocab_size"] > 0, c
+PY
+  mkdir -p "$tmp/other" && echo '{"model_type": "gpt2"}' >"$tmp/other/config.json"
+  expect 2 "exists and is another model's config" "$loom" ckpt export "$tmp/ck" --out "$tmp/other/w.safetensors"
+  [ -e "$tmp/other/w.safetensors" ] && fail "weights written beside another model's config"
   # execute: --record/--metrics through a symlink, --record -
   ln -s real/run.json "$tmp/run.json"
   expect 0 "" "$loom" execute "$tmp/s.json" --threads 1 --quiet --steps 2 --record "$tmp/run.json"

@@ -1,0 +1,145 @@
+// `loom plan --export megatron` against Megatron-LM's own argument
+// definitions: every flag exported must be one Megatron's training script
+// accepts, with a value of the kind it parses (tests/data/megatron_flags.txt,
+// generated from Megatron's source by scripts/megatron_flags.py), over plans
+// of every model family and layout feature the export covers.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/export.h"
+#include "sim/report.h"
+#include "sim/simulate.h"
+#include "tests/support/test_models.h"
+
+namespace loom {
+namespace {
+
+std::map<std::string, std::string> megatron_flags() {
+  std::ifstream in(LOOM_SOURCE_DIR "/tests/data/megatron_flags.txt");
+  std::map<std::string, std::string> flags;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string flag, kind;
+    fields >> flag >> kind;
+    flags[flag] = kind;
+  }
+  return flags;
+}
+
+// One exported argument set, line by line: "--flag [values]".
+void expect_accepted(const std::string& args, const std::map<std::string, std::string>& flags,
+                     const std::string& what) {
+  std::istringstream lines(args);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string flag, v;
+    words >> flag;
+    std::vector<std::string> values;
+    while (words >> v) values.push_back(v);
+    ++n;
+    auto it = flags.find(flag);
+    ASSERT_NE(it, flags.end()) << what << ": Megatron-LM has no flag " << flag;
+    const std::string& kind = it->second;
+    if (kind == "flag") {
+      EXPECT_TRUE(values.empty()) << what << ": " << flag << " takes no value";
+    } else if (kind == "list") {
+      EXPECT_FALSE(values.empty()) << what << ": " << flag << " needs values";
+    } else {
+      ASSERT_EQ(values.size(), 1u) << what << ": " << flag << " takes one value";
+      size_t used = 0;
+      if (kind == "int") {
+        (void)std::stoll(values[0], &used);
+        EXPECT_EQ(used, values[0].size()) << what << ": " << flag << " " << values[0] << " is not an int";
+      } else if (kind == "float") {
+        (void)std::stod(values[0], &used);
+        EXPECT_EQ(used, values[0].size()) << what << ": " << flag << " " << values[0] << " is not a float";
+      }
+    }
+  }
+  EXPECT_GT(n, 20) << what;
+}
+
+Plan plan_of(const std::string& model, const std::string& hw, const std::string& layout, int world, TrainSpec t) {
+  Evaluator eval(testing::load_model_or_die(model), testing::load_hw_or_die(hw), t, SimOptions{});
+  auto l = parse_layout(layout);
+  LOOM_CHECK(l.is_ok(), l.status().to_string());
+  auto r = simulate_layout(eval, *l);
+  LOOM_CHECK(r.is_ok(), r.status().to_string());
+  return make_plan(eval, *r, world);
+}
+
+TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
+  const auto flags = megatron_flags();
+  ASSERT_GT(flags.size(), 500u) << "tests/data/megatron_flags.txt did not load";
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  TrainSpec bf16_reduce = t;
+  bf16_reduce.grad_reduce = GradReduce::kBf16;
+  bf16_reduce.steps = 500;
+  TrainSpec fp8 = t;
+  fp8.precision = Precision::kFp8;
+  struct Case {
+    const char* model;
+    const char* layout;
+    int world;
+    TrainSpec train;
+  };
+  const Case cases[] = {
+      {"gpt2-124m", "dp=2,tp=2,pp=2,zero=1,micro=2,schedule=interleaved,v=2,sp=1", 8, t},
+      {"llama-3-8b", "dp=4,tp=2,zero=1,micro=1,sp=1,recompute=full", 8, bf16_reduce},
+      {"llama-3-8b", "dp=2,tp=2,pp=2,micro=1,recompute=selective", 8, fp8},
+      {"llama-3.1-405b", "dp=1,tp=8,pp=2,micro=1,sp=1", 16, t},
+      {"qwen3-30b-a3b", "dp=8,ep=8,micro=1", 8, t},
+      {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,first=7,last=6", 64, t},
+      {"mixtral-8x7b", "dp=8,tp=2,ep=4,pp=2,micro=1,sp=1", 32, t},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.layout);
+    const Plan p = plan_of(c.model, "dgx-h100", c.layout, c.world, c.train);
+    auto args = export_megatron_args(p);
+    ASSERT_TRUE(args.is_ok()) << args.status().to_string();
+    expect_accepted(*args, flags, std::string(c.model) + " " + c.layout);
+  }
+}
+
+// What a run needs that Megatron would otherwise default differently: the
+// iterations (it refuses to start without), the tokenizer and vocabulary, the
+// RoPE base, no dropout for the families planned without, Qwen3's q/k norm.
+TEST(ExportMegatron, StatesWhatMegatronWouldDefaultOtherwise) {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  const Plan llama = plan_of("llama-3-8b", "dgx-h100", "dp=8,micro=1", 8, t);
+  auto a = export_megatron_args(llama);
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_NE(a->find("--train-iters " + std::to_string(kDefaultTrainSteps) + "\n"), std::string::npos) << *a;
+  EXPECT_NE(a->find("--rotary-base 500000\n"), std::string::npos) << *a;
+  EXPECT_NE(a->find("--hidden-dropout 0.0\n--attention-dropout 0.0\n"), std::string::npos) << *a;
+  EXPECT_NE(a->find("--vocab-size 128256\n"), std::string::npos) << *a;
+  EXPECT_NE(a->find("--tokenizer-type HuggingFaceTokenizer\n"), std::string::npos) << *a;
+  EXPECT_EQ(a->find("--qk-layernorm"), std::string::npos) << *a;
+  const Plan qwen = plan_of("qwen3-30b-a3b", "dgx-h100", "dp=8,ep=8,micro=1", 8, t);
+  auto q = export_megatron_args(qwen);
+  ASSERT_TRUE(q.is_ok());
+  EXPECT_NE(q->find("--qk-layernorm\n"), std::string::npos) << *q;
+  const Plan gpt2 = plan_of("gpt2-124m", "dgx-h100", "dp=8,micro=1", 8, t);
+  auto g = export_megatron_args(gpt2);
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ(g->find("--hidden-dropout"), std::string::npos) << "GPT-2 keeps Megatron's 0.1, as planned";
+  auto ds = export_deepspeed_config(llama);
+  ASSERT_TRUE(ds.is_ok());
+  EXPECT_NE(ds->find("\"total_num_steps\": " + std::to_string(kDefaultTrainSteps)), std::string::npos) << *ds;
+}
+
+}  // namespace
+}  // namespace loom
