@@ -16,10 +16,12 @@ mpi=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 STEPS=8
-plan() {  # plan NAME LAYOUT RANKS
+plan() {  # plan NAME LAYOUT RANKS [extra plan args...]
+  local name=$1 layout=$2 ranks=$3
+  shift 3
   "$loom" plan --model llama-3-8b --scale layers=4,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256 --hw cpu-local \
-    --gpus "$3" --global-batch 8 --seq 32 --layout "$2" --steps $STEPS --lr 2e-3 --warmup 2 --out "$tmp/$1.json" \
-    >/dev/null || { echo "FAIL: plan $2"; exit 1; }
+    --gpus "$ranks" --global-batch 8 --seq 32 --layout "$layout" --steps $STEPS --lr 2e-3 --warmup 2 \
+    --out "$tmp/$name.json" "$@" >/dev/null || { echo "FAIL: plan $layout $*"; exit 1; }
 }
 run() {  # run NAME RANKS METRICS [extra args...]
   local name=$1 ranks=$2 metrics=$3
@@ -45,10 +47,14 @@ PY
 
 case "$mode" in
 exact)
-  for spec in "dp=2,zero=1:2" "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=2,zero=3:2" "dp=1,tp=2,pp=2,micro=2:4"; do
-    layout=${spec%:*} ranks=${spec##*:}
-    echo "layout $layout ($ranks ranks)"
-    plan p "$layout" "$ranks"
+  # The compressed gradient reduction keeps no state: resumes bit for bit too.
+  for spec in "dp=2,zero=1:2" "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=2,zero=3:2" "dp=1,tp=2,pp=2,micro=2:4" \
+              "dp=2,zero=0:2:bf16" "dp=2,zero=2:2:fp8"; do
+    layout=${spec%%:*} rest=${spec#*:}
+    ranks=${rest%%:*} reduce=fp32
+    [ "$rest" != "$ranks" ] && reduce=${rest#*:}
+    echo "layout $layout ($ranks ranks, gradients reduced in $reduce)"
+    plan p "$layout" "$ranks" --grad-reduce "$reduce"
     run p "$ranks" "$tmp/full.jsonl"
     for cut in 3 5; do
       rm -rf "$tmp/ck"
