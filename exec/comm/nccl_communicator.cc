@@ -124,15 +124,8 @@ class NcclCommunicator final : public Communicator {
     return run("broadcast", [&] { return ncclBroadcast(buf, buf, bytes, ncclUint8, root, s_->comm, s_->stream); });
   }
   Status all_to_all(const float* send, float* recv, size_t n) override {
-    return run("all_to_all", [&] {
-      ncclResult_t r = ncclGroupStart();
-      for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
-        r = ncclSend(send + size_t(p) * n, n, ncclFloat, p, s_->comm, s_->stream);
-        if (r == ncclSuccess) r = ncclRecv(recv + size_t(p) * n, n, ncclFloat, p, s_->comm, s_->stream);
-      }
-      ncclResult_t e = ncclGroupEnd();
-      return r != ncclSuccess ? r : e;
-    });
+    LOOM_ASSIGN_OR_RETURN(auto req, iall_to_all(send, recv, n));
+    return req->wait();
   }
   Status send(const float* buf, size_t count, int peer, int) override {
     return run("send", [&] { return ncclSend(buf, count, ncclFloat, peer, s_->comm, s_->stream); });

@@ -20,6 +20,8 @@
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/grad_compress.h"
 #include "exec/runtime/trainer.h"
+#include "tests/mpi/mpi_test_main.h"
+#include "tests/support/tiny_training.h"
 
 namespace loom::exec {
 namespace {
@@ -115,30 +117,15 @@ void collectives(Communicator& world) {
   }
 }
 
-TrainerConfig config(const Layout& layout, GradReduce g, int64_t steps) {
-  TrainerConfig c;
-  c.model = parse_model_spec(R"({"model_type":"llama","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
-      "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
-      "tie_word_embeddings":false})", "tiny-llama").value();
-  c.train.global_batch = 8;
-  c.train.seq_len = 32;
-  c.train.steps = steps;
+// The shared tiny Llama (tests/support/tiny_training.h), with the layout
+// equivalence test's schedule, its gradients reduced as `g`.
+TrainerConfig config(const std::string& layout, GradReduce g, int64_t steps) {
+  TrainerConfig c = test_support::tiny_config(/*gpt2=*/false, layout, steps);
   c.train.lr = 2e-3;
   c.train.min_lr = 2e-4;
   c.train.warmup_steps = 2;
   c.train.grad_reduce = g;
-  c.layout = layout;
   return c;
-}
-
-Result<std::vector<double>> train(Communicator* comm, const TrainerConfig& cfg, TokenSource* data) {
-  LOOM_ASSIGN_OR_RETURN(auto t, Trainer::create(comm, cfg, data));
-  std::vector<double> losses;
-  for (int64_t s = 0; s < cfg.train.steps; ++s) {
-    LOOM_ASSIGN_OR_RETURN(StepResult r, t->step(s));
-    losses.push_back(r.loss);
-  }
-  return losses;
 }
 
 void training(Communicator& world, TokenSource* data) {
@@ -151,7 +138,7 @@ void training(Communicator& world, TokenSource* data) {
                         {"dp=2,zero=3", 2, 10}, {"dp=4,zero=1", 4, 10}, {"dp=2,zero=1", 2, 200}};
   auto self = make_self_communicator("reference");
   for (const Case& c : cases) {
-    auto ref = train(self.get(), config(Layout{}, GradReduce::kFp32, c.steps), data);
+    auto ref = train_losses(self.get(), config("dp=1", GradReduce::kFp32, c.steps), data);
     if (!ref.is_ok()) {
       std::fprintf(stderr, "reference: %s\n", ref.status().to_string().c_str());
       ++failures;
@@ -164,7 +151,7 @@ void training(Communicator& world, TokenSource* data) {
       double worst = 0;
       bool ok = true;
       if (member) {
-        auto got = train(sub->get(), config(parse_layout(c.layout).value(), g, c.steps), data);
+        auto got = train_losses(sub->get(), config(c.layout, g, c.steps), data);
         ok = got.is_ok();
         if (!ok) std::fprintf(stderr, "rank %d %s: %s\n", world.rank(), c.layout, got.status().to_string().c_str());
         for (size_t i = 0; ok && i < ref->size(); ++i) worst = std::max(worst, std::fabs((*got)[i] / (*ref)[i] - 1));
@@ -184,19 +171,11 @@ void training(Communicator& world, TokenSource* data) {
 int main(int argc, char** argv) {
   using namespace loom;
   using namespace loom::exec;
-  auto world_or = mpi_world(&argc, &argv, MpiOptions{120});
-  if (!world_or.is_ok()) {
-    std::fprintf(stderr, "%s\n", world_or.status().to_string().c_str());
-    return 1;
-  }
-  auto& world = *world_or;
-  auto data = open_byte_text(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt", 1234);
-  if (!data.is_ok()) {
-    std::fprintf(stderr, "%s\n", data.status().to_string().c_str());
-    return 1;
-  }
+  MpiTestSetup setup = mpi_test_setup(&argc, &argv, 120);
+  if (!setup.world) return 1;
+  auto& world = setup.world;
   collectives(*world);
-  training(*world, data->get());
+  training(*world, setup.data.get());
   if (world->rank() == 0) std::printf("%d failed\n", failures);
   world.reset();
   mpi_finalize();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "exec/comm/mpi_communicator.h"
+#include "tests/mpi/mpi_test_main.h"
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/trainer.h"
 #include "tests/mpi/tagless_communicator.h"
@@ -86,37 +87,16 @@ TrainerConfig config(Family f, const Layout& layout) {
   return c;
 }
 
-// Per-step losses; *peak_bytes gets the rank's peak allocator bytes.
-Result<std::vector<double>> train(Communicator* comm, const TrainerConfig& cfg, TokenSource* data,
-                                  double* peak_bytes = nullptr) {
-  LOOM_ASSIGN_OR_RETURN(auto t, Trainer::create(comm, cfg, data));
-  std::vector<double> losses;
-  for (int64_t s = 0; s < cfg.train.steps; ++s) {
-    LOOM_ASSIGN_OR_RETURN(StepResult r, t->step(s));
-    losses.push_back(r.loss);
-    if (peak_bytes) *peak_bytes = double(r.peak_memory_bytes);
-  }
-  return losses;
-}
-
 }  // namespace
 }  // namespace loom::exec
 
 int main(int argc, char** argv) {
   using namespace loom;
   using namespace loom::exec;
-  auto world_or = mpi_world(&argc, &argv, MpiOptions{60});
-  if (!world_or.is_ok()) {
-    std::fprintf(stderr, "%s\n", world_or.status().to_string().c_str());
-    return 1;
-  }
-  auto& world = *world_or;
-  const char* path = argc > 1 ? argv[1] : LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  auto data = open_byte_text(path, 1234);
-  if (!data.is_ok()) {
-    std::fprintf(stderr, "%s\n", data.status().to_string().c_str());
-    return 1;
-  }
+  MpiTestSetup setup = mpi_test_setup(&argc, &argv, 60);
+  if (!setup.world) return 1;
+  auto& world = setup.world;
+  auto data = &setup.data;
   int failures = 0;
   // LOOM_EQUIV_FAMILIES=gpt2,llama,qwen3+ runs only the families named (default: all).
   const char* only = std::getenv("LOOM_EQUIV_FAMILIES");
@@ -126,7 +106,7 @@ int main(int argc, char** argv) {
       continue;
     // The single-rank reference, on every rank (it is tiny).
     auto self = make_self_communicator("reference");
-    auto ref = train(self.get(), config(family, Layout{}), data->get());
+    auto ref = train_losses(self.get(), config(family, Layout{}), data->get());
     if (!ref.is_ok()) {
       std::fprintf(stderr, "reference: %s\n", ref.status().to_string().c_str());
       return 1;
@@ -150,7 +130,7 @@ int main(int argc, char** argv) {
           cfg.grad_buckets = c.grad_buckets;
           TaglessCommunicator in_order(sub->get());
           if (tagless) cfg.device_world = &in_order;
-          auto got = train(sub->get(), cfg, data->get());
+          auto got = train_losses(sub->get(), cfg, data->get());
           if (!got.is_ok()) {
             ok = false;
             error = got.status().to_string() + (tagless ? " (tagless)" : "");
@@ -194,7 +174,7 @@ int main(int argc, char** argv) {
             "max_position_embeddings":64,"tie_word_embeddings":false})", "states-heavy").value();
         cfg.train.steps = 2;
         cfg.train.seq_len = 16;
-        auto got = train(sub->get(), cfg, data->get(), &peaks[z]);
+        auto got = train_losses(sub->get(), cfg, data->get(), &peaks[z]);
         if (!got.is_ok()) std::fprintf(stderr, "zero=%d: %s\n", z, got.status().to_string().c_str());
       }
     }

@@ -23,6 +23,7 @@
 
 #include "core/stage_split.h"
 #include "exec/comm/mpi_communicator.h"
+#include "tests/mpi/mpi_test_main.h"
 #include "exec/runtime/trainer.h"
 #include "sim/memory_model.h"
 
@@ -95,18 +96,10 @@ MemoryBreakdown predicted(const StageMemory& s) {
 int main(int argc, char** argv) {
   using namespace loom;
   using namespace loom::exec;
-  auto world_or = mpi_world(&argc, &argv, MpiOptions{60});
-  if (!world_or.is_ok()) {
-    std::fprintf(stderr, "%s\n", world_or.status().to_string().c_str());
-    return 1;
-  }
-  auto& world = *world_or;
-  const char* path = argc > 1 ? argv[1] : LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
-  auto data = open_byte_text(path, 1234);
-  if (!data.is_ok()) {
-    std::fprintf(stderr, "%s\n", data.status().to_string().c_str());
-    return 1;
-  }
+  MpiTestSetup setup = mpi_test_setup(&argc, &argv, 60);
+  if (!setup.world) return 1;
+  auto& world = setup.world;
+  auto data = &setup.data;
   int failures = 0;
   for (const Case& c : kCases) {
     if (c.ranks > world->size()) continue;
