@@ -69,6 +69,7 @@ struct RegressResults {
 // execute and compare. Case fields left out take the suite's values.
 struct SuiteCase {
   std::string name, layout, model, scale, precision;
+  std::string grad_reduce = "fp32";  // loom plan --grad-reduce
   int ranks = 1;
   int64_t global_batch = 0, seq = 0;
   std::map<std::string, double> tolerances;

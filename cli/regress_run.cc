@@ -214,7 +214,8 @@ CaseResult run_case(const RunEnv& env, const SuiteCase& c, const std::string& pr
   std::vector<std::string> plan_cmd = {env.self, "plan", "--model", c.model, "--hw", profile, "--gpus",
                                        std::to_string(c.ranks), "--global-batch", std::to_string(c.global_batch),
                                        "--seq", std::to_string(c.seq), "--precision", c.precision, "--layout",
-                                       c.layout, "--steps", std::to_string(env.steps), "--out", plan_path};
+                                       c.layout, "--steps", std::to_string(env.steps), "--grad-reduce",
+                                       c.grad_reduce, "--out", plan_path};
   if (!c.scale.empty()) {
     plan_cmd.push_back("--scale");
     plan_cmd.push_back(c.scale);

@@ -6,6 +6,7 @@
 #include "cli/regress_json.h"
 #include "core/json_util.h"
 #include "core/layout.h"
+#include "core/train_spec.h"
 
 namespace loom::cli {
 
@@ -52,6 +53,8 @@ Result<Suite> parse_suite(const std::string& text, const std::string& w) {
     LOOM_ASSIGN_OR_RETURN(c.model, json_string_or(cj, "model", c.model, wc));
     LOOM_ASSIGN_OR_RETURN(c.scale, json_string_or(cj, "scale", c.scale, wc));
     LOOM_ASSIGN_OR_RETURN(c.precision, json_string_or(cj, "precision", c.precision, wc));
+    LOOM_ASSIGN_OR_RETURN(c.grad_reduce, json_string_or(cj, "grad_reduce", c.grad_reduce, wc));
+    if (auto g = parse_grad_reduce(c.grad_reduce); !g.is_ok()) return g.status().with_context(wc);
     LOOM_ASSIGN_OR_RETURN(c.global_batch, json_int_or(cj, "global_batch", c.global_batch, wc));
     LOOM_ASSIGN_OR_RETURN(c.seq, json_int_or(cj, "seq", c.seq, wc));
     LOOM_ASSIGN_OR_RETURN(auto case_tol, parse_tolerances(cj, wc));

@@ -460,10 +460,11 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   if (moe_layers > 0 && l.ep > 1) comm += 2 * T * r * m.moe.experts_per_token * h * e;  // a2a send/recv
   // The compressed gradient reduction's packed send and receive buffers
   // (exec/runtime/grad_compress.cc), b bytes per gradient each. ZeRO-2/3
-  // reduce after every micro-batch and the next one's backward runs while
-  // they are in flight; ZeRO-0/1 start them in the last backward as its
-  // activations are freed, after the stage's peak (measured: 0 bytes of them
-  // live at the peak of dp=2 ZeRO-0/1, 2 b per parameter under ZeRO-2).
+  // reduce after every micro-batch and the next one's backward may run while
+  // they are in flight (an upper bound: a reduction that completed first has
+  // freed them); ZeRO-0/1 start them in the last backward as its activations
+  // are freed, after the stage's peak (measured: 0 bytes of them live at the
+  // peak of dp=2 ZeRO-0/1, 0 or 2 b per parameter under ZeRO-2/3).
   if (loom_executor && l.dp > 1 && l.zero >= 2 && train.grad_reduce != GradReduce::kFp32)
     comm += 2 * grad_reduce_element_bytes(train.grad_reduce) * params.total();
   sm.comm_buffer_bytes = comm;

@@ -144,10 +144,12 @@ int main(int argc, char** argv) {
         const double p2p_bytes = double(cfg.layout.micro_batch) * double(cfg.train.seq_len) * double(cfg.model.hidden) *
                                  4 / (cfg.layout.sequence_parallel ? cfg.layout.tp : 1);
         // Beside them the compressed reduction's packed buffers (--grad-reduce
-        // with ZeRO-2/3): the prediction's remainder, within 3%.
+        // with ZeRO-2/3), the prediction's remainder: live at the peak when the
+        // previous micro-batch's reduction is still in flight, freed when it
+        // completed first (timing again), so between none and them (+3%).
         const double comm = got[size_t(MemoryClass::kCommBuffers)];
         const double packed = want[size_t(MemoryClass::kCommBuffers)] - p2p.at_most * p2p_bytes;
-        const double lo = p2p.surely * p2p_bytes + 0.97 * packed, hi = p2p.at_most * p2p_bytes + 1.03 * packed;
+        const double lo = p2p.surely * p2p_bytes, hi = p2p.at_most * p2p_bytes + 1.03 * packed;
         if (comm < lo - 0.5 || comm > hi + 0.5)
           detail += " comm_buffers " + std::to_string(comm) + " outside [" + std::to_string(lo) + ", " +
                     std::to_string(hi) + "];";
