@@ -47,6 +47,11 @@ struct CaseResult {
   // second (cli/machine_speed.h), the mean of a timing just before and just
   // after it; 0 = not measured (results of older versions).
   double machine_speed = 0;
+  // The same reference timed just after the calibration whose profile the
+  // case was planned on (its world size's): machine_speed / calibration_speed
+  // - 1 is how much faster the machine ran the case than when it was
+  // measured, which the prediction cannot know. 0 = not measured.
+  double calibration_speed = 0;
 };
 
 struct MachineInfo {

@@ -82,8 +82,8 @@ Status save_baseline(const std::string& path, const RegressResults& r, Baseline 
 void print_results_table(const RegressResults& r) {
   std::printf("\n%s suite on %s (%s), commit %s, %s\n", r.suite.c_str(), r.machine.key.c_str(), r.machine.hostname.c_str(),
               r.commit.c_str(), r.date.c_str());
-  std::printf("%-20s %5s  %-34s %11s %11s %7s %7s %7s %7s %8s\n", "case", "ranks", "layout", "predicted", "measured",
-              "error", "fwd", "bwd", "optim", "tok/s");
+  std::printf("%-20s %5s  %-34s %11s %11s %7s %7s %7s %7s %8s %8s\n", "case", "ranks", "layout", "predicted",
+              "measured", "error", "fwd", "bwd", "optim", "tok/s", "machine");
   for (const CaseResult& c : r.cases) {
     if (!c.error.empty()) {
       std::printf("%-20s %5d  %-34s  did not run: %.80s\n", c.name.c_str(), c.ranks, c.layout.c_str(), c.error.c_str());
@@ -92,11 +92,15 @@ void print_results_table(const RegressResults& r) {
     auto fig = [&](const char* k) { return c.figures.count(k) ? c.figures.at(k) : Figure{}; };
     auto err = [&](const char* k) { return c.figures.count(k) ? pct(c.figures.at(k).rel_error()) : std::string("-"); };
     Figure st = fig("step_time");
-    std::printf("%-20s %5d  %-34s %9.1fms %9.1fms %7s %7s %7s %7s %8.0f\n", c.name.c_str(), c.ranks, c.layout.c_str(),
-                st.predicted * 1e3, st.measured * 1e3, pct(st.rel_error()).c_str(), err("forward").c_str(),
-                err("backward").c_str(), err("optimizer").c_str(), fig("tokens_per_s").measured);
+    const std::string drift = c.machine_speed > 0 && c.calibration_speed > 0
+                                  ? pct(c.machine_speed / c.calibration_speed - 1) : std::string("-");
+    std::printf("%-20s %5d  %-34s %9.1fms %9.1fms %7s %7s %7s %7s %8.0f %8s\n", c.name.c_str(), c.ranks,
+                c.layout.c_str(), st.predicted * 1e3, st.measured * 1e3, pct(st.rel_error()).c_str(),
+                err("forward").c_str(), err("backward").c_str(), err("optimizer").c_str(), fig("tokens_per_s").measured,
+                drift.c_str());
   }
-  std::printf("(step time: median of the measured steps; error = measured / predicted - 1)\n");
+  std::printf("(step time: median of the measured steps; error = measured / predicted - 1; machine = its speed while "
+              "the case ran against when its profile was calibrated, which the prediction cannot know)\n");
 }
 
 namespace {

@@ -84,6 +84,7 @@ std::string results_to_json(const RegressResults& r) {
     cj["layout"] = c.layout;
     if (!c.error.empty()) cj["error"] = c.error;
     if (c.machine_speed > 0) cj["machine_speed"] = c.machine_speed;
+    if (c.calibration_speed > 0) cj["calibration_speed"] = c.calibration_speed;
     cj["tolerances"] = OrderedJson::object();
     for (const auto& [k, v] : c.tolerances) cj["tolerances"][k] = v;
     cj["figures"] = OrderedJson::object();
@@ -139,6 +140,9 @@ Result<RegressResults> parse_results(const std::string& text, const std::string&
     LOOM_ASSIGN_OR_RETURN(c.tolerances, parse_tolerances(cj, w));
     if (cj.contains("machine_speed")) {
       LOOM_ASSIGN_OR_RETURN(c.machine_speed, json_positive(cj, "machine_speed", w));
+    }
+    if (cj.contains("calibration_speed")) {
+      LOOM_ASSIGN_OR_RETURN(c.calibration_speed, json_positive(cj, "calibration_speed", w));
     }
     if (cj.contains("figures")) {
       if (!cj["figures"].is_object()) return invalid_argument(w + ".figures must be an object");

@@ -192,7 +192,24 @@ Result<std::string> calibrated_profile(const RunEnv& env, int n, const std::stri
   fs::remove(log, ec);
   if (int rc = run_logged(cmd, log, env.timeout_s); rc != 0)
     return internal_error("`" + join(cmd) + "` exited " + std::to_string(rc) + ":\n" + tail_of(log));
+  if (auto speed = reference_speed(0.3); speed.is_ok())
+    (void)write_text_file(prof + ".speed", std::to_string(*speed) + "\n");
   return prof;
+}
+
+// The machine's speed when `profile` was calibrated: timed just after the
+// calibration and kept beside it (PROFILE.speed), so a reused profile keeps
+// its own; 0 when a reused profile has none.
+double calibrated_speed(const std::string& profile) {
+  const std::string side = profile + ".speed";
+  if (auto text = read_text_file(side); text.is_ok()) {
+    try {
+      return std::stod(*text);
+    } catch (...) {
+      return 0;
+    }
+  }
+  return 0;
 }
 
 // One case: plan it on its calibrated profile, execute it, read the figures;
@@ -299,6 +316,7 @@ int regress_run(int argc, char** argv) {
   res.launcher = env.launcher;
   auto chosen = [&](const SuiteCase& c) { return wanted->empty() || wanted->count(c.name); };
   std::map<int, std::string> profile_of;
+  std::map<int, double> calibration_speed;
   bool all_ran = true;
   for (const SuiteCase& c : suite->cases) {
     if (!chosen(c)) continue;
@@ -306,6 +324,7 @@ int regress_run(int argc, char** argv) {
       auto prof = calibrated_profile(env, c.ranks, profiles);
       if (!prof.is_ok()) return fail("regress run", prof.status());
       profile_of[c.ranks] = *prof;
+      calibration_speed[c.ranks] = calibrated_speed(*prof);
     }
     // The machine's speed just before and just after the case (for the
     // throughput check against the baseline; cli/machine_speed.h).
@@ -313,6 +332,7 @@ int regress_run(int argc, char** argv) {
     CaseResult cr = run_case(env, c, profile_of[c.ranks]);
     auto after = reference_speed(0.3);
     if (before.is_ok() && after.is_ok()) cr.machine_speed = (*before + *after) / 2;
+    cr.calibration_speed = calibration_speed[c.ranks];
     if (!cr.error.empty()) {
       all_ran = false;
       std::fprintf(stderr, "regress: case %s failed: %s\n", c.name.c_str(), cr.error.c_str());

@@ -47,7 +47,7 @@ for c in r["cases"]:
         assert f[k]["predicted"] > 0 and f[k]["measured"] > 0, (c["name"], k, f.get(k))
         assert abs(f[k]["rel_error"] - (f[k]["measured"] / f[k]["predicted"] - 1)) < 1e-9
     assert c["tolerances"]["step_time"] == (0.1 if c["name"] == "single" else 0.2), c
-    assert c["machine_speed"] > 0, c
+    assert c["machine_speed"] > 0 and c["calibration_speed"] > 0, c
 base = json.load(open(os.path.join(sys.argv[2], m["key"], "ci.json")))
 assert set(base["cases"]) == set(names) and base["commit"] == r["commit"], base
 assert all(b["machine_speed"] > 0 for b in base["cases"].values()), base
