@@ -279,6 +279,10 @@ int regress_run(int argc, char** argv) {
   app.add_option("--launcher", env.launcher, "MPI launcher; {n} is the rank count (else -np N is appended)")
       ->capture_default_str();
   app.add_option("--cases", only, "comma-separated case names to run (default: all)");
+  bool each = false;
+  app.add_flag("--calibrate-each-case", each,
+               "calibrate just before every case (into <profiles>/<case>/) instead of once per world size: "
+               "a shared machine whose speed drifts over minutes then meets each case as it was measured");
   app.add_option("--steps", steps, "override the suite's steps per case");
   app.add_option("--timeout", env.timeout_s, "seconds per command before it is killed")->capture_default_str();
   app.add_option("--test-slowdown", env.slowdown, "test only: passed to loom execute to slow every step by this factor")
@@ -320,8 +324,10 @@ int regress_run(int argc, char** argv) {
   bool all_ran = true;
   for (const SuiteCase& c : suite->cases) {
     if (!chosen(c)) continue;
-    if (!profile_of.count(c.ranks)) {
-      auto prof = calibrated_profile(env, c.ranks, profiles);
+    if (each || !profile_of.count(c.ranks)) {
+      const std::string dir = each ? profiles + "/" + c.name : profiles;
+      if (each) fs::create_directories(dir, ec);
+      auto prof = calibrated_profile(env, c.ranks, dir);
       if (!prof.is_ok()) return fail("regress run", prof.status());
       profile_of[c.ranks] = *prof;
       calibration_speed[c.ranks] = calibrated_speed(*prof);
