@@ -291,26 +291,27 @@ Result<Precision> parse_precision(const std::string& text) {
   return invalid_argument("precision '" + text + "' is not known; use one of fp32|bf16|fp16|fp8");
 }
 
-double GemmEfficiencyTable::lookup(double gemm_flops) const {
-  const size_t n = flops.size();
-  if (n == 0 || efficiency.size() != n) return 1.0;
-  if (!(gemm_flops > flops.front())) return efficiency.front();  // also NaN and <= 0
-  if (gemm_flops >= flops.back()) return efficiency.back();
-  size_t hi = std::upper_bound(flops.begin(), flops.end(), gemm_flops) - flops.begin();
+namespace {
+
+// ys over xs (sorted ascending) at x, linear in log(x), clamped at both ends;
+// `fallback` when the table is empty or malformed.
+double interpolate_log(const std::vector<double>& xs, const std::vector<double>& ys, double x, double fallback) {
+  const size_t n = xs.size();
+  if (n == 0 || ys.size() != n) return fallback;
+  if (!(x > xs.front())) return ys.front();  // also NaN and <= 0
+  if (x >= xs.back()) return ys.back();
+  size_t hi = std::upper_bound(xs.begin(), xs.end(), x) - xs.begin();
   size_t lo = hi - 1;
-  double t = std::log(gemm_flops / flops[lo]) / std::log(flops[hi] / flops[lo]);
-  return efficiency[lo] + t * (efficiency[hi] - efficiency[lo]);
+  double t = std::log(x / xs[lo]) / std::log(xs[hi] / xs[lo]);
+  return ys[lo] + t * (ys[hi] - ys[lo]);
 }
 
+}  // namespace
+
+double GemmEfficiencyTable::lookup(double gemm_flops) const { return interpolate_log(flops, efficiency, gemm_flops, 1.0); }
+
 double GemmEfficiencyTable::forward_share_at(double gemm_flops) const {
-  const size_t n = flops.size();
-  if (n == 0 || forward_share.size() != n) return 1.0 / 3.0;
-  if (!(gemm_flops > flops.front())) return forward_share.front();
-  if (gemm_flops >= flops.back()) return forward_share.back();
-  size_t hi = std::upper_bound(flops.begin(), flops.end(), gemm_flops) - flops.begin();
-  size_t lo = hi - 1;
-  double t = std::log(gemm_flops / flops[lo]) / std::log(flops[hi] / flops[lo]);
-  return forward_share[lo] + t * (forward_share[hi] - forward_share[lo]);
+  return interpolate_log(flops, forward_share, gemm_flops, 1.0 / 3.0);
 }
 
 double CommTimeTable::lookup(double b) const {
