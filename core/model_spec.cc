@@ -108,6 +108,7 @@ Status parse_qwen_moe(const Json& c, const std::string& where, bool shared_exper
   LOOM_ASSIGN_OR_RETURN(m.moe.experts_per_token, narrow_int(top_k, where + ".num_experts_per_tok"));
   LOOM_ASSIGN_OR_RETURN(m.moe.moe_layer_freq, narrow_int(step, where + ".decoder_sparse_step"));
   m.moe.moe_layer_phase = 1;  // transformers: (layer_idx + 1) % decoder_sparse_step == 0
+  LOOM_ASSIGN_OR_RETURN(m.moe.norm_topk_prob, json_bool_or(c, "norm_topk_prob", false, where));
   if (c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null()) {
     const Json& ids = c["mlp_only_layers"];
     if (!ids.is_array()) return invalid_argument(where + ".mlp_only_layers must be a list of layer indices");
@@ -541,6 +542,7 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
       LOOM_ASSIGN_OR_RETURN(m.moe.num_experts, narrow_int(experts, where + "." + key));
       LOOM_ASSIGN_OR_RETURN(m.moe.experts_per_token, narrow_int(top_k, where + ".num_experts_per_tok"));
       m.moe.expert_ffn_hidden = m.ffn_hidden;
+      m.moe.norm_topk_prob = true;  // Mixtral renormalizes its top-k weights
     }
     if (t == "qwen3_moe") LOOM_RETURN_IF_ERROR(parse_qwen_moe(*c, where, /*shared_expert=*/false, m));
     m.qk_norm = (t == "qwen3" || t == "qwen3_moe");
@@ -554,6 +556,13 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
     m.qkv_bias = m.attn_out_bias = attention_bias;
   } else {
     return invalid_argument(where + ".model_type '" + t + "' is not supported; use one of: " + kSupportedTypes);
+  }
+  if (t == "mixtral" || t == "qwen3_moe" || t == "qwen2_moe") {
+    if (c->contains("router_aux_loss_coef") && !(*c)["router_aux_loss_coef"].is_null()) {
+      LOOM_ASSIGN_OR_RETURN(m.moe.router_aux_loss_coef, json_number_or(*c, "router_aux_loss_coef", 0.0, where));
+      if (!(m.moe.router_aux_loss_coef >= 0 && m.moe.router_aux_loss_coef < 1e3))
+        return invalid_argument(where + ".router_aux_loss_coef must be in [0, 1000)");
+    }
   }
   if (t != "gpt2") {  // an explicit override of the family default
     LOOM_ASSIGN_OR_RETURN(m.qk_norm, json_bool_or(*c, "qk_norm", m.qk_norm, where));
@@ -673,9 +682,12 @@ std::string model_spec_to_json(const ModelSpec& m) {
   } else if (t == "mixtral") {
     j["num_local_experts"] = e.num_experts;
     j["num_experts_per_tok"] = e.experts_per_token;
+    if (e.router_aux_loss_coef >= 0) j["router_aux_loss_coef"] = e.router_aux_loss_coef;
   } else if (t == "qwen2_moe" || t == "qwen3_moe") {
     j["num_experts"] = e.num_experts;
     j["num_experts_per_tok"] = e.experts_per_token;
+    j["norm_topk_prob"] = e.norm_topk_prob;
+    if (e.router_aux_loss_coef >= 0) j["router_aux_loss_coef"] = e.router_aux_loss_coef;
     j["moe_intermediate_size"] = e.expert_ffn_hidden;
     if (t == "qwen2_moe") j["shared_expert_intermediate_size"] = e.num_shared_experts > 0 ? e.shared_expert_ffn_hidden : 0;
     j["decoder_sparse_step"] = e.moe_layer_freq;

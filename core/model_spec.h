@@ -44,6 +44,12 @@ struct MoeSpec {
   int topk_groups = 0;
   bool router_bias = false;       // e_score_correction_bias etc. counted as router params
   bool shared_expert_gate = false;  // Qwen2-MoE: sigmoid gate (h -> 1) on the shared expert
+  // Top-k weights renormalized to sum to 1 (Mixtral always; Qwen-MoE's
+  // norm_topk_prob, false by default in transformers) or the raw softmax.
+  bool norm_topk_prob = true;
+  // config.json's router_aux_loss_coef (Mixtral, Qwen-MoE), or -1 when absent:
+  // the default of --moe-aux-loss-coeff.
+  double router_aux_loss_coef = -1;
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3).

@@ -46,6 +46,13 @@ Status validate_train_spec(const TrainSpec& t) {
   if (!(t.lr >= 0) || !std::isfinite(t.lr)) return invalid_argument("train: lr must be a finite number >= 0");
   if (t.warmup_steps < 0) return invalid_argument("train: warmup_steps must be >= 0");
   if (t.grad_clip < 0) return invalid_argument("train: grad_clip must be >= 0 (0 turns clipping off)");
+  if (!(t.moe_aux_loss_coeff >= 0 && t.moe_aux_loss_coeff < 1e3))
+    return invalid_argument("train: moe_aux_loss_coeff must be in [0, 1000) (--moe-aux-loss-coeff; 0 turns it off)");
+  if (!(t.moe_z_loss_coeff >= 0 && t.moe_z_loss_coeff < 1e3))
+    return invalid_argument("train: moe_z_loss_coeff must be in [0, 1000) (--moe-z-loss-coeff; 0 turns it off)");
+  if (!(t.moe_capacity_factor >= 0 && t.moe_capacity_factor <= 1e3))
+    return invalid_argument("train: moe_capacity_factor must be > 0 (tokens per expert over the even share) or 0 "
+                            "for dropless routing (--moe-capacity-factor)");
   return Status::ok();
 }
 

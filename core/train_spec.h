@@ -42,6 +42,14 @@ struct TrainSpec {
   double grad_clip = 1.0;    // global-norm clipping; 0 = off
   uint64_t seed = 1234;
   GradReduce grad_reduce = GradReduce::kFp32;
+  // Mixture-of-experts training (Megatron's --moe-aux-loss-coeff,
+  // --moe-z-loss-coeff, --moe-expert-capacity-factor): the load-balancing
+  // loss coefficient (loom plan defaults it to the config's
+  // router_aux_loss_coef, else 0, Megatron's default), the router z-loss
+  // coefficient (0: off), the capacity factor (0: dropless).
+  double moe_aux_loss_coeff = 0;
+  double moe_z_loss_coeff = 0;
+  double moe_capacity_factor = 0;
   int64_t tokens_per_step() const { return global_batch * seq_len; }
 };
 

@@ -97,6 +97,12 @@ class CpuKernels : public Kernels {
   void from_16bit(const From16bit& a) override;
   void grad_pack(const GradPack& a) override;
   void grad_unpack(const GradUnpack& a) override;
+  // cpu_moe.cc
+  void moe_router_forward(const MoeRouterForward& a) override;
+  void moe_router_backward(const MoeRouterBackward& a) override;
+  void moe_gather(const MoeGather& a) override;
+  void moe_unpermute(const MoeUnpermute& a) override;
+  void moe_unpermute_backward(const MoeUnpermuteBackward& a) override;
   double sum(const Sum& a) override {
     double s = 0;
     for (int64_t i = 0; i < a.n; ++i) s += a.x[i];

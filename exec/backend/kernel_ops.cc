@@ -169,6 +169,27 @@ KernelCall GradUnpack::describe(Precision) const {
   return call(kOp, {{"n", n}, {"fp8", format == GradFormat::kFp8 ? 1 : 0}, {"accumulate", accumulate ? 1 : 0}}, 0,
               double(grad_packed_bytes(format, n)) + kF32 * double(n) * (accumulate ? 2 : 1));
 }
+KernelCall MoeRouterForward::describe(Precision) const {
+  const double n = double(N), e = double(E), kk = double(k);
+  return call(kOp, {{"N", N}, {"E", E}, {"k", k}}, 0, kF32 * (2 * n * e + n + 2 * n * kk));
+}
+KernelCall MoeRouterBackward::describe(Precision) const {
+  const double n = double(N), e = double(E), kk = double(k);
+  return call(kOp, {{"N", N}, {"E", E}, {"k", k}}, 0, kF32 * (2 * n * e + n + 3 * n * kk + e));
+}
+KernelCall MoeGather::describe(Precision) const {
+  const double m = double(M), c = double(C);
+  return call(kOp, {{"M", M}, {"C", C}}, 0, kF32 * (2 * m * c + m));
+}
+KernelCall MoeUnpermute::describe(Precision) const {
+  const double n = double(N), kk = double(k), c = double(C);
+  return call(kOp, {{"N", N}, {"k", k}, {"C", C}, {"accumulate", accumulate ? 1 : 0}}, 2 * n * kk * c,
+              kF32 * (n * kk * c + n * c * (accumulate ? 2 : 1) + 2 * n * kk));
+}
+KernelCall MoeUnpermuteBackward::describe(Precision) const {
+  const double n = double(N), kk = double(k), c = double(C);
+  return call(kOp, {{"N", N}, {"k", k}, {"C", C}}, 4 * n * kk * c, kF32 * (2 * n * kk * c + n * c + 3 * n * kk));
+}
 KernelCall Sum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall AddSumSquares::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall TakeSumSquares::describe(Precision) const { return call(kOp, {}, 0, 0); }

@@ -68,6 +68,11 @@
   X(From16bit, from_16bit)                          \
   X(GradPack, grad_pack)                            \
   X(GradUnpack, grad_unpack)                        \
+  X(MoeRouterForward, moe_router_forward)           \
+  X(MoeRouterBackward, moe_router_backward)         \
+  X(MoeGather, moe_gather)                          \
+  X(MoeUnpermute, moe_unpermute)                    \
+  X(MoeUnpermuteBackward, moe_unpermute_backward)   \
   X(Sum, sum)                                       \
   X(AddSumSquares, add_sum_squares)                 \
   X(TakeSumSquares, take_sum_squares)
@@ -442,6 +447,77 @@ struct GradUnpack {
   int64_t n;
   GradFormat format;
   bool accumulate;
+  KernelCall describe(Precision p) const;
+};
+
+// Mixture-of-experts (exec/model/moe_layer.h). E experts, top-k per token;
+// M permuted rows (token copies sorted by expert).
+// Router: probs(N,E) = softmax(logits), lse(N) = logsumexp(logits); each
+// token's k largest probabilities (ties: the lower expert index first, so
+// every layout routes alike) into topk_idx(N,k) (descending) and topk_w(N,k):
+// the probability, or divided by the k's sum when `normalize` (Mixtral,
+// Qwen-MoE norm_topk_prob).
+struct MoeRouterForward {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kMoeRouterForward;
+  const float* logits;
+  float *probs, *lse;
+  int32_t* topk_idx;
+  float* topk_w;
+  int64_t N, E, k;
+  bool normalize;
+  KernelCall describe(Precision p) const;
+};
+// dlogits(N,E) = the softmax's backward of dprobs, where dprobs(t,e) =
+// aux_grad(e) (the load-balancing loss's d/dprobs, null: none) + what the
+// weights' gradient dw(N,k) gives through top-k (and the normalization);
+// plus the z-loss's z_grad * lse(t) * probs(t,e) (d(z_grad/2 * lse^2)).
+struct MoeRouterBackward {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kMoeRouterBackward;
+  const float *probs, *lse;
+  const int32_t* topk_idx;
+  const float *topk_w, *dw, *aux_grad;
+  float z_grad;
+  float* dlogits;
+  int64_t N, E, k;
+  bool normalize;
+  KernelCall describe(Precision p) const;
+};
+// y(M,C): y[r] = x[rows[r]] (x has at least max(rows)+1 rows).
+struct MoeGather {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kMoeGather;
+  const float* x;
+  const int32_t* rows;
+  float* y;
+  int64_t M, C;
+  KernelCall describe(Precision p) const;
+};
+// out(N,C) (=, or += when `accumulate`) sum over j < k of w[t,j] * y[slot_rows[t*k+j]]
+// (w null: weight 1; slot row -1: a dropped slot, nothing), in j order.
+struct MoeUnpermute {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kMoeUnpermute;
+  const float* y;
+  const int32_t* slot_rows;
+  const float* w;
+  float* out;
+  int64_t N, k, C;
+  bool accumulate;
+  KernelCall describe(Precision p) const;
+};
+// The weighted MoeUnpermute's backward: dy[slot_rows[t*k+j]] = w[t,j] * dout[t]
+// (every one of the M rows is some slot's), dw[t,j] = dout[t] . y[row] (0 for a
+// dropped slot), both overwritten.
+struct MoeUnpermuteBackward {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kMoeUnpermuteBackward;
+  const float *dout, *y;
+  const int32_t* slot_rows;
+  const float* w;
+  float *dy, *dw;
+  int64_t N, k, C;
   KernelCall describe(Precision p) const;
 };
 

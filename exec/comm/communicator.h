@@ -66,6 +66,15 @@ class Communicator {
                                                            size_t count_per_peer) = 0;
   virtual Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int tag) = 0;
   virtual Result<std::unique_ptr<CommRequest>> irecv(float* buf, size_t count, int peer, int tag) = 0;
+  // All-to-all with variable splits (the MoE dispatch): send_counts[p] floats
+  // to rank p, the blocks back to back in `send`; recv_counts[p] floats from
+  // rank p, back to back in `recv`. The counts must agree pairwise (exchange
+  // them first). Default: a receive and a send per peer under kAllToAllvTag
+  // (communicator.cc); MPI (MPI_Ialltoallv) and NCCL (grouped send/recv)
+  // use their own.
+  static constexpr int kAllToAllvTag = 7717;
+  virtual Status all_to_allv(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                             const std::vector<size_t>& recv_counts);
 
   // Sub-communicator of the ranks passing the same `color`, ordered by `key`
   // (MPI_Comm_split semantics). Collective over this communicator.

@@ -22,6 +22,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -290,6 +291,31 @@ class MpiCommunicator final : public Communicator {
   }
   Result<std::unique_ptr<CommRequest>> iall_gather(const float* send, float* recv, size_t send_count) override {
     return launch("iall_gather", [&](Ops& o) { return start_all_gather(o, send, recv, send_count); });
+  }
+  // MPI's counts and displacements are ints: a larger exchange takes the
+  // per-peer path of the base class.
+  Status all_to_allv(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                     const std::vector<size_t>& recv_counts) override {
+    const size_t n = size_t(s_->size);
+    if (send_counts.size() != n || recv_counts.size() != n)
+      return Communicator::all_to_allv(send, send_counts, recv, recv_counts);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    size_t so = 0, ro = 0;
+    for (size_t p = 0; p < n; ++p) {
+      if (so + send_counts[p] > size_t(INT_MAX) || ro + recv_counts[p] > size_t(INT_MAX))
+        return Communicator::all_to_allv(send, send_counts, recv, recv_counts);
+      sc[p] = int(send_counts[p]);
+      sd[p] = int(so);
+      rc[p] = int(recv_counts[p]);
+      rd[p] = int(ro);
+      so += send_counts[p];
+      ro += recv_counts[p];
+    }
+    return run("all_to_allv", [&](Ops& o) {
+      LOOM_MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
+                                    s_->comm, o.add("MPI_Ialltoallv")));
+      return Status::ok();
+    });
   }
   Result<std::unique_ptr<CommRequest>> iall_to_all(const float* send, float* recv, size_t count_per_peer) override {
     return launch("iall_to_all", [&](Ops& o) { return start_all_to_all(o, send, recv, count_per_peer); });

@@ -158,6 +158,24 @@ class NcclCommunicator final : public Communicator {
       return r != ncclSuccess ? r : e;
     });
   }
+  Status all_to_allv(const float* send, const std::vector<size_t>& send_counts, float* recv,
+                     const std::vector<size_t>& recv_counts) override {
+    if (int(send_counts.size()) != size_ || int(recv_counts.size()) != size_)
+      return Communicator::all_to_allv(send, send_counts, recv, recv_counts);  // names the mismatch
+    LOOM_ASSIGN_OR_RETURN(auto req, start("all_to_allv", [&] {
+      ncclResult_t r = ncclGroupStart();
+      size_t so = 0, ro = 0;
+      for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
+        r = ncclSend(send + so, send_counts[size_t(p)], ncclFloat, p, s_->comm, s_->stream);
+        if (r == ncclSuccess) r = ncclRecv(recv + ro, recv_counts[size_t(p)], ncclFloat, p, s_->comm, s_->stream);
+        so += send_counts[size_t(p)];
+        ro += recv_counts[size_t(p)];
+      }
+      ncclResult_t e = ncclGroupEnd();
+      return r != ncclSuccess ? r : e;
+    }));
+    return req->wait();
+  }
   Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int) override {
     return start("send", [&] { return ncclSend(buf, count, ncclFloat, peer, s_->comm, s_->stream); });
   }

@@ -27,6 +27,12 @@ class SelfCommunicator final : public Communicator {
   Status broadcast(float*, size_t, int root) override { return check_peer(root); }
   Status broadcast_bytes(void*, size_t, int root) override { return check_peer(root); }
   Status all_to_all(const float* send, float* recv, size_t n) override { return copy(send, recv, n); }
+  Status all_to_allv(const float* send, const std::vector<size_t>& sc, float* recv,
+                     const std::vector<size_t>& rc) override {
+    if (sc.size() != 1 || rc.size() != 1 || sc[0] != rc[0])
+      return invalid_argument(name_ + ": all_to_allv counts do not match one rank");
+    return copy(send, recv, sc[0]);
+  }
   Status send(const float*, size_t, int peer, int) override {
     return invalid_argument(name_ + ": send to peer " + std::to_string(peer) + " in a one-rank communicator");
   }

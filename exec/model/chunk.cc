@@ -5,6 +5,7 @@
 
 #include "core/program.h"
 #include "exec/backend/memory_ledger.h"
+#include "exec/model/linear.h"
 
 
 namespace loom::exec {
@@ -22,6 +23,7 @@ struct ModelChunk::LayerActs {
   DeviceBuffer x_mid;         // (Nl, C)
   DeviceBuffer a, g;          // GELU: pre- and post-activation (N, F_l); SwiGLU: gate, up
   DeviceBuffer s;             // SwiGLU product (N, F_l)
+  MoeActsPtr moe;             // a MoE layer's MLP state (kept in fp32)
   bool packed = false;        // the large tensors above are held in 16 bits
   // `with_residual` false leaves the residual stream (x_in, x_mid) alone: fp16
   // keeps it in fp32, as Megatron's fp32 residual connection does, since it
@@ -50,6 +52,8 @@ ModelChunk::ModelChunk(const ChunkConfig& cfg, ParamStore* params, ComputeBacken
   LOOM_CHECK(cfg.tp_size == 1 || tp != nullptr, "TP communicator missing");
   LOOM_CHECK(!cfg.sequence_parallel || (cfg.micro_batch * cfg.seq) % cfg.tp_size == 0,
              "sequence parallel needs B*T divisible by tp");
+  if (cfg.dims.moe.enabled())
+    moe_ = std::make_unique<MoeLayer>(cfg.dims, cfg.moe, cfg.tp_size, cfg.tp_rank, tp, params, backend);
 }
 
 int64_t ModelChunk::activation_rows() const {
@@ -104,18 +108,6 @@ void rope(Kernels& k, const ModelDims& d, float* x, int64_t B, int64_t T, int64_
   }
 }
 
-// y(N,out) = x(N,in) W(out,in)^T (+ b)
-void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in, int64_t out) {
-  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y});
-  if (b) k.add_bias({y, b, N, out});
-}
-// dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W
-void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db, float* dx, int64_t N,
-                     int64_t in, int64_t out, bool accumulate_dx) {
-  k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW});
-  if (db) k.bias_backward({dy, db, N, out});
-  if (dx) k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx});
-}
 }  // namespace
 
 Status ModelChunk::tp_all_reduce(float* b, int64_t n) {
@@ -220,13 +212,17 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
     k.rmsnorm_forward({a.x_mid.f32(), P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps});
   a.h2 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h2.f32()));
-  a.a = make(backend_, N * F);
-  a.g = make(backend_, N * F);
-  if (d.gpt2) {
+  if (d.moe.is_moe(layer)) {
+    LOOM_RETURN_IF_ERROR(moe_->forward(layer, a.h2.f32(), part.f32(), N, &a.moe, keep ? nullptr : &moe_stats_));
+  } else if (d.gpt2) {
+    a.a = make(backend_, N * F);
+    a.g = make(backend_, N * F);
     linear(k, a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F);
     k.gelu_forward({a.a.f32(), a.g.f32(), N * F});
     linear(k, a.g.f32(), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C);
   } else {
+    a.a = make(backend_, N * F);
+    a.g = make(backend_, N * F);
     linear(k, a.h2.f32(), P.param(p + "mlp.gate.weight"), d.mlp_bias ? P.param(p + "mlp.gate.bias") : nullptr,
            a.a.f32(), N, C, F);
     linear(k, a.h2.f32(), P.param(p + "mlp.up.weight"), d.mlp_bias ? P.param(p + "mlp.up.bias") : nullptr, a.g.f32(),
@@ -292,7 +288,9 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   if (!d.gpt2 && d.mlp_bias) k.bias_backward({dx_out, P.grad(p + "mlp.down.bias"), Nl, C});
   LOOM_RETURN_IF_ERROR(enter_tp(dx_out, dfull.f32()));
   DeviceBuffer dh_part = make(backend_, N * C);
-  if (d.gpt2) {
+  if (d.moe.is_moe(layer)) {
+    LOOM_RETURN_IF_ERROR(moe_->backward(layer, a.h2.f32(), dfull.f32(), dh_part.f32(), &a.moe, grad_scale_));
+  } else if (d.gpt2) {
     DeviceBuffer dg = make(backend_, N * F);
     linear_backward(k, dfull.f32(), a.g.f32(), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
                     dg.f32(), N, F, C, false);

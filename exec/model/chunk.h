@@ -16,6 +16,7 @@
 #include "core/layout.h"
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
+#include "exec/model/moe_layer.h"
 #include "exec/model/params.h"
 
 namespace loom::exec {
@@ -31,6 +32,7 @@ struct ChunkConfig {
   int tp_size = 1, tp_rank = 0;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
+  MoeRun moe;  // MoE layers: losses, capacity, the EP group
 };
 
 class ModelChunk {
@@ -67,6 +69,13 @@ class ModelChunk {
   // reported loss is not).
   void set_grad_scale(float s) { grad_scale_ = s; }
   const ChunkConfig& config() const { return cfg_; }
+  // The MoE losses and drops of the forwards since the last call (recomputed
+  // forwards not counted).
+  MoeStats take_moe_stats() {
+    MoeStats s = moe_stats_;
+    moe_stats_ = MoeStats{};
+    return s;
+  }
   size_t in_flight() const { return saved_.size(); }
 
  private:
@@ -91,6 +100,8 @@ class ModelChunk {
   std::map<int, std::unique_ptr<MicroActs>> saved_;
   std::unique_ptr<BackwardInFlight> bwd_;
   float grad_scale_ = 1.f;
+  std::unique_ptr<MoeLayer> moe_;  // when the model has MoE layers
+  MoeStats moe_stats_;
 };
 
 }  // namespace loom::exec

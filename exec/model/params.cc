@@ -36,9 +36,6 @@ float init_normal_at(uint64_t base, int64_t index) {
 
 Result<ModelDims> model_dims(const ModelSpec& s, int64_t seq_len) {
   ModelDims d;
-  if (s.is_moe())
-    return unsupported("execute: " + s.name + " is a mixture-of-experts model; the executor trains dense GPT-2 and "
-                       "Llama-style models in this version");
   if (s.mla.enabled) return unsupported("execute: multi-latent attention (" + s.name + ") is not executable yet");
   d.gpt2 = s.norm == NormKind::kLayerNorm;
   if (d.gpt2 != (s.mlp == MlpKind::kGelu) || d.gpt2 != (s.position == PositionKind::kLearned))
@@ -83,7 +80,37 @@ Result<ModelDims> model_dims(const ModelSpec& s, int64_t seq_len) {
   d.o_bias = s.attn_out_bias || s.linear_bias;
   d.mlp_bias = s.mlp_bias || s.linear_bias;
   d.qk_norm = s.qk_norm;
+  if (s.is_moe()) {
+    const MoeSpec& e = s.moe;
+    if (e.num_groups > 0 || e.router_bias)
+      return unsupported("execute: " + s.name + ": group-limited or bias-corrected routing (DeepSeek's n_group / "
+                         "e_score_correction_bias) cannot be run: the executor routes by softmax top-k (Mixtral, "
+                         "Qwen-MoE)");
+    if (e.shared_expert_gate)
+      return unsupported("execute: " + s.name + ": the sigmoid-gated shared expert (Qwen2-MoE "
+                         "shared_expert_intermediate_size) cannot be run yet; set it to 0 or use a Qwen3-MoE / "
+                         "Mixtral config");
+    if (d.mlp_bias)
+      return unsupported("execute: " + s.name + ": mlp_bias on a mixture-of-experts model cannot be run; the "
+                         "executor's experts have no biases (as Mixtral's and Qwen-MoE's)");
+    d.moe.E = e.num_experts;
+    d.moe.k = e.experts_per_token;
+    d.moe.F = e.expert_ffn_hidden;
+    d.moe.Fs = int64_t(e.num_shared_experts) * e.shared_expert_ffn_hidden;
+    d.moe.normalize = e.norm_topk_prob;
+    d.moe.layer_moe.assign(size_t(s.num_layers), 0);
+    for (int l = 0; l < s.num_layers; ++l) d.moe.layer_moe[size_t(l)] = s.is_moe_layer(l) ? 1 : 0;
+  }
   return d;
+}
+
+ExpertRange local_experts(const MoeDims& m, int ep_size, int ep_rank) {
+  const int n = m.E / ep_size;
+  return {n * ep_rank, n};
+}
+
+std::string expert_prefix(int layer, int expert) {
+  return "layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + ".";
 }
 
 void ParamStore::add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard, int split_size,
@@ -183,11 +210,25 @@ void add_embedding_params(ParamStore& st, const ModelDims& d, int tp, int r, boo
   if (d.gpt2) st.add("embed.wpe", {d.max_pos, d.C}, ShardKind::kReplicated, tp, r, 0.01f, 0, false);
 }
 
-void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, int tp, int r) {
+void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, int tp, int r, int ep_size,
+                      int ep_rank, LayerParams which) {
   const float std_w = std_weight(), std_resid = std_residual(d);
   using S = ShardKind;
   for (int l = first; l < first + count; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
+    if (which == LayerParams::kExperts) {
+      if (!d.moe.is_moe(l)) continue;
+      const ExpertRange ex = local_experts(d.moe, ep_size, ep_rank);
+      for (int e = ex.first; e < ex.first + ex.count; ++e) {
+        const std::string q = expert_prefix(l, e);
+        const size_t at = st.infos().size();
+        st.add(q + "gate.weight", {d.moe.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+        st.add(q + "up.weight", {d.moe.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+        st.add(q + "down.weight", {d.C, d.moe.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
+        st.mark_expert(at);
+      }
+      continue;
+    }
     st.add(p + "ln1.weight", {d.C}, S::kReplicated, tp, r, 0, 1, false);
     if (d.gpt2) st.add(p + "ln1.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
     st.add(p + "attn.q.weight", {d.Hq * d.D, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
@@ -211,6 +252,15 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
       st.add(p + "mlp.fc1.bias", {d.F}, S::kSplitDim0, tp, r, 0, 0, false);
       st.add(p + "mlp.fc2.weight", {d.C, d.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
       st.add(p + "mlp.fc2.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
+    } else if (d.moe.is_moe(l)) {
+      st.add(p + "mlp.router.weight", {int64_t(d.moe.E), d.C}, S::kReplicated, tp, r, std_w, 0, true);
+      st.mark_tp_whole_grad(p + "mlp.router.weight");
+      if (d.moe.Fs > 0) {
+        st.add(p + "mlp.shared.gate.weight", {d.moe.Fs, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+        st.add(p + "mlp.shared.up.weight", {d.moe.Fs, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
+        st.add(p + "mlp.shared.down.weight", {d.C, d.moe.Fs}, S::kSplitDim1, tp, r, std_resid, 0, true);
+      }
+      if (which == LayerParams::kAll) add_layer_params(st, d, l, 1, tp, r, ep_size, ep_rank, LayerParams::kExperts);
     } else {
       st.add(p + "mlp.gate.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
       st.add(p + "mlp.up.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);

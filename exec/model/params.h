@@ -35,6 +35,12 @@ struct ParamInfo {
   float init_std = 0;                 // > 0: normal(0, std); else the constant init_value
   float init_value = 0;
   bool weight_decay = true;           // matrices decay; norms, biases and positions do not
+  // Replicated over TP with a gradient every TP rank computes whole (the MoE
+  // router sees every token): never summed over TP under sequence parallelism.
+  bool tp_whole_grad = false;
+  // A routed expert's weight: synchronized over the expert-data-parallel
+  // group (the DP ranks holding the same experts), not the whole DP group.
+  bool expert = false;
 };
 
 // Deterministic N(0, 1) sample for (seed, name, index): the same on every rank
@@ -44,6 +50,19 @@ float init_normal(uint64_t seed, const std::string& name, int64_t global_index);
 // then the element's value; init_normal(s, n, i) == init_normal_at(init_stream(s, n), i).
 uint64_t init_stream(uint64_t seed, const std::string& name);
 float init_normal_at(uint64_t stream, int64_t global_index);
+
+// The mixture-of-experts part of a model (Mixtral / Qwen-MoE blocks): E
+// routed SwiGLU experts of intermediate size F, top-k routing, optional
+// always-active shared experts (one SwiGLU MLP of Fs).
+struct MoeDims {
+  int E = 0, k = 0;
+  int64_t F = 0;
+  int64_t Fs = 0;
+  bool normalize = true;        // top-k weights renormalized (Mixtral, norm_topk_prob)
+  std::vector<char> layer_moe;  // per global layer: 1 when the layer's MLP is MoE
+  bool enabled() const { return E > 0; }
+  bool is_moe(int layer) const { return enabled() && layer_moe[size_t(layer)] != 0; }
+};
 
 // Model dimensions the executor needs, derived from a ModelSpec.
 struct ModelDims {
@@ -67,9 +86,11 @@ struct ModelDims {
   bool o_bias = false;     // attention output projection (Llama attention_bias)
   bool mlp_bias = false;   // gate, up, down (Llama mlp_bias)
   bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (Qwen3), weights (D) shared by heads
+  MoeDims moe;
 };
 // Refuses (kUnsupported, naming the config field) what the executor cannot
-// honour: MoE, MLA, mixed families, an activation other than the family's,
+// honour: MoE routing other than softmax top-k (DeepSeek's groups and bias,
+// Qwen2-MoE's gated shared expert), MLA, mixed families, an activation other than the family's,
 // RoPE scaling other than Llama-3.1's, an attention window shorter than
 // `seq_len` (0: not checked).
 Result<ModelDims> model_dims(const ModelSpec& spec, int64_t seq_len = 0);
@@ -79,6 +100,11 @@ class ParamStore {
   // Adds a parameter; `split_size` / `split_rank` give this rank's TP slice.
   void add(const std::string& name, std::vector<int64_t> global_shape, ShardKind shard, int split_size,
            int split_rank, float init_std, float init_value, bool weight_decay);
+  // Flags (ParamInfo): the parameter `name`, or those from index `from` on.
+  void mark_tp_whole_grad(const std::string& name) { infos_[index_.at(name)].tp_whole_grad = true; }
+  void mark_expert(size_t from) {
+    for (size_t i = from; i < infos_.size(); ++i) infos_[i].expert = true;
+  }
   // Leaves `n` unused elements (ZeRO shards of equal size).
   void add_padding(int64_t n) {
     padding_.push_back({total_, n});
@@ -107,6 +133,18 @@ class ParamStore {
   DeviceBuffer params_, grads_;
 };
 
+// Which of a layer's parameters add_layer_params adds: all, all but the
+// routed experts', or only the routed experts' (the trainer keeps experts in
+// units of their own: they sync over another group).
+enum class LayerParams { kAll, kDense, kExperts };
+// The routed experts rank `ep_rank` of `ep_size` holds: [first, first + count).
+struct ExpertRange {
+  int first = 0, count = 0;
+};
+ExpertRange local_experts(const MoeDims& m, int ep_size, int ep_rank);
+// "layers.3.mlp.experts.5." : an expert's global name prefix.
+std::string expert_prefix(int layer, int expert);
+
 // The parameters of the global model chunk made of layers [first, first+count),
 // with the embedding when `has_embedding`, and the final norm + LM head (or the
 // tied embedding's copy) when `has_head`.
@@ -116,7 +154,8 @@ void add_chunk_params(ParamStore& store, const ModelDims& d, int first_layer, in
 // themselves (the trainer keeps the tied embedding in its own ZeRO unit).
 void add_word_embedding_param(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank);  // "embed.wte"
 void add_embedding_params(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank, bool include_wte);
-void add_layer_params(ParamStore& store, const ModelDims& d, int first_layer, int num_layers, int tp_size, int tp_rank);
+void add_layer_params(ParamStore& store, const ModelDims& d, int first_layer, int num_layers, int tp_size, int tp_rank,
+                      int ep_size = 1, int ep_rank = 0, LayerParams which = LayerParams::kAll);
 void add_head_params(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank);  // final norm (+ untied head)
 
 }  // namespace loom::exec

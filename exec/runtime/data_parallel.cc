@@ -10,21 +10,23 @@
 namespace loom::exec {
 
 DataParallel::DataParallel(const DataParallelConfig& cfg, ComputeBackend* backend, ParamStore* params,
-                           Communicator* dp, Communicator* tp)
-    : cfg_(cfg), backend_(backend), params_(params), dp_(dp), tp_(tp) {
+                           Communicator* dp, Communicator* tp, Communicator* edp)
+    : cfg_(cfg), backend_(backend), params_(params), dp_(dp), tp_(tp), edp_(edp) {
+  LOOM_CHECK(cfg.edp_size == 1 || edp != nullptr, "expert-DP communicator missing");
   gathers_.resize(size_t(std::max(1, cfg.num_chunks)));
 }
 
 DataParallel::~DataParallel() = default;
 
-void DataParallel::add_unit(int chunk, int bucket, bool tied_embedding, const std::function<void()>& add_params) {
+void DataParallel::add_unit(int chunk, int bucket, bool tied_embedding, const std::function<void()>& add_params,
+                            bool expert) {
   const size_t before = size_t(params_->numel());
   add_params();
   const size_t used = size_t(params_->numel()) - before;
-  const size_t dp = size_t(cfg_.dp_size);
+  const size_t dp = size_t(expert ? cfg_.edp_size : cfg_.dp_size);
   const size_t padded = (used + dp - 1) / dp * dp;
   params_->add_padding(int64_t(padded - used));
-  units_.push_back({before, padded, padded / dp, shard_total_, chunk, bucket, tied_embedding});
+  units_.push_back({before, padded, padded / dp, shard_total_, chunk, bucket, tied_embedding, expert});
   shard_total_ += padded / dp;
   summed_.push_back(false);
 }
@@ -35,12 +37,14 @@ Status DataParallel::allocate() {
   for (const ZeroUnit& u : units_) chunk_units_[size_t(u.chunk)].push_back(&u);
   if (cfg_.sum_replicated_over_tp)
     for (const ParamInfo& p : params_->infos())
-      if (p.shard == ShardKind::kReplicated) replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
+      if (p.shard == ShardKind::kReplicated && !p.tp_whole_grad) replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
   MemoryClassScope charge(MemoryClass::kGrads);
   if (cfg_.zero >= 1) shard_grad_ = DeviceBuffer(backend_, shard_total_ * sizeof(float));
+  const GradFormat f = cfg_.grad_reduce == GradReduce::kBf16 ? GradFormat::kBf16 : GradFormat::kFp8;
   if (cfg_.grad_reduce != GradReduce::kFp32 && cfg_.dp_size > 1)
-    compress_ = std::make_unique<GradCompressor>(
-        backend_, dp_, cfg_.grad_reduce == GradReduce::kBf16 ? GradFormat::kBf16 : GradFormat::kFp8);
+    compress_ = std::make_unique<GradCompressor>(backend_, dp_, f);
+  if (cfg_.grad_reduce != GradReduce::kFp32 && cfg_.edp_size > 1)
+    compress_edp_ = std::make_unique<GradCompressor>(backend_, edp_, f);
   return Status::ok();
 }
 
@@ -125,7 +129,7 @@ Status DataParallel::param_gather(int chunk) {
   for (const ZeroUnit* u : units_of_chunk(chunk)) {
     if (u->size == 0) continue;
     float* p = params_->params() + u->begin;
-    LOOM_ASSIGN_OR_RETURN(auto req, dp_->iall_gather(p + own_range(*u).first, p, u->shard));
+    LOOM_ASSIGN_OR_RETURN(auto req, group(*u)->iall_gather(p + own_range(*u).first, p, u->shard));
     gathers_[size_t(chunk)].push_back(std::move(req));
   }
   return Status::ok();
@@ -204,7 +208,7 @@ Status DataParallel::gather_state(const float* state, float* full) {
     return Status::ok();
   }
   for (const ZeroUnit& u : units_)
-    if (u.size) LOOM_RETURN_IF_ERROR(dp_->all_gather(state + u.shard_offset, full + u.begin, u.shard));
+    if (u.size) LOOM_RETURN_IF_ERROR(group(u)->all_gather(state + u.shard_offset, full + u.begin, u.shard));
   return Status::ok();
 }
 
@@ -236,8 +240,9 @@ class Zero0 final : public DataParallel {
     for (const ZeroUnit* u : units) {
       if (u->size == 0) continue;
       float* g = params_->grads() + u->begin;
-      LOOM_ASSIGN_OR_RETURN(auto req, compress_ ? compress_->iall_reduce(g, u->shard)
-                                                : dp_->iall_reduce(g, u->size, ReduceOp::kSum));
+      GradCompressor* c = compressor(*u);
+      LOOM_ASSIGN_OR_RETURN(auto req, c ? c->iall_reduce(g, u->shard)
+                                        : group(*u)->iall_reduce(g, u->size, ReduceOp::kSum));
       syncs_.push_back(std::move(req));
     }
     return Status::ok();
@@ -261,8 +266,9 @@ class Zero1 : public DataParallel {
       float* g = params_->grads() + u->begin;
       LOOM_RETURN_IF_ERROR(before_reduce(*u));
       float* shard = shard_grad_.f32() + u->shard_offset;
-      LOOM_ASSIGN_OR_RETURN(auto req, compress_ ? compress_->ireduce_scatter(g, shard, u->shard)
-                                                : dp_->ireduce_scatter(g, shard, u->shard));
+      GradCompressor* c = compressor(*u);
+      LOOM_ASSIGN_OR_RETURN(auto req, c ? c->ireduce_scatter(g, shard, u->shard)
+                                        : group(*u)->ireduce_scatter(g, shard, u->shard));
       reductions_.push_back({u, std::move(req)});
     }
     return Status::ok();
@@ -351,12 +357,13 @@ class Zero3 final : public Zero2 {
 }  // namespace
 
 std::unique_ptr<DataParallel> DataParallel::create(const DataParallelConfig& cfg, ComputeBackend* backend,
-                                                   ParamStore* params, Communicator* dp, Communicator* tp) {
+                                                   ParamStore* params, Communicator* dp, Communicator* tp,
+                                                   Communicator* edp) {
   switch (cfg.zero) {
-    case 0: return std::unique_ptr<DataParallel>(new Zero0(cfg, backend, params, dp, tp));
-    case 1: return std::unique_ptr<DataParallel>(new Zero1(cfg, backend, params, dp, tp));
-    case 2: return std::unique_ptr<DataParallel>(new Zero2(cfg, backend, params, dp, tp));
-    default: return std::unique_ptr<DataParallel>(new Zero3(cfg, backend, params, dp, tp));
+    case 0: return std::unique_ptr<DataParallel>(new Zero0(cfg, backend, params, dp, tp, edp));
+    case 1: return std::unique_ptr<DataParallel>(new Zero1(cfg, backend, params, dp, tp, edp));
+    case 2: return std::unique_ptr<DataParallel>(new Zero2(cfg, backend, params, dp, tp, edp));
+    default: return std::unique_ptr<DataParallel>(new Zero3(cfg, backend, params, dp, tp, edp));
   }
 }
 

@@ -44,6 +44,7 @@ struct ZeroUnit {
   int chunk = 0;
   int bucket = 0;              // the gradient bucket (program grad-sync part) that syncs it
   bool tied_embedding = false;
+  bool expert = false;         // routed experts: sharded and synced over the expert-DP group
 };
 
 // The elements of one parameter this rank updates: flat [begin, end), and
@@ -65,6 +66,10 @@ struct DataParallelConfig {
   // The DP reduction's element type (--grad-reduce): bf16 / fp8 pack the
   // gradients on the wire and sum what arrives in fp32 (grad_compress.h).
   GradReduce grad_reduce = GradReduce::kFp32;
+  // The expert-data-parallel group (Megatron-Core's expert_data_parallel):
+  // the DP ranks holding the same routed experts, dp / ep of them. Expert
+  // units shard and sync over it.
+  int edp_size = 1, edp_rank = 0;
 };
 
 class DataParallel {
@@ -72,12 +77,14 @@ class DataParallel {
   // ZeRO 0-3; `dp` moves the gradients and parameters, `tp` sums the
   // replicated gradients under sequence parallelism (may be null otherwise).
   static std::unique_ptr<DataParallel> create(const DataParallelConfig& cfg, ComputeBackend* backend,
-                                              ParamStore* params, Communicator* dp, Communicator* tp);
+                                              ParamStore* params, Communicator* dp, Communicator* tp,
+                                              Communicator* edp = nullptr);
   virtual ~DataParallel();
 
   // Layout, while the ParamStore is filled: `add_params` adds the unit's
   // parameters; the unit is padded after them.
-  void add_unit(int chunk, int bucket, bool tied_embedding, const std::function<void()>& add_params);
+  void add_unit(int chunk, int bucket, bool tied_embedding, const std::function<void()>& add_params,
+                bool expert = false);
   // After ParamStore::materialize (the layout is final): the buffers and
   // per-chunk lists the sharding needs.
   virtual Status allocate();
@@ -131,7 +138,7 @@ class DataParallel {
   Status gather_all_params();
 
   DataParallel(const DataParallelConfig& cfg, ComputeBackend* backend, ParamStore* params, Communicator* dp,
-               Communicator* tp);
+               Communicator* tp, Communicator* edp);
 
  protected:
   // Sums the replicated gradients of `units` over TP (sequence parallelism),
@@ -139,8 +146,12 @@ class DataParallel {
   Status sum_replicated(const std::vector<const ZeroUnit*>& units);
   // This rank's elements [begin, end) of a unit, relative to its start.
   std::pair<size_t, size_t> own_range(const ZeroUnit& u) const {
-    return {size_t(cfg_.dp_rank) * u.shard, size_t(cfg_.dp_rank + 1) * u.shard};
+    const size_t r = size_t(u.expert ? cfg_.edp_rank : cfg_.dp_rank);
+    return {r * u.shard, (r + 1) * u.shard};
   }
+  // The group a unit shards and syncs over, and its compressor (null: fp32).
+  Communicator* group(const ZeroUnit& u) const { return u.expert ? edp_ : dp_; }
+  GradCompressor* compressor(const ZeroUnit& u) const { return u.expert ? compress_edp_.get() : compress_.get(); }
   // The units a grad-sync op covers.
   std::vector<const ZeroUnit*> units_of(const Op& op) const;
   const std::vector<const ZeroUnit*>& units_of_chunk(int chunk) const { return chunk_units_[size_t(chunk)]; }
@@ -157,10 +168,12 @@ class DataParallel {
   ParamStore* params_;
   Communicator* dp_;
   Communicator* tp_;
+  Communicator* edp_;
   std::vector<ZeroUnit> units_;  // ascending begin
   size_t shard_total_ = 0;
   DeviceBuffer shard_grad_;      // ZeRO >= 1
   std::unique_ptr<GradCompressor> compress_;  // --grad-reduce bf16 / fp8 with dp > 1
+  std::unique_ptr<GradCompressor> compress_edp_;  // ... with edp > 1
   std::vector<std::vector<std::unique_ptr<CommRequest>>> gathers_;  // in flight, per chunk
   std::vector<std::unique_ptr<CommRequest>> syncs_;                 // non-blocking all-reduces in flight (ZeRO-0)
   struct Reduction {

@@ -38,7 +38,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(Communicator* world, const Trai
 // model and the world, and the program against the communicators.
 Status Trainer::Impl::check_can_run() const {
   const Layout& l = cfg.layout;
-  if (l.ep > 1) return unsupported("execute: ep=" + std::to_string(l.ep) + " needs a MoE model; use ep=1");
+  if (l.ep > 1 && !dims.moe.enabled())
+    return invalid_argument("execute: ep=" + std::to_string(l.ep) + " shards experts, and " + cfg.model.name +
+                            " has none; use ep=1");
+  if (dims.moe.enabled() && (dims.moe.F % l.tp || dims.moe.Fs % l.tp))
+    return invalid_argument("execute: the experts' intermediate size (" + std::to_string(dims.moe.F) +
+                            (dims.moe.Fs ? ", shared " + std::to_string(dims.moe.Fs) : std::string()) +
+                            ") does not split over tp=" + std::to_string(l.tp) + "; use a tp dividing it");
   if (dims.Vp % l.tp) return invalid_argument("execute: padded vocabulary does not split over tp");
   if (data && data->vocab_size() > dims.V)
     return invalid_argument("execute: the data's vocabulary (" + std::to_string(data->vocab_size()) +
@@ -83,6 +89,18 @@ Status Trainer::Impl::setup() {
   };
   LOOM_ASSIGN_OR_RETURN(tp, devw->split(color_of(Dim::kTp), coords.tp, "tp"));
   LOOM_ASSIGN_OR_RETURN(dp, devw->split(color_of(Dim::kDp), coords.dp, "dp"));
+  // MoE: the EP group (the DP ranks that split the experts among them) and the
+  // expert-DP group (the DP ranks holding the same experts).
+  const int ep = l.ep;
+  {
+    RankCoords c = coords;
+    c.dp = (coords.dp / ep) * ep;
+    c.ep = 0;
+    LOOM_ASSIGN_OR_RETURN(ep_comm, devw->split(grid.rank_of(c), coords.dp % ep, "ep"));
+    c = coords;
+    c.dp = coords.dp % ep;
+    LOOM_ASSIGN_OR_RETURN(edp, devw->split(grid.rank_of(c), coords.dp / ep, "edp"));
+  }
   LOOM_ASSIGN_OR_RETURN(pipeline, Pipeline::create(*devw, color_of(Dim::kPp), l, coords.pp, backend));
   // Tied embeddings on two stages: the first and last stage keep a copy each
   // and sum their gradients (Megatron's embedding group).
@@ -107,7 +125,9 @@ Status Trainer::Impl::setup() {
   dc.num_chunks = l.virtual_stages;
   dc.sum_replicated_over_tp = l.sequence_parallel && l.tp > 1;
   dc.grad_reduce = cfg.train.grad_reduce;
-  sharding = DataParallel::create(dc, backend, &params, dp.get(), tp.get());
+  dc.edp_size = l.dp / ep;
+  dc.edp_rank = coords.dp / ep;
+  sharding = DataParallel::create(dc, backend, &params, dp.get(), tp.get(), edp.get());
   const StageSplit split = split_layers(cfg.model, l);
   LOOM_RETURN_IF_ERROR(lay_out_params(split));
   params.materialize(backend, cfg.train.seed);
@@ -117,6 +137,7 @@ Status Trainer::Impl::setup() {
   auto counts = [this, zero = dc.zero](const ParamInfo& p) {
     if (p.shard == ShardKind::kReplicated && coords.tp != 0) return false;         // TP replicas: rank 0 counts
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) return false;  // the tied copy
+    if (p.expert) return zero > 0 || coords.dp < cfg.layout.ep;                  // expert-DP replicas: rank 0
     return zero > 0 || coords.dp == 0;                                             // DP replicas: rank 0 counts
   };
   optimizer = std::make_unique<Optimizer>(cfg.train, cfg.loss_scaling, scaling, backend, &params, sharding.get(), world,
@@ -136,6 +157,13 @@ Status Trainer::Impl::setup() {
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;
     cc.recompute = l.recompute;
+    cc.moe.aux_coeff = cfg.train.moe_aux_loss_coeff;
+    cc.moe.z_coeff = cfg.train.moe_z_loss_coeff;
+    cc.moe.capacity_factor = cfg.train.moe_capacity_factor;
+    cc.moe.ep_size = ep;
+    cc.moe.ep_rank = coords.dp % ep;
+    cc.moe.ep = ep > 1 ? ep_comm.get() : nullptr;
+    cc.moe.micro_weight = 1.0 / double(program.config.micro_batches * l.dp);
     chunks.push_back(std::make_unique<ModelChunk>(cc, &params, backend, tp.get()));
   }
   return Status::ok();
@@ -156,14 +184,25 @@ Status Trainer::Impl::lay_out_params(const StageSplit& split) {
       sharding->add_unit(c, emb_here ? nb - 1 : 0, true, [&] { add_word_embedding_param(params, dims, l.tp, coords.tp); });
     for (int k = nb - 1; k >= 0; --k) {  // ascending layers: the last part's bucket first
       const LayerRange r = backward_part_layers(count, k, nb);
+      const int ep = l.ep, ep_rank = coords.dp % l.ep;
       sharding->add_unit(c, k, false, [&] {
         if (k == nb - 1 && emb_here) add_embedding_params(params, dims, l.tp, coords.tp, !has_embedding_copy_pair);
-        add_layer_params(params, dims, first + r.begin, r.end - r.begin, l.tp, coords.tp);
+        add_layer_params(params, dims, first + r.begin, r.end - r.begin, l.tp, coords.tp, ep, ep_rank,
+                         LayerParams::kDense);
         if (k == 0 && head_here) {
           add_head_params(params, dims, l.tp, coords.tp);
           if (dims.tied && !params.has("embed.wte")) add_word_embedding_param(params, dims, l.tp, coords.tp);
         }
       });
+      // The routed experts of the same layers: a unit of their own, synced over the expert-DP group.
+      if (dims.moe.enabled())
+        sharding->add_unit(
+            c, k, false,
+            [&] {
+              add_layer_params(params, dims, first + r.begin, r.end - r.begin, l.tp, coords.tp, ep, ep_rank,
+                               LayerParams::kExperts);
+            },
+            /*expert=*/true);
     }
   }
   return Status::ok();
@@ -367,10 +406,21 @@ Status Trainer::run_step(int64_t step, StepResult* out) {
   r.lr = s.update.lr;
   r.skipped = s.update.skipped;
   r.loss_scale = loss_scale;
-  // The loss: the last stage's TP rank 0 of every DP rank holds a part.
-  double contribution = (s.coords.pp == l.pp - 1 && s.coords.tp == 0) ? s.loss_sum : 0.0;
-  LOOM_RETURN_IF_ERROR(s.world->all_reduce(&contribution, 1, ReduceOp::kSum));
-  r.loss = contribution;
+  // The loss: the last stage's TP rank 0 of every DP rank holds a part; the
+  // MoE losses: every stage's TP rank 0 (TP ranks route alike).
+  double parts[4] = {(s.coords.pp == l.pp - 1 && s.coords.tp == 0) ? s.loss_sum : 0.0, 0, 0, 0};
+  for (auto& chunk : s.chunks) {
+    const MoeStats m = chunk->take_moe_stats();
+    if (s.coords.tp != 0) continue;
+    parts[1] += m.aux_loss;
+    parts[2] += m.z_loss;
+    parts[3] += double(m.dropped);
+  }
+  LOOM_RETURN_IF_ERROR(s.world->all_reduce(parts, 4, ReduceOp::kSum));
+  r.loss = parts[0];
+  r.moe_aux_loss = parts[1];
+  r.moe_z_loss = parts[2];
+  r.moe_dropped = int64_t(parts[3]);
   double max_elapsed = seconds_since(s.step_start);
   LOOM_RETURN_IF_ERROR(s.world->all_reduce(&max_elapsed, 1, ReduceOp::kMax));
   r.step_time_s = max_elapsed;

@@ -68,6 +68,11 @@ struct StepResult {
   bool skipped = false;   // fp16: the gradients overflowed, no update was made
   double loss_scale = 1;  // the loss scale this step ran with (fp16), else 1
   double step_time_s = 0; // max over ranks
+  // MoE: the load-balancing and z-losses added to the objective (summed over
+  // the MoE layers, averaged over the step's micro-batches), and the token
+  // copies dropped for capacity.
+  double moe_aux_loss = 0, moe_z_loss = 0;
+  int64_t moe_dropped = 0;
   // This rank's time per phase (core/phases.h says what each holds on the
   // executor's side): forward and backward ops, pipeline send/recv, DP syncs,
   // gathers and waits for them, the optimizer op less its waits, reading the

@@ -30,6 +30,7 @@ struct Trainer::Impl {
   Program program;
   // Layout groups, split from the device world.
   std::unique_ptr<Communicator> tp, dp, emb;
+  std::unique_ptr<Communicator> ep_comm, edp;  // MoE: the EP and expert-DP groups
   std::unique_ptr<Pipeline> pipeline;
   ParamStore params;
   std::unique_ptr<DataParallel> sharding;

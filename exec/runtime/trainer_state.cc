@@ -165,8 +165,11 @@ Status snapshot_impl(Trainer::Impl& s, int64_t next_step, bool light, ckpt::Save
   const float* params = host_view(s.backend, s.params.params(), numel, &p_host);
   // DP replicas hold the same slices: DP rank 0 writes them. The tied
   // embedding's copy on the last stage equals the first stage's.
-  if (s.coords.dp == 0) {
+  // Routed experts: the expert-DP rank 0 of each expert shard writes them,
+  // under their global names, so any EP degree reads them back.
+  {
     for (const ParamInfo& p : s.params.infos()) {
+      if (p.expert ? s.coords.dp >= s.cfg.layout.ep : s.coords.dp != 0) continue;
       if (s.has_embedding_copy_pair && p.name == "embed.wte" && s.coords.pp != 0) continue;
       ckpt::TensorSlice t;
       t.name = p.name;

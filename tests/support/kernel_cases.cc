@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 
+#include "exec/backend/cpu_kernels.h"
 #include "exec/backend/cpu_ops.h"
 
 namespace loom::exec::kernel_cases {
@@ -606,6 +607,120 @@ std::vector<Case> cases<GradUnpack>() {
       all.push_back(c);
     }
   return all;
+}
+
+// MoE: 300 tokens, 12 experts, top-3; logits with ties (every third token
+// has all-equal logits) to pin the tie-break; 64 channels.
+constexpr int64_t kMoeN = 300, kMoeE = 12, kMoeK = 3, kMoeC = 64;
+std::vector<float> moe_logits() {
+  std::vector<float> z = random_vec(size_t(kMoeN * kMoeE), 41, -3, 3);
+  for (int64_t t = 0; t < kMoeN; t += 3)
+    for (int64_t e = 0; e < kMoeE; ++e) z[size_t(t * kMoeE + e)] = 0.25f;
+  return z;
+}
+// A permutation's slots: token t's slot j is row (t * k + j) * 7 mod (N * k)
+// (7 is prime to N * k), every fifth slot dropped (-1).
+std::vector<int32_t> moe_slot_rows(bool drop) {
+  const int64_t M = kMoeN * kMoeK;
+  std::vector<int32_t> r(static_cast<size_t>(M));
+  for (int64_t s = 0; s < M; ++s) r[size_t(s)] = int32_t((s * 7) % M);
+  if (drop)
+    for (int64_t s = 0; s < M; s += 5) r[size_t(s)] = -1;
+  return r;
+}
+
+template <>
+std::vector<Case> cases<MoeRouterForward>() {
+  std::vector<Case> all;
+  for (bool norm : {false, true}) {
+    Case c = make(KernelOp::kMoeRouterForward, norm ? "moe_router_forward (normalized)" : "moe_router_forward");
+    const int z = c.in("logits", moe_logits());
+    const int p = c.out("probs", size_t(kMoeN * kMoeE), kF32), l = c.out("lse", size_t(kMoeN), kF32);
+    const int idx = c.in("topk_idx", std::vector<int32_t>(size_t(kMoeN * kMoeK), -7));
+    c.arrays[size_t(idx)].checked = true;
+    const int w = c.out("topk_w", size_t(kMoeN * kMoeK), kF32);
+    c.run = [=](Kernels& k, const Bound& b) {
+      k.moe_router_forward({b.f(z), b.f(p), b.f(l), b.i(idx), b.f(w), kMoeN, kMoeE, kMoeK, norm});
+      return std::vector<double>{};
+    };
+    all.push_back(c);
+  }
+  return all;
+}
+
+template <>
+std::vector<Case> cases<MoeRouterBackward>() {
+  std::vector<Case> all;
+  for (bool norm : {false, true}) {
+    Case c = make(KernelOp::kMoeRouterBackward, norm ? "moe_router_backward (normalized)" : "moe_router_backward");
+    // A consistent forward state, from the CPU router itself.
+    std::vector<float> probs(static_cast<size_t>(kMoeN * kMoeE)), lse(static_cast<size_t>(kMoeN)),
+        w(static_cast<size_t>(kMoeN * kMoeK));
+    std::vector<int32_t> idx(static_cast<size_t>(kMoeN * kMoeK));
+    const std::vector<float> z = moe_logits();
+    CpuKernels ref;
+    ref.moe_router_forward({z.data(), probs.data(), lse.data(), idx.data(), w.data(), kMoeN, kMoeE, kMoeK, norm});
+    const int p = c.in("probs", probs), l = c.in("lse", lse), ix = c.in("topk_idx", idx), tw = c.in("topk_w", w);
+    const int dw = c.in("dw", random_vec(size_t(kMoeN * kMoeK), 42)), aux = c.in("aux_grad", random_vec(size_t(kMoeE), 43));
+    const int dz = c.out("dlogits", size_t(kMoeN * kMoeE), kF32);
+    c.run = [=](Kernels& k, const Bound& b) {
+      k.moe_router_backward({b.f(p), b.f(l), b.i(ix), b.f(tw), b.f(dw), b.f(aux), 0.37f, b.f(dz), kMoeN, kMoeE, kMoeK,
+                             norm});
+      return std::vector<double>{};
+    };
+    all.push_back(c);
+  }
+  return all;
+}
+
+template <>
+std::vector<Case> cases<MoeGather>() {
+  Case c = make(KernelOp::kMoeGather, "moe_gather");
+  const int64_t M = kMoeN * kMoeK;
+  std::vector<int32_t> rows(static_cast<size_t>(M));
+  for (int64_t r = 0; r < M; ++r) rows[size_t(r)] = int32_t((r * 11) % kMoeN);
+  const int x = c.in("x", random_vec(size_t(kMoeN * kMoeC), 44)), ri = c.in("rows", rows);
+  const int y = c.out("y", size_t(M * kMoeC), kF32);
+  c.run = [=](Kernels& k, const Bound& b) {
+    k.moe_gather({b.f(x), b.i(ri), b.f(y), M, kMoeC});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<MoeUnpermute>() {
+  std::vector<Case> all;
+  for (bool weighted : {false, true})
+    for (bool acc : {false, true}) {
+      Case c = make(KernelOp::kMoeUnpermute, std::string("moe_unpermute (") + (weighted ? "weighted" : "sum") +
+                                                  (acc ? ", accumulate)" : ")"));
+      const int64_t M = kMoeN * kMoeK;
+      const int y = c.in("y", random_vec(size_t(M * kMoeC), 45)), sr = c.in("slot_rows", moe_slot_rows(true));
+      const int w = c.in("w", random_vec(size_t(M), 46, 0, 1));
+      const int o = acc ? c.inout("out", random_vec(size_t(kMoeN * kMoeC), 47), kF32)
+                        : c.out("out", size_t(kMoeN * kMoeC), kF32);
+      c.run = [=](Kernels& k, const Bound& b) {
+        k.moe_unpermute({b.f(y), b.i(sr), weighted ? b.f(w) : nullptr, b.f(o), kMoeN, kMoeK, kMoeC, acc});
+        return std::vector<double>{};
+      };
+      all.push_back(c);
+    }
+  return all;
+}
+
+template <>
+std::vector<Case> cases<MoeUnpermuteBackward>() {
+  Case c = make(KernelOp::kMoeUnpermuteBackward, "moe_unpermute_backward");
+  const int64_t M = kMoeN * kMoeK;
+  const int d = c.in("dout", random_vec(size_t(kMoeN * kMoeC), 48)), y = c.in("y", random_vec(size_t(M * kMoeC), 49));
+  const int sr = c.in("slot_rows", moe_slot_rows(false)), w = c.in("w", random_vec(size_t(M), 50, 0, 1));
+  const int dy = c.out("dy", size_t(M * kMoeC), kF32), dw = c.out("dw", size_t(M), kF32);
+  c.run = [=](Kernels& k, const Bound& b) {
+    k.moe_unpermute_backward({b.f(d), b.f(y), b.i(sr), b.f(w), b.f(dy), b.f(dw), kMoeN, kMoeK, kMoeC});
+    return std::vector<double>{};
+  };
+  return {c};
 }
 
 // |x| summed: the scale of a sum's rounding error.

@@ -155,6 +155,20 @@ class CudaKernels final : public Kernels {
   void grad_unpack(const GradUnpack& a) override {
     note(cuda::grad_unpack(a.x, a.y, a.n, a.format, a.accumulate, s_));
   }
+  void moe_router_forward(const MoeRouterForward& a) override {
+    note(cuda::moe_router_forward(a.logits, a.probs, a.lse, a.topk_idx, a.topk_w, a.N, a.E, a.k, a.normalize, s_));
+  }
+  void moe_router_backward(const MoeRouterBackward& a) override {
+    note(cuda::moe_router_backward(a.probs, a.lse, a.topk_idx, a.topk_w, a.dw, a.aux_grad, a.z_grad, a.dlogits, a.N,
+                                   a.E, a.k, a.normalize, s_));
+  }
+  void moe_gather(const MoeGather& a) override { note(cuda::moe_gather(a.x, a.rows, a.y, a.M, a.C, s_)); }
+  void moe_unpermute(const MoeUnpermute& a) override {
+    note(cuda::moe_unpermute(a.y, a.slot_rows, a.w, a.out, a.N, a.k, a.C, a.accumulate, s_));
+  }
+  void moe_unpermute_backward(const MoeUnpermuteBackward& a) override {
+    note(cuda::moe_unpermute_backward(a.dout, a.y, a.slot_rows, a.w, a.dy, a.dw, a.N, a.k, a.C, s_));
+  }
   void add_sum_squares(const AddSumSquares& a) override {
     // One device double per piece; take_sum_squares() reads them all back.
     if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {

@@ -150,6 +150,18 @@ Status grad_pack(const float* x, uint8_t* y, int64_t n, exec::GradFormat format,
 Status grad_unpack(const uint8_t* x, float* y, int64_t n, exec::GradFormat format, bool accumulate,
                    cudaStream_t stream);
 
+// Mixture-of-experts (cuda_moe.cu; contracts in exec/backend/kernel_ops.h).
+Status moe_router_forward(const float* logits, float* probs, float* lse, int32_t* topk_idx, float* topk_w, int64_t N,
+                          int64_t E, int64_t k, bool normalize, cudaStream_t stream);
+Status moe_router_backward(const float* probs, const float* lse, const int32_t* topk_idx, const float* topk_w,
+                           const float* dw, const float* aux_grad, float z_grad, float* dlogits, int64_t N, int64_t E,
+                           int64_t k, bool normalize, cudaStream_t stream);
+Status moe_gather(const float* x, const int32_t* rows, float* y, int64_t M, int64_t C, cudaStream_t stream);
+Status moe_unpermute(const float* y, const int32_t* slot_rows, const float* w, float* out, int64_t N, int64_t k,
+                     int64_t C, bool accumulate, cudaStream_t stream);
+Status moe_unpermute_backward(const float* dout, const float* y, const int32_t* slot_rows, const float* w, float* dy,
+                              float* dw, int64_t N, int64_t k, int64_t C, cudaStream_t stream);
+
 // C(M,N) = alpha op(A) op(B) + beta C, row-major like cpu::gemm, fp32
 // (TF32 tensor cores off: the fp32 reference path).
 Status gemm_f32(cublasContext* handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

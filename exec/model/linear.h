@@ -1,0 +1,24 @@
+// The linear layer as the model code calls it, over the backend's GEMM.
+#pragma once
+
+#include <cstdint>
+
+#include "exec/backend/kernels.h"
+
+namespace loom::exec {
+
+// y(N,out) = x(N,in) W(out,in)^T (+ b)
+inline void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in,
+                   int64_t out) {
+  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y});
+  if (b) k.add_bias({y, b, N, out});
+}
+// dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W
+inline void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db,
+                            float* dx, int64_t N, int64_t in, int64_t out, bool accumulate_dx) {
+  k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW});
+  if (db) k.bias_backward({dy, db, N, out});
+  if (dx) k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx});
+}
+
+}  // namespace loom::exec

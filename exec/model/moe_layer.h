@@ -1,0 +1,84 @@
+// The MLP of a mixture-of-experts layer (Mixtral, Qwen3-MoE), as Megatron-
+// Core's MoELayer with its all-to-all token dispatcher:
+//
+//   router      logits = h W_r^T (E x C, replicated), softmax, top-k (ties:
+//               the lower expert index), weights renormalized or not
+//   permute     the token copies sorted by expert (stable: token order), with
+//               an optional capacity (Megatron's "probs" drop policy)
+//   dispatch    ep > 1: the counts per expert exchanged first, then the rows
+//               by an all-to-all with variable splits over the EP group; the
+//               rows received regrouped by local expert
+//   experts     SwiGLU per local expert on its contiguous rows; the weights
+//               split over TP like the dense MLP (Megatron's expert tensor
+//               parallel size = tp)
+//   combine     the way back, each token's outputs summed with its weights
+//   shared      always-active experts (one SwiGLU MLP) added to the output
+//
+// Under TP every TP rank routes all N rows alike (the input is the gathered
+// one) and returns its partial output, which the caller sums over TP as it
+// does the dense MLP's. Losses: the switch-transformer load-balancing loss
+// coeff * E * sum_e f_e P_e (f: share of the token copies routed to e before
+// dropping, P: mean probability; per micro-batch, Megatron's "aux_loss") and
+// the router z-loss coeff * mean(logsumexp(logits)^2), both weighted by the
+// micro-batch's share of the step, enter backward through the router.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "exec/backend/compute_backend.h"
+#include "exec/comm/communicator.h"
+#include "exec/model/params.h"
+
+namespace loom::exec {
+
+struct MoeRun {
+  double aux_coeff = 0;        // load-balancing loss coefficient (0: off)
+  double z_coeff = 0;          // router z-loss coefficient (0: off)
+  double capacity_factor = 0;  // > 0: at most ceil(cf * N * k / E) rows per expert; 0: dropless
+  int ep_size = 1, ep_rank = 0;
+  Communicator* ep = nullptr;  // null when ep_size == 1
+  double micro_weight = 1;     // a micro-batch's share of the step's loss (1 / micro-batches over DP)
+};
+
+// Per-step diagnostics, weighted by micro_weight and summed over micro-batches
+// and layers: what the losses add to the objective.
+struct MoeStats {
+  double aux_loss = 0, z_loss = 0;
+  int64_t dropped = 0;  // token copies dropped for capacity
+};
+
+// A micro-batch's saved state of one MoE layer (moe_layer.cc).
+struct MoeActs;
+void free_moe_acts(MoeActs* a);
+struct MoeActsDeleter {
+  void operator()(MoeActs* a) const { free_moe_acts(a); }
+};
+using MoeActsPtr = std::unique_ptr<MoeActs, MoeActsDeleter>;
+
+class MoeLayer {
+ public:
+  MoeLayer(const ModelDims& dims, const MoeRun& run, int tp_size, int tp_rank, Communicator* tp, ParamStore* params,
+           ComputeBackend* backend);
+
+  // h: (N, C) the normed input, whole on every TP rank; y: (N, C) this TP
+  // rank's part of the output (summed over TP by the caller).
+  Status forward(int layer, const float* h, float* y, int64_t N, MoeActsPtr* acts, MoeStats* stats);
+  // dy: (N, C) whole; dh: (N, C) overwritten with this TP rank's part of the
+  // input gradient. `grad_scale`: the loss scale (fp16). Frees the state.
+  Status backward(int layer, const float* h, const float* dy, float* dh, MoeActsPtr* acts, float grad_scale);
+
+ private:
+  // Rows over the EP group: blocks per peer in `send`, sizes in rows.
+  Status exchange(const float* send, const std::vector<int64_t>& send_rows, float* recv,
+                  const std::vector<int64_t>& recv_rows);
+
+  ModelDims d_;
+  MoeRun run_;
+  int tp_size_, tp_rank_;
+  Communicator* tp_;
+  ParamStore* params_;
+  ComputeBackend* backend_;
+};
+
+}  // namespace loom::exec
