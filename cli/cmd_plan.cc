@@ -52,6 +52,8 @@ struct PlanArgs {
   bool moe_fp8_dispatch = false;
   double moe_load_imbalance = -1;
   double moe_capacity_factor = -1;
+  double moe_aux_loss_coeff = -1;
+  double moe_z_loss_coeff = 0;
   bool pp_overlap_p2p_comm = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   bool fp8_attention = false;
@@ -144,6 +146,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.moe_fp8_dispatch = a.moe_fp8_dispatch;
   req.moe_load_imbalance = a.moe_load_imbalance;
   req.moe_capacity_factor = a.moe_capacity_factor;
+  req.moe_aux_loss_coeff = a.moe_aux_loss_coeff;
+  req.moe_z_loss_coeff = a.moe_z_loss_coeff;
   req.pp_overlap_p2p_comm = a.pp_overlap_p2p_comm;
   req.fp8_scaling = a.fp8_scaling;
   req.framework = a.framework;
@@ -151,7 +155,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.fp8_attention = a.fp8_attention;
   req.dropout = a.dropout;
   req.grad_buckets = a.grad_buckets;
-  LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
+  LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw, &in.model));
   // The framework's defaults, then what the command line set explicitly.
   if (!a.framework.empty()) {
     LOOM_ASSIGN_OR_RETURN(in.framework, load_framework(a.framework));
@@ -176,7 +180,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   // is known to be valid (cli/cpu_local.h); the shipped file only checked it.
   if (a.hw == "cpu-local") {
     LOOM_ASSIGN_OR_RETURN(in.hw, measured_cpu_local(a.gpus));
-    LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw));
+    LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw, &in.model));
     in.opt = make_sim_options(req, in.hw, fw);
   }
   return in;
@@ -188,6 +192,17 @@ void print_header(const PlanArgs& a, const PlanInputs& in) {
               precision_name(in.train.precision),
               in.train.grad_reduce == GradReduce::kFp32 ? "" : ", gradients reduced in ",
               in.train.grad_reduce == GradReduce::kFp32 ? "" : grad_reduce_name(in.train.grad_reduce));
+  if (in.model.is_moe()) {
+    const MoeSpec& e = in.model.moe;
+    const TrainSpec& t = in.train;
+    std::printf("MoE: %d experts, top-%d%s, load-balancing loss coeff %g, z-loss coeff %g, ", e.num_experts,
+                e.experts_per_token, e.norm_topk_prob ? " (renormalized)" : "", t.moe_aux_loss_coeff,
+                t.moe_z_loss_coeff);
+    if (t.moe_capacity_factor > 0)
+      std::printf("capacity factor %g\n", t.moe_capacity_factor);
+    else
+      std::printf("dropless\n");
+  }
 }
 
 // --layout: evaluate one layout. Exit 3 when it does not fit.
@@ -341,6 +356,13 @@ int cmd_plan(int argc, char** argv) {
                  "expert capacity factor: an expert takes at most this times its balanced share and drops the "
                  "rest (Megatron --moe-expert-capacity-factor); 0 = dropless (default)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--moe-aux-loss-coeff", a.moe_aux_loss_coeff,
+                 "MoE load-balancing (switch-transformer) loss coefficient (Megatron --moe-aux-loss-coeff); default: "
+                 "the config's router_aux_loss_coef, else 0")
+      ->check(CLI::Range(0.0, 999.0));
+  app.add_option("--moe-z-loss-coeff", a.moe_z_loss_coeff,
+                 "MoE router z-loss coefficient (Megatron --moe-z-loss-coeff); 0 = off")
+      ->check(CLI::Range(0.0, 999.0));
   CLI::Option* blocking = app.add_flag("--pp-blocking-p2p", a.pp_blocking_p2p,
                "pipeline sends block the sender until they land (Megatron's and DeepSpeed's p2p: "
                "batch_isend_irecv, then wait); default off, as Loom's executor sends asynchronously");

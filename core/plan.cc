@@ -40,6 +40,10 @@ OrderedJson train_json(const TrainSpec& t) {
   j["seed"] = t.seed;
   // Written only when compressed, so that an fp32 plan's hash is unchanged.
   if (t.grad_reduce != GradReduce::kFp32) j["grad_reduce"] = grad_reduce_name(t.grad_reduce);
+  // MoE training options, likewise written only when set.
+  if (t.moe_aux_loss_coeff != 0) j["moe_aux_loss_coeff"] = t.moe_aux_loss_coeff;
+  if (t.moe_z_loss_coeff != 0) j["moe_z_loss_coeff"] = t.moe_z_loss_coeff;
+  if (t.moe_capacity_factor != 0) j["moe_capacity_factor"] = t.moe_capacity_factor;
   return j;
 }
 
@@ -94,6 +98,9 @@ Result<TrainSpec> parse_train(const Json& j) {
   auto gr = parse_grad_reduce(reduce);
   if (!gr.is_ok()) return gr.status().with_context(w);
   t.grad_reduce = *gr;
+  LOOM_ASSIGN_OR_RETURN(t.moe_aux_loss_coeff, json_number_or(j, "moe_aux_loss_coeff", 0, w));
+  LOOM_ASSIGN_OR_RETURN(t.moe_z_loss_coeff, json_number_or(j, "moe_z_loss_coeff", 0, w));
+  LOOM_ASSIGN_OR_RETURN(t.moe_capacity_factor, json_number_or(j, "moe_capacity_factor", 0, w));
   LOOM_RETURN_IF_ERROR(validate_train_spec(t));
   return t;
 }

@@ -38,7 +38,7 @@ Status PlannerSession::load_hw(const std::string& path_or_name) {
 Status PlannerSession::rebuild_evaluator() {
   if (model_.name.empty()) return invalid_argument("no model loaded; choose one from models/ or a config.json");
   if (hw_.name.empty()) return invalid_argument("no hardware profile loaded; choose one from hwprofiles/");
-  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_));
+  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_, &model_));
   eval_ = std::make_shared<const Evaluator>(model_, hw_, train, make_sim_options(req_, hw_));
   return Status::ok();
 }
@@ -68,7 +68,7 @@ Result<Plan> PlannerSession::plan() const {
 
 Result<PlannerSession::SearchJob> PlannerSession::search_job() const {
   if (model_.name.empty() || hw_.name.empty()) return invalid_argument("load a model and a hardware profile first");
-  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_));
+  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_, &model_));
   SearchJob job;
   job.eval = std::make_shared<const Evaluator>(model_, hw_, train, make_sim_options(req_, hw_));
   job.space = make_search_space(req_);

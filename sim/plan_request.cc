@@ -6,7 +6,7 @@
 
 namespace loom {
 
-Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw) {
+Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, const ModelSpec* model) {
   TrainSpec train;
   train.global_batch = req.global_batch;
   train.seq_len = req.seq;
@@ -17,6 +17,12 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw) {
   train.seed = req.seed;
   LOOM_ASSIGN_OR_RETURN(train.precision, parse_precision(req.precision));
   LOOM_ASSIGN_OR_RETURN(train.grad_reduce, parse_grad_reduce(req.grad_reduce));
+  train.moe_capacity_factor = req.moe_capacity_factor > 0 ? req.moe_capacity_factor : 0;
+  train.moe_z_loss_coeff = req.moe_z_loss_coeff;
+  train.moe_aux_loss_coeff = req.moe_aux_loss_coeff >= 0 ? req.moe_aux_loss_coeff
+                             : model && model->moe.router_aux_loss_coef >= 0 ? model->moe.router_aux_loss_coef
+                                                                              : 0;
+  if (model && !model->is_moe()) train.moe_aux_loss_coeff = train.moe_z_loss_coeff = train.moe_capacity_factor = 0;
   LOOM_RETURN_IF_ERROR(validate_train_spec(train));
   if (req.gpus < 1) return invalid_argument("--gpus=" + std::to_string(req.gpus) + " must be >= 1");
   if (req.dropout < -2 || req.dropout > 1)

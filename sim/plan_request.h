@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/hw_profile.h"
+#include "core/model_spec.h"
 #include "core/program.h"
 #include "core/status.h"
 #include "core/train_spec.h"
@@ -40,7 +41,9 @@ struct PlanRequest {
   bool moe_dedup_dispatch = false;  // SimOptions::moe_dedup_dispatch
   bool moe_fp8_dispatch = false;    // SimOptions::moe_fp8_dispatch
   double moe_load_imbalance = -1;   // SimOptions::moe_load_imbalance; < 0: the default
-  double moe_capacity_factor = -1;  // SimOptions::moe_capacity_factor; < 0: the default (dropless)
+  double moe_capacity_factor = -1;  // SimOptions::moe_capacity_factor and TrainSpec's; < 0: the default (dropless)
+  double moe_aux_loss_coeff = -1;   // TrainSpec::moe_aux_loss_coeff; < 0: the config's router_aux_loss_coef, else 0
+  double moe_z_loss_coeff = 0;      // TrainSpec::moe_z_loss_coeff
   bool pp_overlap_p2p_comm = false;  // SimOptions::pp_overlap_p2p_comm
   std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
   bool fp8_attention = false;      // SimOptions::fp8_attention
@@ -51,7 +54,8 @@ struct PlanRequest {
 
 // Errors name the field: sizes, precision, fp8 on hardware without it, gpus,
 // a framework that does not load.
-Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw);
+// `model` (may be null) gives the MoE load-balancing coefficient's default.
+Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, const ModelSpec* model = nullptr);
 // CPU profiles reserve no device runtime and always use the flash-style
 // attention kernel (the CPU kernel keeps no s x s scores).
 SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw);

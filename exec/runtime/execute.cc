@@ -302,13 +302,27 @@ Status open_metrics(Session& s) {
 Status report_step(Session& s, const StepFigures& f) {
   const StepResult& r = *f.result;
   const bool fp16 = s.devices.precision == Precision::kFp16;
-  if (!s.o.quiet)
+  const TrainSpec& t = s.plan.train;
+  const bool moe = s.plan.model.is_moe();
+  if (!s.o.quiet) {
+    std::string extra;
+    char buf[160];
+    if (moe && t.moe_aux_loss_coeff > 0) {
+      std::snprintf(buf, sizeof buf, " | lb loss %.5f", r.moe_aux_loss);
+      extra += buf;
+    }
+    if (moe && t.moe_z_loss_coeff > 0) {
+      std::snprintf(buf, sizeof buf, " | z loss %.5f", r.moe_z_loss);
+      extra += buf;
+    }
+    if (moe && t.moe_capacity_factor > 0) extra += " | dropped " + std::to_string(r.moe_dropped);
+    if (fp16)
+      extra += std::string(" | loss scale ") + std::to_string(int64_t(r.loss_scale)) +
+               (r.skipped ? " | skipped: fp16 overflow" : "");
     s.say("step %4lld/%lld | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%%s", (long long)f.step,
           (long long)f.steps, r.loss, r.lr, r.grad_norm, r.step_time_s * 1e3, f.tokens_per_s, 100 * f.mfu,
-          fp16 ? (std::string(" | loss scale ") + std::to_string(int64_t(r.loss_scale)) +
-                  (r.skipped ? " | skipped: fp16 overflow" : ""))
-                     .c_str()
-               : "");
+          extra.c_str());
+  }
   if (!s.metrics) return Status::ok();
   OrderedJson j;
   j["step"] = f.step;
@@ -320,6 +334,13 @@ Status report_step(Session& s, const StepFigures& f) {
   j["mfu"] = f.mfu;
   j["data_wait_s"] = r.phases.data_wait_s;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  // MoE: the router's losses (in the objective, not in "loss"), Megatron's
+  // load_balancing_loss / z_loss, and the token copies dropped for capacity.
+  if (moe) {
+    j["load_balancing_loss"] = r.moe_aux_loss;
+    j["z_loss"] = r.moe_z_loss;
+    j["dropped_tokens"] = r.moe_dropped;
+  }
   if (fp16) {
     j["loss_scale"] = r.loss_scale;
     j["skipped"] = r.skipped;

@@ -5,6 +5,9 @@
 #            losses bit for bit, from more than one interruption point;
 #   reshard  a checkpoint saved under dp=2 ZeRO-3 resumes under tp=2, pp=2,
 #            dp=1 and dp=2 x tp=2 with the same losses (1e-5 relative);
+#   moe      a Mixtral-style MoE checkpoint saved under dp=2 ep=2 (experts
+#            sharded) resumes under ep=1, ep=4, ep=2 with ZeRO-1 and tp=2 with
+#            the same losses (1e-5 relative): experts are saved by global name;
 #   kill     a rank is SIGKILLed while asynchronous saves run; resuming from
 #            `latest` works, and continues the uninterrupted run bit for bit;
 #   corrupt  a flipped byte is found by `loom ckpt verify` and refused by --resume.
@@ -16,10 +19,11 @@ mpi=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 STEPS=8
+MODEL=llama-3-8b SCALE=layers=4,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256
 plan() {  # plan NAME LAYOUT RANKS [extra plan args...]
   local name=$1 layout=$2 ranks=$3
   shift 3
-  "$loom" plan --model llama-3-8b --scale layers=4,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=256 --hw cpu-local \
+  "$loom" plan --model "$MODEL" --scale "$SCALE" --hw cpu-local \
     --gpus "$ranks" --global-batch 8 --seq 32 --layout "$layout" --steps $STEPS --lr 2e-3 --warmup 2 \
     --out "$tmp/$name.json" "$@" >/dev/null || { echo "FAIL: plan $layout $*"; exit 1; }
 }
@@ -79,6 +83,19 @@ reshard)
       run dst "$ranks" "$tmp/resumed.jsonl" --resume "$tmp/ck/step_000004"
       compare "$tmp/full.jsonl" "$tmp/resumed.jsonl" 5 1e-5
     done
+  done
+  ;;
+moe)
+  MODEL=mixtral-8x7b SCALE=layers=4,hidden=64,heads=4,kv_heads=2,ffn=96,vocab=256,experts=4
+  plan src "dp=2,ep=2" 2 --moe-z-loss-coeff 0.001
+  run src 2 "$tmp/full.jsonl"
+  run src 2 "$tmp/first.jsonl" --ckpt-dir "$tmp/ck" --stop-after 4
+  for spec in "dp=1:1" "dp=4,ep=4:4" "dp=2,ep=2,zero=1:2" "dp=2,tp=2,sp=1:4" "dp=4,ep=2,zero=3:4"; do
+    layout=${spec%:*} ranks=${spec##*:}
+    echo "dp=2,ep=2 -> $layout ($ranks ranks)"
+    plan dst "$layout" "$ranks" --moe-z-loss-coeff 0.001
+    run dst "$ranks" "$tmp/resumed.jsonl" --resume "$tmp/ck/step_000004"
+    compare "$tmp/full.jsonl" "$tmp/resumed.jsonl" 5 1e-5
   done
   ;;
 kill)
