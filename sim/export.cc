@@ -93,6 +93,16 @@ Result<std::string> export_megatron_args(const Plan& p) {
     if (m.moe.num_shared_experts > 0)
       o << "--moe-shared-expert-intermediate-size " << m.moe.shared_expert_ffn_hidden * m.moe.num_shared_experts
         << "\n";
+    // The executor's routing and losses: Megatron's default router (top-k of
+    // the logits, then softmax over the k) is the renormalized top-k;
+    // softmax first without renormalizing is --moe-router-pre-softmax.
+    o << "--moe-token-dispatcher-type alltoall\n";
+    if (!m.moe.norm_topk_prob) o << "--moe-router-pre-softmax\n";
+    o << "--moe-router-load-balancing-type " << (t.moe_aux_loss_coeff > 0 ? "aux_loss" : "none") << "\n";
+    if (t.moe_aux_loss_coeff > 0) o << "--moe-aux-loss-coeff " << t.moe_aux_loss_coeff << "\n";
+    if (t.moe_z_loss_coeff > 0) o << "--moe-z-loss-coeff " << t.moe_z_loss_coeff << "\n";
+    if (t.moe_capacity_factor > 0)
+      o << "--moe-expert-capacity-factor " << t.moe_capacity_factor << "\n--moe-token-drop-policy probs\n";
   }
   if (m.mla.enabled) {
     o << "--multi-latent-attention\n";

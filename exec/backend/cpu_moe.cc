@@ -7,70 +7,23 @@
 
 #include "exec/backend/cpu_kernels.h"
 #include "exec/backend/cpu_parallel.h"
+#include "exec/backend/moe_router.h"
 
 namespace loom::exec {
 
 void CpuKernels::moe_router_forward(const MoeRouterForward& a) {
-  const int64_t E = a.E, K = a.k;
-  LOOM_OMP_FOR_IF(a.N * E)
-  for (int64_t t = 0; t < a.N; ++t) {
-    const float* z = a.logits + t * E;
-    float* p = a.probs + t * E;
-    float mx = z[0];
-    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, z[e]);
-    double s = 0;
-    for (int64_t e = 0; e < E; ++e) s += std::exp(double(z[e]) - mx);
-    a.lse[t] = float(mx + std::log(s));
-    for (int64_t e = 0; e < E; ++e) p[e] = float(std::exp(double(z[e]) - mx) / s);
-    int32_t* idx = a.topk_idx + t * K;
-    float* w = a.topk_w + t * K;
-    // Selection by repeated arg-max: strict '>' keeps the lower index on ties.
-    double sel = 0;
-    for (int64_t j = 0; j < K; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
-      }
-      idx[j] = int32_t(best);
-      w[j] = p[best];
-      sel += p[best];
-    }
-    if (a.normalize)
-      for (int64_t j = 0; j < K; ++j) w[j] = float(w[j] / sel);
-  }
+  LOOM_OMP_FOR_IF(a.N * a.E)
+  for (int64_t t = 0; t < a.N; ++t)
+    moe_router::route_token(a.logits + t * a.E, a.probs + t * a.E, a.lse + t, a.topk_idx + t * a.k,
+                            a.topk_w + t * a.k, a.E, a.k, a.normalize);
 }
 
 void CpuKernels::moe_router_backward(const MoeRouterBackward& a) {
-  const int64_t E = a.E, K = a.k;
-  LOOM_OMP_FOR_IF(a.N * E)
-  for (int64_t t = 0; t < a.N; ++t) {
-    const float* p = a.probs + t * E;
-    const int32_t* idx = a.topk_idx + t * K;
-    const float* w = a.topk_w + t * K;
-    const float* dw = a.dw ? a.dw + t * K : nullptr;
-    float* dz = a.dlogits + t * E;
-    // dprobs into dz first.
-    for (int64_t e = 0; e < E; ++e) dz[e] = a.aux_grad ? a.aux_grad[e] : 0.f;
-    if (dw) {
-      if (a.normalize) {
-        // w_j = p_j / S over the selected: dp_i = (dw_i - sum_j dw_j w_j) / S.
-        double S = 0, dot = 0;
-        for (int64_t j = 0; j < K; ++j) {
-          S += p[idx[j]];
-          dot += double(dw[j]) * w[j];
-        }
-        for (int64_t j = 0; j < K; ++j) dz[idx[j]] += float((dw[j] - dot) / S);
-      } else {
-        for (int64_t j = 0; j < K; ++j) dz[idx[j]] += dw[j];
-      }
-    }
-    double pd = 0;
-    for (int64_t e = 0; e < E; ++e) pd += double(p[e]) * dz[e];
-    const double zg = double(a.z_grad) * a.lse[t];
-    for (int64_t e = 0; e < E; ++e) dz[e] = float(p[e] * (double(dz[e]) - pd + zg));
-  }
+  LOOM_OMP_FOR_IF(a.N * a.E)
+  for (int64_t t = 0; t < a.N; ++t)
+    moe_router::route_token_backward(a.probs + t * a.E, a.lse[t], a.topk_idx + t * a.k, a.topk_w + t * a.k,
+                                     a.dw ? a.dw + t * a.k : nullptr, a.aux_grad, a.z_grad, a.dlogits + t * a.E, a.E,
+                                     a.k, a.normalize);
 }
 
 void CpuKernels::moe_gather(const MoeGather& a) {

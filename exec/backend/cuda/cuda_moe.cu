@@ -1,10 +1,12 @@
-// The mixture-of-experts ops (exec/backend/kernel_ops.h) on the GPU: the same
-// arithmetic as cpu_moe.cc. The router runs a thread per token (E and k are
-// small: tens to hundreds of experts); the permutations run a thread per
-// element, each output element a fixed-order sum.
+// The mixture-of-experts ops (exec/backend/kernel_ops.h) on the GPU: the
+// same arithmetic as cpu_moe.cc (the router's per-token code is shared,
+// moe_router.h). The router runs a thread per token (E and k are small: tens
+// to hundreds of experts); the permutations run a thread per element, each
+// output element a fixed-order sum.
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
+#include "exec/backend/moe_router.h"
 
 namespace loom::cuda {
 
@@ -12,61 +14,18 @@ namespace {
 
 __global__ void router_forward_kernel(const float* logits, float* probs, float* lse, int32_t* topk_idx, float* topk_w,
                                       int64_t N, int64_t E, int64_t K, bool normalize) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < N; t += int64_t(gridDim.x) * blockDim.x) {
-    const float* z = logits + t * E;
-    float* p = probs + t * E;
-    float mx = z[0];
-    for (int64_t e = 1; e < E; ++e) mx = fmaxf(mx, z[e]);
-    double s = 0;
-    for (int64_t e = 0; e < E; ++e) s += exp(double(z[e]) - mx);
-    lse[t] = float(mx + log(s));
-    for (int64_t e = 0; e < E; ++e) p[e] = float(exp(double(z[e]) - mx) / s);
-    int32_t* idx = topk_idx + t * K;
-    float* w = topk_w + t * K;
-    double sel = 0;
-    for (int64_t j = 0; j < K; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
-      }
-      idx[j] = int32_t(best);
-      w[j] = p[best];
-      sel += p[best];
-    }
-    if (normalize)
-      for (int64_t j = 0; j < K; ++j) w[j] = float(w[j] / sel);
-  }
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < N; t += int64_t(gridDim.x) * blockDim.x)
+    exec::moe_router::route_token(logits + t * E, probs + t * E, lse + t, topk_idx + t * K, topk_w + t * K, E, K,
+                                  normalize);
 }
 
 __global__ void router_backward_kernel(const float* probs, const float* lse, const int32_t* topk_idx,
-                                       const float* topk_w, const float* dw_all, const float* aux_grad, float z_grad,
+                                       const float* topk_w, const float* dw, const float* aux_grad, float z_grad,
                                        float* dlogits, int64_t N, int64_t E, int64_t K, bool normalize) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < N; t += int64_t(gridDim.x) * blockDim.x) {
-    const float* p = probs + t * E;
-    const int32_t* idx = topk_idx + t * K;
-    const float* w = topk_w + t * K;
-    const float* dw = dw_all ? dw_all + t * K : nullptr;
-    float* dz = dlogits + t * E;
-    for (int64_t e = 0; e < E; ++e) dz[e] = aux_grad ? aux_grad[e] : 0.f;
-    if (dw) {
-      if (normalize) {
-        double S = 0, dot = 0;
-        for (int64_t j = 0; j < K; ++j) {
-          S += p[idx[j]];
-          dot += double(dw[j]) * w[j];
-        }
-        for (int64_t j = 0; j < K; ++j) dz[idx[j]] += float((dw[j] - dot) / S);
-      } else {
-        for (int64_t j = 0; j < K; ++j) dz[idx[j]] += dw[j];
-      }
-    }
-    double pd = 0;
-    for (int64_t e = 0; e < E; ++e) pd += double(p[e]) * dz[e];
-    const double zg = double(z_grad) * lse[t];
-    for (int64_t e = 0; e < E; ++e) dz[e] = float(p[e] * (double(dz[e]) - pd + zg));
-  }
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < N; t += int64_t(gridDim.x) * blockDim.x)
+    exec::moe_router::route_token_backward(probs + t * E, lse[t], topk_idx + t * K, topk_w + t * K,
+                                           dw ? dw + t * K : nullptr, aux_grad, z_grad, dlogits + t * E, E, K,
+                                           normalize);
 }
 
 __global__ void gather_kernel(const float* x, const int32_t* rows, float* y, int64_t M, int64_t C) {
