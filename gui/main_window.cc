@@ -1,6 +1,7 @@
 #include "gui/main_window.h"
 
 #include <QCheckBox>
+#include <QDoubleSpinBox>
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
@@ -52,6 +53,15 @@ QStringList shipped(const char* subdir) {
   out.removeDuplicates();
   out.sort();
   return out;
+}
+
+QDoubleSpinBox* dspin(double lo, double hi, double step, int decimals) {
+  auto* s = new QDoubleSpinBox();
+  s->setRange(lo, hi);
+  s->setSingleStep(step);
+  s->setDecimals(decimals);
+  s->setKeyboardTracking(false);
+  return s;
 }
 
 QSpinBox* spin(int lo, int hi, int value) {
@@ -188,6 +198,21 @@ void MainWindow::build_inputs() {
   grad_reduce_->setToolTip("Element type of the data-parallel gradient reduction (--grad-reduce): the bytes on the "
                            "wire; the executor sums what arrives in fp32");
   form->addRow("Gradient reduce", grad_reduce_);
+  // MoE options (loom plan --moe-aux-loss-coeff / --moe-z-loss-coeff /
+  // --moe-capacity-factor): recorded in a saved plan and trained by the
+  // executor; enabled for MoE models.
+  moe_aux_ = dspin(-1, 999, 0.001, 4);
+  moe_aux_->setSpecialValueText("from config");
+  moe_aux_->setToolTip("MoE load-balancing loss coefficient; 'from config' = the config's router_aux_loss_coef, else 0");
+  moe_z_ = dspin(0, 999, 0.001, 4);
+  moe_z_->setToolTip("MoE router z-loss coefficient; 0 = off");
+  moe_capacity_ = dspin(0, 1e6, 0.25, 2);
+  moe_capacity_->setSpecialValueText("dropless");
+  moe_capacity_->setToolTip("MoE expert capacity factor: an expert keeps at most this times its balanced share; "
+                            "0 = dropless");
+  form->addRow("MoE load-balancing coeff", moe_aux_);
+  form->addRow("MoE z-loss coeff", moe_z_);
+  form->addRow("MoE capacity factor", moe_capacity_);
   framework_ = new QComboBox();
   framework_->addItems({"(Loom)", "megatron-core", "torchtitan", "deepspeed"});
   framework_->setToolTip("Training stack whose defaults the simulator models (frameworks/*.json): gradient dtype, "
@@ -240,6 +265,7 @@ void MainWindow::build_inputs() {
     connect(s, &QSpinBox::valueChanged, this, changed);
   for (QComboBox* c : {precision_, grad_reduce_, framework_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
+  for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) connect(d, &QDoubleSpinBox::valueChanged, this, changed);
   for (QCheckBox* c : {sp_, overlap_grad_, overlap_param_}) connect(c, &QCheckBox::toggled, this, changed);
   connect(model_box_, &QComboBox::activated, this, [this](int) { open_model(model_box_->currentText()); });
   connect(hw_box_, &QComboBox::activated, this, [this](int) { open_hw(hw_box_->currentText()); });
@@ -296,6 +322,10 @@ void MainWindow::write_controls() {
   seq_->setValue(int(r.seq));
   precision_->setCurrentText(QString::fromStdString(r.precision));
   grad_reduce_->setCurrentText(QString::fromStdString(r.grad_reduce));
+  moe_aux_->setValue(r.moe_aux_loss_coeff < 0 ? -1 : r.moe_aux_loss_coeff);
+  moe_z_->setValue(r.moe_z_loss_coeff);
+  moe_capacity_->setValue(r.moe_capacity_factor < 0 ? 0 : r.moe_capacity_factor);
+  for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) d->setEnabled(session_.model().is_moe());
   framework_->setCurrentText(r.framework.empty() ? QString("(Loom)") : QString::fromStdString(r.framework));
   dp_->setValue(l.dp);
   tp_->setValue(l.tp);
@@ -320,6 +350,9 @@ void MainWindow::read_controls() {
   r.seq = seq_->value();
   r.precision = precision_->currentText().toStdString();
   r.grad_reduce = grad_reduce_->currentText().toStdString();
+  r.moe_aux_loss_coeff = moe_aux_->value() < 0 ? -1 : moe_aux_->value();
+  r.moe_z_loss_coeff = moe_z_->value();
+  r.moe_capacity_factor = moe_capacity_->value() > 0 ? moe_capacity_->value() : -1;
   r.framework = framework_->currentIndex() == 0 ? std::string() : framework_->currentText().toStdString();
   l.dp = dp_->value();
   l.tp = tp_->value();

@@ -327,6 +327,15 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // softmax and top-k over T x E fp32 scores. Backward moves the same.
     moe_bytes = (3 * T * r * k * h + T * r * h) * e + 3 * T * r * E * 4;
     moe_kernels = 6;
+    // With several local experts and ep > 1 the rows received from each
+    // rank come sorted by expert per source, and are regrouped by local
+    // expert before the experts and back after them (Megatron-Core's
+    // MoEAlltoAllTokenDispatcher, sort_chunks_by_idxs): read + write of the
+    // received rows twice; one local expert needs neither.
+    if (sh.ep > 1 && local_experts > 1) {
+      moe_bytes += 2 * 2 * T * r * k * h * e * imbalance;
+      moe_kernels += 2;
+    }
     // Dispatch + combine of the routed tokens' hidden states, forward and
     // (gradients) backward. FP8 dispatch: 1 byte an element and an fp32
     // scale per 128 (DeepSeek-V3's 1x128 tiles), after a quantizing pass

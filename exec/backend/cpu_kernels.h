@@ -103,6 +103,8 @@ class CpuKernels : public Kernels {
   void moe_gather(const MoeGather& a) override;
   void moe_unpermute(const MoeUnpermute& a) override;
   void moe_unpermute_backward(const MoeUnpermuteBackward& a) override;
+  void sigmoid_gate_forward(const SigmoidGateForward& a) override;
+  void sigmoid_gate_backward(const SigmoidGateBackward& a) override;
   double sum(const Sum& a) override {
     double s = 0;
     for (int64_t i = 0; i < a.n; ++i) s += a.x[i];

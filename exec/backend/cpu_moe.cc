@@ -72,4 +72,27 @@ void CpuKernels::moe_unpermute_backward(const MoeUnpermuteBackward& a) {
   }
 }
 
+void CpuKernels::sigmoid_gate_forward(const SigmoidGateForward& a) {
+  const int64_t C = a.C;
+  LOOM_OMP_FOR_IF(a.N * C)
+  for (int64_t t = 0; t < a.N; ++t) {
+    const float s = float(1.0 / (1.0 + std::exp(-double(a.g[t]))));
+    for (int64_t c = 0; c < C; ++c) a.out[t * C + c] += s * a.y[t * C + c];
+  }
+}
+
+void CpuKernels::sigmoid_gate_backward(const SigmoidGateBackward& a) {
+  const int64_t C = a.C;
+  LOOM_OMP_FOR_IF(a.N * C)
+  for (int64_t t = 0; t < a.N; ++t) {
+    const double s = 1.0 / (1.0 + std::exp(-double(a.g[t])));
+    double dot = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      dot += double(a.dout[t * C + c]) * a.y[t * C + c];
+      a.dy[t * C + c] = float(s * a.dout[t * C + c]);
+    }
+    a.dg[t] = float(s * (1 - s) * dot);
+  }
+}
+
 }  // namespace loom::exec

@@ -190,6 +190,14 @@ KernelCall MoeUnpermuteBackward::describe(Precision) const {
   const double n = double(N), kk = double(k), c = double(C);
   return call(kOp, {{"N", N}, {"k", k}, {"C", C}}, 4 * n * kk * c, kF32 * (2 * n * kk * c + n * c + 3 * n * kk));
 }
+KernelCall SigmoidGateForward::describe(Precision) const {
+  const double n = double(N), c = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 2 * n * c, kF32 * (3 * n * c + n));
+}
+KernelCall SigmoidGateBackward::describe(Precision) const {
+  const double n = double(N), c = double(C);
+  return call(kOp, {{"N", N}, {"C", C}}, 3 * n * c, kF32 * (3 * n * c + 2 * n));
+}
 KernelCall Sum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall AddSumSquares::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall TakeSumSquares::describe(Precision) const { return call(kOp, {}, 0, 0); }

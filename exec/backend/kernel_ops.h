@@ -73,6 +73,8 @@
   X(MoeGather, moe_gather)                          \
   X(MoeUnpermute, moe_unpermute)                    \
   X(MoeUnpermuteBackward, moe_unpermute_backward)   \
+  X(SigmoidGateForward, sigmoid_gate_forward)       \
+  X(SigmoidGateBackward, sigmoid_gate_backward)     \
   X(Sum, sum)                                       \
   X(AddSumSquares, add_sum_squares)                 \
   X(TakeSumSquares, take_sum_squares)
@@ -518,6 +520,26 @@ struct MoeUnpermuteBackward {
   const float* w;
   float *dy, *dw;
   int64_t N, k, C;
+  KernelCall describe(Precision p) const;
+};
+
+// A per-row sigmoid gate (Qwen2-MoE's shared expert): out(N,C) += sigmoid(g[t]) * y[t].
+struct SigmoidGateForward {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kSigmoidGateForward;
+  const float *g, *y;
+  float* out;
+  int64_t N, C;
+  KernelCall describe(Precision p) const;
+};
+// Its backward: dy[t] = sigmoid(g[t]) * dout[t]; dg[t] = sigmoid'(g[t]) * (dout[t] . y[t]),
+// both overwritten.
+struct SigmoidGateBackward {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kSigmoidGateBackward;
+  const float *dout, *g, *y;
+  float *dy, *dg;
+  int64_t N, C;
   KernelCall describe(Precision p) const;
 };
 

@@ -1,6 +1,7 @@
 // safetensors export (see safetensors.h and docs/formats/checkpoint.md).
 #include "exec/checkpoint/safetensors.h"
 
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -149,16 +150,50 @@ Status map_gpt2(Exporter& x, int L) {
   return Status::ok();
 }
 
-Status map_llama(Exporter& x, int L) {
+// Llama-family blocks, and their Qwen / Mixtral variants by what the
+// checkpoint holds: q/k/v/o and MLP biases, Qwen3's q/k norms, MoE layers
+// (Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2}; Qwen-MoE's
+// mlp.{gate, experts.E.*_proj, shared_expert.*_proj, shared_expert_gate}).
+Status map_llama(Exporter& x, int L, const std::string& model_type) {
+  // The executor's expert names (exec/model/params.h expert_prefix).
+  auto expert_prefix = [](int layer, int e) {
+    return "layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e) + ".";
+  };
+  auto copy_if = [&](const std::string& loom, const std::string& hf) {
+    return x.has(loom) ? x.copy(loom, hf) : Status::ok();
+  };
   LOOM_RETURN_IF_ERROR(x.copy("embed.wte", "model.embed_tokens.weight", true));
   for (int l = 0; l < L; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
     LOOM_RETURN_IF_ERROR(x.copy(p + "ln1.weight", h + "input_layernorm.weight"));
-    for (const char* m : {"q", "k", "v", "o"})
+    for (const char* m : {"q", "k", "v", "o"}) {
       LOOM_RETURN_IF_ERROR(x.copy(p + "attn." + m + ".weight", h + "self_attn." + m + "_proj.weight"));
+      LOOM_RETURN_IF_ERROR(copy_if(p + "attn." + m + ".bias", h + "self_attn." + m + "_proj.bias"));
+    }
+    LOOM_RETURN_IF_ERROR(copy_if(p + "attn.q_norm.weight", h + "self_attn.q_norm.weight"));
+    LOOM_RETURN_IF_ERROR(copy_if(p + "attn.k_norm.weight", h + "self_attn.k_norm.weight"));
     LOOM_RETURN_IF_ERROR(x.copy(p + "ln2.weight", h + "post_attention_layernorm.weight"));
+    if (!x.has(p + "mlp.router.weight")) {
+      for (const char* m : {"gate", "up", "down"}) {
+        LOOM_RETURN_IF_ERROR(x.copy(p + "mlp." + m + ".weight", h + "mlp." + m + "_proj.weight"));
+        LOOM_RETURN_IF_ERROR(copy_if(p + "mlp." + m + ".bias", h + "mlp." + m + "_proj.bias"));
+      }
+      continue;
+    }
+    const bool mixtral = model_type == "mixtral";
+    const std::string moe = h + (mixtral ? "block_sparse_moe." : "mlp.");
+    LOOM_RETURN_IF_ERROR(x.copy(p + "mlp.router.weight", moe + "gate.weight"));
+    int experts = 0;
+    for (int e = 0; x.has(expert_prefix(l, e) + "gate.weight"); ++e, ++experts) {
+      const std::string q = expert_prefix(l, e), o = moe + "experts." + std::to_string(e) + ".";
+      LOOM_RETURN_IF_ERROR(x.copy(q + "gate.weight", o + (mixtral ? "w1.weight" : "gate_proj.weight")));
+      LOOM_RETURN_IF_ERROR(x.copy(q + "up.weight", o + (mixtral ? "w3.weight" : "up_proj.weight")));
+      LOOM_RETURN_IF_ERROR(x.copy(q + "down.weight", o + (mixtral ? "w2.weight" : "down_proj.weight")));
+    }
+    if (experts == 0) return invalid_argument("export: layer " + std::to_string(l) + " has a router and no experts");
     for (const char* m : {"gate", "up", "down"})
-      LOOM_RETURN_IF_ERROR(x.copy(p + "mlp." + m + ".weight", h + "mlp." + m + "_proj.weight"));
+      LOOM_RETURN_IF_ERROR(copy_if(p + "mlp.shared." + m + ".weight", moe + "shared_expert." + m + "_proj.weight"));
+    LOOM_RETURN_IF_ERROR(copy_if(p + "mlp.shared_gate.weight", moe + "shared_expert_gate.weight"));
   }
   LOOM_RETURN_IF_ERROR(x.copy("final_norm.weight", "model.norm.weight"));
   if (x.has("lm_head.weight")) LOOM_RETURN_IF_ERROR(x.copy("lm_head.weight", "lm_head.weight", true));
@@ -190,7 +225,10 @@ Status export_safetensors(const CheckpointReader& reader, const std::string& out
     vocab = cfg["vocab_size"].get<int64_t>();
   Exporter x(reader, vocab);
   const int L = num_layers(reader);
-  LOOM_RETURN_IF_ERROR(family == "gpt2" ? map_gpt2(x, L) : map_llama(x, L));
+  const std::string model_type =
+      cfg.is_object() && cfg.contains("model_type") && cfg["model_type"].is_string() ? cfg["model_type"].get<std::string>()
+                                                                                      : "";
+  LOOM_RETURN_IF_ERROR(family == "gpt2" ? map_gpt2(x, L) : map_llama(x, L, model_type));
   auto& ts = x.tensors();
   std::sort(ts.begin(), ts.end(), [](const OutTensor& a, const OutTensor& b) { return a.name < b.name; });
 

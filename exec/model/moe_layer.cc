@@ -21,6 +21,7 @@ struct MoeActs {
   std::vector<float> aux_grad;                 // (E) d(load-balancing loss)/dprobs, unscaled; empty: off
   float z_grad = 0;                            // d(z-loss)/dlse = z_grad * lse
   DeviceBuffer sg, su, ss;                     // shared experts (N, Fs/tp)
+  DeviceBuffer ysh, gate_logit;                // gated shared experts: their output (N, C), the gate (N)
 };
 
 void free_moe_acts(MoeActs* a) { delete a; }
@@ -167,7 +168,9 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
     a->R = R;
     DeviceBuffer xr = make(backend_, R * C);
     LOOM_RETURN_IF_ERROR(exchange(xp.f32(), a->send_rows, xr.f32(), a->recv_rows));
-    // Received: by source rank, then local expert. Grouped: by local expert, then source.
+    // Received: by source rank, then local expert. Grouped: by local expert,
+    // then source (Megatron's sort_chunks_by_idxs; nothing to do for one
+    // local expert).
     std::vector<int64_t> block(size_t(ep) * El + 1, 0);  // start of (s, e) in the received rows
     for (int s = 0; s < ep; ++s)
       for (int e = 0; e < El; ++e)
@@ -183,10 +186,14 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
         }
         a->expert_rows[size_t(e)] += n;
       }
-    a->group_idx = upload(backend_, gidx);
-    a->group_inv = upload(backend_, ginv);
-    a->xg = make(backend_, R * C);
-    k.moe_gather({xr.f32(), a->group_idx.i32(), a->xg.f32(), R, C});
+    if (El == 1) {  // one local expert: the received order is already grouped
+      a->xg = std::move(xr);
+    } else {
+      a->group_idx = upload(backend_, gidx);
+      a->group_inv = upload(backend_, ginv);
+      a->xg = make(backend_, R * C);
+      k.moe_gather({xr.f32(), a->group_idx.i32(), a->xg.f32(), R, C});
+    }
   }
   // The local experts, each on its rows.
   const int64_t R = a->R;
@@ -210,11 +217,19 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   if (ep == 1) {
     a->yp = std::move(yg);
   } else {
-    DeviceBuffer yr = make(backend_, R * C);
-    k.moe_gather({yg.f32(), a->group_inv.i32(), yr.f32(), R, C});
+    DeviceBuffer yr;
+    if (El == 1) {
+      yr = std::move(yg);
+    } else {
+      yr = make(backend_, R * C);
+      k.moe_gather({yg.f32(), a->group_inv.i32(), yr.f32(), R, C});
+    }
     a->yp = make(backend_, M * C);
     LOOM_RETURN_IF_ERROR(exchange(yr.f32(), a->recv_rows, a->yp.f32(), a->send_rows));
   }
+  // Shared experts: written into y, the routed outputs added after; gated
+  // (Qwen2-MoE), added last, scaled by sigmoid(h . w_g).
+  const bool ungated_shared = d_.moe.Fs > 0 && !d_.moe.shared_gate;
   if (d_.moe.Fs > 0) {
     a->sg = make(backend_, N * Fsl);
     a->su = make(backend_, N * Fsl);
@@ -222,9 +237,16 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
     linear(k, h, P.param(p + "shared.gate.weight"), nullptr, a->sg.f32(), N, C, Fsl);
     linear(k, h, P.param(p + "shared.up.weight"), nullptr, a->su.f32(), N, C, Fsl);
     k.swiglu_forward({a->sg.f32(), a->su.f32(), a->ss.f32(), N * Fsl});
-    linear(k, a->ss.f32(), P.param(p + "shared.down.weight"), nullptr, y, N, Fsl, C);
+    if (d_.moe.shared_gate) a->ysh = make(backend_, N * C);
+    linear(k, a->ss.f32(), P.param(p + "shared.down.weight"), nullptr, d_.moe.shared_gate ? a->ysh.f32() : y, N, Fsl,
+           C);
   }
-  k.moe_unpermute({a->yp.f32(), a->slot_rows.i32(), a->w.f32(), y, N, K, C, d_.moe.Fs > 0});
+  k.moe_unpermute({a->yp.f32(), a->slot_rows.i32(), a->w.f32(), y, N, K, C, ungated_shared});
+  if (d_.moe.shared_gate) {
+    a->gate_logit = make(backend_, N);
+    k.gemm({false, true, N, 1, C, 1.f, h, P.param(p + "shared_gate.weight"), 0.f, a->gate_logit.f32()});
+    k.sigmoid_gate_forward({a->gate_logit.f32(), a->ysh.f32(), y, N, C});
+  }
   *out = std::move(a);
   return k.status();
 }
@@ -250,8 +272,12 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   } else {
     DeviceBuffer dyr = make(backend_, R * C);
     LOOM_RETURN_IF_ERROR(exchange(dyp.f32(), a.send_rows, dyr.f32(), a.recv_rows));
-    dyg = make(backend_, R * C);
-    k.moe_gather({dyr.f32(), a.group_idx.i32(), dyg.f32(), R, C});
+    if (El == 1) {
+      dyg = std::move(dyr);
+    } else {
+      dyg = make(backend_, R * C);
+      k.moe_gather({dyr.f32(), a.group_idx.i32(), dyg.f32(), R, C});
+    }
   }
   DeviceBuffer dxg = make(backend_, R * C), ds = make(backend_, R * Fl), dgate = make(backend_, R * Fl),
                dup = make(backend_, R * Fl);
@@ -274,15 +300,33 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   if (ep == 1) {
     dxp = std::move(dxg);
   } else {
-    DeviceBuffer dxr = make(backend_, R * C);
-    k.moe_gather({dxg.f32(), a.group_inv.i32(), dxr.f32(), R, C});
+    DeviceBuffer dxr;
+    if (El == 1) {
+      dxr = std::move(dxg);
+    } else {
+      dxr = make(backend_, R * C);
+      k.moe_gather({dxg.f32(), a.group_inv.i32(), dxr.f32(), R, C});
+    }
     dxp = make(backend_, M * C);
     LOOM_RETURN_IF_ERROR(exchange(dxr.f32(), a.recv_rows, dxp.f32(), a.send_rows));
   }
   k.moe_unpermute({dxp.f32(), a.slot_rows.i32(), nullptr, dh, N, K, C, false});
   if (d_.moe.Fs > 0) {
+    const float* dysh = dy;
+    DeviceBuffer dysh_buf;
+    if (d_.moe.shared_gate) {
+      // The gate: its gradient from this TP rank's part of the shared output, summed over TP.
+      dysh_buf = make(backend_, N * C);
+      DeviceBuffer dg = make(backend_, N);
+      k.sigmoid_gate_backward({dy, a.gate_logit.f32(), a.ysh.f32(), dysh_buf.f32(), dg.f32(), N, C});
+      if (tp_size_ > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(dg.f32(), size_t(N), ReduceOp::kSum));
+      const std::string wg = p + "shared_gate.weight";
+      k.gemm({true, false, 1, C, N, 1.f, dg.f32(), h, 1.f, P.grad(wg)});
+      if (tp_rank_ == 0) k.gemm({false, false, N, C, 1, 1.f, dg.f32(), P.param(wg), 1.f, dh});
+      dysh = dysh_buf.f32();
+    }
     DeviceBuffer dss = make(backend_, N * Fsl), dsg = make(backend_, N * Fsl), dsu = make(backend_, N * Fsl);
-    linear_backward(k, dy, a.ss.f32(), P.param(p + "shared.down.weight"), P.grad(p + "shared.down.weight"), nullptr,
+    linear_backward(k, dysh, a.ss.f32(), P.param(p + "shared.down.weight"), P.grad(p + "shared.down.weight"), nullptr,
                     dss.f32(), N, Fsl, C, false);
     k.swiglu_backward({dss.f32(), a.sg.f32(), a.su.f32(), dsg.f32(), dsu.f32(), N * Fsl});
     linear_backward(k, dsg.f32(), h, P.param(p + "shared.gate.weight"), P.grad(p + "shared.gate.weight"), nullptr, dh,

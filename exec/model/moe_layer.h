@@ -12,7 +12,8 @@
 //               split over TP like the dense MLP (Megatron's expert tensor
 //               parallel size = tp)
 //   combine     the way back, each token's outputs summed with its weights
-//   shared      always-active experts (one SwiGLU MLP) added to the output
+//   shared      always-active experts (one SwiGLU MLP) added to the output,
+//               optionally scaled by sigmoid(h . w_g) (Qwen2-MoE)
 //
 // Under TP every TP rank routes all N rows alike (the input is the gathered
 // one) and returns its partial output, which the caller sums over TP as it

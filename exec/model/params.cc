@@ -86,10 +86,6 @@ Result<ModelDims> model_dims(const ModelSpec& s, int64_t seq_len) {
       return unsupported("execute: " + s.name + ": group-limited or bias-corrected routing (DeepSeek's n_group / "
                          "e_score_correction_bias) cannot be run: the executor routes by softmax top-k (Mixtral, "
                          "Qwen-MoE)");
-    if (e.shared_expert_gate)
-      return unsupported("execute: " + s.name + ": the sigmoid-gated shared expert (Qwen2-MoE "
-                         "shared_expert_intermediate_size) cannot be run yet; set it to 0 or use a Qwen3-MoE / "
-                         "Mixtral config");
     if (d.mlp_bias)
       return unsupported("execute: " + s.name + ": mlp_bias on a mixture-of-experts model cannot be run; the "
                          "executor's experts have no biases (as Mixtral's and Qwen-MoE's)");
@@ -98,6 +94,7 @@ Result<ModelDims> model_dims(const ModelSpec& s, int64_t seq_len) {
     d.moe.F = e.expert_ffn_hidden;
     d.moe.Fs = int64_t(e.num_shared_experts) * e.shared_expert_ffn_hidden;
     d.moe.normalize = e.norm_topk_prob;
+    d.moe.shared_gate = e.shared_expert_gate && d.moe.Fs > 0;
     d.moe.layer_moe.assign(size_t(s.num_layers), 0);
     for (int l = 0; l < s.num_layers; ++l) d.moe.layer_moe[size_t(l)] = s.is_moe_layer(l) ? 1 : 0;
   }
@@ -259,6 +256,10 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
         st.add(p + "mlp.shared.gate.weight", {d.moe.Fs, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
         st.add(p + "mlp.shared.up.weight", {d.moe.Fs, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
         st.add(p + "mlp.shared.down.weight", {d.C, d.moe.Fs}, S::kSplitDim1, tp, r, std_resid, 0, true);
+        if (d.moe.shared_gate) {
+          st.add(p + "mlp.shared_gate.weight", {1, d.C}, S::kReplicated, tp, r, std_w, 0, true);
+          st.mark_tp_whole_grad(p + "mlp.shared_gate.weight");
+        }
       }
       if (which == LayerParams::kAll) add_layer_params(st, d, l, 1, tp, r, ep_size, ep_rank, LayerParams::kExperts);
     } else {

@@ -58,6 +58,7 @@ struct MoeDims {
   int E = 0, k = 0;
   int64_t F = 0;
   int64_t Fs = 0;
+  bool shared_gate = false;     // Qwen2-MoE: the shared experts' output scaled by sigmoid(h . w_g)
   bool normalize = true;        // top-k weights renormalized (Mixtral, norm_topk_prob)
   std::vector<char> layer_moe;  // per global layer: 1 when the layer's MLP is MoE
   bool enabled() const { return E > 0; }
@@ -89,8 +90,7 @@ struct ModelDims {
   MoeDims moe;
 };
 // Refuses (kUnsupported, naming the config field) what the executor cannot
-// honour: MoE routing other than softmax top-k (DeepSeek's groups and bias,
-// Qwen2-MoE's gated shared expert), MLA, mixed families, an activation other than the family's,
+// honour: MoE routing other than softmax top-k (DeepSeek's groups and bias), MLA, mixed families, an activation other than the family's,
 // RoPE scaling other than Llama-3.1's, an attention window shorter than
 // `seq_len` (0: not checked).
 Result<ModelDims> model_dims(const ModelSpec& spec, int64_t seq_len = 0);

@@ -76,14 +76,22 @@ const Case kMoeCases[] = {
 // TP-split heads, q/k/v/o and MLP biases, rope_theta, Llama-3.1 RoPE scaling,
 // the norm epsilon); the last runs the layouts with tp > 1 only.
 // The MoE families: Mixtral blocks (4 experts, top-2) without the router's
-// losses, and a Qwen3-MoE block (raw top-k weights, every other layer MoE)
-// with the load-balancing and z-losses.
-enum Family { kGpt2, kLlama, kQwen3EveryField, kMixtral, kQwen3MoeAux };
+// losses, a Qwen3-MoE block (raw top-k weights, every other layer MoE) with
+// the load-balancing and z-losses, and a Qwen2-MoE block (a sigmoid-gated
+// shared expert beside the routed ones).
+enum Family { kGpt2, kLlama, kQwen3EveryField, kMixtral, kQwen3MoeAux, kQwen2Moe };
 const char* family_name(Family f) {
-  return f == kGpt2 ? "gpt2" : f == kLlama ? "llama" : f == kQwen3EveryField ? "qwen3+" : f == kMixtral ? "mixtral"
-                                                                                                        : "qwen3moe+aux";
+  switch (f) {
+    case kGpt2: return "gpt2";
+    case kLlama: return "llama";
+    case kQwen3EveryField: return "qwen3+";
+    case kMixtral: return "mixtral";
+    case kQwen3MoeAux: return "qwen3moe+aux";
+    case kQwen2Moe: return "qwen2moe";
+  }
+  return "?";
 }
-bool is_moe(Family f) { return f == kMixtral || f == kQwen3MoeAux; }
+bool is_moe(Family f) { return f == kMixtral || f == kQwen3MoeAux || f == kQwen2Moe; }
 
 ModelSpec tiny(Family f) {
   if (f == kMixtral)
@@ -95,6 +103,11 @@ ModelSpec tiny(Family f) {
         "num_attention_heads":4,"num_key_value_heads":2,"head_dim":8,"vocab_size":256,"max_position_embeddings":64,
         "tie_word_embeddings":false,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":24,
         "decoder_sparse_step":2,"norm_topk_prob":false})", "tiny-qwen3moe").value();
+  if (f == kQwen2Moe)
+    return parse_model_spec(R"({"model_type":"qwen2_moe","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
+        "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
+        "tie_word_embeddings":false,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":24,
+        "shared_expert_intermediate_size":32})", "tiny-qwen2moe").value();
   std::string json =
       f == kGpt2 ? R"({"model_type":"gpt2","n_embd":32,"n_layer":4,"n_head":4,"n_positions":64,"vocab_size":256})"
       : f == kLlama
@@ -140,7 +153,7 @@ int main(int argc, char** argv) {
   // LOOM_EQUIV_FAMILIES=gpt2,llama,qwen3+ runs only the families named (default: all).
   const char* only = std::getenv("LOOM_EQUIV_FAMILIES");
   int runs = 0;
-  for (Family family : {kGpt2, kLlama, kQwen3EveryField, kMixtral, kQwen3MoeAux}) {
+  for (Family family : {kGpt2, kLlama, kQwen3EveryField, kMixtral, kQwen3MoeAux, kQwen2Moe}) {
     if (only && std::string(",").append(only).append(",").find(std::string(",") + family_name(family) + ",") ==
                     std::string::npos)
       continue;
@@ -183,7 +196,9 @@ int main(int argc, char** argv) {
           // The Qwen3 family is held tighter (observed <= 4e-9): its q/k-norm weights
           // train slowly, and a q/k-norm gradient not summed over TP moves the
           // losses by only ~1e-6 in 10 steps.
-          ok = ok && worst <= (family == kQwen3EveryField ? 1e-7 : 1e-5);
+          // The MoE families likewise (observed <= 1.7e-7): a gated shared expert's
+          // gate gradient not summed over TP moves them by ~1e-6.
+          ok = ok && worst <= (family == kQwen3EveryField ? 1e-7 : is_moe(family) ? 5e-7 : 1e-5);
         }
       }
       double flag = ok ? 0 : 1, w = worst;

@@ -723,6 +723,31 @@ std::vector<Case> cases<MoeUnpermuteBackward>() {
   return {c};
 }
 
+template <>
+std::vector<Case> cases<SigmoidGateForward>() {
+  Case c = make(KernelOp::kSigmoidGateForward, "sigmoid_gate_forward");
+  const int g = c.in("g", random_vec(size_t(kMoeN), 51, -6, 6)), y = c.in("y", random_vec(size_t(kMoeN * kMoeC), 52));
+  const int o = c.inout("out", random_vec(size_t(kMoeN * kMoeC), 53), kF32);
+  c.run = [=](Kernels& k, const Bound& b) {
+    k.sigmoid_gate_forward({b.f(g), b.f(y), b.f(o), kMoeN, kMoeC});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
+std::vector<Case> cases<SigmoidGateBackward>() {
+  Case c = make(KernelOp::kSigmoidGateBackward, "sigmoid_gate_backward");
+  const int d = c.in("dout", random_vec(size_t(kMoeN * kMoeC), 54)), g = c.in("g", random_vec(size_t(kMoeN), 55, -6, 6)),
+            y = c.in("y", random_vec(size_t(kMoeN * kMoeC), 56));
+  const int dy = c.out("dy", size_t(kMoeN * kMoeC), kF32), dg = c.out("dg", size_t(kMoeN), kF32);
+  c.run = [=](Kernels& k, const Bound& b) {
+    k.sigmoid_gate_backward({b.f(d), b.f(g), b.f(y), b.f(dy), b.f(dg), kMoeN, kMoeC});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
 // |x| summed: the scale of a sum's rounding error.
 double abs_sum(const std::vector<float>& x) {
   double s = 0;

@@ -169,6 +169,12 @@ class CudaKernels final : public Kernels {
   void moe_unpermute_backward(const MoeUnpermuteBackward& a) override {
     note(cuda::moe_unpermute_backward(a.dout, a.y, a.slot_rows, a.w, a.dy, a.dw, a.N, a.k, a.C, s_));
   }
+  void sigmoid_gate_forward(const SigmoidGateForward& a) override {
+    note(cuda::sigmoid_gate_forward(a.g, a.y, a.out, a.N, a.C, s_));
+  }
+  void sigmoid_gate_backward(const SigmoidGateBackward& a) override {
+    note(cuda::sigmoid_gate_backward(a.dout, a.g, a.y, a.dy, a.dg, a.N, a.C, s_));
+  }
   void add_sum_squares(const AddSumSquares& a) override {
     // One device double per piece; take_sum_squares() reads them all back.
     if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {

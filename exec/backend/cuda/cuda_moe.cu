@@ -78,7 +78,52 @@ __global__ void unpermute_backward_kernel(const float* dout, const float* y, con
   }
 }
 
+__global__ void sigmoid_gate_forward_kernel(const float* g, const float* y, float* out, int64_t N, int64_t C) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C; i += int64_t(gridDim.x) * blockDim.x) {
+    const float s = float(1.0 / (1.0 + exp(-double(g[i / C]))));
+    out[i] += s * y[i];
+  }
+}
+
+// One block per row: dy, and dg as a block reduction of dout . y.
+__global__ void sigmoid_gate_backward_kernel(const float* dout, const float* g, const float* y, float* dy, float* dg,
+                                             int64_t N, int64_t C) {
+  __shared__ double part[kThreads];
+  for (int64_t t = blockIdx.x; t < N; t += gridDim.x) {
+    const double s = 1.0 / (1.0 + exp(-double(g[t])));
+    double dot = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      dot += double(dout[t * C + c]) * y[t * C + c];
+      dy[t * C + c] = float(s * dout[t * C + c]);
+    }
+    part[threadIdx.x] = dot;
+    __syncthreads();
+    for (int off = blockDim.x / 2; off > 0; off /= 2) {
+      if (int(threadIdx.x) < off) part[threadIdx.x] += part[threadIdx.x + off];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) dg[t] = float(s * (1 - s) * part[0]);
+    __syncthreads();
+  }
+}
+
 }  // namespace
+
+Status sigmoid_gate_forward(const float* g, const float* y, float* out, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N * C <= 0) return Status::ok();
+  sigmoid_gate_forward_kernel<<<grid_for(N * C), kThreads, 0, stream>>>(g, y, out, N, C);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
+Status sigmoid_gate_backward(const float* dout, const float* g, const float* y, float* dy, float* dg, int64_t N,
+                             int64_t C, cudaStream_t stream) {
+  if (N <= 0) return Status::ok();
+  const unsigned blocks = unsigned(N < 65535 ? N : 65535);
+  sigmoid_gate_backward_kernel<<<blocks, kThreads, 0, stream>>>(dout, g, y, dy, dg, N, C);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
 
 Status moe_router_forward(const float* logits, float* probs, float* lse, int32_t* topk_idx, float* topk_w, int64_t N,
                           int64_t E, int64_t k, bool normalize, cudaStream_t stream) {

@@ -161,6 +161,9 @@ Status moe_unpermute(const float* y, const int32_t* slot_rows, const float* w, f
                      int64_t C, bool accumulate, cudaStream_t stream);
 Status moe_unpermute_backward(const float* dout, const float* y, const int32_t* slot_rows, const float* w, float* dy,
                               float* dw, int64_t N, int64_t k, int64_t C, cudaStream_t stream);
+Status sigmoid_gate_forward(const float* g, const float* y, float* out, int64_t N, int64_t C, cudaStream_t stream);
+Status sigmoid_gate_backward(const float* dout, const float* g, const float* y, float* dy, float* dg, int64_t N,
+                             int64_t C, cudaStream_t stream);
 
 // C(M,N) = alpha op(A) op(B) + beta C, row-major like cpu::gemm, fp32
 // (TF32 tensor cores off: the fp32 reference path).

@@ -199,5 +199,55 @@ TEST(Safetensors, LlamaKeepsOrientationAndClipsPaddedVocab) {
   EXPECT_TRUE(st.count("model.layers.0.input_layernorm.weight"));
 }
 
+// MoE layers under the names transformers loads: Mixtral's block_sparse_moe
+// (w1 = gate, w3 = up, w2 = down) and Qwen-MoE's mlp.experts / shared_expert
+// (+ its gate), with Qwen3's q/k norms.
+TEST(Safetensors, MoeLayersTakeTheirFamilysNames) {
+  for (const std::string type : {"mixtral", "qwen2_moe"}) {
+    const bool qwen = type != "mixtral";
+    std::vector<Full> t = {{"embed.wte", {Vp, C}}, {"final_norm.weight", {C}}, {"lm_head.weight", {Vp, C}}};
+    for (const char* n : {"ln1.weight", "ln2.weight"}) t.push_back({std::string("layers.0.") + n, {C}});
+    for (const char* n : {"attn.q.weight", "attn.k.weight", "attn.v.weight", "attn.o.weight"})
+      t.push_back({std::string("layers.0.") + n, {C, C}});
+    t.push_back({"layers.0.mlp.router.weight", {2, C}});
+    for (int e = 0; e < 2; ++e) {
+      const std::string q = "layers.0.mlp.experts." + std::to_string(e) + ".";
+      t.push_back({q + "gate.weight", {F, C}});
+      t.push_back({q + "up.weight", {F, C}});
+      t.push_back({q + "down.weight", {C, F}});
+    }
+    if (qwen) {
+      t.push_back({"layers.0.mlp.shared.gate.weight", {F, C}});
+      t.push_back({"layers.0.mlp.shared.up.weight", {F, C}});
+      t.push_back({"layers.0.mlp.shared.down.weight", {C, F}});
+      t.push_back({"layers.0.mlp.shared_gate.weight", {2, C}});  // 2 rows: save_model splits 2-D tensors in two
+      t.push_back({"layers.0.attn.q_norm.weight", {C}});
+    }
+    const std::string dir =
+        save_model(type, t, R"({"model":{"model_type":")" + type + R"(","vocab_size":50}})");
+    auto r = CheckpointReader::open(dir);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const std::string out = dir + "/moe.safetensors";
+    Status s = export_safetensors(**r, out, "llama");
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    std::string err;
+    auto st = read_safetensors(out, &err);
+    ASSERT_TRUE(err.empty()) << err;
+    EXPECT_EQ(st.size(), t.size()) << type;
+    const std::string moe = qwen ? "model.layers.0.mlp." : "model.layers.0.block_sparse_moe.";
+    const auto& w2 = st.at(moe + "experts.1." + (qwen ? "down_proj" : "w2") + ".weight");
+    ASSERT_EQ(w2.shape, (std::vector<int64_t>{C, F}));
+    for (int64_t i = 0; i < C * F; ++i) ASSERT_EQ(w2.data[i], value("layers.0.mlp.experts.1.down.weight", i));
+    EXPECT_EQ(st.at(moe + "gate.weight").data[5], value("layers.0.mlp.router.weight", 5));
+    EXPECT_TRUE(st.count(moe + "experts.0." + (qwen ? "gate_proj" : "w1") + ".weight"));
+    EXPECT_TRUE(st.count(moe + "experts.0." + (qwen ? "up_proj" : "w3") + ".weight"));
+    if (qwen) {
+      EXPECT_TRUE(st.count(moe + "shared_expert.down_proj.weight"));
+      EXPECT_TRUE(st.count(moe + "shared_expert_gate.weight"));
+      EXPECT_TRUE(st.count("model.layers.0.self_attn.q_norm.weight"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::ckpt
