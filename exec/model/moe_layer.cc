@@ -197,6 +197,7 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   }
   // The local experts, each on its rows.
   const int64_t R = a->R;
+  if (stats) stats->max_load = std::max(stats->max_load, N * K > 0 ? double(R) / double(N * K) : 1.0);
   a->gate = make(backend_, R * Fl);
   a->up = make(backend_, R * Fl);
   a->s = make(backend_, R * Fl);

@@ -47,6 +47,9 @@ struct MoeRun {
 struct MoeStats {
   double aux_loss = 0, z_loss = 0;
   int64_t dropped = 0;  // token copies dropped for capacity
+  // The largest load of this rank's experts over the balanced share (rows
+  // received / N*k; 1 without EP): what loom plan --moe-load-imbalance models.
+  double max_load = 0;
 };
 
 // A micro-batch's saved state of one MoE layer (moe_layer.cc).

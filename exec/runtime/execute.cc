@@ -316,6 +316,10 @@ Status report_step(Session& s, const StepFigures& f) {
       extra += buf;
     }
     if (moe && t.moe_capacity_factor > 0) extra += " | dropped " + std::to_string(r.moe_dropped);
+    if (moe && s.plan.layout.ep > 1) {
+      std::snprintf(buf, sizeof buf, " | load %.2f", r.moe_max_load);
+      extra += buf;
+    }
     if (fp16)
       extra += std::string(" | loss scale ") + std::to_string(int64_t(r.loss_scale)) +
                (r.skipped ? " | skipped: fp16 overflow" : "");
@@ -340,6 +344,7 @@ Status report_step(Session& s, const StepFigures& f) {
     j["load_balancing_loss"] = r.moe_aux_loss;
     j["z_loss"] = r.moe_z_loss;
     j["dropped_tokens"] = r.moe_dropped;
+    j["expert_load_imbalance"] = r.moe_max_load;
   }
   if (fp16) {
     j["loss_scale"] = r.loss_scale;

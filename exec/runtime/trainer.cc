@@ -409,8 +409,10 @@ Status Trainer::run_step(int64_t step, StepResult* out) {
   // The loss: the last stage's TP rank 0 of every DP rank holds a part; the
   // MoE losses: every stage's TP rank 0 (TP ranks route alike).
   double parts[4] = {(s.coords.pp == l.pp - 1 && s.coords.tp == 0) ? s.loss_sum : 0.0, 0, 0, 0};
+  double max_load = 0;
   for (auto& chunk : s.chunks) {
     const MoeStats m = chunk->take_moe_stats();
+    max_load = std::max(max_load, m.max_load);
     if (s.coords.tp != 0) continue;
     parts[1] += m.aux_loss;
     parts[2] += m.z_loss;
@@ -421,6 +423,10 @@ Status Trainer::run_step(int64_t step, StepResult* out) {
   r.moe_aux_loss = parts[1];
   r.moe_z_loss = parts[2];
   r.moe_dropped = int64_t(parts[3]);
+  if (s.dims.moe.enabled()) {
+    LOOM_RETURN_IF_ERROR(s.world->all_reduce(&max_load, 1, ReduceOp::kMax));
+    r.moe_max_load = max_load;
+  }
   double max_elapsed = seconds_since(s.step_start);
   LOOM_RETURN_IF_ERROR(s.world->all_reduce(&max_elapsed, 1, ReduceOp::kMax));
   r.step_time_s = max_elapsed;

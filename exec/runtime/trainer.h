@@ -73,6 +73,7 @@ struct StepResult {
   // copies dropped for capacity.
   double moe_aux_loss = 0, moe_z_loss = 0;
   int64_t moe_dropped = 0;
+  double moe_max_load = 0;  // the busiest EP rank's expert rows over the balanced share (max over layers)
   // This rank's time per phase (core/phases.h says what each holds on the
   // executor's side): forward and backward ops, pipeline send/recv, DP syncs,
   // gathers and waits for them, the optimizer op less its waits, reading the
