@@ -58,9 +58,13 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
   }
   if (l.zero < 0 || l.zero > 3)
     return invalid_argument("layout: zero=" + std::to_string(l.zero) + " is not a ZeRO stage; use 0, 1, 2 or 3");
-  if (l.cp > 1)
-    return unsupported("layout: cp=" + std::to_string(l.cp) +
-                       " (context parallelism) is not modelled by this version of Loom; use cp=1");
+  // Context parallelism cuts each sequence into 2*cp chunks (two per CP rank,
+  // Megatron's load-balanced order for the causal mask).
+  if (l.cp > 1 && t.seq_len % (2 * int64_t(l.cp)) != 0)
+    return invalid_argument("layout: cp=" + std::to_string(l.cp) + " cuts each sequence into " +
+                            std::to_string(2 * l.cp) + " chunks, and seq_len=" + std::to_string(t.seq_len) +
+                            " does not divide into them; use a seq_len that is a multiple of " +
+                            std::to_string(2 * l.cp) + " or another cp");
 
   // Tensor parallelism splits heads, KV heads, the MLP and the vocabulary.
   if (m.num_heads % l.tp != 0)

@@ -77,7 +77,7 @@ ProgramConfig program_config_for(const Layout& layout, int64_t global_batch, int
   c.virtual_stages = layout.virtual_stages;
   c.micro_batches = layout.num_micro_batches(global_batch);
   c.schedule = layout.schedule;
-  c.dp_comm = layout.dp > 1;
+  c.dp_comm = layout.dp * layout.cp > 1;  // gradients are summed over DP x CP
   c.zero = layout.zero;
   c.grad_buckets = grad_buckets;
   c.overlap_grad_reduce = layout.overlap_grad_reduce;

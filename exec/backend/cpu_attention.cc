@@ -68,7 +68,7 @@ HeadView head(float* x, int64_t b, int64_t h, int64_t T, int64_t H, int64_t D) {
 
 // q(B,T,Hq,D), k(B,T,Hk,D), v(B,T,Hk,D) -> out(B,T,Hq,D), lse(B,Hq,T).
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
-                       int64_t T, int64_t Hq, int64_t Hk, int64_t D) {
+                       int64_t T, int64_t Hq, int64_t Hk, int64_t D, bool causal) {
   check_shapes(Hq, Hk, D);
   const int64_t group = Hq / Hk;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -82,11 +82,12 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
     float* lse_bh = lse + bh * T;                // (T)
     RowMatrix S;                                 // (rows, r1) scores, then probabilities
     for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
-      const int64_t r1 = std::min(T, r0 + kRowBlock), rows = r1 - r0;
+      const int64_t rows = std::min(T, r0 + kRowBlock) - r0;
+      const int64_t r1 = causal ? r0 + rows : T;  // keys [0, r1) are seen by some row of the block
       S.resize(rows, r1);
       S.noalias() = scale * (Q.middleRows(r0, rows) * K.topRows(r1).transpose());
       for (int64_t i = 0; i < rows; ++i) {
-        const int64_t t = r0 + i;  // query position: keys 0..t are visible
+        const int64_t t = causal ? r0 + i : T - 1;  // keys 0..t are visible
         float* s = S.data() + i * r1;
         float m = s[0];
         for (int64_t j = 1; j <= t; ++j) m = std::max(m, s[j]);
@@ -98,7 +99,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j <= t; ++j) s[j] *= inv;
         for (int64_t j = t + 1; j < r1; ++j) s[j] = 0.0f;  // causal mask
-        lse_bh[t] = m + static_cast<float>(std::log(sum));
+        lse_bh[r0 + i] = m + static_cast<float>(std::log(sum));
       }
       O.middleRows(r0, rows).noalias() = S * V.topRows(r1);
     }
@@ -109,7 +110,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 //   -> dq(B,T,Hq,D), dk, dv (B,T,Hk,D), all overwritten.
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                         const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
-                        int64_t Hk, int64_t D) {
+                        int64_t Hk, int64_t D, bool causal) {
   check_shapes(Hq, Hk, D);
   const int64_t group = Hq / Hk;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -131,16 +132,18 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       HeadView dQ = head(dq, b, h, T, Hq, D);         // (T, D)
       const float* lse_bh = lse + (b * Hq + h) * T;   // (T)
       for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int64_t r1 = std::min(T, r0 + kRowBlock), rows = r1 - r0;
+        const int64_t rows = std::min(T, r0 + kRowBlock) - r0;
+        const int64_t r1 = causal ? r0 + rows : T;
         auto Qb = Q.middleRows(r0, rows);    // (rows, D)
         auto dOb = dO.middleRows(r0, rows);  // (rows, D)
         // Recompute the probabilities of this block from the saved lse.
         P.resize(rows, r1);
         P.noalias() = scale * (Qb * K.topRows(r1).transpose());
         for (int64_t i = 0; i < rows; ++i) {
-          const int64_t t = r0 + i;
+          const int64_t t = causal ? r0 + i : T - 1;
+          const float l = lse_bh[r0 + i];
           float* p = P.data() + i * r1;
-          for (int64_t j = 0; j <= t; ++j) p[j] = std::exp(p[j] - lse_bh[t]);
+          for (int64_t j = 0; j <= t; ++j) p[j] = std::exp(p[j] - l);
           for (int64_t j = t + 1; j < r1; ++j) p[j] = 0.0f;
         }
         delta = (dOb.cwiseProduct(O.middleRows(r0, rows))).rowwise().sum();
@@ -155,6 +158,25 @@ void attention_backward(const float* dout, const float* q, const float* k, const
         dQ.middleRows(r0, rows).noalias() = scale * (dS * K.topRows(r1));
         dK.topRows(r1).noalias() += scale * (dS.transpose() * Qb);
       }
+    }
+  }
+}
+
+void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t B, int64_t T, int64_t H,
+                     int64_t D) {
+  LOOM_OMP_FOR_IF(B * H * T * D)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t t = 0; t < T; ++t) {
+      float& l = lse[bh * T + t];
+      const float lb = lse_b[bh * T + t];
+      const float m = std::max(l, lb);
+      if (m == -INFINITY) continue;  // no visible key in either part
+      const float w = std::exp(l - m), wb = std::exp(lb - m), inv = 1.0f / (w + wb);
+      float* o = out + ((b * T + t) * H + h) * D;
+      const float* ob = out_b + ((b * T + t) * H + h) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = (w * o[d] + wb * ob[d]) * inv;
+      l = m + std::log(w + wb);
     }
   }
 }

@@ -53,10 +53,14 @@ class CpuKernels : public Kernels {
     cpu::rope_freqs_backward(a.dx, a.B, a.T, a.H, a.D, a.inv_freq, a.pos_offset);
   }
   void attention_forward(const AttentionForward& a) override {
-    cpu::attention_forward(a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D);
+    cpu::attention_forward(a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D, a.causal);
   }
   void attention_backward(const AttentionBackward& a) override {
-    cpu::attention_backward(a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B, a.T, a.Hq, a.Hk, a.D);
+    cpu::attention_backward(a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B, a.T, a.Hq, a.Hk, a.D,
+                            a.causal);
+  }
+  void attention_merge(const AttentionMerge& a) override {
+    cpu::attention_merge(a.out, a.lse, a.out_b, a.lse_b, a.B, a.T, a.H, a.D);
   }
   void embedding_forward(const EmbeddingForward& a) override {
     cpu::embedding_forward(a.tokens, a.wte, a.out, a.N, a.C, a.v_begin, a.V);

@@ -62,12 +62,17 @@ void rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, 
 // q(B,T,Hq,D), k(B,T,Hk,D), v(B,T,Hk,D) -> out(B,T,Hq,D); lse(B,Hq,T) saves
 // the log-sum-exp of each score row (scale = 1/sqrt(D)) for backward, which
 // recomputes the probabilities (no T*T buffer is kept between the calls).
+// `causal` false: no mask (a key block wholly in the queries' past).
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B,
-                       int64_t T, int64_t Hq, int64_t Hk, int64_t D);
-// dq, dk, dv are overwritten.
+                       int64_t T, int64_t Hq, int64_t Hk, int64_t D, bool causal = true);
+// dq, dk, dv are overwritten; out and lse may be those of a larger attention
+// this block belongs to (kernel_ops.h AttentionBackward).
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                         const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
-                        int64_t Hk, int64_t D);
+                        int64_t Hk, int64_t D, bool causal = true);
+// Ring attention's log-sum-exp merge (kernel_ops.h AttentionMerge).
+void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t B, int64_t T, int64_t H,
+                     int64_t D);
 
 // Token embedding over a vocabulary slice [v_begin, v_begin + V): rows of
 // out(N,C) for tokens outside the slice are set to zero (vocab-parallel: the

@@ -83,8 +83,9 @@ KernelCall RopeFreqsBackward::describe(Precision) const { return rope(kOp, B, T,
 
 KernelCall AttentionForward::describe(Precision) const {
   const double b = double(B), t = double(T), hq = double(Hq), hk = double(Hk), d = double(D);
-  // S = Q K^T and O = P V over the causal half of the scores.
-  const double flops = 2 * (2 * b * hq * t * t * d / 2);
+  // S = Q K^T and O = P V over the causal half of the scores (all of them
+  // when not causal).
+  const double flops = 2 * (2 * b * hq * t * t * d / (causal ? 2 : 1));
   const double bytes = kF32 * (2 * b * t * hq * d + 2 * b * t * hk * d + b * hq * t);
   return call(kOp, {{"B", B}, {"T", T}, {"Hq", Hq}, {"Hk", Hk}, {"D", D}}, flops, bytes);
 }
@@ -92,10 +93,16 @@ KernelCall AttentionForward::describe(Precision) const {
 KernelCall AttentionBackward::describe(Precision) const {
   const double b = double(B), t = double(T), hq = double(Hq), hk = double(Hk), d = double(D);
   // S again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: five causal halves.
-  const double flops = 5 * (2 * b * hq * t * t * d / 2);
+  const double flops = 5 * (2 * b * hq * t * t * d / (causal ? 2 : 1));
   // dout, q, out read and dq written (Hq heads); k, v read and dk, dv written; lse read.
   const double bytes = kF32 * (4 * b * t * hq * d + 4 * b * t * hk * d + b * hq * t);
   return call(kOp, {{"B", B}, {"T", T}, {"Hq", Hq}, {"Hk", Hk}, {"D", D}}, flops, bytes);
+}
+
+KernelCall AttentionMerge::describe(Precision) const {
+  const double n = double(B) * double(T) * double(H);
+  // out and out_b read, out written; lse and lse_b read, lse written.
+  return call(kOp, {{"B", B}, {"T", T}, {"H", H}, {"D", D}}, 4 * n * double(D), kF32 * (3 * n * double(D) + 3 * n));
 }
 
 KernelCall EmbeddingForward::describe(Precision) const {

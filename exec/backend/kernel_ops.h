@@ -50,6 +50,7 @@
   X(RopeFreqsBackward, rope_freqs_backward)         \
   X(AttentionForward, attention_forward)            \
   X(AttentionBackward, attention_backward)          \
+  X(AttentionMerge, attention_merge)                \
   X(EmbeddingForward, embedding_forward)            \
   X(EmbeddingBackward, embedding_backward)          \
   X(AddPositions, add_positions)                    \
@@ -237,21 +238,41 @@ struct RopeFreqsBackward {
 // v(B,T,Hk,D) -> out(B,T,Hq,D); lse(B,Hq,T) keeps the log-sum-exp of each
 // score row (scale 1/sqrt(D)) for backward, which recomputes the
 // probabilities (no T*T buffer is kept between the calls).
+// `causal` false: every query row sees all T keys (context parallelism's
+// blocks of keys that lie wholly in the queries' past).
 struct AttentionForward {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kAttentionForward;
   const float *q, *k, *v;
   float *out, *lse;
   int64_t B, T, Hq, Hk, D;
+  bool causal = true;
   KernelCall describe(Precision p) const;
 };
-// dq, dk, dv are overwritten.
+// dq, dk, dv are overwritten. `out` and `lse` may be those of a larger
+// attention that this (q, k, v) block is part of (ring attention's backward:
+// the final output and log-sum-exp give each block's exact share).
 struct AttentionBackward {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kAttentionBackward;
   const float *dout, *q, *k, *v, *out, *lse;
   float *dq, *dk, *dv;
   int64_t B, T, Hq, Hk, D;
+  bool causal = true;
+  KernelCall describe(Precision p) const;
+};
+// The log-sum-exp merge of ring attention: the running output out(B,T,H,D)
+// with lse(B,H,T) and a block's (out_b, lse_b) over other keys become the
+// attention over both key sets:
+//   m = max(lse, lse_b), w = exp(lse - m), w_b = exp(lse_b - m),
+//   out = (w out + w_b out_b) / (w + w_b), lse = m + log(w + w_b).
+// A row with no visible keys has lse = -inf (weight 0).
+struct AttentionMerge {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kAttentionMerge;
+  float *out, *lse;
+  const float *out_b, *lse_b;
+  int64_t B, T, H, D;
   KernelCall describe(Precision p) const;
 };
 

@@ -32,4 +32,28 @@ Status Communicator::all_to_allv(const float* send, const std::vector<size_t>& s
   return first;
 }
 
+namespace {
+// Both halves of a ring step; wait() returns the first failure.
+class PairRequest final : public CommRequest {
+ public:
+  PairRequest(std::unique_ptr<CommRequest> a, std::unique_ptr<CommRequest> b) : a_(std::move(a)), b_(std::move(b)) {}
+  Status wait() override {
+    Status sa = a_->wait();
+    Status sb = b_->wait();
+    return sa.is_ok() ? sb : sa;
+  }
+  bool test() override { return a_->test() && b_->test(); }
+
+ private:
+  std::unique_ptr<CommRequest> a_, b_;
+};
+}  // namespace
+
+Result<std::unique_ptr<CommRequest>> Communicator::isend_recv(const float* send, size_t send_count, int dst,
+                                                              float* recv, size_t recv_count, int src, int tag) {
+  LOOM_ASSIGN_OR_RETURN(auto r, irecv(recv, recv_count, src, tag));
+  LOOM_ASSIGN_OR_RETURN(auto s, isend(send, send_count, dst, tag));
+  return std::unique_ptr<CommRequest>(std::make_unique<PairRequest>(std::move(r), std::move(s)));
+}
+
 }  // namespace loom::exec

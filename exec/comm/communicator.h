@@ -66,6 +66,12 @@ class Communicator {
                                                            size_t count_per_peer) = 0;
   virtual Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int tag) = 0;
   virtual Result<std::unique_ptr<CommRequest>> irecv(float* buf, size_t count, int peer, int tag) = 0;
+  // One ring step: `send_count` floats to `dst` and `recv_count` floats from
+  // `src`, both in flight at once (context parallelism's K/V exchange; NCCL
+  // groups the pair so neither waits on the other). Default: irecv + isend
+  // under `tag`, one request for both.
+  virtual Result<std::unique_ptr<CommRequest>> isend_recv(const float* send, size_t send_count, int dst, float* recv,
+                                                          size_t recv_count, int src, int tag);
   // All-to-all with variable splits (the MoE dispatch): send_counts[p] floats
   // to rank p, the blocks back to back in `send`; recv_counts[p] floats from
   // rank p, back to back in `recv`. The counts must agree pairwise (exchange

@@ -176,6 +176,16 @@ class NcclCommunicator final : public Communicator {
     }));
     return req->wait();
   }
+  Result<std::unique_ptr<CommRequest>> isend_recv(const float* send, size_t send_count, int dst, float* recv,
+                                                  size_t recv_count, int src, int) override {
+    return start("send_recv", [&] {
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess) r = ncclSend(send, send_count, ncclFloat, dst, s_->comm, s_->stream);
+      if (r == ncclSuccess) r = ncclRecv(recv, recv_count, ncclFloat, src, s_->comm, s_->stream);
+      ncclResult_t e = ncclGroupEnd();
+      return r != ncclSuccess ? r : e;
+    });
+  }
   Result<std::unique_ptr<CommRequest>> isend(const float* buf, size_t count, int peer, int) override {
     return start("send", [&] { return ncclSend(buf, count, ncclFloat, peer, s_->comm, s_->stream); });
   }

@@ -54,6 +54,11 @@ ModelChunk::ModelChunk(const ChunkConfig& cfg, ParamStore* params, ComputeBacken
              "sequence parallel needs B*T divisible by tp");
   if (cfg.dims.moe.enabled())
     moe_ = std::make_unique<MoeLayer>(cfg.dims, cfg.moe, cfg.tp_size, cfg.tp_rank, tp, params, backend);
+  if (cfg.cp.enabled()) {
+    LOOM_CHECK(cfg.seq % 2 == 0, "context parallelism needs an even number of tokens per rank (2 chunks)");
+    ring_ = std::make_unique<RingAttention>(backend, cfg.cp, cfg.micro_batch, cfg.seq / 2, cfg.dims.Hq / cfg.tp_size,
+                                            cfg.dims.Hk / cfg.tp_size, cfg.dims.D);
+  }
 }
 
 int64_t ModelChunk::activation_rows() const {
@@ -92,23 +97,78 @@ void unpack(ComputeBackend* be, DeviceBuffer& b) {
 }
 std::string L(int layer) { return "layers." + std::to_string(layer) + "."; }
 
-// RoPE on x(B,T,H,D) in place: from rope_theta, or from the per-dimension
-// frequencies of a scaled RoPE (Llama-3.1).
-void rope(Kernels& k, const ModelDims& d, float* x, int64_t B, int64_t T, int64_t H, bool backward) {
-  if (d.rope_inv_freq.empty()) {
-    if (backward)
-      k.rope_backward({x, B, T, H, d.D, d.rope_theta, 0});
-    else
-      k.rope_forward({x, B, T, H, d.D, d.rope_theta, 0});
-  } else {
-    if (backward)
-      k.rope_freqs_backward({x, B, T, H, d.D, d.rope_inv_freq.data(), 0});
-    else
-      k.rope_freqs_forward({x, B, T, H, d.D, d.rope_inv_freq.data(), 0});
+}  // namespace
+
+// RoPE at each row's global position: the whole sequence, or under CP each
+// half of the (2, B, c) rows at its chunk's offset.
+void ModelChunk::apply_rope(float* x, int64_t H, bool backward) {
+  Kernels& k = backend_->kernels();
+  const ModelDims& d = cfg_.dims;
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq;
+  const int halves = cfg_.cp.enabled() ? 2 : 1;
+  const int64_t len = T / halves;
+  for (int h = 0; h < halves; ++h) {
+    float* xh = x + h * B * len * H * d.D;
+    const int64_t off = cfg_.cp.enabled() ? cfg_.cp.chunk_of_half(h) * len : 0;
+    if (d.rope_inv_freq.empty()) {
+      if (backward)
+        k.rope_backward({xh, B, len, H, d.D, d.rope_theta, off});
+      else
+        k.rope_forward({xh, B, len, H, d.D, d.rope_theta, off});
+    } else {
+      if (backward)
+        k.rope_freqs_backward({xh, B, len, H, d.D, d.rope_inv_freq.data(), off});
+      else
+        k.rope_freqs_forward({xh, B, len, H, d.D, d.rope_inv_freq.data(), off});
+    }
   }
 }
 
-}  // namespace
+// Learned positions (GPT-2) of this rank's residual rows: under SP a slice of
+// the rows, under CP rows whose chunks start at their own offsets (the table
+// is addressed from the chunk's first position).
+void ModelChunk::positions(float* x, bool backward) {
+  Kernels& k = backend_->kernels();
+  const int64_t Nl = activation_rows(), C = cfg_.dims.C, T = cfg_.seq;
+  const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
+  ParamStore& P = *params_;
+  if (!cfg_.cp.enabled()) {
+    if (backward)
+      k.positions_backward({x, P.grad("embed.wpe"), Nl, C, T, row0});
+    else
+      k.add_positions({x, P.param("embed.wpe"), Nl, C, T, row0});
+    return;
+  }
+  const int64_t c = T / 2;
+  for_each_cp_segment(cfg_.cp, cfg_.micro_batch, c, row0, Nl,
+                      [&](int64_t first, int64_t count, int64_t chunk_pos, int64_t row_in_half) {
+                        float* xs = x + first * C;
+                        if (backward)
+                          k.positions_backward({xs, P.grad("embed.wpe") + chunk_pos * C, count, C, c, row_in_half});
+                        else
+                          k.add_positions({xs, P.param("embed.wpe") + chunk_pos * C, count, C, c, row_in_half});
+                      });
+}
+
+Status ModelChunk::attention_forward(LayerActs& a) {
+  const ModelDims& d = cfg_.dims;
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq, Hq = d.Hq / cfg_.tp_size, Hk = d.Hk / cfg_.tp_size;
+  a.ctx = make(backend_, B * T * Hq * d.D);
+  a.lse = make(backend_, B * Hq * T);
+  if (ring_) return ring_->forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32());
+  backend_->kernels().attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, d.D});
+  return Status::ok();
+}
+
+Status ModelChunk::attention_backward(const float* dctx, LayerActs& a, float* dq, float* dk, float* dv) {
+  const ModelDims& d = cfg_.dims;
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq, Hq = d.Hq / cfg_.tp_size, Hk = d.Hk / cfg_.tp_size;
+  if (ring_) return ring_->backward(dctx, a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq, dk, dv);
+  backend_->kernels().attention_backward(
+      {dctx, a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq, dk, dv, B, T, Hq, Hk, d.D});
+  return Status::ok();
+}
+
 
 Status ModelChunk::tp_all_reduce(float* b, int64_t n) {
   if (cfg_.tp_size == 1) return Status::ok();
@@ -188,12 +248,10 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
       k.rmsnorm_forward({a.kn_in.f32(), P.param(p + "attn.k_norm.weight"), a.k.f32(), a.k_rstd.f32(), N * Hk, D,
                         d.norm_eps});
     }
-    rope(k, d, a.q.f32(), B, T, Hq, false);
-    rope(k, d, a.k.f32(), B, T, Hk, false);
+    apply_rope(a.q.f32(), Hq, false);
+    apply_rope(a.k.f32(), Hk, false);
   }
-  a.ctx = make(backend_, N * Hq * D);
-  a.lse = make(backend_, B * Hq * T);
-  k.attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D});
+  LOOM_RETURN_IF_ERROR(attention_forward(a));
   DeviceBuffer part = make(backend_, N * C);
   linear(k, a.ctx.f32(), P.param(p + "attn.o.weight"), nullptr, part.f32(), N, Hq * D, C);
   DeviceBuffer o = make(backend_, Nl * C);
@@ -278,9 +336,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     LOOM_RETURN_IF_ERROR(layer_forward(layer, x.f32(), out.f32(), a, /*keep=*/true));
   } else if (a.ctx.empty()) {
     MemoryClassScope recomputed(MemoryClass::kActivations);
-    a.ctx = make(backend_, N * Hq * D);
-    a.lse = make(backend_, B * Hq * T);
-    k.attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, D});
+    LOOM_RETURN_IF_ERROR(attention_forward(a));
   }
   // MLP block
   DeviceBuffer dfull = make(backend_, N * C);
@@ -326,11 +382,10 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   linear_backward(k, dfull.f32(), a.ctx.f32(), P.param(p + "attn.o.weight"), P.grad(p + "attn.o.weight"), nullptr,
                   dctx.f32(), N, Hq * D, C, false);
   DeviceBuffer dq = make(backend_, N * Hq * D), dk = make(backend_, N * Hk * D), dv = make(backend_, N * Hk * D);
-  k.attention_backward({dctx.f32(), a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq.f32(), dk.f32(),
-                          dv.f32(), B, T, Hq, Hk, D});
+  LOOM_RETURN_IF_ERROR(attention_backward(dctx.f32(), a, dq.f32(), dk.f32(), dv.f32()));
   if (!d.gpt2) {
-    rope(k, d, dq.f32(), B, T, Hq, true);
-    rope(k, d, dk.f32(), B, T, Hk, true);
+    apply_rope(dq.f32(), Hq, true);
+    apply_rope(dk.f32(), Hk, true);
     if (d.qk_norm) {
       // The norm weights are replicated over TP but each rank holds only its
       // heads: without SP their gradients are summed over TP here (a
@@ -394,10 +449,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
     DeviceBuffer part = make(backend_, N * C);
     k.embedding_forward({tokens, P.param("embed.wte"), part.f32(), N, C, v_begin, Vl});
     LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), x.f32()));
-    if (d.gpt2) {
-      const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      k.add_positions({x.f32(), P.param("embed.wpe"), Nl, C, T, row0});
-    }
+    if (d.gpt2) positions(x.f32(), false);
   } else {
     backend_->copy(x.f32(), input, size_t(Nl * C) * sizeof(float));
   }
@@ -518,10 +570,7 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
   b.next_part = part + 1;
   if (part + 1 < num_parts) return k.status();
   if (cfg_.has_embedding) {
-    if (d.gpt2) {
-      const int64_t row0 = cfg_.sequence_parallel ? Nl * cfg_.tp_rank : 0;
-      k.positions_backward({b.dx.f32(), P.grad("embed.wpe"), Nl, C, T, row0});
-    }
+    if (d.gpt2) positions(b.dx.f32(), true);
     DeviceBuffer dfull = make(backend_, N * C);
     LOOM_RETURN_IF_ERROR(enter_tp(b.dx.f32(), dfull.f32()));
     k.embedding_backward({b.acts->tokens.i32(), dfull.f32(), P.grad("embed.wte"), N, C, v_begin, Vl});

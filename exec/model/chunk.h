@@ -16,6 +16,7 @@
 #include "core/layout.h"
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
+#include "exec/model/context_parallel.h"
 #include "exec/model/moe_layer.h"
 #include "exec/model/params.h"
 
@@ -28,11 +29,12 @@ struct ChunkConfig {
   bool has_embedding = false;
   bool has_head = false;
   int64_t micro_batch = 1;  // B: sequences per micro-batch (cpu_ops.h letters)
-  int64_t seq = 0;          // T
+  int64_t seq = 0;          // T: the tokens of a sequence on this rank (T / cp under CP)
   int tp_size = 1, tp_rank = 0;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
   MoeRun moe;  // MoE layers: losses, capacity, the EP group
+  CpGroup cp;  // context parallelism: rows in the (2, B, seq/2) order of context_parallel.h
 };
 
 class ModelChunk {
@@ -92,6 +94,11 @@ class ModelChunk {
   Status enter_tp(const float* x_local, float* x_full);
   Status leave_tp(float* partial_full, float* out_local);
   Status leave_tp_backward(float* dpartial_full, float* dlocal);
+  // Position-dependent ops, over the whole sequence or this CP rank's chunks.
+  void apply_rope(float* x, int64_t H, bool backward);
+  void positions(float* x, bool backward);
+  Status attention_forward(LayerActs& a);
+  Status attention_backward(const float* dctx, LayerActs& a, float* dq, float* dk, float* dv);
 
   ChunkConfig cfg_;
   ParamStore* params_;
@@ -101,6 +108,7 @@ class ModelChunk {
   std::unique_ptr<BackwardInFlight> bwd_;
   float grad_scale_ = 1.f;
   std::unique_ptr<MoeLayer> moe_;  // when the model has MoE layers
+  std::unique_ptr<RingAttention> ring_;  // under context parallelism
   MoeStats moe_stats_;
 };
 

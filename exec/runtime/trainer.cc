@@ -46,6 +46,9 @@ Status Trainer::Impl::check_can_run() const {
                             (dims.moe.Fs ? ", shared " + std::to_string(dims.moe.Fs) : std::string()) +
                             ") does not split over tp=" + std::to_string(l.tp) + "; use a tp dividing it");
   if (dims.Vp % l.tp) return invalid_argument("execute: padded vocabulary does not split over tp");
+  if (l.cp > 1 && dims.moe.enabled())
+    return unsupported("execute: context parallelism (cp=" + std::to_string(l.cp) + ") with MoE layers (" +
+                       cfg.model.name + ") is not built yet (the routing losses would need the CP group); use cp=1");
   if (data && data->vocab_size() > dims.V)
     return invalid_argument("execute: the data's vocabulary (" + std::to_string(data->vocab_size()) +
                             ") is larger than the model's (" + std::to_string(dims.V) + "); scale vocab up");
@@ -85,10 +88,23 @@ Status Trainer::Impl::setup() {
     if (d == Dim::kTp) c.tp = 0;
     if (d == Dim::kDp) c.dp = 0;
     if (d == Dim::kPp) c.pp = 0;
+    if (d == Dim::kCp) c.cp = 0;
     return grid.rank_of(c);
   };
   LOOM_ASSIGN_OR_RETURN(tp, devw->split(color_of(Dim::kTp), coords.tp, "tp"));
-  LOOM_ASSIGN_OR_RETURN(dp, devw->split(color_of(Dim::kDp), coords.dp, "dp"));
+  // Gradients and ZeRO shards span DP x CP (Megatron's dp-cp group): CP
+  // ranks hold the same parameters and different tokens.
+  int dp_cp_rank = coords.dp;
+  if (l.cp > 1) {
+    LOOM_ASSIGN_OR_RETURN(cp, devw->split(color_of(Dim::kCp), coords.cp, "cp"));
+    RankCoords c = coords;
+    c.dp = 0;
+    c.cp = 0;
+    dp_cp_rank = coords.dp * l.cp + coords.cp;
+    LOOM_ASSIGN_OR_RETURN(dp, devw->split(grid.rank_of(c), dp_cp_rank, "dp-cp"));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(dp, devw->split(color_of(Dim::kDp), coords.dp, "dp"));
+  }
   // MoE: the EP group (the DP ranks that split the experts among them) and the
   // expert-DP group (the DP ranks holding the same experts).
   const int ep = l.ep;
@@ -119,9 +135,9 @@ Status Trainer::Impl::setup() {
 
   // ZeRO with one DP rank shards nothing: it is ZeRO-0.
   DataParallelConfig dc;
-  dc.zero = l.dp > 1 ? l.zero : 0;
-  dc.dp_size = l.dp;
-  dc.dp_rank = coords.dp;
+  dc.zero = l.dp * l.cp > 1 ? l.zero : 0;
+  dc.dp_size = l.dp * l.cp;
+  dc.dp_rank = dp_cp_rank;
   dc.num_chunks = l.virtual_stages;
   dc.sum_replicated_over_tp = l.sequence_parallel && l.tp > 1;
   dc.grad_reduce = cfg.train.grad_reduce;
@@ -138,7 +154,7 @@ Status Trainer::Impl::setup() {
     if (p.shard == ShardKind::kReplicated && coords.tp != 0) return false;         // TP replicas: rank 0 counts
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) return false;  // the tied copy
     if (p.expert) return zero > 0 || coords.dp < cfg.layout.ep;                  // expert-DP replicas: rank 0
-    return zero > 0 || coords.dp == 0;                                             // DP replicas: rank 0 counts
+    return zero > 0 || data_rank_zero();                                           // DP/CP replicas: rank 0 counts
   };
   optimizer = std::make_unique<Optimizer>(cfg.train, cfg.loss_scaling, scaling, backend, &params, sharding.get(), world,
                                           has_embedding_copy_pair ? emb.get() : nullptr, counts);
@@ -152,7 +168,8 @@ Status Trainer::Impl::setup() {
     cc.has_embedding = first_global(c);
     cc.has_head = last_global(c);
     cc.micro_batch = l.micro_batch;
-    cc.seq = cfg.train.seq_len;
+    cc.seq = cfg.train.seq_len / l.cp;
+    cc.cp = CpGroup{l.cp, coords.cp, cp.get()};
     cc.tp_size = l.tp;
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;
@@ -359,6 +376,7 @@ Status Trainer::Impl::load_batch(int64_t step) {
   targets.resize(size_t(per_dp * T));
   const int64_t first = step * cfg.train.global_batch + int64_t(coords.dp) * per_dp;
   LOOM_RETURN_IF_ERROR(data->read(first, per_dp, T, tokens.data(), targets.data()));
+  if (l.cp > 1) keep_cp_chunks(per_dp, T);
   const size_t bytes = tokens.size() * sizeof(int32_t);
   if (tokens_dev.bytes() != bytes) {
     MemoryClassScope charge(MemoryClass::kInputs);
@@ -368,6 +386,26 @@ Status Trainer::Impl::load_batch(int64_t step) {
   backend->copy_to_device_async(tokens_dev.i32(), tokens.data(), bytes);
   backend->copy_to_device_async(targets_dev.i32(), targets.data(), bytes);
   return Status::ok();
+}
+
+// Context parallelism: of each micro-batch's B sequences this rank keeps its
+// two chunks (context_parallel.h), in the (2, B, c) order the chunk expects.
+void Trainer::Impl::keep_cp_chunks(int64_t n, int64_t T) {
+  const Layout& l = cfg.layout;
+  const int64_t B = l.micro_batch, c = T / (2 * l.cp);
+  const CpGroup g{l.cp, coords.cp, nullptr};
+  std::vector<int32_t> tok(size_t(n * T / l.cp)), tgt(tok.size());
+  size_t o = 0;
+  for (int64_t m = 0; m < n / B; ++m)
+    for (int h = 0; h < 2; ++h)
+      for (int64_t b = 0; b < B; ++b) {
+        const size_t from = size_t((m * B + b) * T + g.chunk_of_half(h) * c);
+        std::copy_n(tokens.begin() + from, c, tok.begin() + o);
+        std::copy_n(targets.begin() + from, c, tgt.begin() + o);
+        o += size_t(c);
+      }
+  tokens = std::move(tok);
+  targets = std::move(tgt);
 }
 
 Result<StepResult> Trainer::step(int64_t step) {

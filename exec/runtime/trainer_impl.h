@@ -29,7 +29,8 @@ struct Trainer::Impl {
   ModelDims dims;
   Program program;
   // Layout groups, split from the device world.
-  std::unique_ptr<Communicator> tp, dp, emb;
+  std::unique_ptr<Communicator> tp, dp, emb;  // dp: the gradient group, DP x CP under context parallelism
+  std::unique_ptr<Communicator> cp;          // the CP ring (cp > 1)
   std::unique_ptr<Communicator> ep_comm, edp;  // MoE: the EP and expert-DP groups
   std::unique_ptr<Pipeline> pipeline;
   ParamStore params;
@@ -49,13 +50,18 @@ struct Trainer::Impl {
   std::vector<TraceEvent> events;
   Clock::time_point step_start;
 
-  int64_t rows() const { return int64_t(cfg.layout.micro_batch) * cfg.train.seq_len; }
+  // Token rows of one micro-batch on this rank (a CP rank holds seq / cp of each sequence).
+  int64_t rows() const { return int64_t(cfg.layout.micro_batch) * cfg.train.seq_len / cfg.layout.cp; }
+  // The rank that speaks for its replicas of the data-parallel state: DP
+  // (and CP) rank 0.
+  bool data_rank_zero() const { return coords.dp == 0 && coords.cp == 0; }
   bool first_global(int c) const { return c == 0 && coords.pp == 0; }
   bool last_global(int c) const { return c == cfg.layout.virtual_stages - 1 && coords.pp == cfg.layout.pp - 1; }
 
   Status setup();
   Status check_can_run() const;
   Status lay_out_params(const StageSplit& split);
+  void keep_cp_chunks(int64_t n, int64_t T);
   Status load_batch(int64_t step);
   Status run_op(const Op& op);
   Status forward(const Op& op);

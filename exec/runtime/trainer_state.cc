@@ -119,7 +119,7 @@ Status snapshot_impl(Trainer::Impl& s, int64_t next_step, bool light, ckpt::Save
   st["rng"] = {{"seed", s.cfg.train.seed}, {"note", "parameters and data derive from (seed, global index)"}};
   st["data"] = Json::parse(s.data ? s.data->state_json() : "{}");
   st["rank"] = s.world->rank();
-  st["coords"] = {{"dp", s.coords.dp}, {"tp", s.coords.tp}, {"pp", s.coords.pp}};
+  st["coords"] = {{"dp", s.coords.dp}, {"tp", s.coords.tp}, {"pp", s.coords.pp}, {"cp", s.coords.cp}};
   out->training_state_json = st.dump(2);
   if (light) return Status::ok();
 
@@ -169,7 +169,7 @@ Status snapshot_impl(Trainer::Impl& s, int64_t next_step, bool light, ckpt::Save
   // under their global names, so any EP degree reads them back.
   {
     for (const ParamInfo& p : s.params.infos()) {
-      if (p.expert ? s.coords.dp >= s.cfg.layout.ep : s.coords.dp != 0) continue;
+      if (p.expert ? s.coords.dp >= s.cfg.layout.ep : !s.data_rank_zero()) continue;
       if (s.has_embedding_copy_pair && p.name == "embed.wte" && s.coords.pp != 0) continue;
       ckpt::TensorSlice t;
       t.name = p.name;

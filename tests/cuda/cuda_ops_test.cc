@@ -244,11 +244,11 @@ TEST(CudaOps, AttentionForwardBackwardMatchCpuWithGqa) {
   cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(), dk.data(),
                           dv.data(), B, T, Hq, Hk, D);
   Dev<float> dq_(q), dk_(k), dv_(v), dout_(dout), dout2(nq), dlse(lse.size()), ddq(nq), ddk(nk), ddv(nk);
-  ASSERT_TRUE(cuda::attention_forward(dq_.p, dk_.p, dv_.p, dout2.p, dlse.p, B, T, Hq, Hk, D, nullptr).is_ok());
+  ASSERT_TRUE(cuda::attention_forward(dq_.p, dk_.p, dv_.p, dout2.p, dlse.p, B, T, Hq, Hk, D, true, nullptr).is_ok());
   expect_close(dout2.host(), out, 1e-5, "out");
   expect_close(dlse.host(), lse, 1e-5, "lse");
   ASSERT_TRUE(cuda::attention_backward(dout_.p, dq_.p, dk_.p, dv_.p, dout2.p, dlse.p, ddq.p, ddk.p, ddv.p, B, T, Hq, Hk,
-                                       D, nullptr)
+                                       D, true, nullptr)
                   .is_ok());
   expect_close(ddq.host(), dq, 1e-4, "dq");
   expect_close(ddk.host(), dk, 1e-4, "dk");
@@ -280,10 +280,10 @@ TEST(CudaOps, AttentionGemmPathMatchesCpuInFp32AndBf16) {
       if (bf16) w.q16 = q16.p, w.do16 = do16.p, w.k16 = k16.p, w.v16 = v16.p;
       Dev<float> dq_(q), dk_(k), dv_(v), dout_(dout), o(nq), dlse(lse.size()), gq(nq), gk(nk), gv(nk);
       const cuda::GemmInput in = bf16 ? cuda::GemmInput::kBf16 : cuda::GemmInput::kF32;
-      ASSERT_TRUE(cuda::attention_forward_gemm(h, in, dq_.p, dk_.p, dv_.p, o.p, dlse.p, B, T, Hq, Hk, D, w, nullptr)
+      ASSERT_TRUE(cuda::attention_forward_gemm(h, in, dq_.p, dk_.p, dv_.p, o.p, dlse.p, B, T, Hq, Hk, D, w, true, nullptr)
                       .is_ok());
       ASSERT_TRUE(cuda::attention_backward_gemm(h, in, dout_.p, dq_.p, dk_.p, dv_.p, o.p, dlse.p, gq.p, gk.p, gv.p, B,
-                                                T, Hq, Hk, D, w, nullptr)
+                                                T, Hq, Hk, D, w, true, nullptr)
                       .is_ok());
       const double tol = bf16 ? 3e-2 : 1e-4;
       SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (slice ? ", one head per slice" : ", all heads"));

@@ -50,6 +50,18 @@ const Case kCases[] = {
     {"dp=2,pp=2,schedule=interleaved,v=2,zero=1,micro=1", 4, 3},
     {"dp=1,zero=1", 1, 2},
     {"dp=1,zero=3", 1, 2},
+    // Context parallelism (issue #18): ring attention over 2 and 4 ranks in
+    // the load-balanced chunk order, with TP (+SP), pipelines (also the
+    // tagless run), DP/ZeRO over the DP x CP group, and recompute.
+    {"dp=1,cp=2", 2},
+    {"dp=1,cp=4", 4},
+    {"dp=1,cp=2,tp=2,sp=1,micro=2", 4},
+    {"dp=1,cp=4,tp=2", 8},
+    {"dp=1,cp=2,pp=2,schedule=1f1b,micro=2", 4},
+    {"dp=1,cp=4,pp=2,schedule=interleaved,v=2,micro=2", 8},
+    {"dp=2,cp=2,zero=1", 4},
+    {"dp=2,cp=2,zero=3,recompute=selective", 4},
+    {"dp=1,cp=2,recompute=full,micro=2", 2},
 };
 
 // Mixture-of-experts layouts (issue #18): experts sharded over EP ranks of
@@ -152,6 +164,8 @@ int main(int argc, char** argv) {
   int failures = 0;
   // LOOM_EQUIV_FAMILIES=gpt2,llama,qwen3+ runs only the families named (default: all).
   const char* only = std::getenv("LOOM_EQUIV_FAMILIES");
+  // LOOM_EQUIV_MATCH=cp= runs only the layouts containing that text (default: all).
+  const char* match = std::getenv("LOOM_EQUIV_MATCH");
   int runs = 0;
   for (Family family : {kGpt2, kLlama, kQwen3EveryField, kMixtral, kQwen3MoeAux, kQwen2Moe}) {
     if (only && std::string(",").append(only).append(",").find(std::string(",") + family_name(family) + ",") ==
@@ -168,6 +182,7 @@ int main(int argc, char** argv) {
                                                    : std::vector<Case>(std::begin(kCases), std::end(kCases));
     for (const Case& c : cases) {
       if (c.ranks > world->size()) continue;
+      if (match && std::string(c.layout).find(match) == std::string::npos) continue;
       if (family == kQwen3EveryField && std::string(c.layout).find("tp=2") == std::string::npos) continue;
       bool member = world->rank() < c.ranks;
       auto sub = world->split(member ? 0 : 1, world->rank(), "case");

@@ -19,13 +19,14 @@ namespace {
 constexpr int64_t kMaxT = 12160;  // one row of scores plus the static scratch in 48 KB of shared memory
 
 __global__ void attention_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                                         int64_t T, int64_t Hq, int64_t Hk, int64_t D, float scale) {
-  extern __shared__ float p[];  // (t + 1) scores, then probabilities
+                                         int64_t T, int64_t Hq, int64_t Hk, int64_t D, float scale, bool causal) {
+  extern __shared__ float p[];  // (last + 1) scores, then probabilities
   __shared__ double dscratch[kThreads / 32];
   __shared__ float fscratch[kThreads / 32];
   const int64_t t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hk);
+  const int64_t last = causal ? t : T - 1;  // keys 0..last are visible
   const float* qr = q + ((b * T + t) * Hq + h) * D;
-  for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
     const float* kr = k + ((b * T + j) * Hk + hk) * D;
     float s = 0;
     for (int64_t d = 0; d < D; ++d) s += qr[d] * kr[d];
@@ -33,10 +34,10 @@ __global__ void attention_forward_kernel(const float* q, const float* k, const f
   }
   __syncthreads();
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, p[j]);
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) m = fmaxf(m, p[j]);
   m = block_max(m, fscratch);
   double sum = 0;
-  for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
     const float e = expf(p[j] - m);
     p[j] = e;
     sum += e;
@@ -45,7 +46,7 @@ __global__ void attention_forward_kernel(const float* q, const float* k, const f
   const float inv = float(1.0 / sum);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;
-    for (int64_t j = 0; j <= t; ++j) acc += p[j] * v[((b * T + j) * Hk + hk) * D + d];
+    for (int64_t j = 0; j <= last; ++j) acc += p[j] * v[((b * T + j) * Hk + hk) * D + d];
     out[((b * T + t) * Hq + h) * D + d] = acc * inv;
   }
   if (threadIdx.x == 0) lse[(b * Hq + h) * T + t] = m + float(log(sum));
@@ -53,10 +54,11 @@ __global__ void attention_forward_kernel(const float* q, const float* k, const f
 
 __global__ void attention_backward_kernel(const float* dout, const float* q, const float* k, const float* v,
                                           const float* out, const float* lse, float* dq, float* dk, float* dv,
-                                          int64_t T, int64_t Hq, int64_t Hk, int64_t D, float scale) {
-  extern __shared__ float ds[];  // (t + 1) score gradients
+                                          int64_t T, int64_t Hq, int64_t Hk, int64_t D, float scale, bool causal) {
+  extern __shared__ float ds[];  // (last + 1) score gradients
   __shared__ double dscratch[kThreads / 32];
   const int64_t t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (Hq / Hk);
+  const int64_t last = causal ? t : T - 1;
   const int64_t row = (b * T + t) * Hq + h;
   const float* qr = q + row * D;
   const float* dor = dout + row * D;
@@ -66,7 +68,7 @@ __global__ void attention_backward_kernel(const float* dout, const float* q, con
   double dd = 0;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) dd += double(dor[d]) * orow[d];
   const float delta = float(block_sum(dd, dscratch));
-  for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) {
     const float* kr = k + ((b * T + j) * Hk + hk) * D;
     const float* vr = v + ((b * T + j) * Hk + hk) * D;
     float s = 0, dp = 0;
@@ -84,7 +86,7 @@ __global__ void attention_backward_kernel(const float* dout, const float* q, con
   __syncthreads();
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;
-    for (int64_t j = 0; j <= t; ++j) acc += ds[j] * k[((b * T + j) * Hk + hk) * D + d];
+    for (int64_t j = 0; j <= last; ++j) acc += ds[j] * k[((b * T + j) * Hk + hk) * D + d];
     dq[row * D + d] = scale * acc;
   }
 }
@@ -99,28 +101,53 @@ Status check_shape(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D) {
   return Status::ok();
 }
 
+// One thread per (b, h, t) row: the log-sum-exp merge (kernel_ops.h AttentionMerge).
+__global__ void attention_merge_kernel(float* out, float* lse, const float* out_b, const float* lse_b, int64_t B,
+                                       int64_t T, int64_t H, int64_t D) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (b, h, t)
+  if (i >= B * H * T) return;
+  const int64_t t = i % T, bh = i / T, h = bh % H, b = bh / H;
+  const float l = lse[i], lb = lse_b[i], m = fmaxf(l, lb);
+  if (m == -INFINITY) return;
+  const float w = expf(l - m), wb = expf(lb - m), inv = 1.f / (w + wb);
+  float* o = out + ((b * T + t) * H + h) * D;
+  const float* ob = out_b + ((b * T + t) * H + h) * D;
+  for (int64_t d = 0; d < D; ++d) o[d] = (w * o[d] + wb * ob[d]) * inv;
+  lse[i] = m + logf(w + wb);
+}
+
 }  // namespace
 
+Status attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t B, int64_t T, int64_t H,
+                       int64_t D, cudaStream_t stream) {
+  const int64_t rows = B * H * T;
+  if (rows == 0) return Status::ok();
+  attention_merge_kernel<<<unsigned((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, lse, out_b, lse_b,
+                                                                                             B, T, H, D);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
+}
+
 Status attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B, int64_t T,
-                         int64_t Hq, int64_t Hk, int64_t D, cudaStream_t stream) {
+                         int64_t Hq, int64_t Hk, int64_t D, bool causal, cudaStream_t stream) {
   LOOM_RETURN_IF_ERROR(check_shape(B, T, Hq, Hk, D));
   const dim3 grid{static_cast<unsigned>(T), static_cast<unsigned>(Hq), static_cast<unsigned>(B)};
   attention_forward_kernel<<<grid, kThreads, size_t(T) * sizeof(float), stream>>>(q, k, v, out, lse, T, Hq, Hk, D,
-                                                                                  1.0f / std::sqrt(float(D)));
+                                                                                  1.0f / std::sqrt(float(D)), causal);
   LOOM_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
 Status attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                           const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
-                          int64_t Hk, int64_t D, cudaStream_t stream) {
+                          int64_t Hk, int64_t D, bool causal, cudaStream_t stream) {
   LOOM_RETURN_IF_ERROR(check_shape(B, T, Hq, Hk, D));
   const size_t kv_bytes = size_t(B * T * Hk * D) * sizeof(float);
   LOOM_CUDA_CHECK(cudaMemsetAsync(dk, 0, kv_bytes, stream));  // overwritten: accumulate from zero
   LOOM_CUDA_CHECK(cudaMemsetAsync(dv, 0, kv_bytes, stream));
   const dim3 grid{static_cast<unsigned>(T), static_cast<unsigned>(Hq), static_cast<unsigned>(B)};
   attention_backward_kernel<<<grid, kThreads, size_t(T) * sizeof(float), stream>>>(
-      dout, q, k, v, out, lse, dq, dk, dv, T, Hq, Hk, D, 1.0f / std::sqrt(float(D)));
+      dout, q, k, v, out, lse, dq, dk, dv, T, Hq, Hk, D, 1.0f / std::sqrt(float(D)), causal);
   LOOM_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

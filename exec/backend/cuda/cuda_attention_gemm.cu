@@ -24,36 +24,37 @@ namespace loom::cuda {
 namespace {
 
 // One block per score row: P = softmax over j <= t of S (masked beyond), lse.
-__global__ void causal_softmax_kernel(float* s, float* lse, int64_t T, int64_t lse_stride_head) {
+__global__ void causal_softmax_kernel(float* s, float* lse, int64_t T, int64_t lse_stride_head, bool causal) {
   __shared__ double dscratch[kThreads / 32];
   __shared__ float fscratch[kThreads / 32];
   const int64_t t = blockIdx.x, slice_head = blockIdx.y;
   float* row = s + (slice_head * T + t) * T;
+  const int64_t last = causal ? t : T - 1;  // keys 0..last are visible
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, row[j]);
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) m = fmaxf(m, row[j]);
   m = block_max(m, fscratch);
   double sum = 0;
-  for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) sum += expf(row[j] - m);
+  for (int64_t j = threadIdx.x; j <= last; j += blockDim.x) sum += expf(row[j] - m);
   sum = block_sum(sum, dscratch);
   const float l = m + float(log(sum));
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? expf(row[j] - l) : 0.f;
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= last ? expf(row[j] - l) : 0.f;
   if (threadIdx.x == 0) lse[slice_head * lse_stride_head + t] = l;
 }
 
 // P from the saved lse (the backward's recomputation), masked.
-__global__ void probs_from_lse_kernel(float* s, const float* lse, int64_t T, int64_t lse_stride_head) {
-  const int64_t t = blockIdx.x, slice_head = blockIdx.y;
+__global__ void probs_from_lse_kernel(float* s, const float* lse, int64_t T, int64_t lse_stride_head, bool causal) {
+  const int64_t t = blockIdx.x, slice_head = blockIdx.y, last = causal ? t : T - 1;
   float* row = s + (slice_head * T + t) * T;
   const float l = lse[slice_head * lse_stride_head + t];
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? expf(row[j] - l) : 0.f;
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= last ? expf(row[j] - l) : 0.f;
 }
 
 // dS = P (dP - delta) in place of dP; delta(t) = sum_d dO(t,d) O(t,d) of the
 // row's head, read with the (B,T,Hq,D) layout.
 __global__ void softmax_backward_kernel(float* dp, const float* p, const float* dout, const float* out, int64_t T,
-                                        int64_t Hq, int64_t D, int64_t head0, int64_t head_step) {
+                                        int64_t Hq, int64_t D, int64_t head0, int64_t head_step, bool causal) {
   __shared__ double dscratch[kThreads / 32];
-  const int64_t t = blockIdx.x, slice_head = blockIdx.y;
+  const int64_t t = blockIdx.x, slice_head = blockIdx.y, last = causal ? t : T - 1;
   const int64_t h = head0 + slice_head * head_step;
   const float* o = out + (t * Hq + h) * D;
   const float* g = dout + (t * Hq + h) * D;
@@ -62,7 +63,7 @@ __global__ void softmax_backward_kernel(float* dp, const float* p, const float* 
   delta = block_sum(delta, dscratch);
   float* row = dp + (slice_head * T + t) * T;
   const float* prow = p + (slice_head * T + t) * T;
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? prow[j] * (row[j] - float(delta)) : 0.f;
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= last ? prow[j] * (row[j] - float(delta)) : 0.f;
 }
 
 // Row-major C = alpha op(A) op(B) + beta C over `batch` matrices at fixed
@@ -171,14 +172,14 @@ int64_t attention_gemm_workspace_floats(int64_t T, int64_t Hk) {
 
 Status attention_forward_gemm(cublasContext* handle, GemmInput input, const float* q, const float* k, const float* v,
                               float* out, float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D,
-                              const AttentionGemmScratch& w, cudaStream_t stream) {
+                              const AttentionGemmScratch& w, bool causal, cudaStream_t stream) {
   if (B * T * Hq * D == 0) return Status::ok();
   Run r(handle, input, w, stream, B, T, Hq, Hk, D);
   LOOM_RETURN_IF_ERROR(r.start(q, k, v, nullptr));
   return r.for_each_piece([&](const Run::Piece& p) -> Status {
     LOOM_RETURN_IF_ERROR(r.scores(p));
     causal_softmax_kernel<<<dim3(unsigned(T), unsigned(p.n)), kThreads, 0, stream>>>(
-        w.scores, lse + (p.b * Hq + p.h0) * T, T, r.G * T);
+        w.scores, lse + (p.b * Hq + p.h0) * T, T, r.G * T, causal);
     LOOM_CUDA_CHECK_LAUNCH();
     // O_h = P V_hk.
     LOOM_ASSIGN_OR_RETURN(const void* prob, r.operand(w.scores, p.n));
@@ -190,7 +191,7 @@ Status attention_forward_gemm(cublasContext* handle, GemmInput input, const floa
 Status attention_backward_gemm(cublasContext* handle, GemmInput input, const float* dout, const float* q, const float* k,
                                const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv,
                                int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D, const AttentionGemmScratch& w,
-                               cudaStream_t stream) {
+                               bool causal, cudaStream_t stream) {
   if (B * T * Hq * D == 0) return Status::ok();
   Run r(handle, input, w, stream, B, T, Hq, Hk, D);
   LOOM_RETURN_IF_ERROR(r.start(q, k, v, dout));
@@ -199,7 +200,7 @@ Status attention_backward_gemm(cublasContext* handle, GemmInput input, const flo
     // P again, from the saved lse.
     LOOM_RETURN_IF_ERROR(r.scores(p));
     probs_from_lse_kernel<<<dim3(unsigned(T), unsigned(p.n)), kThreads, 0, stream>>>(
-        w.scores, lse + (p.b * Hq + p.h0) * T, T, r.G * T);
+        w.scores, lse + (p.b * Hq + p.h0) * T, T, r.G * T, causal);
     LOOM_CUDA_CHECK_LAUNCH();
     // dV_hk (+)= P^T dO_h.
     LOOM_ASSIGN_OR_RETURN(const void* prob, r.operand(w.scores, p.n));
@@ -209,7 +210,7 @@ Status attention_backward_gemm(cublasContext* handle, GemmInput input, const flo
     LOOM_RETURN_IF_ERROR(r.gemm(false, true, T, T, D, 1.f, r.dout(p), Hq * D, r.G * D, r.v(p), Hk * D, D, 0.f,
                                 w.dscores, T, T * T, p.n));
     softmax_backward_kernel<<<dim3(unsigned(T), unsigned(p.n)), kThreads, 0, stream>>>(
-        w.dscores, w.scores, dout + p.b * T * Hq * D, out + p.b * T * Hq * D, T, Hq, D, p.h0, r.G);
+        w.dscores, w.scores, dout + p.b * T * Hq * D, out + p.b * T * Hq * D, T, Hq, D, p.h0, r.G, causal);
     LOOM_CUDA_CHECK_LAUNCH();
     // dQ_h = scale dS K_hk; dK_hk (+)= scale dS^T Q_h.
     LOOM_ASSIGN_OR_RETURN(const void* ds, r.operand(w.dscores, p.n));

@@ -94,16 +94,20 @@ class CudaKernels final : public Kernels {
   }
   void attention_forward(const AttentionForward& a) override {
     if (fused_attention_)
-      return note(cuda::attention_forward(a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D, s_));
+      return note(cuda::attention_forward(a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D, a.causal, s_));
     note(cuda::attention_forward_gemm(blas_, input_, a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D,
-                                      attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), s_));
+                                      attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), a.causal, s_));
   }
   void attention_backward(const AttentionBackward& a) override {
     if (fused_attention_)
       return note(cuda::attention_backward(a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B, a.T, a.Hq,
-                                           a.Hk, a.D, s_));
+                                           a.Hk, a.D, a.causal, s_));
     note(cuda::attention_backward_gemm(blas_, input_, a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B,
-                                       a.T, a.Hq, a.Hk, a.D, attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), s_));
+                                       a.T, a.Hq, a.Hk, a.D, attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), a.causal,
+                                       s_));
+  }
+  void attention_merge(const AttentionMerge& a) override {
+    note(cuda::attention_merge(a.out, a.lse, a.out_b, a.lse_b, a.B, a.T, a.H, a.D, s_));
   }
   void embedding_forward(const EmbeddingForward& a) override {
     note(cuda::embedding_forward(a.tokens, a.wte, a.out, a.N, a.C, a.v_begin, a.V, s_));

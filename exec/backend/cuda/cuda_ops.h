@@ -64,12 +64,16 @@ Status rope_freqs_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t D, 
 Status rope_freqs_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t D, const double* inv_freq,
                            int64_t pos_offset, cudaStream_t stream);
 // Causal attention with grouped KV heads, lse(B,Hq,T) saved; dq, dk, dv
-// overwritten. T <= 12160 (kUnsupported beyond).
+// overwritten. T <= 12160 (kUnsupported beyond). `causal` false: unmasked
+// (kernel_ops.h AttentionForward).
 Status attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int64_t B, int64_t T,
-                         int64_t Hq, int64_t Hk, int64_t D, cudaStream_t stream);
+                         int64_t Hq, int64_t Hk, int64_t D, bool causal, cudaStream_t stream);
 Status attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                           const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t Hq,
-                          int64_t Hk, int64_t D, cudaStream_t stream);
+                          int64_t Hk, int64_t D, bool causal, cudaStream_t stream);
+// Ring attention's log-sum-exp merge (kernel_ops.h AttentionMerge).
+Status attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t B, int64_t T, int64_t H,
+                       int64_t D, cudaStream_t stream);
 // The same attention on tensor cores through cuBLAS strided-batched GEMMs,
 // with the scores of a slice of heads materialized in a workspace (the fast
 // path the CUDA backend trains with; the kernels above are its reference).
@@ -89,11 +93,11 @@ int64_t attention_gemm_heads_per_slice(int64_t T, int64_t Hk);
 int64_t attention_gemm_workspace_floats(int64_t T, int64_t Hk);
 Status attention_forward_gemm(cublasContext* handle, GemmInput input, const float* q, const float* k, const float* v,
                               float* out, float* lse, int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D,
-                              const AttentionGemmScratch& w, cudaStream_t stream);
+                              const AttentionGemmScratch& w, bool causal, cudaStream_t stream);
 Status attention_backward_gemm(cublasContext* handle, GemmInput input, const float* dout, const float* q, const float* k,
                                const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv,
                                int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D, const AttentionGemmScratch& w,
-                               cudaStream_t stream);
+                               bool causal, cudaStream_t stream);
 
 // Vocab-parallel token embedding (rows outside [v_begin, v_begin+V) are 0);
 // backward accumulates into dwte.

@@ -1,0 +1,84 @@
+// Context parallelism: the sequence split over the CP group in Megatron's
+// load-balanced order, and ring attention over it.
+//
+// The sequence of T tokens is cut into 2·cp chunks of c = T / (2·cp); CP rank
+// r holds chunks r and 2·cp−1−r, so under the causal mask every rank does
+// the same attention work (Megatron-Core's get_batch_on_this_cp_rank).
+// A rank's rows are kept "half-major": all B sequences' first chunk, then all
+// B sequences' second chunk, (2, B, c) — so each half is an ordinary
+// (B, c, H, D) tensor the attention and RoPE kernels take as is. Every other
+// op of the layer is per token and does not care about the order.
+//
+// Ring attention (Megatron's AttnFuncWithCPAndKVP2P): the K/V of the local two
+// chunks travel around the CP ring; at step s a rank holds the K/V of rank
+// src = r − s and attends its queries to them, with the mask that the chunks'
+// global positions give:
+//   s = 0       q_lo·k_lo causal, q_hi·k_hi causal, q_hi·k_lo full
+//   src < r     q_lo·k_lo full, q_hi·k_lo full   (k_hi lies in every query's future)
+//   src > r     q_hi·k_lo full, q_hi·k_hi full   (q_lo precedes all of src's keys)
+// Partial outputs merge with the log-sum-exp rule (AttentionMerge). The next
+// step's K/V exchange is in flight while a step computes. Backward walks the
+// ring again: each block's gradient comes from the final output and lse
+// (exact per block), dQ stays local and the dK/dV of a K/V block travel with
+// it, one step behind, and come home after the last step.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "exec/backend/compute_backend.h"
+#include "exec/comm/communicator.h"
+
+namespace loom::exec {
+
+struct CpGroup {
+  int size = 1, rank = 0;
+  Communicator* comm = nullptr;  // the CP ring; null when size == 1
+  bool enabled() const { return size > 1; }
+  // The chunk index (of 2·size) of half h (0 or 1) of this rank's rows.
+  int64_t chunk_of_half(int h) const { return h == 0 ? rank : 2 * size - 1 - rank; }
+};
+
+// Rows [row0, row0 + rows) of a rank's local (2, B, c) token order, cut where
+// the half changes: fn(first row relative to row0, count, global position of
+// the first row's chunk start, row index within the half).
+template <typename F>
+void for_each_cp_segment(const CpGroup& cp, int64_t B, int64_t c, int64_t row0, int64_t rows, F&& fn) {
+  const int64_t half_rows = B * c;
+  int64_t r = row0;
+  while (r < row0 + rows) {
+    const int h = int(r / half_rows);
+    const int64_t end = std::min(row0 + rows, (h + 1) * half_rows);
+    fn(r - row0, end - r, cp.chunk_of_half(h) * c, r - h * half_rows);
+    r = end;
+  }
+}
+
+// Causal attention over a CP group for one micro-batch: q (2, B, c, Hq, D),
+// k, v (2, B, c, Hk, D), out like q, lse (2, B, Hq, c); local head counts.
+class RingAttention {
+ public:
+  RingAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk, int64_t D);
+  Status forward(const float* q, const float* k, const float* v, float* out, float* lse);
+  // dq, dk, dv overwritten.
+  Status backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
+                  const float* lse, float* dq, float* dk, float* dv);
+
+ private:
+  // One (query half, key half) block of step `s`: whether it exists and
+  // whether it is causal.
+  struct Block {
+    int qh, kh;
+    bool causal;
+  };
+  int blocks_of_step(int s, Block out[3]) const;
+  int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
+  int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
+  int64_t lse_half() const { return B_ * Hq_ * c_; }
+
+  ComputeBackend* be_;
+  CpGroup cp_;
+  int64_t B_, c_, Hq_, Hk_, D_;
+};
+
+}  // namespace loom::exec
