@@ -108,6 +108,10 @@ struct GroupShape {
 // Shape of the groups along `d` when nodes hold `devices_per_node` ranks.
 GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node);
 
+// Shape of the gradient group, DP x CP (context-parallel ranks hold the same
+// weights and sum their gradients with the DP ranks'): group_shape(kDp) when cp is 1.
+GroupShape gradient_group_shape(const Layout& layout, int devices_per_node);
+
 // Parses a rank order like "tp-cp-ep-dp-pp"; must name tp, cp, dp, pp once
 // (ep optional, it lives inside dp). Returns the dims fastest first.
 Result<std::vector<Dim>> parse_rank_order(const std::string& text);

@@ -78,6 +78,34 @@ std::vector<int> RankGrid::group(Dim d, int rank) const {
   return out;
 }
 
+GroupShape gradient_group_shape(const Layout& layout, int devices_per_node) {
+  if (layout.cp <= 1) return group_shape(layout, Dim::kDp, devices_per_node);
+  GroupShape s;
+  s.ranks = layout.dp * layout.cp;
+  if (devices_per_node <= 0) {
+    s.ranks_per_node = s.ranks;
+    return s;
+  }
+  // The members of rank 0's group, their nodes counted (the group is a few
+  // thousand ranks at most; the simulator memoizes per layout).
+  RankGrid grid(layout);
+  const int ep = std::max(1, layout.ep);
+  std::vector<int> nodes;
+  nodes.reserve(size_t(s.ranks));
+  for (int i = 0; i < layout.dp; ++i)
+    for (int j = 0; j < layout.cp; ++j) nodes.push_back(grid.rank_of({i, 0, 0, i % ep, j}) / devices_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  int distinct = 0, run = 0, most = 0;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    run = (k > 0 && nodes[k] == nodes[k - 1]) ? run + 1 : 1;
+    if (run == 1) ++distinct;
+    most = std::max(most, run);
+  }
+  s.nodes = distinct;
+  s.ranks_per_node = most;
+  return s;
+}
+
 GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node) {
   GroupShape s;
   s.ranks = layout.size(d);

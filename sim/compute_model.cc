@@ -202,7 +202,8 @@ bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
 
 ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfile& hw) {
   ComputeShape s;
-  s.tokens = int64_t(layout.micro_batch) * seq_len;
+  s.cp = std::max(1, layout.cp);
+  s.tokens = int64_t(layout.micro_batch) * seq_len / s.cp;
   s.seq = seq_len;
   s.tp = layout.tp;
   s.ep = layout.ep;
@@ -210,6 +211,7 @@ ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfil
   s.recompute = layout.recompute;
   s.tp_group = group_shape(layout, Dim::kTp, hw.node.devices_per_node);
   s.ep_group = group_shape(layout, Dim::kEp, hw.node.devices_per_node);
+  s.cp_group = group_shape(layout, Dim::kCp, hw.node.devices_per_node);
   return s;
 }
 
@@ -217,7 +219,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
                      const ComputeShape& sh, bool moe_layer) {
   PieceCost c;
   const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = element_bytes(p);
-  const double s = double(sh.seq), b = T / s;
+  const double s = double(sh.seq), cp = sh.cp, b = T * cp / s;  // b sequences of s tokens (T = b s / cp here)
   const double a = m.num_heads, g = m.num_kv_heads, d = double(m.head_dim);
   const double r = sh.sp ? 1.0 / t : 1.0;  // share of replicated elementwise work with SP
   const bool dropout = uses_dropout(m, opt);
@@ -256,17 +258,22 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     double per_head_flops = 2 * s * s * qk_dim + 2 * s * s * v_dim;
     double batches = b * heads_local;
     double causal = opt.flash_attention ? (s + 1) / (2 * s) : 1.0;  // flash skips masked blocks
-    core_flops = per_head_flops * batches * causal;
+    // Under CP each rank does 1/cp of it (the load-balanced chunks), as
+    // 2cp+1 blocks of c x c scores (c = s / 2cp): the kernel's size is a
+    // block's, and each block is a launch (its merge one more).
+    core_flops = per_head_flops * batches * causal / cp;
+    const double kernel_flops = cp > 1 ? per_head_flops / (4 * cp * cp) : per_head_flops * causal;
+    const double launches = cp > 1 ? 2 * (2 * cp + 1) + (2 * cp - 1) : 2;
     // The profile's attention table measures a fused flash-style kernel;
     // materialized scores run as batched GEMMs at the GEMM table's rate.
     const bool measured = opt.flash_attention && !hw.accel.attention_efficiency.flops.empty();
-    double eff = measured ? hw.accel.attention_efficiency.lookup(per_head_flops * causal)
-                          : hw.accel.gemm_efficiency.lookup(per_head_flops * causal);
+    double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops)
+                          : hw.accel.gemm_efficiency.lookup(kernel_flops);
     const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
-    core_fwd_s = core_flops / (hw.accel.peak_flops(core_p) * eff) + 2 * opt.kernel_overhead_s;
+    core_fwd_s = core_flops / (hw.accel.peak_flops(core_p) * eff) + launches * opt.kernel_overhead_s;
     if (!opt.flash_attention) {
       // Materialized scores: fused scale-mask-softmax (read+write), dropout.
-      double elems = batches * s * s;
+      double elems = batches * s * s / cp;
       double bytes = elems * (2 * e + (dropout ? 2 * e + 1 : 0));
       core_fwd_s += mem_time_s(hw, opt, bytes, dropout ? 2 : 1);
     }
@@ -278,7 +285,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
                                                                       : core_bwd_factor;
   double core_bwd_s = core_fwd_s * core_bwd_time;
   if (!opt.flash_attention) {
-    double elems = b * heads_local * s * s;
+    double elems = b * heads_local * s * s / cp;
     core_bwd_s += mem_time_s(hw, opt, elems * (3 * e + (dropout ? 2 * e + 1 : 0)), dropout ? 2 : 1);
   }
 
@@ -479,13 +486,45 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     fwd_compute += hidden * contention * fwd_compute / compute;
     bwd_compute += hidden * contention * bwd_compute / compute;
   }
-  c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s;
-  c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s;
+  // --- context parallelism: the ring ---------------------------------------
+  // Each step sends this rank's K and V (b s/cp tokens, the local KV heads)
+  // to the next CP rank while the attention blocks of the K/V it holds run
+  // (exec/model/context_parallel.h). Forward: cp-1 exchanges. Backward: the
+  // K/V again (cp-1) and the dK/dV one step behind them (cp, the last one
+  // going home after the last block, with nothing left to hide behind).
+  // What a step's blocks (1/cp of the core) cannot cover is exposed; the
+  // hidden part slows them (contention), as TP's does.
+  if (cp > 1) {
+    const int n = sh.cp;
+    const double kv_bytes = T * (kv_heads / t) * (qk_dim + v_dim) * e;
+    const bool net = sh.cp_group.nodes > 1;  // the ring's slowest hop crosses nodes
+    const GroupShape pair{2, net ? 2 : 1, net ? 1 : 2};
+    const CollectiveCost step = collective_cost(hw, Collective::kSendRecv, pair, kv_bytes);
+    const double x = step.time_s, f_step = core_fwd_s / cp, b_step = core_bwd_s / cp;
+    for (int i = 0; i < n; ++i) {
+      c.fwd_cp_s += std::max(0.0, (i + 1 < n ? x : 0.0) - f_step);
+      c.bwd_cp_s += std::max(0.0, (i + 1 < n ? x : 0.0) + (i > 0 ? x : 0.0) - b_step);
+    }
+    c.bwd_cp_s += x;
+    const double fwd_total = (n - 1) * x, bwd_total = (2 * n - 1) * x;
+    c.cp_bytes.add(step, 3 * n - 2);
+    c.cp_calls = 3 * n - 2;
+    c.cp_comm_total_s = fwd_total + bwd_total;
+    fwd_compute += (fwd_total - c.fwd_cp_s) * contention;
+    bwd_compute += std::max(0.0, bwd_total - c.bwd_cp_s) * contention;
+  }
+  c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s + c.fwd_cp_s;
+  c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s + c.bwd_cp_s;
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
 
   // --- recompute ---------------------------------------------------------------
+  if (cp > 1 && sh.recompute != Recompute::kNone) {  // the recomputed forward's ring again
+    c.cp_bytes.add(c.cp_bytes, (cp - 1) / (3 * cp - 2));
+    c.cp_calls += sh.cp - 1;
+    c.cp_comm_total_s += c.cp_comm_total_s * (cp - 1) / (3 * cp - 2);
+  }
   if (sh.recompute == Recompute::kFull) {
     c.recompute_s = c.fwd_s;
     c.recompute_tp_s = c.fwd_tp_s;
@@ -511,8 +550,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       c.ep_comm_total_s += c.fwd_ep_s;
     }
   } else if (sh.recompute == Recompute::kSelective) {
-    // Only the attention core is recomputed (Korthikanti et al. 2022).
-    c.recompute_s = core_fwd_s;
+    // Only the attention core is recomputed (Korthikanti et al. 2022); under
+    // CP with its ring.
+    c.recompute_s = core_fwd_s + c.fwd_cp_s;
     c.recompute_flops = core_flops;
   }
   return c;

@@ -50,6 +50,13 @@ struct PieceCost {
   double fwd_flops = 0, bwd_flops = 0, recompute_flops = 0;
   LinkBytes tp_bytes;  // fwd + bwd + recompute
   LinkBytes ep_bytes;
+  // Context parallelism's ring (K/V forward; K/V and dK/dV backward): its
+  // exposed part is inside fwd_s / bwd_s / recompute_s (the attention waits
+  // on it), these are what it sends and its whole time.
+  double fwd_cp_s = 0, bwd_cp_s = 0;
+  LinkBytes cp_bytes;
+  int cp_calls = 0;
+  double cp_comm_total_s = 0;
   int tp_calls = 0;    // collectives per micro-batch (fwd+bwd+recompute)
   int ep_calls = 0;
   double tp_comm_total_s = 0;  // all TP collective time, exposed or not
@@ -61,14 +68,16 @@ struct PieceCost {
 
 // Shapes a cost depends on, gathered once per layout.
 struct ComputeShape {
-  int64_t tokens = 0;   // b * s tokens of one micro-batch
-  int64_t seq = 0;      // s
+  int64_t tokens = 0;   // b * s tokens of one micro-batch on this rank (b * s / cp under CP)
+  int64_t seq = 0;      // s, the whole sequence
+  int cp = 1;           // context parallelism: the sequence over cp ranks, ring attention
   int tp = 1;
   int ep = 1;
   bool sp = false;
   Recompute recompute = Recompute::kNone;
   GroupShape tp_group;
   GroupShape ep_group;
+  GroupShape cp_group;
 };
 
 ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfile& hw);

@@ -20,6 +20,7 @@ const char* comm_kind_name(CommKind k) {
     case CommKind::kPp: return "pp";
     case CommKind::kDp: return "dp";
     case CommKind::kEp: return "ep";
+    case CommKind::kCp: return "cp";
   }
   return "?";
 }
@@ -88,7 +89,10 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   for (int l = 0; l < kNumLinkClasses; ++l) {
     tr.bytes[static_cast<int>(CommKind::kTp)][l] += pc.tp_bytes.bytes[l] * count;
     tr.bytes[static_cast<int>(CommKind::kEp)][l] += pc.ep_bytes.bytes[l] * count;
+    tr.bytes[static_cast<int>(CommKind::kCp)][l] += pc.cp_bytes.bytes[l] * count;
   }
+  tr.time_s[static_cast<int>(CommKind::kCp)] += pc.cp_comm_total_s * count;
+  tr.calls[static_cast<int>(CommKind::kCp)] += pc.cp_calls * count;
   tr.time_s[static_cast<int>(CommKind::kTp)] += pc.tp_comm_total_s * count;
   tr.time_s[static_cast<int>(CommKind::kEp)] += pc.ep_comm_total_s * count;
   tr.calls[static_cast<int>(CommKind::kTp)] += pc.tp_calls * count;
@@ -122,7 +126,7 @@ namespace {
 // that share their split and their per-layer costs.
 struct PieceKey {
   uint64_t evaluator = 0;
-  int tp = 0, ep = 0, micro = 0, sp = 0, recompute = 0;
+  int tp = 0, ep = 0, cp = 0, micro = 0, sp = 0, recompute = 0;
   int dp = 0, pp = 0;  // the TP / EP groups' placement depends on them under a non-default rank order
   std::string order;
   bool operator==(const PieceKey&) const = default;
@@ -135,10 +139,10 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   thread_local PieceKey keys[kSlots];
   thread_local Pieces values[kSlots];
   const bool default_order = l.rank_order == Layout{}.rank_order;  // tp, ep innermost: placement fixed by tp, ep
-  PieceKey k{id_, l.tp, l.ep, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
+  PieceKey k{id_, l.tp, l.ep, l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
              default_order ? 0 : l.dp, default_order ? 0 : l.pp, l.rank_order};
   size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 11 + size_t(k.sp) * 5 +
-              size_t(k.recompute) * 2) % kSlots;
+              size_t(k.recompute) * 2 + size_t(l.cp) * 17) % kSlots;
   if (!(keys[h] == k)) {
     values[h] = compute_pieces(l);
     keys[h] = k;
@@ -198,7 +202,9 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   StageParams params = stage_params(model_, l, split, s);
   sc.grad_bytes = params.dense * reduce_elem_bytes(train_, opt_);
   sc.expert_grad_bytes = params.expert * reduce_elem_bytes(train_, opt_);
-  double local_params = l.zero >= 1 ? params.dense / l.dp + params.expert / (double(l.dp) / l.ep) : params.total();
+  // ZeRO shards over the DP x CP group (CP ranks hold the same weights).
+  double local_params =
+      l.zero >= 1 ? params.dense / (l.dp * l.cp) + params.expert / (double(l.dp * l.cp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
   // Loom's executor zeroes its fp32 gradients for the next step inside the
   // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
@@ -245,7 +251,7 @@ namespace {
 // only: layouts that differ in micro-batch, schedule or recompute share them.
 struct DpKey {
   uint64_t evaluator = 0;
-  int dp = 0, tp = 0, pp = 0, ep = 0, zero = 0, layers = 0, moe_layers = 0;
+  int dp = 0, cp = 0, tp = 0, pp = 0, ep = 0, zero = 0, layers = 0, moe_layers = 0;
   double grad_bytes = 0, expert_grad_bytes = 0;
   std::string order;
   bool operator==(const DpKey&) const = default;
@@ -257,7 +263,7 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   constexpr int kSlots = 256;
   thread_local DpKey keys[kSlots];
   thread_local DpCollectives values[kSlots];
-  DpKey k{id_, l.dp, l.tp, l.pp, l.ep, l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
   const size_t h = (std::hash<double>{}(sc.grad_bytes) ^ (size_t(l.dp) * 131 + size_t(l.tp) * 31 + size_t(l.pp) * 17 +
                                                            size_t(l.ep) * 7 + size_t(l.zero))) % kSlots;
   if (!(keys[h] == k)) {
@@ -269,13 +275,14 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
 
 DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCosts& sc) const {
   DpCollectives d;
-  if (l.dp <= 1) return d;
+  if (l.dp * l.cp <= 1) return d;
   const int dpn = hw_.node.devices_per_node;
-  GroupShape dp_shape = group_shape(l, Dim::kDp, dpn);
+  // Gradients sum over DP x CP (Megatron's dp-cp group).
+  GroupShape dp_shape = gradient_group_shape(l, dpn);
   d.crosses_nodes = dp_shape.nodes > 1;
-  // Expert gradients are reduced over the expert-DP group: dp/ep ranks.
+  // Expert gradients are reduced over the expert-DP group: dp cp/ep ranks.
   GroupShape edp_shape = dp_shape;
-  edp_shape.ranks = l.dp / l.ep;
+  edp_shape.ranks = l.dp * l.cp / l.ep;
   edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
   edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
   const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / reduce_elem_bytes(train_, opt_);
@@ -341,7 +348,8 @@ CollectiveCost Evaluator::p2p_cost(const Layout& l) const {
   GroupShape pair{2, pp_shape.nodes > 1 ? 2 : 1, pp_shape.nodes > 1 ? 1 : 2};
   // One micro-batch's activation; Megatron's scatter-gather optimization (and
   // sequence parallelism) sends 1/tp of it from each TP rank.
-  double bytes = double(l.micro_batch) * train_.seq_len * model_.hidden * element_bytes(train_.precision) / l.tp;
+  double bytes = double(l.micro_batch) * double(train_.seq_len / l.cp) * model_.hidden *
+                 element_bytes(train_.precision) / l.tp;
   return collective_cost(hw_, Collective::kSendRecv, pair, bytes);
 }
 
@@ -386,7 +394,7 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
   for (size_t s = 0; s < stages.size(); ++s)
     if (stages[s].flops_per_micro > stages[worst].flops_per_micro) worst = int(s);
   const StageCosts& sc = stages[worst];
-  for (int k : {static_cast<int>(CommKind::kTp), static_cast<int>(CommKind::kEp)}) {
+  for (int k : {static_cast<int>(CommKind::kTp), static_cast<int>(CommKind::kEp), static_cast<int>(CommKind::kCp)}) {
     for (int c = 0; c < kNumLinkClasses; ++c) t.bytes[k][c] = sc.traffic_per_micro.bytes[k][c] * m;
     t.time_s[k] = sc.traffic_per_micro.time_s[k] * m;
     t.calls[k] = sc.traffic_per_micro.calls[k] * m;
@@ -404,6 +412,16 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     Collective c = l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce;
     typical(CommKind::kTp, collective_cost(hw_, c, shape.tp_group, act_bytes), act_bytes);
   }
+  if (l.cp > 1) {  // one ring step: this rank's K and V
+    const double kv_heads = model_.mla.enabled ? model_.num_heads : model_.num_kv_heads;
+    const double qkv = model_.mla.enabled ? double(model_.mla.qk_nope_head_dim + model_.mla.qk_rope_head_dim +
+                                                   model_.mla.v_head_dim)
+                                          : 2.0 * double(model_.head_dim);
+    const double kv_bytes = double(shape.tokens) * kv_heads / l.tp * qkv * element_bytes(train_.precision);
+    const bool net = shape.cp_group.nodes > 1;
+    typical(CommKind::kCp, collective_cost(hw_, Collective::kSendRecv, GroupShape{2, net ? 2 : 1, net ? 1 : 2}, kv_bytes),
+            kv_bytes);
+  }
   if (l.ep > 1 && model_.is_moe()) {
     // The typical exchange: the 16-bit combine at balanced load.
     const MoeExchange x = moe_exchange(model_, hw_, opt_, shape, element_bytes(train_.precision), 1.0);
@@ -420,7 +438,7 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     t.time_s[k] = t_p2p * sends;
     t.calls[k] = sends;
   }
-  if (l.dp > 1) {
+  if (l.dp * l.cp > 1) {
     DpCollectives d = dp_collectives(l, sc);
     int k = static_cast<int>(CommKind::kDp);
     double per_step_sync = l.zero >= 2 ? double(m) : 1.0;
@@ -518,7 +536,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   int memo_layers = -1, memo_moe = -1;  // ZeRO-3 prices its collectives per layer
   for (const StageCosts& sc : stages) {
     opt_s = std::max(opt_s, sc.optimizer_s);
-    if (l.dp <= 1) continue;
+    if (l.dp * l.cp <= 1) continue;
     if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers ||
         sc.moe_layers != memo_moe) {
       d = dp_collectives(l, sc);
@@ -589,7 +607,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   tb.optimizer_s = opt_s;
   tb.step_time_s = pipe + dp_exposed + opt_s + contention;
 
-  double executed = flops_micro * double(m) * l.dp * l.tp;
+  double executed = flops_micro * double(m) * l.dp * l.tp * l.cp;
   est.figures = figures(l, tb.step_time_s, executed);
   return est;
 }

@@ -32,9 +32,9 @@
 namespace loom {
 
 // Communication categories for traffic reports.
-enum class CommKind : uint8_t { kTp = 0, kPp = 1, kDp = 2, kEp = 3 };
-inline constexpr int kNumCommKinds = 4;
-const char* comm_kind_name(CommKind k);  // "tp", "pp", "dp", "ep"
+enum class CommKind : uint8_t { kTp = 0, kPp = 1, kDp = 2, kEp = 3, kCp = 4 };
+inline constexpr int kNumCommKinds = 5;
+const char* comm_kind_name(CommKind k);  // "tp", "pp", "dp", "ep", "cp"
 
 struct StepBreakdown {
   double forward_s = 0;    // compute of all forwards on the critical stage

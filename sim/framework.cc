@@ -143,6 +143,9 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   // Megatron's --decoder-first/last-pipeline-num-layers (not with its
   // interleaved --num-layers-per-virtual-pipeline-stage), torchtitan's
   // module_fqns_per_model_part (any schedule); DeepSpeed's config cannot.
+  // DeepSpeed has no context parallelism (its Ulysses sequence parallelism
+  // is another scheme); Megatron-Core and torchtitan ring attention.
+  if (f.export_kind == "deepspeed") sp->max_cp = 1;
   sp->try_uneven_ends = f.export_kind != "deepspeed";
   sp->uneven_ends_interleaved = f.export_kind == "torchtitan";
 }
@@ -166,6 +169,9 @@ Status check_layout_for_framework(const Framework& f, const Layout& l) {
     return invalid_argument("sp=0: " + f.name + "'s tensor parallelism always shards the sequence; use sp=1");
   if (l.sequence_parallel && f.sequence_parallel == SequenceParallelRule::kNever)
     return invalid_argument("sp=1: " + f.name + " has no sequence parallelism; use sp=0");
+  if (l.cp > 1 && f.export_kind == "deepspeed")
+    return invalid_argument("cp=" + std::to_string(l.cp) + ": " + f.name +
+                            " has no context parallelism (ring attention); use cp=1, or megatron / torchtitan");
   if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) &&
       (f.export_kind == "deepspeed" || (f.export_kind == "megatron" && l.schedule == Schedule::kInterleaved)))
     return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk" +

@@ -222,16 +222,17 @@ namespace {
 // backward workspace, the step's inputs (sim/memory_model.h).
 void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train, int stage, int layers,
                          double in_flight_units, int64_t micro_batches, StageMemory* sm) {
-  const double T = double(l.micro_batch) * double(train.seq_len), h = double(m.hidden);
+  const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence
+  const double T = double(l.micro_batch) * double(seq), h = double(m.hidden);
   const double Nl = l.sequence_parallel ? T / l.tp : T;
-  const double saved = executor_layer_activation_bytes(m, l, train.seq_len, train.precision);
+  const double saved = executor_layer_activation_bytes(m, l, seq, train.precision);
   const double held_layers = in_flight_units * layers * saved;
   // What backward adds to the layer it is in: full recompute re-runs the
   // layer's forward in fp32 (with its output buffer); selective recomputes
   // the attention output and log-sum-exp; 16-bit saves are restored to fp32.
   Layout keep_all = l;
   keep_all.recompute = Recompute::kNone;
-  const double fp32_layer = executor_layer_activation_bytes(m, keep_all, train.seq_len, train.precision, true);
+  const double fp32_layer = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true);
   double in_backward = 0;
   if (l.recompute == Recompute::kFull)
     in_backward = fp32_layer + 4 * Nl * h;
@@ -254,7 +255,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // temporaries beside them) or of the top layer (that micro-batch's head
   // buffers freed, the layer's temporaries and restored tensors live),
   // whichever needs more.
-  const BackwardWorkspace w = executor_backward_workspace(m, l, train.seq_len);
+  const BackwardWorkspace w = executor_backward_workspace(m, l, seq);
   const double head_moment = last ? held_heads * head_keep + w.head : 0;
   const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + in_backward + w.layer;
   if (last && head_moment >= layer_moment) {
@@ -266,7 +267,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   }
   // The step's token ids and targets (int32), on the stages that embed or
   // take the loss.
-  if (stage == 0 || last) sm->inputs_bytes = 2 * 4 * double(train.global_batch / l.dp) * double(train.seq_len);
+  if (stage == 0 || last) sm->inputs_bytes = 2 * 4 * double(train.global_batch / l.dp) * double(seq);
 }
 
 }  // namespace
@@ -364,9 +365,10 @@ StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
 
 ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt) {
   ActivationTerms a;
-  a.dense = layer_activation_bytes(m, l, opt, train.seq_len, train.precision, false);
-  a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, train.seq_len, train.precision, true) : 0;
-  a.checkpoint = layer_checkpoint_bytes(m, l, train.seq_len, train.precision);
+  const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence (CP)
+  a.dense = layer_activation_bytes(m, l, opt, seq, train.precision, false);
+  a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, seq, train.precision, true) : 0;
+  a.checkpoint = layer_checkpoint_bytes(m, l, seq, train.precision);
   return a;
 }
 
@@ -383,7 +385,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   StageParams params = stage_params(m, l, split, stage);
   sm.params = params.total();
   StateBytes sb = state_bytes_per_param(train.precision, opt);
-  const double n_dense = l.dp, n_expert = double(l.dp) / l.ep;
+  const double n_dense = l.dp * l.cp, n_expert = double(l.dp * l.cp) / l.ep;  // ZeRO shards over DP x CP
   auto sharded = [&](double bytes_per_param, int from_stage) {
     double d = params.dense * bytes_per_param, x = params.expert * bytes_per_param;
     if (l.zero >= from_stage) {
@@ -413,7 +415,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
   const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage);
   const double e = element_bytes(train.precision);
-  const double T = double(l.micro_batch) * double(train.seq_len), h = double(m.hidden);
+  const double T = double(l.micro_batch) * double(train.seq_len / std::max(1, l.cp)), h = double(m.hidden);
   const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;
   const int layers = sm.layers, moe_layers = split.stage_moe_layers(stage), dense_layers = layers - moe_layers;
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
@@ -465,7 +467,14 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // freed them); ZeRO-0/1 start them in the last backward as its activations
   // are freed, after the stage's peak (measured: 0 bytes of them live at the
   // peak of dp=2 ZeRO-0/1, 0 or 2 b per parameter under ZeRO-2/3).
-  if (loom_executor && l.dp > 1 && l.zero >= 2 && train.grad_reduce != GradReduce::kFp32)
+  // Context parallelism's ring: the K/V held and the one arriving, and in
+  // backward also the dK/dV step, the one sent on and the one arriving
+  // (exec/model/context_parallel.cc; fp32 in Loom's executor).
+  if (l.cp > 1) {
+    const double kv = T * double(m.mla.enabled ? m.num_heads : m.num_kv_heads) / l.tp * 2 * double(m.head_dim);
+    comm += (loom_executor ? 5 * 4.0 : 2 * e) * kv;
+  }
+  if (loom_executor && l.dp * l.cp > 1 && l.zero >= 2 && train.grad_reduce != GradReduce::kFp32)
     comm += 2 * grad_reduce_element_bytes(train.grad_reduce) * params.total();
   sm.comm_buffer_bytes = comm;
 

@@ -34,7 +34,15 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
     if (m.num_heads % tp || (!m.mla.enabled && m.num_kv_heads % tp) || m.ffn_hidden % tp) continue;
     for (int pp : divisors(world / tp, m.num_layers)) {
       if (sp.fix_pp && pp != sp.fix_pp) continue;
-      int dp = world / tp / pp;
+      std::vector<int> cps;
+      if (sp.fix_cp > 0) {
+        if ((world / tp / pp) % sp.fix_cp == 0) cps.push_back(sp.fix_cp);
+      } else {
+        for (int cp = 1; cp <= sp.max_cp && (world / tp / pp) % cp == 0; cp *= 2)
+          if (cp == 1 || t.seq_len / (2 * cp) >= sp.min_cp_chunk) cps.push_back(cp);
+      }
+      for (int cp : cps) {
+      int dp = world / tp / pp / cp;
       if (sp.fix_dp && dp != sp.fix_dp) continue;
       if (t.global_batch % dp) continue;
       std::vector<int> eps{1};
@@ -47,7 +55,7 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
         if (sp.fix_ep && ep != sp.fix_ep) continue;
         for (int zero : sp.zero_stages) {
           if (sp.fix_zero >= 0 && zero != sp.fix_zero) continue;
-          if (dp == 1 && zero > 0) continue;  // nothing to shard over
+          if (dp * cp == 1 && zero > 0) continue;  // nothing to shard over
           for (int micro : divisors(t.global_batch / dp, sp.max_micro_batch)) {
             if (sp.fix_micro && micro != sp.fix_micro) continue;
             int64_t mb = t.global_batch / dp / micro;
@@ -84,6 +92,7 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     l.tp = tp;
                     l.pp = pp;
                     l.ep = ep;
+                    l.cp = cp;
                     l.zero = zero;
                     l.micro_batch = micro;
                     l.schedule = sched;
@@ -113,6 +122,7 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
         }
       }
     }
+      }
   }
   return out;
 }
@@ -122,7 +132,8 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   auto t0 = std::chrono::steady_clock::now();
   if (sp.world < 1) return invalid_argument("search: --gpus must be >= 1");
   LOOM_RETURN_IF_ERROR(validate_train_spec(eval.train()));
-  for (auto [name, value] : {std::pair<const char*, int>{"tp", sp.fix_tp}, {"pp", sp.fix_pp}, {"dp", sp.fix_dp}}) {
+  for (auto [name, value] :
+       {std::pair<const char*, int>{"tp", sp.fix_tp}, {"pp", sp.fix_pp}, {"dp", sp.fix_dp}, {"cp", sp.fix_cp}}) {
     if (value > 0 && sp.world % value != 0)
       return invalid_argument("search: --fix " + std::string(name) + "=" + std::to_string(value) +
                               " does not divide the " + std::to_string(sp.world) + " GPUs; pin a divisor of " +
@@ -138,7 +149,8 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
     l.tp = std::max(1, sp.fix_tp);
     l.pp = std::max(1, sp.fix_pp);
     l.ep = std::max(1, sp.fix_ep);
-    l.dp = sp.fix_dp > 0 ? sp.fix_dp : std::max(1, sp.world / (l.tp * l.pp));
+    l.cp = std::max(1, sp.fix_cp);
+    l.dp = sp.fix_dp > 0 ? sp.fix_dp : std::max(1, sp.world / (l.tp * l.pp * l.cp));
     if (sp.fix_micro > 0) l.micro_batch = sp.fix_micro;
     if (sp.fix_zero >= 0) l.zero = sp.fix_zero;
     Status why = validate_layout(l, eval.model(), eval.train(), sp.world);
@@ -265,6 +277,7 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
     else if (k == "tp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_tp));
     else if (k == "pp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_pp));
     else if (k == "ep") LOOM_RETURN_IF_ERROR(to_int(sp.fix_ep));
+    else if (k == "cp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_cp));
     else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
     else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
     else if (k == "v") LOOM_RETURN_IF_ERROR(to_int(sp.fix_v));
@@ -289,7 +302,7 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
       sp.fix_recompute = r;
     } else {
-      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, micro, zero, v, sp, split, schedule, recompute, overlap_grad, overlap_param");
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, cp, micro, zero, v, sp, split, schedule, recompute, overlap_grad, overlap_param");
     }
   }
   return Status::ok();

@@ -39,8 +39,14 @@ struct SearchSpace {
   bool uneven_ends_interleaved = true;
   bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
+  // Context parallelism: cp from 1 to max_cp (powers of two dividing the
+  // ranks left after tp and pp), while each of the 2*cp chunks of a sequence
+  // keeps at least min_cp_chunk tokens (shorter ones make each ring step a
+  // latency-bound message beside a tiny attention block).
+  int max_cp = 8;
+  int min_cp_chunk = 128;
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
-  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;
+  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_cp = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;
   std::optional<Recompute> fix_recompute;
   std::optional<Schedule> fix_schedule;
   std::optional<bool> fix_sp;

@@ -219,7 +219,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   // The engine times the program the framework runs; r.program stays the
   // executor's (its ops, ids and hash are the plan's).
   const bool blocking = l.pp > 1 && blocking_p2p(eval.options(), l.schedule);
-  const bool host_dp = l.dp > 1 && eval.options().dp_comm_host_progress;
+  const bool host_dp = l.dp * l.cp > 1 && eval.options().dp_comm_host_progress;
   Program timed_host, timed_blocking;
   if (host_dp) timed_host = with_host_progressed_dp(r.program);
   const Program& base = host_dp ? timed_host : r.program;
@@ -239,7 +239,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   std::vector<double> contention_by_stage;
   const double fraction = comm_contention_fraction(eval.hw());
   const int dpn = eval.hw().node.devices_per_node;
-  const bool dp_net = l.dp > 1 && group_shape(l, Dim::kDp, dpn).nodes > 1;
+  const bool dp_net = l.dp * l.cp > 1 && gradient_group_shape(l, dpn).nodes > 1;
   std::vector<double> net_fraction;
   if (dp_net) {
     const bool pp_net = l.pp > 1 && group_shape(l, Dim::kPp, dpn).nodes > 1;
@@ -251,10 +251,10 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
       else if (is_send(op.kind) && pp_net && blocking) net_fraction[size_t(op.id)] = 1.0;  // the blocked sender's side
     }
   }
-  if ((fraction > 0 && l.dp > 1) || dp_net) {
+  if ((fraction > 0 && l.dp * l.cp > 1) || dp_net) {
     std::vector<double> sm(size_t(l.pp), 0.0), nic(size_t(l.pp), 0.0);
     // Both passes read their overlaps from the first timeline.
-    if (fraction > 0 && l.dp > 1)
+    if (fraction > 0 && l.dp * l.cp > 1)
       r.durations_s = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &sm);
     if (dp_net) r.durations_s = with_nic_sharing(r.program, r.timeline, r.durations_s, net_fraction, l.pp, &nic);
     contention_by_stage.assign(size_t(l.pp), 0.0);
@@ -305,7 +305,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
 
   double flops_micro = 0;
   for (const StageCosts& sc : r.stages) flops_micro += sc.flops_per_micro;
-  r.figures = eval.figures(l, tb.step_time_s, flops_micro * double(m) * l.dp * l.tp);
+  r.figures = eval.figures(l, tb.step_time_s, flops_micro * double(m) * l.dp * l.tp * l.cp);
   r.traffic = eval.step_traffic(l, r.stages);
   return r;
 }

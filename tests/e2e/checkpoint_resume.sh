@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Checkpoints through `loom execute` under mpirun, checked from outside.
-#   exact    for several layouts: a run interrupted (--stop-after) and resumed
-#            from its checkpoint reproduces the uninterrupted run's per-step
-#            losses bit for bit, from more than one interruption point;
-#   reshard  a checkpoint saved under dp=2 ZeRO-3 resumes under tp=2, pp=2,
-#            dp=1 and dp=2 x tp=2 with the same losses (1e-5 relative);
+#   exact    for several layouts (context parallelism among them): a run
+#            interrupted (--stop-after) and resumed from its checkpoint
+#            reproduces the uninterrupted run's per-step losses bit for bit,
+#            from more than one interruption point;
+#   reshard  checkpoints saved under dp=2 ZeRO-3, tp x pp, interleaved pp and
+#            cp=2 ZeRO-3 resume under tp=2, pp=2, dp=1, dp=2 x tp=2, dp=4 and
+#            cp=2 x tp=2 with the same losses (1e-5 relative);
 #   moe      a Mixtral-style MoE checkpoint saved under dp=2 ep=2 (experts
 #            sharded) resumes under ep=1, ep=4, ep=2 with ZeRO-1 and tp=2 with
 #            the same losses (1e-5 relative): experts are saved by global name;
@@ -53,7 +55,7 @@ case "$mode" in
 exact)
   # The compressed gradient reduction keeps no state: resumes bit for bit too.
   for spec in "dp=2,zero=1:2" "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=2,zero=3:2" "dp=1,tp=2,pp=2,micro=2:4" \
-              "dp=2,zero=0:2:bf16" "dp=2,zero=2:2:fp8"; do
+              "dp=2,zero=0:2:bf16" "dp=2,zero=2:2:fp8" "dp=2,cp=2,zero=1:4"; do
     layout=${spec%%:*} rest=${spec#*:}
     ranks=${rest%%:*} reduce=fp32
     [ "$rest" != "$ranks" ] && reduce=${rest#*:}
@@ -70,13 +72,15 @@ exact)
   ;;
 reshard)
   # save layout -> load layouts
-  for src in "dp=2,zero=3:2" "dp=1,tp=2,pp=2,micro=2:4" "dp=1,pp=2,schedule=interleaved,v=2,micro=2:2"; do
+  for src in "dp=2,zero=3:2" "dp=1,tp=2,pp=2,micro=2:4" "dp=1,pp=2,schedule=interleaved,v=2,micro=2:2" \
+             "dp=1,cp=2,zero=3:2"; do
     slayout=${src%:*} sranks=${src##*:}
     plan src "$slayout" "$sranks"
     run src "$sranks" "$tmp/full.jsonl"
     rm -rf "$tmp/ck"
     run src "$sranks" "$tmp/first.jsonl" --ckpt-dir "$tmp/ck" --stop-after 4
-    for spec in "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=1:1" "dp=2,tp=2,zero=1:4" "dp=4,zero=3:4"; do
+    for spec in "dp=1,tp=2,sp=1:2" "dp=1,pp=2,schedule=1f1b,micro=2:2" "dp=1:1" "dp=2,tp=2,zero=1:4" "dp=4,zero=3:4" \
+                "dp=1,cp=2,tp=2,sp=1:4"; do
       layout=${spec%:*} ranks=${spec##*:}
       echo "$slayout -> $layout ($ranks ranks)"
       plan dst "$layout" "$ranks"

@@ -118,7 +118,7 @@ TEST(Search, PinnedDimensionsAreHonoured) {
   for (const Layout& l : layouts) {
     EXPECT_EQ(l.tp, 8);
     EXPECT_EQ(l.pp, 4);
-    EXPECT_EQ(l.dp, 4);
+    EXPECT_EQ(l.dp * l.cp, 4);  // the rest data or context parallel
     EXPECT_EQ(l.recompute, Recompute::kSelective);
   }
 }
