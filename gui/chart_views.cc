@@ -208,7 +208,7 @@ ScatterView::ScatterView(QWidget* parent) : QWidget(parent), view_(make_chart_vi
 void ScatterView::show_search(const SearchResult* s) {
   QChart* c = view_->chart();
   reset_chart(c, "Throughput vs peak memory per rank (every fitting layout)");
-  drawn_points = drawn_front = 0;
+  drawn_layouts = drawn_points = drawn_front = 0;
   if (!s || s->ranked.empty()) return;
   auto* all = new QScatterSeries();
   all->setName("layouts");
@@ -222,15 +222,28 @@ void ScatterView::show_search(const SearchResult* s) {
   std::vector<std::pair<double, double>> pf;
   double xmax = 0, ymax = 0;
   for (const Candidate& cnd : s->ranked) {
+    xmax = std::max(xmax, cnd.estimate.peak_memory_bytes / kGB);
+    ymax = std::max(ymax, cnd.estimate.figures.tokens_per_s);
+  }
+  // A search over thousands of GPUs ranks hundreds of thousands of layouts,
+  // and the chart holds a graphics item per point: layouts that fall on the
+  // same spot of a 600 x 400 grid (smaller than a marker) are drawn once.
+  constexpr int kCellsX = 600, kCellsY = 400;
+  std::vector<uint8_t> taken(size_t(kCellsX) * kCellsY, 0);
+  for (const Candidate& cnd : s->ranked) {
     double x = cnd.estimate.peak_memory_bytes / kGB, y = cnd.estimate.figures.tokens_per_s;
-    all->append(x, y);
-    xmax = std::max(xmax, x);
-    ymax = std::max(ymax, y);
     if (cnd.pareto) pf.emplace_back(x, y);
+    const int cx = std::min(kCellsX - 1, int(x / (xmax > 0 ? xmax : 1) * kCellsX));
+    const int cy = std::min(kCellsY - 1, int(y / (ymax > 0 ? ymax : 1) * kCellsY));
+    uint8_t& cell = taken[size_t(cy) * kCellsX + size_t(std::max(0, cx))];
+    if (cell) continue;
+    cell = 1;
+    all->append(x, y);
+    ++drawn_points;
   }
   std::sort(pf.begin(), pf.end());
   for (auto [x, y] : pf) front->append(x, y);
-  drawn_points = int(s->ranked.size());
+  drawn_layouts = int(s->ranked.size());
   drawn_front = int(pf.size());
   c->addSeries(all);
   c->addSeries(front);

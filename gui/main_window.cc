@@ -222,6 +222,8 @@ void MainWindow::build_inputs() {
   tp_ = spin(1, 1024, 1);
   pp_ = spin(1, 1024, 1);
   ep_ = spin(1, 1024, 1);
+  cp_ = spin(1, 1024, 1);
+  cp_->setToolTip("Context parallelism: each sequence in 2*cp chunks over cp ranks, ring attention");
   micro_ = spin(1, 1 << 16, 1);
   v_ = spin(1, 64, 1);
   zero_ = new QComboBox();
@@ -237,6 +239,7 @@ void MainWindow::build_inputs() {
   form->addRow("Tensor parallel (tp)", tp_);
   form->addRow("Pipeline parallel (pp)", pp_);
   form->addRow("Expert parallel (ep)", ep_);
+  form->addRow("Context parallel (cp)", cp_);
   form->addRow("ZeRO stage", zero_);
   form->addRow("Micro-batch (sequences)", micro_);
   form->addRow("Schedule", schedule_);
@@ -261,7 +264,7 @@ void MainWindow::build_inputs() {
     read_controls();
     reevaluate();
   };
-  for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, micro_, v_})
+  for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, cp_, micro_, v_})
     connect(s, &QSpinBox::valueChanged, this, changed);
   for (QComboBox* c : {precision_, grad_reduce_, framework_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
@@ -331,6 +334,7 @@ void MainWindow::write_controls() {
   tp_->setValue(l.tp);
   pp_->setValue(l.pp);
   ep_->setValue(l.ep);
+  cp_->setValue(l.cp);
   micro_->setValue(l.micro_batch);
   v_->setValue(l.virtual_stages);
   zero_->setCurrentIndex(l.zero);
@@ -358,6 +362,7 @@ void MainWindow::read_controls() {
   l.tp = tp_->value();
   l.pp = pp_->value();
   l.ep = ep_->value();
+  l.cp = cp_->value();
   l.micro_batch = micro_->value();
   l.virtual_stages = v_->value();
   l.zero = zero_->currentIndex();

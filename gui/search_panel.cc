@@ -1,5 +1,7 @@
 #include "gui/search_panel.h"
 
+#include <algorithm>
+
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -17,6 +19,12 @@
 namespace loom::gui {
 
 namespace {
+
+// The table lists the fastest layouts (the scatter and heatmap show them
+// all): a search over thousands of GPUs ranks hundreds of thousands, more
+// than anyone scrolls and more than a sorted item model holds promptly.
+constexpr size_t kMaxTableRows = 5000;
+
 
 // Sorts by the number behind the text (Qt::UserRole) when there is one.
 QStandardItem* num_item(const QString& text, double value) {
@@ -109,10 +117,13 @@ bool SearchPanel::start(PlannerSession::SearchJob job) {
       self->fill_table();
       QString msg = !err.isEmpty() ? "search failed: " + err
                     : cancelled    ? QString("cancelled after %1 fitting layouts").arg(shared ? shared->ranked.size() : 0)
-                                   : QString("%1 layouts enumerated, %2 fit, in %3 s; double-click a row to load it")
+                                   : QString("%1 layouts enumerated, %2 fit, in %3 s%4; double-click a row to load it")
                                          .arg(shared->enumerated)
                                          .arg(shared->fitting)
-                                         .arg(shared->elapsed_s, 0, 'f', 2);
+                                         .arg(shared->elapsed_s, 0, 'f', 2)
+                                         .arg(shared->ranked.size() > kMaxTableRows
+                                                  ? QString(" (the fastest %1 listed)").arg(kMaxTableRows)
+                                                  : QString());
       if (!cancelled && err.isEmpty()) self->bar_->setValue(1000);
       self->status_->setText(msg);
       emit self->search_finished(cancelled, msg);
@@ -131,7 +142,9 @@ void SearchPanel::fill_table() {
   model_->removeRows(0, model_->rowCount());
   if (!result_) return;
   const SearchResult& s = *result_;
-  for (size_t i = 0; i < s.ranked.size(); ++i) {
+  proxy_->setDynamicSortFilter(false);  // sort once, after the rows are in
+  const size_t n = std::min(s.ranked.size(), kMaxTableRows);
+  for (size_t i = 0; i < n; ++i) {
     const Candidate& c = s.ranked[i];
     const Figures& f = i < s.refined.size() ? s.refined[i].figures : c.estimate.figures;
     QList<QStandardItem*> row;
@@ -152,6 +165,7 @@ void SearchPanel::fill_table() {
   }
   // Keep the closed-form rank in column 0's UserRole for double-click.
   for (int r = 0; r < model_->rowCount(); ++r) model_->item(r, 0)->setData(r, Qt::UserRole);
+  proxy_->setDynamicSortFilter(true);
 }
 
 }  // namespace loom::gui

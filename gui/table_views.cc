@@ -44,7 +44,8 @@ void TrafficView::show_result(const SimResult* r) {
   if (!r) return;
   const Traffic& t = r->traffic;
   const char* names[] = {"TP (layer collectives)", "PP (activations, gradients)", "DP / ZeRO (gradients, params)",
-                         "EP (all-to-all)"};
+                         "EP (all-to-all)", "CP (ring: K/V, dK/dV)"};
+  static_assert(sizeof(names) / sizeof(names[0]) == kNumCommKinds, "a name for every kind of traffic");
   for (int k = 0; k < kNumCommKinds; ++k) {
     const int row = rowCount();
     insertRow(row);

@@ -95,7 +95,8 @@ class ScatterView : public QWidget {
  public:
   explicit ScatterView(QWidget* parent = nullptr);
   void show_search(const SearchResult* s);
-  int drawn_points = 0, drawn_front = 0;
+  // Layouts shown, markers drawn (layouts on one spot share one), front points.
+  int drawn_layouts = 0, drawn_points = 0, drawn_front = 0;
 
  private:
   QChartView* view_;

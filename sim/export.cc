@@ -47,7 +47,9 @@ Result<std::string> export_megatron_args(const Plan& p) {
     o << "--decoder-first-pipeline-num-layers " << first << "\n--decoder-last-pipeline-num-layers " << last << "\n";
   }
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
-  if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n";
+  // Context parallelism: the ring of K/V send/recv (Megatron's default p2p),
+  // as Loom's executor runs it.
+  if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type p2p\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   if (l.zero == 1) o << "--use-distributed-optimizer\n";
   if (l.overlap_grad_reduce && l.dp > 1) o << "--overlap-grad-reduce\n";
@@ -130,6 +132,10 @@ Result<std::string> export_deepspeed_config(const Plan& p) {
   if (l.pp > 1 && l.zero >= 2)
     return unsupported("export deepspeed: DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only; "
                        "use zero<=1 with pp>1");
+  if (l.cp > 1)
+    return unsupported("export deepspeed: cp=" + std::to_string(l.cp) +
+                       " has no DeepSpeed equivalent (its Ulysses sequence parallelism is another scheme); use cp=1, or "
+                       "--export megatron / torchtitan");
   if (t.grad_reduce == GradReduce::kFp8)
     return unsupported("export deepspeed: --grad-reduce fp8 has no DeepSpeed equivalent (communication_data_type "
                        "is fp32, fp16 or bf16); plan with --grad-reduce bf16 or fp32");
@@ -188,6 +194,7 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
   o << "data_parallel_shard_degree = " << (l.zero == 3 ? l.dp : 1) << "\n";
   o << "tensor_parallel_degree = " << l.tp << "\n";
   o << "pipeline_parallel_degree = " << l.pp << "\n";
+  if (l.cp > 1) o << "context_parallel_degree = " << l.cp << "\n";
   if (l.pp > 1) {
     const char* sched = l.schedule == Schedule::kGpipe ? "GPipe" : l.schedule == Schedule::k1F1B ? "1F1B" : "Interleaved1F1B";
     o << "pipeline_parallel_schedule = \"" << sched << "\"\n";

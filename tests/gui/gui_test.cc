@@ -84,9 +84,9 @@ class GuiTest : public QObject {
       QVERIFY2(close(w.breakdown_view()->drawn_ms.at(view_key) / 1e3, b[json_key].toDouble()), view_key);
     // Traffic view: one row per collective category plus the total, each
     // category's bytes per link class, time and calls as loom plan prints them.
-    QCOMPARE(w.traffic_view()->rowCount(), 5);
+    QCOMPARE(w.traffic_view()->rowCount(), 6);
     const QJsonObject tr = cli["traffic_per_rank_per_step"].toObject();
-    for (const char* kind : {"tp", "pp", "dp", "ep"}) {
+    for (const char* kind : {"tp", "pp", "dp", "ep", "cp"}) {
       const QJsonObject k = tr[kind].toObject();
       const std::vector<double>& v = w.traffic_view()->drawn.at(kind);
       const char* keys[] = {"nvlink_bytes", "pcie_bytes", "network_bytes", "time_s", "calls"};
@@ -212,7 +212,9 @@ class GuiTest : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 60000);
     QCOMPARE(done.first().at(0).toBool(), false);
     QVERIFY(w.search_panel()->rows() > 10);
-    QCOMPARE(w.scatter_view()->drawn_points, int(w.search_panel()->result()->ranked.size()));
+    QCOMPARE(w.scatter_view()->drawn_layouts, int(w.search_panel()->result()->ranked.size()));
+    QVERIFY(w.scatter_view()->drawn_points > 0);
+    QVERIFY(w.scatter_view()->drawn_points <= w.scatter_view()->drawn_layouts);
     QVERIFY(w.scatter_view()->drawn_front >= 1);
     QVERIFY(!w.heatmap_view()->best_mfu.empty());
   }

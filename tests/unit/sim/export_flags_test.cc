@@ -102,6 +102,7 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       {"qwen3-30b-a3b", "dp=8,ep=8,micro=1", 8, t},
       {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,first=7,last=6", 64, t},
       {"mixtral-8x7b", "dp=8,tp=2,ep=4,pp=2,micro=1,sp=1", 32, t},
+      {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1", 8, t},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.model) + " " + c.layout);
@@ -109,7 +110,26 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
     auto args = export_megatron_args(p);
     ASSERT_TRUE(args.is_ok()) << args.status().to_string();
     expect_accepted(*args, flags, std::string(c.model) + " " + c.layout);
+    if (p.layout.cp > 1) {
+      EXPECT_NE(args->find("--context-parallel-size 2\n"), std::string::npos) << *args;
+      EXPECT_NE(args->find("--cp-comm-type p2p\n"), std::string::npos) << *args;
+    }
   }
+}
+
+// Context parallelism: torchtitan states its degree; DeepSpeed has none and
+// says so rather than exporting a layout it would run without CP.
+TEST(ExportContextParallel, TorchtitanStatesItDeepSpeedRefuses) {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 8192;
+  const Plan p = plan_of("llama-3-8b", "dgx-h100", "dp=2,tp=2,cp=2,zero=3,micro=1,sp=1", 8, t);
+  auto toml = export_torchtitan_toml(p);
+  ASSERT_TRUE(toml.is_ok()) << toml.status().to_string();
+  EXPECT_NE(toml->find("context_parallel_degree = 2\n"), std::string::npos) << *toml;
+  auto ds = export_deepspeed_config(p);
+  ASSERT_FALSE(ds.is_ok());
+  EXPECT_NE(ds.status().message().find("cp=2"), std::string::npos) << ds.status().message();
 }
 
 // What a run needs that Megatron would otherwise default differently: the
