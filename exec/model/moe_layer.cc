@@ -115,29 +115,41 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   const int64_t M = int64_t(src.size());
   a->M = M;
   a->slot_rows = upload(backend_, slot_rows);
-  // The losses of the router (their values now, their gradients in backward).
+  // The losses of the router (their values now, their gradients in backward),
+  // over the micro-batch's Nt tokens (all CP ranks' chunks).
   const double mw = run_.micro_weight;
+  const int64_t Nt = N * run_.cp_size;
   if (run_.aux_coeff > 0) {
-    DeviceBuffer psum(backend_, size_t(E) * sizeof(float));  // zeroed: bias_backward accumulates
-    k.bias_backward({a->probs.f32(), psum.f32(), N, E});
-    std::vector<float> P_sum(static_cast<size_t>(E));
-    backend_->copy_to_host(P_sum.data(), psum.f32(), P_sum.size() * sizeof(float));
+    // Per expert: the probabilities summed over tokens (E), then the token
+    // copies routed to it (E), summed over the CP group.
+    DeviceBuffer stat(backend_, size_t(2 * E) * sizeof(float));  // zeroed: bias_backward accumulates
+    k.bias_backward({a->probs.f32(), stat.f32(), N, E});
+    if (run_.cp_size > 1) {
+      std::vector<float> counts(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) counts[size_t(e)] = float(routed[size_t(e)]);  // exact below 2^24
+      backend_->copy_to_device(stat.f32() + E, counts.data(), counts.size() * sizeof(float));
+      LOOM_RETURN_IF_ERROR(run_.cp->all_reduce(stat.f32(), size_t(2 * E), ReduceOp::kSum));
+    }
+    std::vector<float> host(static_cast<size_t>(2 * E));
+    backend_->copy_to_host(host.data(), stat.f32(), host.size() * sizeof(float));
     double aux = 0;
     a->aux_grad.resize(size_t(E));
     for (int e = 0; e < E; ++e) {
-      const double f = double(routed[size_t(e)]) / double(N * K);
-      aux += f * P_sum[size_t(e)] / double(N);
-      a->aux_grad[size_t(e)] = float(mw * run_.aux_coeff * E * f / double(N));
+      const double copies = run_.cp_size > 1 ? double(host[size_t(E + e)]) : double(routed[size_t(e)]);
+      const double f = copies / double(Nt * K);
+      aux += f * host[size_t(e)] / double(Nt);
+      a->aux_grad[size_t(e)] = float(mw * run_.aux_coeff * E * f / double(Nt));
     }
-    if (stats) stats->aux_loss += mw * run_.aux_coeff * E * aux;
+    // Every CP rank holds the same value: the first reports it.
+    if (stats && run_.cp_rank == 0) stats->aux_loss += mw * run_.aux_coeff * E * aux;
   }
   if (run_.z_coeff > 0) {
     std::vector<float> lse(static_cast<size_t>(N));
     backend_->copy_to_host(lse.data(), a->lse.f32(), lse.size() * sizeof(float));
     double z = 0;
     for (float v : lse) z += double(v) * v;
-    a->z_grad = float(mw * run_.z_coeff * 2 / double(N));
-    if (stats) stats->z_loss += mw * run_.z_coeff * z / double(N);
+    a->z_grad = float(mw * run_.z_coeff * 2 / double(Nt));
+    if (stats) stats->z_loss += mw * run_.z_coeff * z / double(Nt);  // this rank's share of the mean
   }
   DeviceBuffer xp = make(backend_, M * C);
   {

@@ -40,6 +40,13 @@ struct MoeRun {
   int ep_size = 1, ep_rank = 0;
   Communicator* ep = nullptr;  // null when ep_size == 1
   double micro_weight = 1;     // a micro-batch's share of the step's loss (1 / micro-batches over DP)
+  // Context parallelism: a CP rank routes its chunks of the micro-batch; the
+  // load-balancing statistics (tokens and probabilities per expert) are summed
+  // over the CP group, as Megatron sums them over its TP x CP group, so the
+  // losses are the whole micro-batch's. A capacity stays per rank (Megatron's
+  // too). Null when cp_size == 1.
+  int cp_size = 1, cp_rank = 0;
+  Communicator* cp = nullptr;
 };
 
 // Per-step diagnostics, weighted by micro_weight and summed over micro-batches

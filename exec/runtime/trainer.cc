@@ -46,9 +46,6 @@ Status Trainer::Impl::check_can_run() const {
                             (dims.moe.Fs ? ", shared " + std::to_string(dims.moe.Fs) : std::string()) +
                             ") does not split over tp=" + std::to_string(l.tp) + "; use a tp dividing it");
   if (dims.Vp % l.tp) return invalid_argument("execute: padded vocabulary does not split over tp");
-  if (l.cp > 1 && dims.moe.enabled())
-    return unsupported("execute: context parallelism (cp=" + std::to_string(l.cp) + ") with MoE layers (" +
-                       cfg.model.name + ") is not built yet (the routing losses would need the CP group); use cp=1");
   if (data && data->vocab_size() > dims.V)
     return invalid_argument("execute: the data's vocabulary (" + std::to_string(data->vocab_size()) +
                             ") is larger than the model's (" + std::to_string(dims.V) + "); scale vocab up");
@@ -113,9 +110,11 @@ Status Trainer::Impl::setup() {
     c.dp = (coords.dp / ep) * ep;
     c.ep = 0;
     LOOM_ASSIGN_OR_RETURN(ep_comm, devw->split(grid.rank_of(c), coords.dp % ep, "ep"));
+    // Expert-DP: every rank holding the same experts, over DP and CP.
     c = coords;
     c.dp = coords.dp % ep;
-    LOOM_ASSIGN_OR_RETURN(edp, devw->split(grid.rank_of(c), coords.dp / ep, "edp"));
+    c.cp = 0;
+    LOOM_ASSIGN_OR_RETURN(edp, devw->split(grid.rank_of(c), (coords.dp / ep) * l.cp + coords.cp, "edp"));
   }
   LOOM_ASSIGN_OR_RETURN(pipeline, Pipeline::create(*devw, color_of(Dim::kPp), l, coords.pp, backend));
   // Tied embeddings on two stages: the first and last stage keep a copy each
@@ -141,8 +140,8 @@ Status Trainer::Impl::setup() {
   dc.num_chunks = l.virtual_stages;
   dc.sum_replicated_over_tp = l.sequence_parallel && l.tp > 1;
   dc.grad_reduce = cfg.train.grad_reduce;
-  dc.edp_size = l.dp / ep;
-  dc.edp_rank = coords.dp / ep;
+  dc.edp_size = l.dp / ep * l.cp;
+  dc.edp_rank = (coords.dp / ep) * l.cp + coords.cp;
   sharding = DataParallel::create(dc, backend, &params, dp.get(), tp.get(), edp.get());
   const StageSplit split = split_layers(cfg.model, l);
   LOOM_RETURN_IF_ERROR(lay_out_params(split));
@@ -153,7 +152,7 @@ Status Trainer::Impl::setup() {
   auto counts = [this, zero = dc.zero](const ParamInfo& p) {
     if (p.shard == ShardKind::kReplicated && coords.tp != 0) return false;         // TP replicas: rank 0 counts
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) return false;  // the tied copy
-    if (p.expert) return zero > 0 || coords.dp < cfg.layout.ep;                  // expert-DP replicas: rank 0
+    if (p.expert) return zero > 0 || (coords.dp < cfg.layout.ep && coords.cp == 0);  // expert-DP replicas: rank 0
     return zero > 0 || data_rank_zero();                                           // DP/CP replicas: rank 0 counts
   };
   optimizer = std::make_unique<Optimizer>(cfg.train, cfg.loss_scaling, scaling, backend, &params, sharding.get(), world,
@@ -181,6 +180,9 @@ Status Trainer::Impl::setup() {
     cc.moe.ep_rank = coords.dp % ep;
     cc.moe.ep = ep > 1 ? ep_comm.get() : nullptr;
     cc.moe.micro_weight = 1.0 / double(program.config.micro_batches * l.dp);
+    cc.moe.cp_size = l.cp;
+    cc.moe.cp_rank = coords.cp;
+    cc.moe.cp = cp.get();
     chunks.push_back(std::make_unique<ModelChunk>(cc, &params, backend, tp.get()));
   }
   return Status::ok();

@@ -81,6 +81,12 @@ const Case kMoeCases[] = {
     {"dp=2,ep=2,tp=2,sp=1", 4},
     {"dp=2,ep=2,pp=2,micro=1", 4},
     {"dp=2,ep=2,recompute=full", 2},
+    // With context parallelism: the routing statistics summed over the CP
+    // group, experts synced over DP x CP.
+    {"dp=1,cp=2", 2},
+    {"dp=2,ep=2,cp=2", 4},
+    {"dp=1,cp=2,tp=2,sp=1", 4},
+    {"dp=2,ep=2,cp=2,zero=1,pp=2", 8},
 };
 
 // The model families: GPT-2, Llama, and a Qwen3 block with every config field
