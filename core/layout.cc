@@ -67,6 +67,7 @@ std::string Layout::to_string() const {
   ss << "dp=" << dp << ",tp=" << tp << ",pp=" << pp << ",ep=" << ep << ",cp=" << cp << ",zero=" << zero
      << ",micro=" << micro_batch << ",schedule=" << schedule_name(schedule) << ",v=" << virtual_stages
      << ",sp=" << (sequence_parallel ? 1 : 0) << ",recompute=" << recompute_name(recompute);
+  if (etp > 0 && etp != tp) ss << ",etp=" << etp;
   if (first_stage_layers > 0) ss << ",first=" << first_stage_layers;
   if (last_stage_layers > 0) ss << ",last=" << last_stage_layers;
   if (!overlap_grad_reduce) ss << ",overlap_grad=0";
@@ -132,6 +133,7 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     else if (key == "pp") LOOM_RETURN_IF_ERROR(set_int(l.pp));
     else if (key == "ep") LOOM_RETURN_IF_ERROR(set_int(l.ep));
     else if (key == "cp") LOOM_RETURN_IF_ERROR(set_int(l.cp));
+    else if (key == "etp") LOOM_RETURN_IF_ERROR(set_int(l.etp));
     else if (key == "zero") LOOM_RETURN_IF_ERROR(set_int(l.zero));
     else if (key == "micro" || key == "mbs" || key == "micro_batch") LOOM_RETURN_IF_ERROR(set_int(l.micro_batch));
     else if (key == "v" || key == "virtual_stages") {
@@ -152,7 +154,7 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
       l.rank_order = value;
     } else {
       return invalid_argument("layout: unknown key '" + key +
-                              "'; known keys: dp, tp, pp, ep, cp, zero, micro, schedule, v, sp, recompute, "
+                              "'; known keys: dp, tp, pp, ep, cp, etp, zero, micro, schedule, v, sp, recompute, "
                               "first, last, overlap_grad, overlap_param, order");
     }
   }

@@ -5,6 +5,10 @@
 //   ep (expert parallel) is carved out of dp, as in Megatron-core: the experts
 //   of a MoE layer are sharded over `ep` ranks of the DP group, and expert
 //   gradients are reduced over the remaining dp/ep ranks. ep must divide dp.
+//   With etp=1 and tp > 1 (Megatron-Core's MoE parallel folding, expert
+//   tensor parallel size 1) the experts are not split over TP and the EP
+//   group spans TP x DP instead: ep divides tp*dp, each TP rank routes its
+//   share of the tokens, and expert gradients are reduced over tp*dp*cp/ep ranks.
 //
 // `rank_order` lists the dimensions fastest-varying first, Megatron's
 // "tp-cp-ep-dp-pp" by default: consecutive ranks share a TP group, so TP stays
@@ -37,6 +41,7 @@ const char* dim_name(Dim d);
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
+  int etp = 0;             // expert tensor parallel size: 0 = tp (Megatron's default), or 1 (parallel folding)
   int zero = 0;            // ZeRO stage 0..3 (1 = Megatron's distributed optimizer)
   int micro_batch = 1;     // sequences per micro-batch (b)
   Schedule schedule = Schedule::k1F1B;
@@ -51,6 +56,14 @@ struct Layout {
   std::string rank_order = "tp-cp-ep-dp-pp";
 
   int world() const { return dp * tp * pp * cp; }
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  // Parallel folding: experts whole on each rank, the EP group over TP x DP.
+  bool folded_experts() const { return expert_tp() != tp; }
+  // A rank's place among the tp*dp ranks its experts fold over (tp fastest,
+  // Megatron's etp-ep-dp order): its EP rank is f % ep, its expert-DP index f / ep.
+  int expert_fold_index(int tp_rank, int dp_rank) const {
+    return folded_experts() ? tp_rank + tp * dp_rank : dp_rank;
+  }
   int size(Dim d) const;
   // Micro-batches per step for a global batch: B / (dp * micro_batch).
   int64_t num_micro_batches(int64_t global_batch) const { return global_batch / (int64_t(dp) * micro_batch); }
@@ -111,6 +124,10 @@ GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node);
 // Shape of the gradient group, DP x CP (context-parallel ranks hold the same
 // weights and sum their gradients with the DP ranks'): group_shape(kDp) when cp is 1.
 GroupShape gradient_group_shape(const Layout& layout, int devices_per_node);
+// The EP group (over DP, or over TP x DP when folded) and the expert-DP group
+// (the ranks holding the same experts: over DP x CP, or TP x DP x CP folded).
+GroupShape expert_group_shape(const Layout& layout, int devices_per_node);
+GroupShape expert_dp_group_shape(const Layout& layout, int devices_per_node);
 
 // Parses a rank order like "tp-cp-ep-dp-pp"; must name tp, cp, dp, pp once
 // (ep optional, it lives inside dp). Returns the dims fastest first.

@@ -77,7 +77,17 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
   if (m.ffn_hidden % l.tp != 0)
     return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide intermediate_size=" +
                             std::to_string(m.ffn_hidden) + "; use tp in " + divisors_of(m.ffn_hidden, 1024));
-  if (m.is_moe() && m.moe.expert_ffn_hidden % l.tp != 0)
+  if (l.etp != 0 && l.etp != 1 && l.etp != l.tp)
+    return invalid_argument("layout: etp=" + std::to_string(l.etp) + " (expert tensor parallel size) must be tp=" +
+                            std::to_string(l.tp) + " (experts split like the MLP) or 1 (parallel folding)");
+  if (l.folded_experts() && !m.is_moe())
+    return invalid_argument("layout: etp=1 folds expert parallelism over TP, and " + m.name +
+                            " has no experts; drop etp");
+  if (l.folded_experts() && !l.sequence_parallel)
+    return invalid_argument("layout: etp=1 with tp=" + std::to_string(l.tp) +
+                            " routes each TP rank's share of the tokens, which needs sequence parallelism (as "
+                            "Megatron-Core requires for MoE with TP); set sp=1");
+  if (m.is_moe() && !l.folded_experts() && m.moe.expert_ffn_hidden % l.tp != 0)
     return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide the expert intermediate size " +
                             std::to_string(m.moe.expert_ffn_hidden) + "; use tp in " +
                             divisors_of(m.moe.expert_ffn_hidden, 1024));
@@ -88,9 +98,17 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
   if (l.ep > 1 && !m.is_moe())
     return invalid_argument("layout: ep=" + std::to_string(l.ep) + " but " + m.name +
                             " has no experts; use ep=1 for dense models");
-  if (l.dp % l.ep != 0)
+  if (l.folded_experts() && (int64_t(l.tp) * l.dp) % l.ep != 0)
+    return invalid_argument("layout: ep=" + std::to_string(l.ep) + " must divide tp*dp=" +
+                            std::to_string(int64_t(l.tp) * l.dp) + " (etp=1 folds the experts over TP x DP); use ep in " +
+                            divisors_of(l.tp * l.dp));
+  if (!l.folded_experts() && l.dp % l.ep != 0)
     return invalid_argument("layout: ep=" + std::to_string(l.ep) + " must divide dp=" + std::to_string(l.dp) +
-                            " (experts are sharded over ranks of the DP group); use ep in " + divisors_of(l.dp));
+                            " (experts are sharded over ranks of the DP group); use ep in " + divisors_of(l.dp) +
+                            (l.tp > 1 && (int64_t(l.tp) * l.dp) % l.ep == 0
+                                 ? ", or etp=1,sp=1 to fold expert parallelism over TP x DP (Megatron-Core's parallel "
+                                   "folding)"
+                                 : ""));
   if (m.is_moe() && m.moe.num_experts % l.ep != 0)
     return invalid_argument("layout: ep=" + std::to_string(l.ep) + " does not divide num_experts=" +
                             std::to_string(m.moe.num_experts) + "; use ep in " + divisors_of(m.moe.num_experts));

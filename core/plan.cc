@@ -54,6 +54,8 @@ OrderedJson layout_json(const Layout& l) {
   j["pp"] = l.pp;
   j["ep"] = l.ep;
   j["cp"] = l.cp;
+  // Written only when folded, so that other plans are unchanged.
+  if (l.folded_experts()) j["expert_tensor_parallel"] = l.etp;
   j["zero"] = l.zero;
   j["micro_batch"] = l.micro_batch;
   j["schedule"] = schedule_name(l.schedule);
@@ -125,6 +127,7 @@ Result<Layout> parse_layout_json(const Json& j) {
   LOOM_RETURN_IF_ERROR(get_int("pp", l.pp));
   LOOM_RETURN_IF_ERROR(get_int("ep", l.ep));
   LOOM_RETURN_IF_ERROR(get_int("cp", l.cp));
+  if (j.contains("expert_tensor_parallel")) LOOM_RETURN_IF_ERROR(get_int("expert_tensor_parallel", l.etp));
   LOOM_RETURN_IF_ERROR(get_int("zero", l.zero));
   LOOM_RETURN_IF_ERROR(get_int("micro_batch", l.micro_batch));
   LOOM_RETURN_IF_ERROR(get_int("virtual_stages", l.virtual_stages));

@@ -14,7 +14,8 @@ RankGrid::RankGrid(const Layout& layout) {
   Result<std::vector<Dim>> order = layout.rank_order == "tp-cp-ep-dp-pp" ? Result<std::vector<Dim>>(kDefaultOrder)
                                                                           : parse_rank_order(layout.rank_order);
   LOOM_CHECK(order.is_ok(), "RankGrid needs a validated layout: " + order.status().message());
-  int ep = std::max(1, layout.ep);
+  // Folded experts (etp=1) span TP x DP: no expert digit inside dp.
+  int ep = layout.folded_experts() ? 1 : std::max(1, layout.ep);
   for (int i = 0; i < kNumDims; ++i) size_[i] = 1;
   size_[static_cast<int>(Dim::kTp)] = layout.tp;
   size_[static_cast<int>(Dim::kCp)] = layout.cp;
@@ -78,32 +79,59 @@ std::vector<int> RankGrid::group(Dim d, int rank) const {
   return out;
 }
 
-GroupShape gradient_group_shape(const Layout& layout, int devices_per_node) {
-  if (layout.cp <= 1) return group_shape(layout, Dim::kDp, devices_per_node);
+namespace {
+// The shape of a group given its members: distinct nodes, most members on one.
+GroupShape shape_of_members(std::vector<int> ranks, int devices_per_node) {
   GroupShape s;
-  s.ranks = layout.dp * layout.cp;
+  s.ranks = int(ranks.size());
   if (devices_per_node <= 0) {
     s.ranks_per_node = s.ranks;
     return s;
   }
-  // The members of rank 0's group, their nodes counted (the group is a few
-  // thousand ranks at most; the simulator memoizes per layout).
-  RankGrid grid(layout);
-  const int ep = std::max(1, layout.ep);
-  std::vector<int> nodes;
-  nodes.reserve(size_t(s.ranks));
-  for (int i = 0; i < layout.dp; ++i)
-    for (int j = 0; j < layout.cp; ++j) nodes.push_back(grid.rank_of({i, 0, 0, i % ep, j}) / devices_per_node);
-  std::sort(nodes.begin(), nodes.end());
+  for (int& r : ranks) r /= devices_per_node;
+  std::sort(ranks.begin(), ranks.end());
   int distinct = 0, run = 0, most = 0;
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    run = (k > 0 && nodes[k] == nodes[k - 1]) ? run + 1 : 1;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    run = (k > 0 && ranks[k] == ranks[k - 1]) ? run + 1 : 1;
     if (run == 1) ++distinct;
     most = std::max(most, run);
   }
-  s.nodes = distinct;
-  s.ranks_per_node = most;
+  s.nodes = std::max(1, distinct);
+  s.ranks_per_node = std::max(1, most);
   return s;
+}
+}  // namespace
+
+GroupShape gradient_group_shape(const Layout& layout, int devices_per_node) {
+  if (layout.cp <= 1) return group_shape(layout, Dim::kDp, devices_per_node);
+  // The members of rank 0's group (a few thousand ranks at most; the
+  // simulator memoizes per layout).
+  RankGrid grid(layout);
+  std::vector<int> members;
+  members.reserve(size_t(layout.dp) * layout.cp);
+  for (int i = 0; i < layout.dp; ++i)
+    for (int j = 0; j < layout.cp; ++j) members.push_back(grid.rank_of({i, 0, 0, 0, j}));
+  return shape_of_members(std::move(members), devices_per_node);
+}
+
+GroupShape expert_group_shape(const Layout& layout, int devices_per_node) {
+  if (!layout.folded_experts()) return group_shape(layout, Dim::kEp, devices_per_node);
+  RankGrid grid(layout);
+  std::vector<int> members;
+  for (int f = 0; f < layout.ep; ++f) members.push_back(grid.rank_of({f / layout.tp, f % layout.tp, 0, 0, 0}));
+  return shape_of_members(std::move(members), devices_per_node);
+}
+
+GroupShape expert_dp_group_shape(const Layout& layout, int devices_per_node) {
+  RankGrid grid(layout);
+  std::vector<int> members;
+  const int ep = std::max(1, layout.ep);
+  const int folded = layout.folded_experts() ? layout.tp : 1;  // the ranks experts fold over: tp*dp or dp
+  for (int f = 0; f < folded * layout.dp; f += ep)
+    for (int j = 0; j < layout.cp; ++j)
+      members.push_back(layout.folded_experts() ? grid.rank_of({f / layout.tp, f % layout.tp, 0, 0, j})
+                                                : grid.rank_of({f, 0, 0, 0, j}));
+  return shape_of_members(std::move(members), devices_per_node);
 }
 
 GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node) {
@@ -120,7 +148,7 @@ GroupShape group_shape(const Layout& layout, Dim d, int devices_per_node) {
   struct Digit { int stride, size; };
   Digit dg[2];
   int nd = 0;
-  const int ep = std::max(1, layout.ep);
+  const int ep = layout.folded_experts() ? 1 : std::max(1, layout.ep);  // the expert digit inside dp
   if (d == Dim::kDp && ep > 1) {
     dg[nd++] = {grid.stride(Dim::kEp), ep};
     dg[nd++] = {grid.stride(Dim::kDp), layout.dp / ep};

@@ -222,6 +222,10 @@ void MainWindow::build_inputs() {
   tp_ = spin(1, 1024, 1);
   pp_ = spin(1, 1024, 1);
   ep_ = spin(1, 1024, 1);
+  etp_ = spin(0, 1024, 0);
+  etp_->setSpecialValueText("= tp");
+  etp_->setToolTip("Expert tensor parallel size: = tp (experts split like the MLP), or 1 (parallel folding: experts "
+                   "whole, ep over tp x dp; needs sequence parallel)");
   cp_ = spin(1, 1024, 1);
   cp_->setToolTip("Context parallelism: each sequence in 2*cp chunks over cp ranks, ring attention");
   micro_ = spin(1, 1 << 16, 1);
@@ -239,6 +243,7 @@ void MainWindow::build_inputs() {
   form->addRow("Tensor parallel (tp)", tp_);
   form->addRow("Pipeline parallel (pp)", pp_);
   form->addRow("Expert parallel (ep)", ep_);
+  form->addRow("Expert TP (etp)", etp_);
   form->addRow("Context parallel (cp)", cp_);
   form->addRow("ZeRO stage", zero_);
   form->addRow("Micro-batch (sequences)", micro_);
@@ -264,7 +269,7 @@ void MainWindow::build_inputs() {
     read_controls();
     reevaluate();
   };
-  for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, cp_, micro_, v_})
+  for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, etp_, cp_, micro_, v_})
     connect(s, &QSpinBox::valueChanged, this, changed);
   for (QComboBox* c : {precision_, grad_reduce_, framework_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
@@ -334,6 +339,7 @@ void MainWindow::write_controls() {
   tp_->setValue(l.tp);
   pp_->setValue(l.pp);
   ep_->setValue(l.ep);
+  etp_->setValue(l.folded_experts() ? l.etp : 0);
   cp_->setValue(l.cp);
   micro_->setValue(l.micro_batch);
   v_->setValue(l.virtual_stages);
@@ -362,6 +368,7 @@ void MainWindow::read_controls() {
   l.tp = tp_->value();
   l.pp = pp_->value();
   l.ep = ep_->value();
+  l.etp = etp_->value();
   l.cp = cp_->value();
   l.micro_batch = micro_->value();
   l.virtual_stages = v_->value();

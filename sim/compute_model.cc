@@ -207,10 +207,11 @@ ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfil
   s.seq = seq_len;
   s.tp = layout.tp;
   s.ep = layout.ep;
+  s.etp = layout.expert_tp();
   s.sp = layout.sequence_parallel;
   s.recompute = layout.recompute;
   s.tp_group = group_shape(layout, Dim::kTp, hw.node.devices_per_node);
-  s.ep_group = group_shape(layout, Dim::kEp, hw.node.devices_per_node);
+  s.ep_group = expert_group_shape(layout, hw.node.devices_per_node);
   s.cp_group = group_shape(layout, Dim::kCp, hw.node.devices_per_node);
   return s;
 }
@@ -316,10 +317,13 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // A capacity factor caps it: the busiest expert drops what is over.
     double imbalance = std::max(1.0, opt.moe_load_imbalance);
     if (opt.moe_capacity_factor > 0) imbalance = std::min(imbalance, opt.moe_capacity_factor);
-    double tokens_per_expert = T * k * sh.ep / E * imbalance;
+    // Experts split over TP see every TP rank's tokens (gathered); folded
+    // (etp = 1) each TP rank dispatches its 1/t share to whole experts.
+    const double etp = sh.etp, fold = t / etp;
+    double tokens_per_expert = T * k * sh.ep / E / fold * imbalance;
     // The local experts as grouped GEMMs (one launch for all of them).
-    gemm.grouped(local_experts, tokens_per_expert, mlp_mats * fe / t, h);
-    gemm.grouped(local_experts, tokens_per_expert, h, fe / t);
+    gemm.grouped(local_experts, tokens_per_expert, mlp_mats * fe / etp, h);
+    gemm.grouped(local_experts, tokens_per_expert, h, fe / etp);
     act_elem_fwd += T * k * fe / t;
     if (m.moe.num_shared_experts > 0) {
       double fs = double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts;

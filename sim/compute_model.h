@@ -73,6 +73,7 @@ struct ComputeShape {
   int cp = 1;           // context parallelism: the sequence over cp ranks, ring attention
   int tp = 1;
   int ep = 1;
+  int etp = 1;          // the experts' TP split: tp, or 1 under parallel folding (EP over TP x DP)
   bool sp = false;
   Recompute recompute = Recompute::kNone;
   GroupShape tp_group;

@@ -126,7 +126,7 @@ namespace {
 // that share their split and their per-layer costs.
 struct PieceKey {
   uint64_t evaluator = 0;
-  int tp = 0, ep = 0, cp = 0, micro = 0, sp = 0, recompute = 0;
+  int tp = 0, ep = 0, etp = 0, cp = 0, micro = 0, sp = 0, recompute = 0;
   int dp = 0, pp = 0;  // the TP / EP groups' placement depends on them under a non-default rank order
   std::string order;
   bool operator==(const PieceKey&) const = default;
@@ -139,7 +139,7 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   thread_local PieceKey keys[kSlots];
   thread_local Pieces values[kSlots];
   const bool default_order = l.rank_order == Layout{}.rank_order;  // tp, ep innermost: placement fixed by tp, ep
-  PieceKey k{id_, l.tp, l.ep, l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
+  PieceKey k{id_, l.tp, l.ep, l.expert_tp(), l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
              default_order ? 0 : l.dp, default_order ? 0 : l.pp, l.rank_order};
   size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 11 + size_t(k.sp) * 5 +
               size_t(k.recompute) * 2 + size_t(l.cp) * 17) % kSlots;
@@ -251,7 +251,7 @@ namespace {
 // only: layouts that differ in micro-batch, schedule or recompute share them.
 struct DpKey {
   uint64_t evaluator = 0;
-  int dp = 0, cp = 0, tp = 0, pp = 0, ep = 0, zero = 0, layers = 0, moe_layers = 0;
+  int dp = 0, cp = 0, tp = 0, pp = 0, ep = 0, etp = 0, zero = 0, layers = 0, moe_layers = 0;
   double grad_bytes = 0, expert_grad_bytes = 0;
   std::string order;
   bool operator==(const DpKey&) const = default;
@@ -263,7 +263,7 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   constexpr int kSlots = 256;
   thread_local DpKey keys[kSlots];
   thread_local DpCollectives values[kSlots];
-  DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
   const size_t h = (std::hash<double>{}(sc.grad_bytes) ^ (size_t(l.dp) * 131 + size_t(l.tp) * 31 + size_t(l.pp) * 17 +
                                                            size_t(l.ep) * 7 + size_t(l.zero))) % kSlots;
   if (!(keys[h] == k)) {
@@ -280,11 +280,9 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   // Gradients sum over DP x CP (Megatron's dp-cp group).
   GroupShape dp_shape = gradient_group_shape(l, dpn);
   d.crosses_nodes = dp_shape.nodes > 1;
-  // Expert gradients are reduced over the expert-DP group: dp cp/ep ranks.
-  GroupShape edp_shape = dp_shape;
-  edp_shape.ranks = l.dp * l.cp / l.ep;
-  edp_shape.nodes = std::max(1, std::min(edp_shape.ranks, dp_shape.nodes));
-  edp_shape.ranks_per_node = std::max(1, edp_shape.ranks / edp_shape.nodes);
+  // Expert gradients are reduced over the expert-DP group: dp cp/ep ranks
+  // (x tp under parallel folding).
+  GroupShape edp_shape = expert_dp_group_shape(l, dpn);
   const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / reduce_elem_bytes(train_, opt_);
   // ZeRO-3 gathers and reduce-scatters one layer at a time (FSDP2 wraps each
   // transformer block, DeepSpeed stage 3 fetches per submodule, Megatron's

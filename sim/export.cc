@@ -47,6 +47,8 @@ Result<std::string> export_megatron_args(const Plan& p) {
     o << "--decoder-first-pipeline-num-layers " << first << "\n--decoder-last-pipeline-num-layers " << last << "\n";
   }
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
+  // Megatron-Core defaults the experts' TP size to tp; parallel folding states 1.
+  if (l.folded_experts()) o << "--expert-tensor-parallel-size " << l.expert_tp() << "\n";
   // Context parallelism: the ring of K/V send/recv (Megatron's default p2p),
   // as Loom's executor runs it.
   if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type p2p\n";

@@ -23,7 +23,7 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& 
     p.dense += layers * (double(m.attention_params()) / t + double(m.norm_params_per_layer()));
     p.dense += (layers - moe_layers) * double(m.dense_mlp_params()) / t;
     p.dense += moe_layers * (double(m.router_params()) + double(m.shared_expert_params()) / t);
-    p.expert += moe_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / t;
+    p.expert += moe_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / l.expert_tp();
   };
   add_blocks(split.stage_layers(stage), split.stage_moe_layers(stage));
   if (stage == 0) p.dense += double(m.embedding_params()) / t + double(m.position_params());
@@ -320,7 +320,7 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
     bytes += T * r * m.moe.num_experts * 4;                           // router probabilities (fp32)
     // Tokens are gathered over TP before dispatch (SP or not): every TP rank
     // computes its f/t slice of the experts for all T*k routed tokens.
-    bytes += T * k * h * e8;                                          // dispatched tokens (expert fc1 input)
+    bytes += T * k * h * e8 * double(l.expert_tp()) / t;              // dispatched tokens (expert fc1 input; folded: 1/t)
     bytes += T * k * double(m.moe.expert_ffn_hidden) * act_bytes / t;
     if (m.moe.num_shared_experts > 0)
       bytes += T * double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts * act_bytes / t;
@@ -385,7 +385,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   StageParams params = stage_params(m, l, split, stage);
   sm.params = params.total();
   StateBytes sb = state_bytes_per_param(train.precision, opt);
-  const double n_dense = l.dp * l.cp, n_expert = double(l.dp * l.cp) / l.ep;  // ZeRO shards over DP x CP
+  // ZeRO shards over DP x CP; expert states over the expert-DP group (x TP folded).
+  const double n_dense = l.dp * l.cp, n_expert = double(l.dp * l.cp) * (l.tp / l.expert_tp()) / l.ep;
   auto sharded = [&](double bytes_per_param, int from_stage) {
     double d = params.dense * bytes_per_param, x = params.expert * bytes_per_param;
     if (l.zero >= from_stage) {

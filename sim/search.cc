@@ -45,14 +45,21 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
       int dp = world / tp / pp / cp;
       if (sp.fix_dp && dp != sp.fix_dp) continue;
       if (t.global_batch % dp) continue;
-      std::vector<int> eps{1};
+      // (ep, etp): experts sharded over DP ranks and split over TP, or
+      // (Megatron-Core's parallel folding, etp = 1, with SP) whole and
+      // sharded over TP x DP ranks.
+      std::vector<std::pair<int, int>> eps{{1, 0}};
       if (m.is_moe()) {
         eps.clear();
         for (int ep : divisors(dp, dp))
-          if (m.moe.num_experts % ep == 0) eps.push_back(ep);
+          if (m.moe.num_experts % ep == 0) eps.push_back({ep, 0});
+        if (tp > 1 && sp.try_sequence_parallel && sp.try_expert_folding)
+          for (int ep : divisors(tp * dp, tp * dp))
+            if (ep > 1 && m.moe.num_experts % ep == 0) eps.push_back({ep, 1});
       }
-      for (int ep : eps) {
+      for (auto [ep, etp] : eps) {
         if (sp.fix_ep && ep != sp.fix_ep) continue;
+        if (sp.fix_etp && (etp ? etp : tp) != sp.fix_etp) continue;
         for (int zero : sp.zero_stages) {
           if (sp.fix_zero >= 0 && zero != sp.fix_zero) continue;
           if (dp * cp == 1 && zero > 0) continue;  // nothing to shard over
@@ -92,6 +99,7 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     l.tp = tp;
                     l.pp = pp;
                     l.ep = ep;
+                    l.etp = etp;
                     l.cp = cp;
                     l.zero = zero;
                     l.micro_batch = micro;
@@ -278,6 +286,7 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
     else if (k == "pp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_pp));
     else if (k == "ep") LOOM_RETURN_IF_ERROR(to_int(sp.fix_ep));
     else if (k == "cp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_cp));
+    else if (k == "etp") LOOM_RETURN_IF_ERROR(to_int(sp.fix_etp));
     else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
     else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
     else if (k == "v") LOOM_RETURN_IF_ERROR(to_int(sp.fix_v));
@@ -302,7 +311,7 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
       sp.fix_recompute = r;
     } else {
-      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, cp, micro, zero, v, sp, split, schedule, recompute, overlap_grad, overlap_param");
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, etp, cp, micro, zero, v, sp, split, schedule, recompute, overlap_grad, overlap_param");
     }
   }
   return Status::ok();

@@ -46,7 +46,9 @@ struct SearchSpace {
   int max_cp = 8;
   int min_cp_chunk = 128;
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
-  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_cp = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;
+  int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_etp = 0, fix_cp = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;
+  // MoE with tp > 1: also the folded layouts (etp = 1, EP over TP x DP).
+  bool try_expert_folding = true;
   std::optional<Recompute> fix_recompute;
   std::optional<Schedule> fix_schedule;
   std::optional<bool> fix_sp;

@@ -63,8 +63,14 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   Kernels& k = backend_->kernels();
   ParamStore& P = *params_;
   const int E = d_.moe.E, K = d_.moe.k;
-  const int64_t C = d_.C, Fl = d_.moe.F / tp_size_, Fsl = d_.moe.Fs / tp_size_;
+  const bool folded = run_.folded && tp_size_ > 1;
+  const int64_t C = d_.C, Fl = d_.moe.F / (folded ? 1 : tp_size_), Fsl = d_.moe.Fs / tp_size_;
   const std::string p = mlp_prefix(layer);
+  // The rows this rank routes: all N, or (folded) its 1/tp of them.
+  const int64_t Nall = N, r0 = folded ? tp_rank_ * (N / tp_size_) : 0;
+  if (folded) N /= tp_size_;
+  const float* hall = h;
+  h += r0 * C;
   MoeActsPtr a(new MoeActs);
   a->N = N;
   // Router.
@@ -93,11 +99,12 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   }
   std::vector<int64_t> routed(static_cast<size_t>(E));
   for (int e = 0; e < E; ++e) routed[size_t(e)] = int64_t(slots[size_t(e)].size());
+  int64_t dropped = 0;
   if (run_.capacity_factor > 0) {
     const int64_t cap = int64_t(std::ceil(run_.capacity_factor * double(N * K) / double(E)));
     for (auto& v : slots) {
       if (int64_t(v.size()) <= cap) continue;
-      if (stats) stats->dropped += int64_t(v.size()) - cap;
+      dropped += int64_t(v.size()) - cap;
       std::stable_sort(v.begin(), v.end(), [&](int32_t x, int32_t y) { return w[size_t(x)] > w[size_t(y)]; });
       v.resize(size_t(cap));
       std::sort(v.begin(), v.end());
@@ -116,41 +123,51 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   a->M = M;
   a->slot_rows = upload(backend_, slot_rows);
   // The losses of the router (their values now, their gradients in backward),
-  // over the micro-batch's Nt tokens (all CP ranks' chunks).
+  // over the micro-batch's Nt tokens (all CP ranks' chunks; folded, all TP
+  // ranks' shares). The statistics, summed over those groups: per expert the
+  // probabilities summed over tokens (E) and the token copies routed to it
+  // (E); then, over TP only (the trainer reports TP rank 0's and sums the
+  // rest), the squared log-sum-exps and the dropped copies.
   const double mw = run_.micro_weight;
-  const int64_t Nt = N * run_.cp_size;
+  const int64_t Nt = N * run_.cp_size * (folded ? tp_size_ : 1);
+  std::vector<float> st(static_cast<size_t>(2 * E + 2), 0.f);
   if (run_.aux_coeff > 0) {
-    // Per expert: the probabilities summed over tokens (E), then the token
-    // copies routed to it (E), summed over the CP group.
-    DeviceBuffer stat(backend_, size_t(2 * E) * sizeof(float));  // zeroed: bias_backward accumulates
-    k.bias_backward({a->probs.f32(), stat.f32(), N, E});
-    if (run_.cp_size > 1) {
-      std::vector<float> counts(static_cast<size_t>(E));
-      for (int e = 0; e < E; ++e) counts[size_t(e)] = float(routed[size_t(e)]);  // exact below 2^24
-      backend_->copy_to_device(stat.f32() + E, counts.data(), counts.size() * sizeof(float));
-      LOOM_RETURN_IF_ERROR(run_.cp->all_reduce(stat.f32(), size_t(2 * E), ReduceOp::kSum));
-    }
-    std::vector<float> host(static_cast<size_t>(2 * E));
-    backend_->copy_to_host(host.data(), stat.f32(), host.size() * sizeof(float));
+    DeviceBuffer psum(backend_, size_t(E) * sizeof(float));  // zeroed: bias_backward accumulates
+    k.bias_backward({a->probs.f32(), psum.f32(), N, E});
+    backend_->copy_to_host(st.data(), psum.f32(), size_t(E) * sizeof(float));
+  }
+  for (int e = 0; e < E; ++e) st[size_t(E + e)] = float(routed[size_t(e)]);  // exact below 2^24
+  if (run_.z_coeff > 0) {
+    std::vector<float> lse(static_cast<size_t>(N));
+    backend_->copy_to_host(lse.data(), a->lse.f32(), lse.size() * sizeof(float));
+    double z = 0;
+    for (float v : lse) z += double(v) * v;
+    st[size_t(2 * E)] = float(z);
+  }
+  st[size_t(2 * E + 1)] = float(dropped);
+  const bool by_tp = folded, by_cp = run_.cp_size > 1 && run_.aux_coeff > 0;
+  if (by_tp || by_cp) {
+    DeviceBuffer sd = upload(backend_, st);
+    if (by_tp) LOOM_RETURN_IF_ERROR(tp_->all_reduce(sd.f32(), st.size(), ReduceOp::kSum));
+    if (by_cp) LOOM_RETURN_IF_ERROR(run_.cp->all_reduce(sd.f32(), size_t(2 * E), ReduceOp::kSum));
+    backend_->copy_to_host(st.data(), sd.f32(), st.size() * sizeof(float));
+  }
+  if (run_.aux_coeff > 0) {
     double aux = 0;
     a->aux_grad.resize(size_t(E));
     for (int e = 0; e < E; ++e) {
-      const double copies = run_.cp_size > 1 ? double(host[size_t(E + e)]) : double(routed[size_t(e)]);
-      const double f = copies / double(Nt * K);
-      aux += f * host[size_t(e)] / double(Nt);
+      const double f = double(st[size_t(E + e)]) / double(Nt * K);
+      aux += f * st[size_t(e)] / double(Nt);
       a->aux_grad[size_t(e)] = float(mw * run_.aux_coeff * E * f / double(Nt));
     }
     // Every CP rank holds the same value: the first reports it.
     if (stats && run_.cp_rank == 0) stats->aux_loss += mw * run_.aux_coeff * E * aux;
   }
   if (run_.z_coeff > 0) {
-    std::vector<float> lse(static_cast<size_t>(N));
-    backend_->copy_to_host(lse.data(), a->lse.f32(), lse.size() * sizeof(float));
-    double z = 0;
-    for (float v : lse) z += double(v) * v;
     a->z_grad = float(mw * run_.z_coeff * 2 / double(Nt));
-    if (stats) stats->z_loss += mw * run_.z_coeff * z / double(Nt);  // this rank's share of the mean
+    if (stats) stats->z_loss += mw * run_.z_coeff * st[size_t(2 * E)] / double(Nt);  // this CP rank's share
   }
+  if (stats) stats->dropped += int64_t(st[size_t(2 * E + 1)]);
   DeviceBuffer xp = make(backend_, M * C);
   {
     DeviceBuffer src_dev = upload(backend_, src);
@@ -243,22 +260,25 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   // Shared experts: written into y, the routed outputs added after; gated
   // (Qwen2-MoE), added last, scaled by sigmoid(h . w_g).
   const bool ungated_shared = d_.moe.Fs > 0 && !d_.moe.shared_gate;
+  // The shared experts see every row (TP-split like the dense MLP).
   if (d_.moe.Fs > 0) {
-    a->sg = make(backend_, N * Fsl);
-    a->su = make(backend_, N * Fsl);
-    a->ss = make(backend_, N * Fsl);
-    linear(k, h, P.param(p + "shared.gate.weight"), nullptr, a->sg.f32(), N, C, Fsl);
-    linear(k, h, P.param(p + "shared.up.weight"), nullptr, a->su.f32(), N, C, Fsl);
-    k.swiglu_forward({a->sg.f32(), a->su.f32(), a->ss.f32(), N * Fsl});
-    if (d_.moe.shared_gate) a->ysh = make(backend_, N * C);
-    linear(k, a->ss.f32(), P.param(p + "shared.down.weight"), nullptr, d_.moe.shared_gate ? a->ysh.f32() : y, N, Fsl,
-           C);
+    a->sg = make(backend_, Nall * Fsl);
+    a->su = make(backend_, Nall * Fsl);
+    a->ss = make(backend_, Nall * Fsl);
+    linear(k, hall, P.param(p + "shared.gate.weight"), nullptr, a->sg.f32(), Nall, C, Fsl);
+    linear(k, hall, P.param(p + "shared.up.weight"), nullptr, a->su.f32(), Nall, C, Fsl);
+    k.swiglu_forward({a->sg.f32(), a->su.f32(), a->ss.f32(), Nall * Fsl});
+    if (d_.moe.shared_gate) a->ysh = make(backend_, Nall * C);
+    linear(k, a->ss.f32(), P.param(p + "shared.down.weight"), nullptr, d_.moe.shared_gate ? a->ysh.f32() : y, Nall,
+           Fsl, C);
   }
-  k.moe_unpermute({a->yp.f32(), a->slot_rows.i32(), a->w.f32(), y, N, K, C, ungated_shared});
+  // Folded: the routed output on this rank's rows only, zero elsewhere.
+  if (folded && !ungated_shared) backend_->fill_zero(y, size_t(Nall * C) * sizeof(float));
+  k.moe_unpermute({a->yp.f32(), a->slot_rows.i32(), a->w.f32(), y + r0 * C, N, K, C, ungated_shared || folded});
   if (d_.moe.shared_gate) {
-    a->gate_logit = make(backend_, N);
-    k.gemm({false, true, N, 1, C, 1.f, h, P.param(p + "shared_gate.weight"), 0.f, a->gate_logit.f32()});
-    k.sigmoid_gate_forward({a->gate_logit.f32(), a->ysh.f32(), y, N, C});
+    a->gate_logit = make(backend_, Nall);
+    k.gemm({false, true, Nall, 1, C, 1.f, hall, P.param(p + "shared_gate.weight"), 0.f, a->gate_logit.f32()});
+    k.sigmoid_gate_forward({a->gate_logit.f32(), a->ysh.f32(), y, Nall, C});
   }
   *out = std::move(a);
   return k.status();
@@ -269,7 +289,17 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   ParamStore& P = *params_;
   MoeActs& a = **acts;
   const int E = d_.moe.E, K = d_.moe.k;
-  const int64_t C = d_.C, Fl = d_.moe.F / tp_size_, Fsl = d_.moe.Fs / tp_size_, N = a.N, M = a.M, R = a.R;
+  const bool folded = run_.folded && tp_size_ > 1;
+  const int64_t C = d_.C, Fl = d_.moe.F / (folded ? 1 : tp_size_), Fsl = d_.moe.Fs / tp_size_, N = a.N, M = a.M,
+                R = a.R;
+  // The rows this rank routed (folded: its 1/tp of them), and all of them.
+  const int64_t Nall = folded ? N * tp_size_ : N, r0 = folded ? tp_rank_ * N : 0;
+  const float* hall = h;
+  const float* dyall = dy;
+  float* dhall = dh;
+  h += r0 * C;
+  dy += r0 * C;
+  dh += r0 * C;
   const std::string p = mlp_prefix(layer);
   const ExpertRange ex = local_experts(d_.moe, run_.ep_size, run_.ep_rank);
   const int El = ex.count, ep = run_.ep_size;
@@ -277,8 +307,8 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   DeviceBuffer dyp = make(backend_, M * C), dw = make(backend_, N * K);
   k.moe_unpermute_backward({dy, a.yp.f32(), a.slot_rows.i32(), a.w.f32(), dyp.f32(), dw.f32(), N, K, C});
   a.yp = DeviceBuffer();
-  // Each TP rank's expert outputs are parts: so are the weights' gradients.
-  if (tp_size_ > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(dw.f32(), size_t(N * K), ReduceOp::kSum));
+  // Each TP rank's expert outputs are parts (not folded): so are the weights' gradients.
+  if (tp_size_ > 1 && !folded) LOOM_RETURN_IF_ERROR(tp_->all_reduce(dw.f32(), size_t(N * K), ReduceOp::kSum));
   DeviceBuffer dyg;
   if (ep == 1) {
     dyg = std::move(dyp);
@@ -323,29 +353,32 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
     dxp = make(backend_, M * C);
     LOOM_RETURN_IF_ERROR(exchange(dxr.f32(), a.recv_rows, dxp.f32(), a.send_rows));
   }
+  // Folded: this rank's input gradient is its rows' (zero elsewhere) plus
+  // the shared experts' part.
+  if (folded) backend_->fill_zero(dhall, size_t(Nall * C) * sizeof(float));
   k.moe_unpermute({dxp.f32(), a.slot_rows.i32(), nullptr, dh, N, K, C, false});
   if (d_.moe.Fs > 0) {
-    const float* dysh = dy;
+    const float* dysh = dyall;
     DeviceBuffer dysh_buf;
     if (d_.moe.shared_gate) {
       // The gate: its gradient from this TP rank's part of the shared output, summed over TP.
-      dysh_buf = make(backend_, N * C);
-      DeviceBuffer dg = make(backend_, N);
-      k.sigmoid_gate_backward({dy, a.gate_logit.f32(), a.ysh.f32(), dysh_buf.f32(), dg.f32(), N, C});
-      if (tp_size_ > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(dg.f32(), size_t(N), ReduceOp::kSum));
+      dysh_buf = make(backend_, Nall * C);
+      DeviceBuffer dg = make(backend_, Nall);
+      k.sigmoid_gate_backward({dyall, a.gate_logit.f32(), a.ysh.f32(), dysh_buf.f32(), dg.f32(), Nall, C});
+      if (tp_size_ > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(dg.f32(), size_t(Nall), ReduceOp::kSum));
       const std::string wg = p + "shared_gate.weight";
-      k.gemm({true, false, 1, C, N, 1.f, dg.f32(), h, 1.f, P.grad(wg)});
-      if (tp_rank_ == 0) k.gemm({false, false, N, C, 1, 1.f, dg.f32(), P.param(wg), 1.f, dh});
+      k.gemm({true, false, 1, C, Nall, 1.f, dg.f32(), hall, 1.f, P.grad(wg)});
+      if (tp_rank_ == 0) k.gemm({false, false, Nall, C, 1, 1.f, dg.f32(), P.param(wg), 1.f, dhall});
       dysh = dysh_buf.f32();
     }
-    DeviceBuffer dss = make(backend_, N * Fsl), dsg = make(backend_, N * Fsl), dsu = make(backend_, N * Fsl);
+    DeviceBuffer dss = make(backend_, Nall * Fsl), dsg = make(backend_, Nall * Fsl), dsu = make(backend_, Nall * Fsl);
     linear_backward(k, dysh, a.ss.f32(), P.param(p + "shared.down.weight"), P.grad(p + "shared.down.weight"), nullptr,
-                    dss.f32(), N, Fsl, C, false);
-    k.swiglu_backward({dss.f32(), a.sg.f32(), a.su.f32(), dsg.f32(), dsu.f32(), N * Fsl});
-    linear_backward(k, dsg.f32(), h, P.param(p + "shared.gate.weight"), P.grad(p + "shared.gate.weight"), nullptr, dh,
-                    N, C, Fsl, true);
-    linear_backward(k, dsu.f32(), h, P.param(p + "shared.up.weight"), P.grad(p + "shared.up.weight"), nullptr, dh, N,
-                    C, Fsl, true);
+                    dss.f32(), Nall, Fsl, C, false);
+    k.swiglu_backward({dss.f32(), a.sg.f32(), a.su.f32(), dsg.f32(), dsu.f32(), Nall * Fsl});
+    linear_backward(k, dsg.f32(), hall, P.param(p + "shared.gate.weight"), P.grad(p + "shared.gate.weight"), nullptr,
+                    dhall, Nall, C, Fsl, true);
+    linear_backward(k, dsu.f32(), hall, P.param(p + "shared.up.weight"), P.grad(p + "shared.up.weight"), nullptr,
+                    dhall, Nall, C, Fsl, true);
   }
   // The router: the weights' gradient, the losses', through the softmax.
   DeviceBuffer aux;
@@ -359,8 +392,10 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
                          a.z_grad * grad_scale, dlogits.f32(), N, E, K, d_.moe.normalize});
   const std::string wr = p + "router.weight";
   k.gemm({true, false, E, C, N, 1.f, dlogits.f32(), h, 1.f, P.grad(wr)});
-  // Every TP rank holds the whole router gradient; one adds its input part.
-  if (tp_rank_ == 0) k.gemm({false, false, N, C, E, 1.f, dlogits.f32(), P.param(wr), 1.f, dh});
+  // Every TP rank holds the whole router gradient (folded: its rows' part,
+  // summed over TP by the trainer as other replicated weights under SP); one
+  // adds the input part (folded: each its own rows').
+  if (tp_rank_ == 0 || folded) k.gemm({false, false, N, C, E, 1.f, dlogits.f32(), P.param(wr), 1.f, dh});
   acts->reset();
   return k.status();
 }

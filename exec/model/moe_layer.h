@@ -10,7 +10,7 @@
 //               rows received regrouped by local expert
 //   experts     SwiGLU per local expert on its contiguous rows; the weights
 //               split over TP like the dense MLP (Megatron's expert tensor
-//               parallel size = tp)
+//               parallel size = tp), or whole under parallel folding (etp=1)
 //   combine     the way back, each token's outputs summed with its weights
 //   shared      always-active experts (one SwiGLU MLP) added to the output,
 //               optionally scaled by sigmoid(h . w_g) (Qwen2-MoE)
@@ -47,6 +47,12 @@ struct MoeRun {
   // too). Null when cp_size == 1.
   int cp_size = 1, cp_rank = 0;
   Communicator* cp = nullptr;
+  // Parallel folding (etp=1, Megatron-Core): the experts whole on every rank
+  // and the EP group over TP x DP; each TP rank routes its 1/tp of the
+  // gathered rows (its sequence-parallel shard) and returns the routed output
+  // on those rows only (zero elsewhere), so the caller's sum over TP still
+  // assembles the layer's output. Routing statistics are summed over TP too.
+  bool folded = false;
 };
 
 // Per-step diagnostics, weighted by micro_weight and summed over micro-batches

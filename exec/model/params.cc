@@ -208,7 +208,9 @@ void add_embedding_params(ParamStore& st, const ModelDims& d, int tp, int r, boo
 }
 
 void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, int tp, int r, int ep_size,
-                      int ep_rank, LayerParams which) {
+                      int ep_rank, LayerParams which, bool folded) {
+  // Parallel folding: the experts whole on every rank (expert TP size 1).
+  const int etp = folded ? 1 : tp, er = folded ? 0 : r;
   const float std_w = std_weight(), std_resid = std_residual(d);
   using S = ShardKind;
   for (int l = first; l < first + count; ++l) {
@@ -219,9 +221,9 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
       for (int e = ex.first; e < ex.first + ex.count; ++e) {
         const std::string q = expert_prefix(l, e);
         const size_t at = st.infos().size();
-        st.add(q + "gate.weight", {d.moe.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
-        st.add(q + "up.weight", {d.moe.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
-        st.add(q + "down.weight", {d.C, d.moe.F}, S::kSplitDim1, tp, r, std_resid, 0, true);
+        st.add(q + "gate.weight", {d.moe.F, d.C}, S::kSplitDim0, etp, er, std_w, 0, true);
+        st.add(q + "up.weight", {d.moe.F, d.C}, S::kSplitDim0, etp, er, std_w, 0, true);
+        st.add(q + "down.weight", {d.C, d.moe.F}, S::kSplitDim1, etp, er, std_resid, 0, true);
         st.mark_expert(at);
       }
       continue;
@@ -251,7 +253,9 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
       st.add(p + "mlp.fc2.bias", {d.C}, S::kReplicated, tp, r, 0, 0, false);
     } else if (d.moe.is_moe(l)) {
       st.add(p + "mlp.router.weight", {int64_t(d.moe.E), d.C}, S::kReplicated, tp, r, std_w, 0, true);
-      st.mark_tp_whole_grad(p + "mlp.router.weight");
+      // Whole on every TP rank unless folded (each TP rank routes its share:
+      // summed over TP as other replicated weights under SP).
+      if (!folded) st.mark_tp_whole_grad(p + "mlp.router.weight");
       if (d.moe.Fs > 0) {
         st.add(p + "mlp.shared.gate.weight", {d.moe.Fs, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
         st.add(p + "mlp.shared.up.weight", {d.moe.Fs, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
@@ -261,7 +265,8 @@ void add_layer_params(ParamStore& st, const ModelDims& d, int first, int count, 
           st.mark_tp_whole_grad(p + "mlp.shared_gate.weight");
         }
       }
-      if (which == LayerParams::kAll) add_layer_params(st, d, l, 1, tp, r, ep_size, ep_rank, LayerParams::kExperts);
+      if (which == LayerParams::kAll)
+        add_layer_params(st, d, l, 1, tp, r, ep_size, ep_rank, LayerParams::kExperts, folded);
     } else {
       st.add(p + "mlp.gate.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);
       st.add(p + "mlp.up.weight", {d.F, d.C}, S::kSplitDim0, tp, r, std_w, 0, true);

@@ -155,7 +155,7 @@ void add_chunk_params(ParamStore& store, const ModelDims& d, int first_layer, in
 void add_word_embedding_param(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank);  // "embed.wte"
 void add_embedding_params(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank, bool include_wte);
 void add_layer_params(ParamStore& store, const ModelDims& d, int first_layer, int num_layers, int tp_size, int tp_rank,
-                      int ep_size = 1, int ep_rank = 0, LayerParams which = LayerParams::kAll);
+                      int ep_size = 1, int ep_rank = 0, LayerParams which = LayerParams::kAll, bool folded = false);
 void add_head_params(ParamStore& store, const ModelDims& d, int tp_size, int tp_rank);  // final norm (+ untied head)
 
 }  // namespace loom::exec

@@ -37,7 +37,10 @@ Status DataParallel::allocate() {
   for (const ZeroUnit& u : units_) chunk_units_[size_t(u.chunk)].push_back(&u);
   if (cfg_.sum_replicated_over_tp)
     for (const ParamInfo& p : params_->infos())
-      if (p.shard == ShardKind::kReplicated && !p.tp_whole_grad) replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
+      // Not the routed experts: split over TP, or (parallel folding) whole
+      // and synced over an expert-DP group that spans TP.
+      if (p.shard == ShardKind::kReplicated && !p.tp_whole_grad && !p.expert)
+        replicated_[size_t(&unit_of(p.offset) - units_.data())].push_back(&p);
   MemoryClassScope charge(MemoryClass::kGrads);
   if (cfg_.zero >= 1) shard_grad_ = DeviceBuffer(backend_, shard_total_ * sizeof(float));
   const GradFormat f = cfg_.grad_reduce == GradReduce::kBf16 ? GradFormat::kBf16 : GradFormat::kFp8;

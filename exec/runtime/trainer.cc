@@ -41,7 +41,7 @@ Status Trainer::Impl::check_can_run() const {
   if (l.ep > 1 && !dims.moe.enabled())
     return invalid_argument("execute: ep=" + std::to_string(l.ep) + " shards experts, and " + cfg.model.name +
                             " has none; use ep=1");
-  if (dims.moe.enabled() && (dims.moe.F % l.tp || dims.moe.Fs % l.tp))
+  if (dims.moe.enabled() && ((!l.folded_experts() && dims.moe.F % l.tp) || dims.moe.Fs % l.tp))
     return invalid_argument("execute: the experts' intermediate size (" + std::to_string(dims.moe.F) +
                             (dims.moe.Fs ? ", shared " + std::to_string(dims.moe.Fs) : std::string()) +
                             ") does not split over tp=" + std::to_string(l.tp) + "; use a tp dividing it");
@@ -102,19 +102,19 @@ Status Trainer::Impl::setup() {
   } else {
     LOOM_ASSIGN_OR_RETURN(dp, devw->split(color_of(Dim::kDp), coords.dp, "dp"));
   }
-  // MoE: the EP group (the DP ranks that split the experts among them) and the
-  // expert-DP group (the DP ranks holding the same experts).
-  const int ep = l.ep;
+  // MoE: the EP group (the ranks that split the experts among them) and the
+  // expert-DP group (the ranks holding the same experts, over DP and CP).
+  // The experts fold over the DP ranks, or (etp=1) over TP x DP: f is this
+  // rank's place among them, its EP rank f % ep.
+  const int ep = l.ep, f = expert_fold();
   {
-    RankCoords c = coords;
-    c.dp = (coords.dp / ep) * ep;
-    c.ep = 0;
-    LOOM_ASSIGN_OR_RETURN(ep_comm, devw->split(grid.rank_of(c), coords.dp % ep, "ep"));
-    // Expert-DP: every rank holding the same experts, over DP and CP.
-    c = coords;
-    c.dp = coords.dp % ep;
-    c.cp = 0;
-    LOOM_ASSIGN_OR_RETURN(edp, devw->split(grid.rank_of(c), (coords.dp / ep) * l.cp + coords.cp, "edp"));
+    const int folds = (l.folded_experts() ? l.tp : 1) * l.dp / ep;  // EP groups per (pp, cp, TP rank)
+    // Unfolded, every TP rank has its own groups (its slice of the experts).
+    const int tps = l.folded_experts() ? 1 : l.tp, tpr = l.folded_experts() ? 0 : coords.tp;
+    // Colors: an EP group per (pp, cp, TP rank, f / ep), an expert-DP group per (pp, TP rank, f % ep).
+    LOOM_ASSIGN_OR_RETURN(ep_comm, devw->split(((coords.pp * l.cp + coords.cp) * tps + tpr) * folds + f / ep, f % ep,
+                                               "ep"));
+    LOOM_ASSIGN_OR_RETURN(edp, devw->split((coords.pp * tps + tpr) * ep + f % ep, (f / ep) * l.cp + coords.cp, "edp"));
   }
   LOOM_ASSIGN_OR_RETURN(pipeline, Pipeline::create(*devw, color_of(Dim::kPp), l, coords.pp, backend));
   // Tied embeddings on two stages: the first and last stage keep a copy each
@@ -140,8 +140,8 @@ Status Trainer::Impl::setup() {
   dc.num_chunks = l.virtual_stages;
   dc.sum_replicated_over_tp = l.sequence_parallel && l.tp > 1;
   dc.grad_reduce = cfg.train.grad_reduce;
-  dc.edp_size = l.dp / ep * l.cp;
-  dc.edp_rank = (coords.dp / ep) * l.cp + coords.cp;
+  dc.edp_size = (l.folded_experts() ? l.tp : 1) * l.dp / ep * l.cp;
+  dc.edp_rank = (f / ep) * l.cp + coords.cp;
   sharding = DataParallel::create(dc, backend, &params, dp.get(), tp.get(), edp.get());
   const StageSplit split = split_layers(cfg.model, l);
   LOOM_RETURN_IF_ERROR(lay_out_params(split));
@@ -150,9 +150,9 @@ Status Trainer::Impl::setup() {
   LOOM_RETURN_IF_ERROR(sharding->allocate());
   const bool scaling = backend->kernels().precision() == Precision::kFp16;
   auto counts = [this, zero = dc.zero](const ParamInfo& p) {
+    if (p.expert) return zero > 0 || expert_dp_rank_zero();                          // expert-DP replicas: rank 0
     if (p.shard == ShardKind::kReplicated && coords.tp != 0) return false;         // TP replicas: rank 0 counts
     if (has_embedding_copy_pair && p.name == "embed.wte" && coords.pp != 0) return false;  // the tied copy
-    if (p.expert) return zero > 0 || (coords.dp < cfg.layout.ep && coords.cp == 0);  // expert-DP replicas: rank 0
     return zero > 0 || data_rank_zero();                                           // DP/CP replicas: rank 0 counts
   };
   optimizer = std::make_unique<Optimizer>(cfg.train, cfg.loss_scaling, scaling, backend, &params, sharding.get(), world,
@@ -177,7 +177,8 @@ Status Trainer::Impl::setup() {
     cc.moe.z_coeff = cfg.train.moe_z_loss_coeff;
     cc.moe.capacity_factor = cfg.train.moe_capacity_factor;
     cc.moe.ep_size = ep;
-    cc.moe.ep_rank = coords.dp % ep;
+    cc.moe.ep_rank = f % ep;
+    cc.moe.folded = l.folded_experts();
     cc.moe.ep = ep > 1 ? ep_comm.get() : nullptr;
     cc.moe.micro_weight = 1.0 / double(program.config.micro_batches * l.dp);
     cc.moe.cp_size = l.cp;
@@ -203,11 +204,12 @@ Status Trainer::Impl::lay_out_params(const StageSplit& split) {
       sharding->add_unit(c, emb_here ? nb - 1 : 0, true, [&] { add_word_embedding_param(params, dims, l.tp, coords.tp); });
     for (int k = nb - 1; k >= 0; --k) {  // ascending layers: the last part's bucket first
       const LayerRange r = backward_part_layers(count, k, nb);
-      const int ep = l.ep, ep_rank = coords.dp % l.ep;
+      const int ep = l.ep, ep_rank = expert_fold() % l.ep;
+      const bool folded = l.folded_experts();
       sharding->add_unit(c, k, false, [&] {
         if (k == nb - 1 && emb_here) add_embedding_params(params, dims, l.tp, coords.tp, !has_embedding_copy_pair);
         add_layer_params(params, dims, first + r.begin, r.end - r.begin, l.tp, coords.tp, ep, ep_rank,
-                         LayerParams::kDense);
+                         LayerParams::kDense, folded);
         if (k == 0 && head_here) {
           add_head_params(params, dims, l.tp, coords.tp);
           if (dims.tied && !params.has("embed.wte")) add_word_embedding_param(params, dims, l.tp, coords.tp);
@@ -219,7 +221,7 @@ Status Trainer::Impl::lay_out_params(const StageSplit& split) {
             c, k, false,
             [&] {
               add_layer_params(params, dims, first + r.begin, r.end - r.begin, l.tp, coords.tp, ep, ep_rank,
-                               LayerParams::kExperts);
+                               LayerParams::kExperts, folded);
             },
             /*expert=*/true);
     }

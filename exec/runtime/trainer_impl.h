@@ -55,6 +55,10 @@ struct Trainer::Impl {
   // The rank that speaks for its replicas of the data-parallel state: DP
   // (and CP) rank 0.
   bool data_rank_zero() const { return coords.dp == 0 && coords.cp == 0; }
+  // This rank's place among the ranks its MoE experts fold over (core/layout.h).
+  int expert_fold() const { return cfg.layout.expert_fold_index(coords.tp, coords.dp); }
+  // The rank that speaks for its expert-DP group (the ranks holding the same experts).
+  bool expert_dp_rank_zero() const { return expert_fold() < cfg.layout.ep && coords.cp == 0; }
   bool first_global(int c) const { return c == 0 && coords.pp == 0; }
   bool last_global(int c) const { return c == cfg.layout.virtual_stages - 1 && coords.pp == cfg.layout.pp - 1; }
 

@@ -169,7 +169,7 @@ Status snapshot_impl(Trainer::Impl& s, int64_t next_step, bool light, ckpt::Save
   // under their global names, so any EP degree reads them back.
   {
     for (const ParamInfo& p : s.params.infos()) {
-      if (p.expert ? (s.coords.dp >= s.cfg.layout.ep || s.coords.cp != 0) : !s.data_rank_zero()) continue;
+      if (p.expert ? !s.expert_dp_rank_zero() : !s.data_rank_zero()) continue;
       if (s.has_embedding_copy_pair && p.name == "embed.wte" && s.coords.pp != 0) continue;
       ckpt::TensorSlice t;
       t.name = p.name;

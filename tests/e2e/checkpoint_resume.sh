@@ -8,8 +8,9 @@
 #            cp=2 ZeRO-3 resume under tp=2, pp=2, dp=1, dp=2 x tp=2, dp=4 and
 #            cp=2 x tp=2 with the same losses (1e-5 relative);
 #   moe      a Mixtral-style MoE checkpoint saved under dp=2 ep=2 (experts
-#            sharded) resumes under ep=1, ep=4, ep=2 with ZeRO-1 and tp=2 with
-#            the same losses (1e-5 relative): experts are saved by global name;
+#            sharded) resumes under ep=1, ep=4, ep=2 with ZeRO-1, tp=2, ep=2
+#            folded over tp=2 (etp=1) and cp=2 with the same losses (1e-5
+#            relative): experts are saved by global name;
 #   kill     a rank is SIGKILLed while asynchronous saves run; resuming from
 #            `latest` works, and continues the uninterrupted run bit for bit;
 #   corrupt  a flipped byte is found by `loom ckpt verify` and refused by --resume.
@@ -94,7 +95,8 @@ moe)
   plan src "dp=2,ep=2" 2 --moe-z-loss-coeff 0.001
   run src 2 "$tmp/full.jsonl"
   run src 2 "$tmp/first.jsonl" --ckpt-dir "$tmp/ck" --stop-after 4
-  for spec in "dp=1:1" "dp=4,ep=4:4" "dp=2,ep=2,zero=1:2" "dp=2,tp=2,sp=1:4" "dp=4,ep=2,zero=3:4"; do
+  for spec in "dp=1:1" "dp=4,ep=4:4" "dp=2,ep=2,zero=1:2" "dp=2,tp=2,sp=1:4" "dp=4,ep=2,zero=3:4" \
+              "dp=1,tp=2,sp=1,ep=2,etp=1:2" "dp=1,ep=1,cp=2:2"; do
     layout=${spec%:*} ranks=${spec##*:}
     echo "dp=2,ep=2 -> $layout ($ranks ranks)"
     plan dst "$layout" "$ranks" --moe-z-loss-coeff 0.001

@@ -87,6 +87,12 @@ const Case kMoeCases[] = {
     {"dp=2,ep=2,cp=2", 4},
     {"dp=1,cp=2,tp=2,sp=1", 4},
     {"dp=2,ep=2,cp=2,zero=1,pp=2", 8},
+    // Parallel folding (etp=1): experts whole, the EP group over TP x DP.
+    {"dp=1,tp=2,sp=1,ep=2,etp=1", 2},
+    {"dp=2,tp=2,sp=1,ep=4,etp=1", 4},
+    {"dp=2,tp=2,sp=1,ep=2,etp=1,zero=1", 4},
+    {"dp=1,tp=2,sp=1,ep=2,etp=1,cp=2", 4},
+    {"dp=2,tp=2,sp=1,ep=4,etp=1,pp=2,micro=1", 8},
 };
 
 // The model families: GPT-2, Llama, and a Qwen3 block with every config field
