@@ -22,6 +22,12 @@ class CpuKernels : public Kernels {
   void gemm(const Gemm& a) override {
     cpu::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, a.A, a.B, a.beta, a.C);
   }
+  void grouped_gemm(const GroupedGemm& a) override {
+    for (int64_t g = 0; g < a.count; ++g) {
+      const GemmGroup& x = a.groups[g];
+      cpu::gemm(a.trans_a, a.trans_b, x.M, x.N, x.K, a.alpha, x.A, x.B, a.beta, x.C);
+    }
+  }
   void layernorm_forward(const LayernormForward& a) override {
     cpu::layernorm_forward(a.x, a.w, a.b, a.y, a.mean, a.rstd, a.N, a.C, a.eps);
   }

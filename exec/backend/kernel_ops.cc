@@ -43,6 +43,19 @@ KernelCall rope(KernelOp op, int64_t B, int64_t T, int64_t H, int64_t D, int64_t
 
 }  // namespace
 
+KernelCall GroupedGemm::describe(Precision p) const {
+  const double operand = p == Precision::kFp32 ? 4 : 2;
+  double flops = 0, bytes = 0;
+  int64_t rows = 0;
+  for (int64_t g = 0; g < count; ++g) {
+    const double m = double(groups[g].M), n = double(groups[g].N), k = double(groups[g].K);
+    flops += 2 * m * n * k;
+    bytes += operand * (m * k + k * n) + kF32 * m * n * (beta != 0.f ? 2 : 1);
+    rows += groups[g].M;
+  }
+  return call(kOp, {{"groups", count}, {"M", rows}, {"trans_a", trans_a}, {"trans_b", trans_b}}, flops, bytes);
+}
+
 KernelCall Gemm::describe(Precision p) const {
   const double m = double(M), n = double(N), k = double(K);
   const double operand = p == Precision::kFp32 ? 4 : 2;  // 16-bit operands on mixed-precision tables

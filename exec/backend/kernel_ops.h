@@ -36,6 +36,7 @@
 // X(Type, name) for every op, in KernelOp order.
 #define LOOM_KERNEL_OPS(X)                          \
   X(Gemm, gemm)                                     \
+  X(GroupedGemm, grouped_gemm)                      \
   X(LayernormForward, layernorm_forward)            \
   X(LayernormBackward, layernorm_backward)          \
   X(RmsnormForward, rmsnorm_forward)                \
@@ -114,6 +115,25 @@ struct Gemm {
   const float* B;
   float beta;
   float* C;
+  KernelCall describe(Precision p) const;
+};
+
+// Several GEMMs of one kind in one call, each with Gemm's contract and its
+// own shape and operands (a MoE layer's local experts, each on its rows):
+// C_g = alpha op(A_g) op(B_g) + beta C_g. `groups` is host memory.
+struct GemmGroup {
+  int64_t M, N, K;
+  const float* A;
+  const float* B;
+  float* C;
+};
+struct GroupedGemm {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kGroupedGemm;
+  bool trans_a, trans_b;
+  float alpha, beta;
+  const GemmGroup* groups;
+  int64_t count;
   KernelCall describe(Precision p) const;
 };
 

@@ -231,18 +231,24 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   a->up = make(backend_, R * Fl);
   a->s = make(backend_, R * Fl);
   DeviceBuffer yg = make(backend_, R * C);
+  // The local experts' GEMMs, one grouped call each (gate, up, down); the
+  // SwiGLU runs over all their rows at once.
+  std::vector<GemmGroup> g_gate, g_up, g_down;
   int64_t off = 0;
   for (int e = 0; e < El; ++e) {
     const int64_t n = a->expert_rows[size_t(e)];
     if (n == 0) continue;
     const std::string q = expert_prefix(layer, ex.first + e);
     const float* x = a->xg.f32() + off * C;
-    linear(k, x, P.param(q + "gate.weight"), nullptr, a->gate.f32() + off * Fl, n, C, Fl);
-    linear(k, x, P.param(q + "up.weight"), nullptr, a->up.f32() + off * Fl, n, C, Fl);
-    k.swiglu_forward({a->gate.f32() + off * Fl, a->up.f32() + off * Fl, a->s.f32() + off * Fl, n * Fl});
-    linear(k, a->s.f32() + off * Fl, P.param(q + "down.weight"), nullptr, yg.f32() + off * C, n, Fl, C);
+    g_gate.push_back({n, Fl, C, x, P.param(q + "gate.weight"), a->gate.f32() + off * Fl});
+    g_up.push_back({n, Fl, C, x, P.param(q + "up.weight"), a->up.f32() + off * Fl});
+    g_down.push_back({n, C, Fl, a->s.f32() + off * Fl, P.param(q + "down.weight"), yg.f32() + off * C});
     off += n;
   }
+  k.grouped_gemm({false, true, 1.f, 0.f, g_gate.data(), int64_t(g_gate.size())});
+  k.grouped_gemm({false, true, 1.f, 0.f, g_up.data(), int64_t(g_up.size())});
+  k.swiglu_forward({a->gate.f32(), a->up.f32(), a->s.f32(), R * Fl});
+  k.grouped_gemm({false, true, 1.f, 0.f, g_down.data(), int64_t(g_down.size())});
   // Back to the tokens' ranks.
   if (ep == 1) {
     a->yp = std::move(yg);
@@ -324,21 +330,34 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   }
   DeviceBuffer dxg = make(backend_, R * C), ds = make(backend_, R * Fl), dgate = make(backend_, R * Fl),
                dup = make(backend_, R * Fl);
+  // As forward, grouped over the local experts: the down projection's weight
+  // and input gradients, the SwiGLU over all rows, then gate's and up's
+  // (their input gradients summed into dxg).
+  std::vector<GemmGroup> w_down, x_down, w_gate, x_gate, w_up, x_up;
   int64_t off = 0;
   for (int e = 0; e < El; ++e) {
     const int64_t n = a.expert_rows[size_t(e)];
     if (n == 0) continue;
     const std::string q = expert_prefix(layer, ex.first + e);
     const int64_t oc = off * C, of = off * Fl;
-    linear_backward(k, dyg.f32() + oc, a.s.f32() + of, P.param(q + "down.weight"), P.grad(q + "down.weight"), nullptr,
-                    ds.f32() + of, n, Fl, C, false);
-    k.swiglu_backward({ds.f32() + of, a.gate.f32() + of, a.up.f32() + of, dgate.f32() + of, dup.f32() + of, n * Fl});
-    linear_backward(k, dgate.f32() + of, a.xg.f32() + oc, P.param(q + "gate.weight"), P.grad(q + "gate.weight"),
-                    nullptr, dxg.f32() + oc, n, C, Fl, false);
-    linear_backward(k, dup.f32() + of, a.xg.f32() + oc, P.param(q + "up.weight"), P.grad(q + "up.weight"), nullptr,
-                    dxg.f32() + oc, n, C, Fl, true);
+    w_down.push_back({C, Fl, n, dyg.f32() + oc, a.s.f32() + of, P.grad(q + "down.weight")});
+    x_down.push_back({n, Fl, C, dyg.f32() + oc, P.param(q + "down.weight"), ds.f32() + of});
+    w_gate.push_back({Fl, C, n, dgate.f32() + of, a.xg.f32() + oc, P.grad(q + "gate.weight")});
+    x_gate.push_back({n, C, Fl, dgate.f32() + of, P.param(q + "gate.weight"), dxg.f32() + oc});
+    w_up.push_back({Fl, C, n, dup.f32() + of, a.xg.f32() + oc, P.grad(q + "up.weight")});
+    x_up.push_back({n, C, Fl, dup.f32() + of, P.param(q + "up.weight"), dxg.f32() + oc});
     off += n;
   }
+  auto grouped = [&](bool ta, bool tb, float beta, const std::vector<GemmGroup>& g) {
+    k.grouped_gemm({ta, tb, 1.f, beta, g.data(), int64_t(g.size())});
+  };
+  grouped(true, false, 1.f, w_down);   // dW_down += dy^T s
+  grouped(false, false, 0.f, x_down);  // ds = dy W_down
+  k.swiglu_backward({ds.f32(), a.gate.f32(), a.up.f32(), dgate.f32(), dup.f32(), R * Fl});
+  grouped(true, false, 1.f, w_gate);   // dW_gate += dgate^T x
+  grouped(false, false, 0.f, x_gate);  // dx = dgate W_gate
+  grouped(true, false, 1.f, w_up);     // dW_up += dup^T x
+  grouped(false, false, 1.f, x_up);    // dx += dup W_up
   DeviceBuffer dxp;
   if (ep == 1) {
     dxp = std::move(dxg);
