@@ -170,6 +170,9 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
                               std::to_string(kMaxLayoutValue) + ")");
   }
   // A schedule named interleaved with v left at 1 gets the smallest useful v.
+  // etp equal to tp is the default (experts split like the MLP): one spelling
+  // of it, so that the text round-trips (fuzz_layout found "etp=6,tp=6").
+  if (l.etp == l.tp) l.etp = 0;
   if (l.schedule == Schedule::kInterleaved && l.virtual_stages == 1 && !v_given)
     l.virtual_stages = 2;
   return l;

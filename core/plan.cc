@@ -128,6 +128,7 @@ Result<Layout> parse_layout_json(const Json& j) {
   LOOM_RETURN_IF_ERROR(get_int("ep", l.ep));
   LOOM_RETURN_IF_ERROR(get_int("cp", l.cp));
   if (j.contains("expert_tensor_parallel")) LOOM_RETURN_IF_ERROR(get_int("expert_tensor_parallel", l.etp));
+  if (l.etp == l.tp) l.etp = 0;  // the default's one spelling (core/layout.cc)
   LOOM_RETURN_IF_ERROR(get_int("zero", l.zero));
   LOOM_RETURN_IF_ERROR(get_int("micro_batch", l.micro_batch));
   LOOM_RETURN_IF_ERROR(get_int("virtual_stages", l.virtual_stages));

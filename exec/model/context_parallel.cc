@@ -38,21 +38,33 @@ int RingAttention::blocks_of_step(int s, Block out[3]) const {
   return 2;
 }
 
+// K then V, both halves each: one message per step.
+DeviceBuffer RingAttention::pack_kv(const float* k, const float* v) const {
+  const int64_t kvh = kv_half();
+  DeviceBuffer kv = uninit(be_, 4 * kvh);
+  be_->copy(kv.f32(), k, size_t(2 * kvh) * sizeof(float));
+  be_->copy(kv.f32() + 2 * kvh, v, size_t(2 * kvh) * sizeof(float));
+  return kv;
+}
+
+// Step s's exchange, in flight while its blocks compute: `cur` on to the
+// next rank, the previous rank's into `nxt` (none after the last step).
+Result<std::unique_ptr<CommRequest>> RingAttention::pass_kv(int s, const DeviceBuffer& cur, DeviceBuffer& nxt) {
+  const int n = cp_.size, r = cp_.rank;
+  if (s + 1 >= n) return std::unique_ptr<CommRequest>();
+  const size_t kvn = size_t(4 * kv_half());
+  return cp_.comm->isend_recv(cur.f32(), kvn, (r + 1) % n, nxt.f32(), kvn, (r + n - 1) % n, kKvTag);
+}
+
 Status RingAttention::forward(const float* q, const float* k, const float* v, float* out, float* lse) {
   Kernels& kk = be_->kernels();
-  const int n = cp_.size, r = cp_.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
-  const int64_t kvh = kv_half(), kvn = 4 * kvh;
-  // K then V, both halves each: one message per step.
-  DeviceBuffer cur = uninit(be_, kvn), nxt = uninit(be_, kvn);
-  be_->copy(cur.f32(), k, size_t(2 * kvh) * sizeof(float));
-  be_->copy(cur.f32() + 2 * kvh, v, size_t(2 * kvh) * sizeof(float));
+  const int n = cp_.size;
+  const int64_t kvh = kv_half();
+  DeviceBuffer cur = pack_kv(k, v), nxt = uninit(be_, 4 * kvh);
   DeviceBuffer tmp_o = uninit(be_, q_half()), tmp_l = uninit(be_, lse_half());
   bool written[2] = {false, false};
   for (int s = 0; s < n; ++s) {
-    std::unique_ptr<CommRequest> req;
-    if (s + 1 < n) {
-      LOOM_ASSIGN_OR_RETURN(req, cp_.comm->isend_recv(cur.f32(), size_t(kvn), next, nxt.f32(), size_t(kvn), prev, kKvTag));
-    }
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CommRequest> req, pass_kv(s, cur, nxt));
     Block blocks[3];
     const int nb = blocks_of_step(s, blocks);
     for (int i = 0; i < nb; ++i) {
@@ -83,9 +95,7 @@ Status RingAttention::backward(const float* dout, const float* q, const float* k
   Kernels& kk = be_->kernels();
   const int n = cp_.size, r = cp_.rank, next = (r + 1) % n, prev = (r + n - 1) % n;
   const int64_t kvh = kv_half(), kvn = 4 * kvh, qh_n = q_half();
-  DeviceBuffer cur = uninit(be_, kvn), nxt = uninit(be_, kvn);
-  be_->copy(cur.f32(), k, size_t(2 * kvh) * sizeof(float));
-  be_->copy(cur.f32() + 2 * kvh, v, size_t(2 * kvh) * sizeof(float));
+  DeviceBuffer cur = pack_kv(k, v), nxt = uninit(be_, kvn);
   DeviceBuffer tq = uninit(be_, qh_n), tk = uninit(be_, kvh), tv = uninit(be_, kvh);
   // dK/dV of the K/V block held at this step (same packing as `cur`): the
   // one sent on (in flight) and the one arriving from the previous rank.
@@ -93,11 +103,7 @@ Status RingAttention::backward(const float* dout, const float* q, const float* k
   std::unique_ptr<CommRequest> dkv_req;
   bool written[2] = {false, false};
   for (int s = 0; s < n; ++s) {
-    std::unique_ptr<CommRequest> kv_req;
-    if (s + 1 < n) {
-      LOOM_ASSIGN_OR_RETURN(kv_req,
-                            cp_.comm->isend_recv(cur.f32(), size_t(kvn), next, nxt.f32(), size_t(kvn), prev, kKvTag));
-    }
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CommRequest> kv_req, pass_kv(s, cur, nxt));
     DeviceBuffer step(be_, size_t(kvn) * sizeof(float));  // zeroed: this step's dK/dV
     Block blocks[3];
     const int nb = blocks_of_step(s, blocks);

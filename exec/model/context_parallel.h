@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
@@ -72,6 +73,8 @@ class RingAttention {
     bool causal;
   };
   int blocks_of_step(int s, Block out[3]) const;
+  DeviceBuffer pack_kv(const float* k, const float* v) const;
+  Result<std::unique_ptr<CommRequest>> pass_kv(int s, const DeviceBuffer& cur, DeviceBuffer& nxt);
   int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
   int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
   int64_t lse_half() const { return B_ * Hq_ * c_; }

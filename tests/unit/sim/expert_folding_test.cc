@@ -65,6 +65,13 @@ TEST(ExpertFolding, TextAndPlanRoundTrip) {
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(back->etp, 1);
   EXPECT_TRUE(back->folded_experts());
+  // etp equal to tp is the default, spelled one way (fuzz_layout's
+  // reproducer "etp=6,tp=6" changed in a round trip).
+  auto same = parse_layout("etp=6,tp=6");
+  ASSERT_TRUE(same.is_ok());
+  EXPECT_EQ(same->etp, 0);
+  EXPECT_FALSE(same->folded_experts());
+  EXPECT_EQ(*parse_layout(same->to_string()), *same);
   // An unfolded layout's text does not change.
   Layout plain;
   plain.tp = 2;
