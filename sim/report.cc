@@ -251,7 +251,7 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
 std::string format_candidates(const SearchResult& r, int rows) {
   std::ostringstream o;
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%4s %-3s %5s %4s %4s %4s %4s %4s %5s %-12s %3s %-9s %12s %10s %6s %10s\n", "#", "",
+  std::snprintf(buf, sizeof buf, "%4s %-3s %5s %4s %4s %5s %4s %4s %5s %-12s %3s %-9s %12s %10s %6s %10s\n", "#", "",
                 "dp", "tp", "pp", "ep", "cp", "zero", "micro", "schedule", "sp", "recompute", "tokens/s", "step", "MFU", "memory");
   o << buf;
   int n = std::min<int>(rows, int(r.ranked.size()));
@@ -262,8 +262,10 @@ std::string format_candidates(const SearchResult& r, int rows) {
     double mem = i < int(r.refined.size()) ? r.refined[i].memory.peak_bytes() : c.estimate.peak_memory_bytes;
     std::string sched = schedule_name(l.schedule);
     if (l.schedule == Schedule::kInterleaved) sched += " v" + std::to_string(l.virtual_stages);
-    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %4d %4d %4d %5d %-12s %3d %-9s %12.0f %10s %5.1f%% %10s\n", i,
-                  c.pareto ? "*" : "", l.dp, l.tp, l.pp, l.ep, l.cp, l.zero, l.micro_batch, sched.c_str(),
+    // ep marked "f" when folded over TP x DP (etp=1).
+    const std::string ep = std::to_string(l.ep) + (l.folded_experts() ? "f" : "");
+    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %5s %4d %4d %5d %-12s %3d %-9s %12.0f %10s %5.1f%% %10s\n", i,
+                  c.pareto ? "*" : "", l.dp, l.tp, l.pp, ep.c_str(), l.cp, l.zero, l.micro_batch, sched.c_str(),
                   l.sequence_parallel ? 1 : 0, recompute_name(l.recompute), f.tokens_per_s,
                   human_seconds(f.step_time_s).c_str(), 100 * f.mfu, human_bytes(mem).c_str());
     o << buf;

@@ -108,7 +108,7 @@ Evaluator eval_for(const std::string& model, int64_t batch, int64_t seq) {
 }
 
 TEST(ContextParallelModel, TheSearchTriesCpAndHonoursItsPin) {
-  Evaluator eval = eval_for("llama-3-8b", 64, 512);
+  Evaluator eval = eval_for("llama-3-8b", 64, 2048);
   SearchSpace sp;
   sp.world = 16;
   int max_cp = 0;
@@ -116,7 +116,7 @@ TEST(ContextParallelModel, TheSearchTriesCpAndHonoursItsPin) {
     EXPECT_EQ(l.world(), 16) << l.to_string();
     max_cp = std::max(max_cp, l.cp);
   }
-  // 512 tokens: chunks of at least 128 allow cp = 2, not 4.
+  // 2048 tokens: chunks of at least 512 allow cp = 2, not 4.
   EXPECT_EQ(max_cp, 2);
   sp.fix_cp = 4;
   const auto pinned = enumerate_layouts(eval, sp);
