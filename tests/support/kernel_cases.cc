@@ -23,7 +23,6 @@ using test::splitmix;
 
 namespace {
 
-constexpr Tol kF32{1e-5, 1e-5, 0};             // another summation order, fp32
 constexpr Tol kF32Accumulated{1e-4, 1e-5, 0};  // column sums over hundreds of rows
 constexpr Tol kXent{1e-6, 1e-6, 0};
 
@@ -37,85 +36,11 @@ std::vector<int32_t> tokens(size_t n, uint64_t seed, int64_t range) {
   return t;
 }
 
-Case make(KernelOp op, std::string label) {
-  Case c;
-  c.op = op;
-  c.label = std::move(label);
-  return c;
-}
 
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // The cases, op by op
-
-template <>
-std::vector<Case> cases<Gemm>() {
-  std::vector<Case> all;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (float beta : {0.f, 0.5f}) {
-        const int64_t M = 67, N = 129, K = 96;
-        Case c = make(KernelOp::kGemm, std::string("gemm (") + (ta ? "T" : "N") + (tb ? "T" : "N") +
-                                           (beta != 0 ? ", beta 0.5)" : ")"));
-        const int a = c.in("A", random_vec(size_t(M * K), 1)), b = c.in("B", random_vec(size_t(K * N), 2));
-        const int o = beta != 0 ? c.inout("C", random_vec(size_t(M * N), 3), kF32) : c.out("C", size_t(M * N), kF32);
-        c.run = [=](Kernels& k, const Bound& p) {
-          k.gemm({ta, tb, M, N, K, 0.75f, p.f(a), p.f(b), beta, p.f(o)});
-          return std::vector<double>{};
-        };
-        all.push_back(std::move(c));
-      }
-  for (float beta : {0.f, 0.5f}) {  // K = 0: C = beta C (C = 0 for beta 0, even over NaN)
-    Case c = make(KernelOp::kGemm, beta != 0 ? "gemm (K = 0: C = beta C)" : "gemm (K = 0, beta 0: C = 0)");
-    const int o = beta != 0 ? c.inout("C", random_vec(50, 4), kExact) : c.out("C", 50, kExact);
-    c.run = [=](Kernels& k, const Bound& p) {
-      k.gemm({false, false, 5, 10, 0, 1.f, nullptr, nullptr, beta, p.f(o)});
-      return std::vector<double>{};
-    };
-    all.push_back(std::move(c));
-  }
-  return all;
-}
-
-// Three experts' worth of GEMMs of different row counts (one empty), for
-// both operand orders the MoE layer uses.
-template <>
-std::vector<Case> cases<GroupedGemm>() {
-  std::vector<Case> all;
-  for (bool ta : {false, true})
-    for (float beta : {0.f, 1.f}) {
-      const int64_t rows[3] = {37, 0, 70}, N = 48, K = 40;
-      Case c = make(KernelOp::kGroupedGemm, std::string("grouped_gemm (") + (ta ? "T" : "N") + "N" +
-                                                (beta != 0 ? ", beta 1)" : ")"));
-      int a[3], b[3], o[3];
-      for (int g = 0; g < 3; ++g) {
-        // ta: op(A) = A^T with A (K, M); M = rows[g] (the MoE weight gradient's shape, K the rows)
-        const int64_t M = ta ? N : rows[g], KK = ta ? rows[g] : K, NN = ta ? K : N;
-        a[g] = c.in("A" + std::to_string(g), random_vec(size_t(std::max<int64_t>(1, M * KK)), 40 + g));
-        b[g] = c.in("B" + std::to_string(g), random_vec(size_t(std::max<int64_t>(1, KK * NN)), 50 + g));
-        const std::string name = "C" + std::to_string(g);
-        const size_t n = size_t(std::max<int64_t>(1, M * NN));
-        // The empty group is left out of the call (as the MoE layer leaves an
-        // expert without rows out): its C is no output.
-        o[g] = rows[g] == 0 ? c.in(name, random_vec(n, 60 + g))
-               : beta != 0  ? c.inout(name, random_vec(n, 60 + g), kF32)
-                            : c.out(name, n, kF32);
-      }
-      c.run = [=](Kernels& k, const Bound& p) {
-        std::vector<GemmGroup> groups;
-        for (int g = 0; g < 3; ++g) {
-          if (rows[g] == 0) continue;
-          const int64_t M = ta ? N : rows[g], KK = ta ? rows[g] : K, NN = ta ? K : N;
-          groups.push_back({M, NN, KK, p.f(a[g]), p.f(b[g]), p.f(o[g])});
-        }
-        k.grouped_gemm({ta, false, 0.5f, beta, groups.data(), int64_t(groups.size())});
-        return std::vector<double>{};
-      };
-      all.push_back(std::move(c));
-    }
-  return all;
-}
 
 template <>
 std::vector<Case> cases<LayernormForward>() {
@@ -291,70 +216,6 @@ std::vector<Case> cases<RopeFreqsBackward>() {
   auto freqs = scaled_inv_freq();
   c.run = [=](Kernels& k, const Bound& p) {
     k.rope_freqs_backward({p.f(dx), kRopeB, kRopeT, kRopeH, kRopeD, freqs->data(), kRopeOffset});
-    return std::vector<double>{};
-  };
-  return {c};
-}
-
-// Attention: GQA (2 query heads per KV head), T not a multiple of any tile.
-constexpr int64_t kAttB = 2, kAttT = 77, kAttHq = 4, kAttHk = 2, kAttD = 32;
-constexpr size_t kAttQ = size_t(kAttB * kAttT * kAttHq * kAttD), kAttK = size_t(kAttB * kAttT * kAttHk * kAttD),
-                 kAttL = size_t(kAttB * kAttHq * kAttT);
-
-// Each attention case also runs unmasked (context parallelism's blocks of
-// keys wholly in the queries' past).
-template <>
-std::vector<Case> cases<AttentionForward>() {
-  std::vector<Case> out_cases;
-  for (bool causal : {true, false}) {
-    Case c = make(KernelOp::kAttentionForward, causal ? "attention_forward" : "attention_forward unmasked");
-    const int q = c.in("q", random_vec(kAttQ, 19)), k_ = c.in("k", random_vec(kAttK, 20)),
-              v = c.in("v", random_vec(kAttK, 21));
-    const int out = c.out("out", kAttQ, test::kAttentionFp32), lse = c.out("lse", kAttL, test::kAttentionFp32);
-    c.run = [=](Kernels& k, const Bound& p) {
-      k.attention_forward({p.f(q), p.f(k_), p.f(v), p.f(out), p.f(lse), kAttB, kAttT, kAttHq, kAttHk, kAttD, causal});
-      return std::vector<double>{};
-    };
-    out_cases.push_back(std::move(c));
-  }
-  return out_cases;
-}
-
-template <>
-std::vector<Case> cases<AttentionBackward>() {
-  std::vector<Case> out_cases;
-  for (bool causal : {true, false}) {
-    auto qv = random_vec(kAttQ, 19), kv = random_vec(kAttK, 20), vv = random_vec(kAttK, 21);
-    std::vector<float> outv(kAttQ), lsev(kAttL);
-    cpu::attention_forward(qv.data(), kv.data(), vv.data(), outv.data(), lsev.data(), kAttB, kAttT, kAttHq, kAttHk,
-                           kAttD, causal);
-    Case c = make(KernelOp::kAttentionBackward, causal ? "attention_backward" : "attention_backward unmasked");
-    const int dout = c.in("dout", random_vec(kAttQ, 22)), q = c.in("q", qv), k_ = c.in("k", kv), v = c.in("v", vv),
-              out = c.in("out", outv), lse = c.in("lse", lsev);
-    const int dq = c.out("dq", kAttQ, test::kAttentionFp32), dk = c.out("dk", kAttK, test::kAttentionFp32),
-              dv = c.out("dv", kAttK, test::kAttentionFp32);
-    c.run = [=](Kernels& k, const Bound& p) {
-      k.attention_backward({p.f(dout), p.f(q), p.f(k_), p.f(v), p.f(out), p.f(lse), p.f(dq), p.f(dk), p.f(dv), kAttB,
-                            kAttT, kAttHq, kAttHk, kAttD, causal});
-      return std::vector<double>{};
-    };
-    out_cases.push_back(std::move(c));
-  }
-  return out_cases;
-}
-
-// The merge, with some rows empty on one side (lse = -inf) as ring
-// attention's fully masked blocks leave them.
-template <>
-std::vector<Case> cases<AttentionMerge>() {
-  Case c = make(KernelOp::kAttentionMerge, "attention_merge");
-  auto lse_a = random_vec(kAttL, 23), lse_b = random_vec(kAttL, 24);
-  for (size_t i = 0; i < kAttL; i += 7) lse_a[i] = -INFINITY;
-  for (size_t i = 3; i < kAttL; i += 11) lse_b[i] = -INFINITY;
-  const int out = c.inout("out", random_vec(kAttQ, 25), kF32), lse = c.inout("lse", lse_a, kF32),
-            out_b = c.in("out_b", random_vec(kAttQ, 26)), lb = c.in("lse_b", lse_b);
-  c.run = [=](Kernels& k, const Bound& p) {
-    k.attention_merge({p.f(out), p.f(lse), p.f(out_b), p.f(lb), kAttB, kAttT, kAttHq, kAttD});
     return std::vector<double>{};
   };
   return {c};

@@ -74,9 +74,30 @@ struct Case {
   int out16(std::string name, size_t n);  // 16-bit, compared exactly
 };
 
+// What the case files share: an op's case by label, and fp32's tolerance
+// for another summation order.
+inline Case make(KernelOp op, std::string label) {
+  Case c;
+  c.op = op;
+  c.label = std::move(label);
+  return c;
+}
+inline constexpr Tol kF32{1e-5, 1e-5, 0};
+
 // The cases of one op (kernel_cases.cc specializes it for every op).
 template <typename Op>
 std::vector<Case> cases();
+// Defined in kernel_cases_gemm.cc and kernel_cases_attention.cc.
+template <>
+std::vector<Case> cases<Gemm>();
+template <>
+std::vector<Case> cases<GroupedGemm>();
+template <>
+std::vector<Case> cases<AttentionForward>();
+template <>
+std::vector<Case> cases<AttentionBackward>();
+template <>
+std::vector<Case> cases<AttentionMerge>();
 // Every case of every op, in LOOM_KERNEL_OPS order.
 std::vector<Case> all_cases();
 
