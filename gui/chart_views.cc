@@ -154,6 +154,7 @@ void BreakdownView::show_result(const SimResult* r) {
                         {"recompute", t.recompute_s, QColor(0x8c, 0xc6, 0x8f)},
                         {"TP comm (exposed)", t.tp_comm_s, QColor(0xc4, 0x4e, 0x52)},
                         {"EP comm (exposed)", t.ep_comm_s, QColor(0xe3, 0x77, 0xc2)},
+                        {"CP comm (exposed)", t.cp_comm_s, QColor(0x17, 0xbe, 0xcf)},
                         {"PP comm (exposed)", t.pp_comm_s, QColor(0xdd, 0x84, 0x52)},
                         {"DP comm (exposed)", t.dp_comm_s, QColor(0x81, 0x72, 0xb3)},
                         {"DP comm contention", t.contention_s, QColor(0xa8, 0x9c, 0xc8)},

@@ -1,5 +1,7 @@
 #include "sim/compute_model.h"
 
+#include "sim/cp_ring.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -495,26 +497,25 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // to the next CP rank while the attention blocks of the K/V it holds run
   // (exec/model/context_parallel.h). Forward: cp-1 exchanges. Backward: the
   // K/V again (cp-1) and the dK/dV one step behind them (cp, the last one
-  // going home after the last block, with nothing left to hide behind).
-  // What a step's blocks (1/cp of the core) cannot cover is exposed; the
-  // hidden part slows them (contention), as TP's does.
+  // going home after the last block). The ring's ops, each waiting on what
+  // the executor waits on, are timed by the event engine (sim/cp_ring.h);
+  // what the blocks (1/cp of the core per step) do not cover is exposed, and
+  // the hidden part slows them (contention), as TP's does.
   if (cp > 1) {
     const int n = sh.cp;
     const double kv_bytes = T * (kv_heads / t) * (qk_dim + v_dim) * e;
     const bool net = sh.cp_group.nodes > 1;  // the ring's slowest hop crosses nodes
     const GroupShape pair{2, net ? 2 : 1, net ? 1 : 2};
     const CollectiveCost step = collective_cost(hw, Collective::kSendRecv, pair, kv_bytes);
-    const double x = step.time_s, f_step = core_fwd_s / cp, b_step = core_bwd_s / cp;
-    for (int i = 0; i < n; ++i) {
-      c.fwd_cp_s += std::max(0.0, (i + 1 < n ? x : 0.0) - f_step);
-      c.bwd_cp_s += std::max(0.0, (i + 1 < n ? x : 0.0) + (i > 0 ? x : 0.0) - b_step);
-    }
-    c.bwd_cp_s += x;
+    const double x = step.time_s;
+    const CpRingTime ring = cp_ring_time(n, x, x, core_fwd_s / cp, core_bwd_s / cp);
+    c.fwd_cp_s = ring.fwd_exposed_s;
+    c.bwd_cp_s = ring.bwd_exposed_s;
     const double fwd_total = (n - 1) * x, bwd_total = (2 * n - 1) * x;
     c.cp_bytes.add(step, 3 * n - 2);
     c.cp_calls = 3 * n - 2;
     c.cp_comm_total_s = fwd_total + bwd_total;
-    fwd_compute += (fwd_total - c.fwd_cp_s) * contention;
+    fwd_compute += std::max(0.0, fwd_total - c.fwd_cp_s) * contention;
     bwd_compute += std::max(0.0, bwd_total - c.bwd_cp_s) * contention;
   }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s + c.fwd_cp_s;
@@ -531,6 +532,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   if (sh.recompute == Recompute::kFull) {
     c.recompute_s = c.fwd_s;
+    c.recompute_cp_s = c.fwd_cp_s;
     c.recompute_tp_s = c.fwd_tp_s;
     c.recompute_flops = c.fwd_flops;
     if (sh.tp_group.ranks > 1) {
@@ -557,6 +559,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // Only the attention core is recomputed (Korthikanti et al. 2022); under
     // CP with its ring.
     c.recompute_s = core_fwd_s + c.fwd_cp_s;
+    c.recompute_cp_s = c.fwd_cp_s;
     c.recompute_flops = core_flops;
   }
   return c;

@@ -53,7 +53,7 @@ struct PieceCost {
   // Context parallelism's ring (K/V forward; K/V and dK/dV backward): its
   // exposed part is inside fwd_s / bwd_s / recompute_s (the attention waits
   // on it), these are what it sends and its whole time.
-  double fwd_cp_s = 0, bwd_cp_s = 0;
+  double fwd_cp_s = 0, bwd_cp_s = 0, recompute_cp_s = 0;
   LinkBytes cp_bytes;
   int cp_calls = 0;
   double cp_comm_total_s = 0;

@@ -84,6 +84,7 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   }
   sc.tp_s += (pc.fwd_tp_s + pc.bwd_tp_s + pc.recompute_tp_s) * count;
   sc.ep_s += (pc.fwd_ep_s + pc.bwd_ep_s) * count;
+  sc.cp_s += (pc.fwd_cp_s + pc.bwd_cp_s + pc.recompute_cp_s) * count;
   sc.flops_per_micro += (pc.fwd_flops + pc.bwd_flops + pc.recompute_flops) * count;
   auto& tr = sc.traffic_per_micro;
   for (int l = 0; l < kNumLinkClasses; ++l) {
@@ -110,6 +111,7 @@ Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   pc.emb = embedding_cost(model_, hw_, opt_, p, shape);
   pc.head = head_cost(model_, hw_, opt_, p, shape);
   pc.tp_net = shape.tp_group.nodes > 1;
+  pc.cp_net = shape.cp_group.nodes > 1;
   pc.ep_net = shape.ep_group.nodes > 1;
   if (model_.num_mtp_layers > 0) {
     // DeepSeek-V3's MTP modules: a block like the model's last layer, the
@@ -198,7 +200,10 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
       sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
   }
   const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
-  sc.net_share = t_stage > 0 ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0)) / t_stage : 0.0;
+  sc.net_share =
+      t_stage > 0
+          ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0) + (pc.cp_net ? sc.cp_s : 0.0)) / t_stage
+          : 0.0;
   StageParams params = stage_params(model_, l, split, s);
   sc.grad_bytes = params.dense * reduce_elem_bytes(train_, opt_);
   sc.expert_grad_bytes = params.expert * reduce_elem_bytes(train_, opt_);
@@ -354,8 +359,9 @@ CollectiveCost Evaluator::p2p_cost(const Layout& l) const {
 void split_compute(const StageCosts& c, int64_t m, StepBreakdown* tb) {
   tb->tp_comm_s = double(m) * c.tp_s;
   tb->ep_comm_s = double(m) * c.ep_s;
+  tb->cp_comm_s = double(m) * c.cp_s;
   const double per_micro = c.fwd_s + c.bwd_s + c.recompute_s;
-  const double compute_total = double(m) * per_micro - tb->tp_comm_s - tb->ep_comm_s;
+  const double compute_total = double(m) * per_micro - tb->tp_comm_s - tb->ep_comm_s - tb->cp_comm_s;
   if (per_micro > 0) {
     tb->forward_s = compute_total * (c.fwd_s / per_micro);
     tb->backward_s = compute_total * (c.bwd_s / per_micro);
@@ -485,7 +491,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
     prev_layers = ends ? -1 : layers;
     prev_moe = ends ? -1 : moe;
-    sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.flops_per_micro = sc.weight_cast_s = 0;
+    sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.cp_s = sc.flops_per_micro = sc.weight_cast_s = 0;
     sc.traffic_per_micro = Traffic{};
     fill_stage(l, pc, split, s, sc);
   }

@@ -42,6 +42,7 @@ struct StepBreakdown {
   double recompute_s = 0;
   double tp_comm_s = 0;    // exposed TP collectives inside layers
   double ep_comm_s = 0;    // exposed MoE all-to-all
+  double cp_comm_s = 0;    // exposed context-parallel ring (K/V, dK/dV)
   double pp_comm_s = 0;    // exposed pipeline p2p
   double dp_comm_s = 0;    // exposed DP / ZeRO collectives
   // Compute slowed by the DP / ZeRO collectives it hides (their SMs):
@@ -87,8 +88,8 @@ struct StageCosts {
   int layers = 0, moe_layers = 0;
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;  // one micro-batch, all chunks of the stage
   std::vector<double> chunk_fwd_s, chunk_bwd_s;  // per chunk; bwd includes recompute
-  double tp_s = 0, ep_s = 0;                     // exposed, included above (one micro-batch)
-  double net_share = 0;  // the share of fwd + bwd + recompute that is exposed cross-node TP / EP (NIC-bound)
+  double tp_s = 0, ep_s = 0, cp_s = 0;           // exposed, included above (one micro-batch)
+  double net_share = 0;  // the share of fwd + bwd + recompute that is exposed cross-node TP / EP / CP (NIC-bound)
   double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)
   double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
   std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk
@@ -99,7 +100,8 @@ struct StageCosts {
 
 // The compute part of a step breakdown from the critical stage's costs and
 // the micro-batch count: forward, backward and recompute net of the exposed
-// TP / EP collectives, which are reported apart (tp_comm_s, ep_comm_s). One
+// TP / EP / CP communication, which is reported apart (tp_comm_s, ep_comm_s,
+// cp_comm_s). One
 // rule for the closed form (Evaluator) and the event engine (simulate.cc).
 void split_compute(const StageCosts& critical, int64_t micro_batches, StepBreakdown* breakdown);
 
@@ -136,7 +138,7 @@ class Evaluator {
   struct Pieces {
     PieceCost dense, moe, emb, head;
     PieceCost mtp_block, mtp_projection;  // a multi-token-prediction module's block and its own work
-    bool tp_net = false, ep_net = false;  // the TP / EP group spans nodes
+    bool tp_net = false, ep_net = false, cp_net = false;  // the TP / EP / CP group spans nodes
   };
   Pieces compute_pieces(const Layout& layout) const;
 

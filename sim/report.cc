@@ -38,6 +38,7 @@ OrderedJson breakdown_json(const StepBreakdown& t) {
   j["recompute_s"] = t.recompute_s;
   j["tp_comm_exposed_s"] = t.tp_comm_s;
   j["ep_comm_exposed_s"] = t.ep_comm_s;
+  j["cp_comm_exposed_s"] = t.cp_comm_s;
   j["pp_comm_exposed_s"] = t.pp_comm_s;
   j["dp_comm_exposed_s"] = t.dp_comm_s;
   j["comm_contention_s"] = t.contention_s;
@@ -210,6 +211,7 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
   };
   for (Row row : {Row{"forward", t.forward_s}, Row{"backward", t.backward_s}, Row{"recompute", t.recompute_s},
                   Row{"TP comm (exposed)", t.tp_comm_s}, Row{"EP comm (exposed)", t.ep_comm_s},
+                  Row{"CP comm (exposed)", t.cp_comm_s},
                   Row{"PP comm (exposed)", t.pp_comm_s}, Row{"DP comm (exposed)", t.dp_comm_s},
                   Row{"DP comm contention", t.contention_s}, Row{"pipeline bubble", t.bubble_s}, Row{"optimizer", t.optimizer_s}}) {
     if (row.v <= 1e-9 * t.step_time_s) continue;

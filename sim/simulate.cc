@@ -297,7 +297,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   StepPhases& ph = r.phases;
   ph.forward_s = double(m) * c.fwd_s;
   ph.backward_s = double(m) * (c.bwd_s + c.recompute_s);
-  ph.tp_comm_exposed_s = tb.tp_comm_s + tb.ep_comm_s;
+  ph.tp_comm_exposed_s = tb.tp_comm_s + tb.ep_comm_s + tb.cp_comm_s;
   ph.pipeline_wait_s = tb.bubble_s + tb.pp_comm_s;
   ph.dp_comm_exposed_s = tb.dp_comm_s;
   ph.optimizer_s = tb.optimizer_s;

@@ -10,6 +10,7 @@
 #include "sim/evaluate.h"
 #include "sim/memory_model.h"
 #include "sim/search.h"
+#include "sim/simulate.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
@@ -138,6 +139,30 @@ TEST(ContextParallelModel, ALongSequenceThatOnlyFitsWithCp) {
   ASSERT_TRUE(res.is_ok()) << res.status().to_string();
   ASSERT_FALSE(res->refined.empty());
   EXPECT_GT(res->refined[0].layout.cp, 1) << res->refined[0].layout.to_string();
+}
+
+TEST(ContextParallelModel, AnEstimateDoesNotDependOnWhatWasEstimatedBefore) {
+  // The closed form reuses per-thread buffers (stage costs, pieces); a field
+  // left over from the previous layout (a cross-node CP ring's exposed time
+  // once was) would change the ranking silently. Each estimate, taken after
+  // every other layout in one order and then in the reverse order, must be
+  // the same bit for bit, and equal to simulate_layout's closed form.
+  Evaluator eval = eval_for("llama-3.1-405b", 2048, 8192);
+  std::vector<Layout> ls;
+  for (const char* text : {"dp=64,tp=4,pp=16,cp=4,zero=1,micro=1,schedule=interleaved,v=4,sp=1,recompute=selective",
+                           "dp=256,tp=2,pp=8,cp=4,zero=2,micro=1,schedule=interleaved,v=8,sp=1,recompute=full",
+                           "dp=32,tp=8,pp=16,cp=4,zero=1,micro=1,schedule=1f1b,sp=1,recompute=full",
+                           "dp=1024,tp=8,pp=2,zero=3,micro=1,sp=1,recompute=full"})
+    ls.push_back(parse_layout(text).value());
+  std::vector<double> forward, backward(ls.size());
+  for (const Layout& l : ls) forward.push_back(eval.estimate(l).figures.step_time_s);
+  for (size_t i = ls.size(); i-- > 0;) backward[i] = eval.estimate(ls[i]).figures.step_time_s;
+  for (size_t i = 0; i < ls.size(); ++i) {
+    EXPECT_EQ(forward[i], backward[i]) << ls[i].to_string();
+    auto sim = simulate_layout(eval, ls[i]);
+    ASSERT_TRUE(sim.is_ok()) << sim.status().to_string();
+    EXPECT_EQ(sim->closed_form.figures.step_time_s, forward[i]) << ls[i].to_string();
+  }
 }
 
 TEST(ContextParallelModel, ASequenceThatDoesNotCutIntoChunksIsRefused) {
