@@ -59,12 +59,46 @@ BackwardWorkspace executor_backward_workspace(const ModelSpec& m, const Layout& 
   if (m.qk_norm) attention += N * (q + kv);                // the normed q, k gradients
   BackwardWorkspace w;
   w.layer = f * (flowing + gathered + std::max(mlp, attention));
+  w.mlp_or_attention = f * std::max(mlp, attention);
+  w.attention = f * attention;
   w.head = f * (flowing + N * C + Nl * C);  // dh_part, dh
   return w;
 }
 
+double executor_moe_load(const Layout& l, const SimOptions& opt) {
+  if (l.ep <= 1) return 1.0;
+  const double imbalance = std::max(1.0, opt.moe_load_imbalance);
+  return opt.moe_capacity_factor > 0 ? std::min(imbalance, opt.moe_capacity_factor) : imbalance;
+}
+
+ExecutorMoeMlp executor_moe_mlp(const ModelSpec& m, const Layout& l, int64_t seq, double load) {
+  ExecutorMoeMlp x;
+  const bool folded = l.folded_experts() && l.tp > 1;
+  const double t = l.tp, N = double(l.micro_batch) * double(seq), C = double(m.hidden);
+  const double Nr = folded ? N / t : N, E = m.moe.num_experts, K = m.moe.experts_per_token;
+  const double El = E / std::max(1, l.ep);
+  const double Fl = double(m.moe.expert_ffn_hidden) / (folded ? 1 : t);
+  const double Fsl = double(m.moe.num_shared_experts) * double(m.moe.shared_expert_ffn_hidden) / t;
+  const bool shared_gate = m.moe.shared_expert_gate && Fsl > 0;
+  const double M = Nr * K, R = M * (l.ep > 1 ? load : 1.0);
+  // probs (N,E), lse (N), top-k ids, weights and slots (N k each); with EP
+  // and several local experts, the maps to and from expert order (R each).
+  x.routing = 4 * (Nr * E + Nr + 3 * Nr * K) + (l.ep > 1 && El > 1 ? 8 * R : 0.0);
+  if (shared_gate) x.routing += 4 * N;  // the gate's logit
+  x.combine_elems = M * C;                            // yp
+  x.expert_elems = R * C + 3 * R * Fl;                // xg, gate, up, SwiGLU product
+  x.large_elems = x.combine_elems + x.expert_elems + 3 * N * Fsl + (shared_gate ? N * C : 0.0);
+  // Backward, at the grouped GEMMs: the output rows' gradient in expert
+  // order, the weights' gradient (N k), the input rows' gradient, and the
+  // SwiGLU's three gradients. At the shared experts: the weights' gradient,
+  // the gated output's gradient and the gate's, the SwiGLU's three.
+  x.grouped_workspace = 4 * (2 * R * C + 3 * R * Fl + Nr * K);
+  x.shared_workspace = Fsl > 0 ? 4 * (Nr * K + (shared_gate ? N * C + N : 0.0) + 3 * N * Fsl) : 0.0;
+  return x;
+}
+
 double executor_layer_activation_bytes(const ModelSpec& m, const Layout& l, int64_t seq, Precision precision,
-                                       bool fp32) {
+                                       bool fp32, const ExecutorMoeMlp* moe) {
   const bool half = !fp32 && precision != Precision::kFp32;
   const double large = half ? 2 : 4, residual = half && precision != Precision::kFp16 ? 2 : 4, stat = 4;
   const double t = l.tp, N = double(l.micro_batch) * double(seq), C = double(m.hidden);
@@ -79,7 +113,7 @@ double executor_layer_activation_bytes(const ModelSpec& m, const Layout& l, int6
   bytes += large * N * (hq + 2 * hk) * D;                 // q, k, v
   if (m.qk_norm) bytes += large * N * (hq + hk) * D + stat * N * (hq + hk);
   if (l.recompute != Recompute::kSelective) bytes += large * N * hq * D + stat * N * hq;  // ctx, lse
-  bytes += large * (gelu ? 2 : 3) * N * F;                // MLP intermediates
+  bytes += moe ? moe->saved(large) : large * (gelu ? 2 : 3) * N * F;  // MLP intermediates
   return bytes;
 }
 
@@ -220,19 +254,25 @@ namespace {
 
 // Loom's executor's transient memory at a stage's peak: activations,
 // backward workspace, the step's inputs (sim/memory_model.h).
-void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train, int stage, int layers,
-                         double in_flight_units, int64_t micro_batches, StageMemory* sm) {
+void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt, int stage,
+                         int layers, int moe_layers, double in_flight_units, int64_t micro_batches, StageMemory* sm) {
   const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence
   const double T = double(l.micro_batch) * double(seq), h = double(m.hidden);
   const double Nl = l.sequence_parallel ? T / l.tp : T;
-  const double saved = executor_layer_activation_bytes(m, l, seq, train.precision);
-  const double held_layers = in_flight_units * layers * saved;
+  // MoE layers save their routing and expert rows in place of the dense MLP's
+  // intermediates. The stage's top layer, whose backward comes first, is MoE
+  // when the stage has any (every MoE model Loom ships puts its dense layers first).
+  const ExecutorMoeMlp moe = moe_layers > 0 ? executor_moe_mlp(m, l, seq, executor_moe_load(l, opt)) : ExecutorMoeMlp{};
+  const ExecutorMoeMlp* top_moe = moe_layers > 0 ? &moe : nullptr;
+  const double saved_dense = executor_layer_activation_bytes(m, l, seq, train.precision);
+  const double saved = executor_layer_activation_bytes(m, l, seq, train.precision, false, top_moe);
+  const double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
   // What backward adds to the layer it is in: full recompute re-runs the
   // layer's forward in fp32 (with its output buffer); selective recomputes
   // the attention output and log-sum-exp; 16-bit saves are restored to fp32.
   Layout keep_all = l;
   keep_all.recompute = Recompute::kNone;
-  const double fp32_layer = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true);
+  const double fp32_layer = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, top_moe);
   double in_backward = 0;
   if (l.recompute == Recompute::kFull)
     in_backward = fp32_layer + 4 * Nl * h;
@@ -256,14 +296,33 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // buffers freed, the layer's temporaries and restored tensors live),
   // whichever needs more.
   const BackwardWorkspace w = executor_backward_workspace(m, l, seq);
+  // A MoE top layer's backward: its MLP first (exec/model/moe_layer.cc),
+  // at the grouped expert GEMMs (the expert outputs freed) or at the shared
+  // experts (the expert rows freed too), then its attention with the MoE
+  // state gone; the largest of the three moments.
+  // Under full recompute the layer's saved input and the recomputed output
+  // are freed once the recomputed forward is done, before any of them.
+  double layer_act = in_backward, layer_ws = w.layer;
+  if (top_moe) {
+    const double flow = w.layer - w.mlp_or_attention;  // the chunk's flowing and gathered gradients
+    const double live = in_backward - (l.recompute == Recompute::kFull ? 4 * Nl * h + saved : 0.0);
+    const double moments[3][2] = {
+        {live - 4 * moe.combine_elems, flow + moe.grouped_workspace},
+        {live - 4 * (moe.combine_elems + moe.expert_elems), flow + moe.shared_workspace},
+        {live - moe.saved(4), flow + w.attention}};
+    layer_act = moments[0][0];
+    layer_ws = moments[0][1];
+    for (const auto& mo : moments)
+      if (mo[0] + mo[1] > layer_act + layer_ws) layer_act = mo[0], layer_ws = mo[1];
+  }
   const double head_moment = last ? held_heads * head_keep + w.head : 0;
-  const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + in_backward + w.layer;
+  const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + layer_act + layer_ws;
   if (last && head_moment >= layer_moment) {
     sm->activations_bytes = held_layers + held_heads * head_keep;
     sm->workspace_bytes = w.head;
   } else {
-    sm->activations_bytes = held_layers + std::max(0.0, held_heads - 1) * head_keep + in_backward;
-    sm->workspace_bytes = w.layer;
+    sm->activations_bytes = held_layers + std::max(0.0, held_heads - 1) * head_keep + layer_act;
+    sm->workspace_bytes = layer_ws;
   }
   // The step's token ids and targets (int32), on the stages that embed or
   // take the loss.
@@ -384,7 +443,10 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   sm.layers = split.stage_layers(stage);
   StageParams params = stage_params(m, l, split, stage);
   sm.params = params.total();
-  StateBytes sb = state_bytes_per_param(train.precision, opt);
+  // Loom's executor keeps fp32 weights, gradients and Adam moments in every
+  // precision (16-bit copies are made per GEMM, and of saved activations).
+  const bool loom_executor = opt.framework.empty() && opt.loom_executor;
+  StateBytes sb = state_bytes_per_param(loom_executor ? Precision::kFp32 : train.precision, opt);
   // ZeRO shards over DP x CP; expert states over the expert-DP group (x TP folded).
   const double n_dense = l.dp * l.cp, n_expert = double(l.dp * l.cp) * (l.tp / l.expert_tp()) / l.ep;
   auto sharded = [&](double bytes_per_param, int from_stage) {
@@ -404,7 +466,6 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // a model chunk's full gradient back after its reduce-scatter, so one
   // chunk's is live at a time; ZeRO-3 gathers a chunk's weights in place for
   // its use (one chunk at a time, the rest held as shards).
-  const bool loom_executor = opt.framework.empty() && opt.loom_executor;
   if (loom_executor && l.zero >= 1) {
     const double chunks = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
     const double full_grads = params.total() * sb.grads, full_weights = params.total() * sb.weights;
@@ -422,7 +483,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
   const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
   if (loom_executor) {
-    executor_transients(m, l, train, stage, layers, double(in_flight) * per_unit, micro_batches, &sm);
+    executor_transients(m, l, train, opt, stage, layers, moe_layers, double(in_flight) * per_unit, micro_batches, &sm);
   } else {
     const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
     if (l.recompute == Recompute::kFull) {

@@ -56,6 +56,7 @@ double layer_checkpoint_bytes(const ModelSpec& model, const Layout& layout, int6
 // temporaries), and those of the head's backward.
 struct BackwardWorkspace {
   double layer = 0, head = 0;
+  double mlp_or_attention = 0, attention = 0;  // the parts of `layer` beyond the flowing and gathered gradients
 };
 BackwardWorkspace executor_backward_workspace(const ModelSpec& model, const Layout& layout, int64_t seq);
 // What the executor's layer keeps from forward to backward for one
@@ -81,8 +82,29 @@ struct P2pBuffers {
   int at_most = 0;  // and every send the program does not order before the peak still pending
 };
 P2pBuffers executor_p2p_buffers(const Layout& layout, int64_t global_batch, int stage);
+// A MoE layer's MLP in the executor (exec/model/moe_layer.cc), one
+// micro-batch, in bytes. Rows: the N gathered rows of the layer (folded
+// experts: this TP rank's 1/tp of them) route M = N k token copies
+// (dropless: an upper bound under a capacity); the rank's experts compute
+// R = M x `load` rows (the busiest EP rank's share; M without EP).
+struct ExecutorMoeMlp {
+  double routing = 0;       // fp32 / int32 routing state: probabilities, lse, top-k ids and weights, slots, regroup maps
+  double large_elems = 0;   // elements of the tensors saved in 16 bits under mixed precision (expert rows, yp, shared)
+  double combine_elems = 0; // of them, the expert outputs in token order (freed first in backward)
+  double expert_elems = 0;  // of them, the local experts' input rows and intermediates (freed after their GEMMs)
+  double grouped_workspace = 0;  // backward's temporaries at the grouped expert GEMMs (fp32)
+  double shared_workspace = 0;   // backward's temporaries at the shared experts (fp32)
+  double saved(double large_bytes) const { return routing + large_elems * large_bytes; }
+};
+ExecutorMoeMlp executor_moe_mlp(const ModelSpec& model, const Layout& layout, int64_t seq, double load);
+// The busiest EP rank's rows over the balanced share the memory model
+// assumes: SimOptions::moe_load_imbalance, at most the capacity factor; 1
+// without EP.
+double executor_moe_load(const Layout& layout, const SimOptions& opt);
+
+// `moe`: the layer is a MoE layer whose MLP is that (null: the dense MLP).
 double executor_layer_activation_bytes(const ModelSpec& model, const Layout& layout, int64_t seq,
-                                       Precision precision, bool fp32 = false);
+                                       Precision precision, bool fp32 = false, const ExecutorMoeMlp* moe = nullptr);
 
 // Micro-batches (interleaved: chunk-micro-batches) whose activations a stage
 // holds at its peak under the schedule.

@@ -23,7 +23,7 @@ struct ModelChunk::LayerActs {
   DeviceBuffer x_mid;         // (Nl, C)
   DeviceBuffer a, g;          // GELU: pre- and post-activation (N, F_l); SwiGLU: gate, up
   DeviceBuffer s;             // SwiGLU product (N, F_l)
-  MoeActsPtr moe;             // a MoE layer's MLP state (kept in fp32)
+  MoeActsPtr moe;             // a MoE layer's MLP state (its large tensors packed as the others)
   bool packed = false;        // the large tensors above are held in 16 bits
   // `with_residual` false leaves the residual stream (x_in, x_mid) alone: fp16
   // keeps it in fp32, as Megatron's fp32 residual connection does, since it
@@ -31,6 +31,7 @@ struct ModelChunk::LayerActs {
   template <typename F>
   void for_each_large(bool with_residual, F&& f) {
     for (DeviceBuffer* b : {&h1, &h2, &q, &k, &v, &qn_in, &kn_in, &ctx, &a, &g, &s}) f(*b);
+    if (moe) for_each_large_moe_act(moe.get(), f);
     if (with_residual) {
       f(x_in);
       f(x_mid);

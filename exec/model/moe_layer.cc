@@ -26,6 +26,10 @@ struct MoeActs {
 
 void free_moe_acts(MoeActs* a) { delete a; }
 
+void for_each_large_moe_act(MoeActs* a, const std::function<void(DeviceBuffer&)>& f) {
+  for (DeviceBuffer* b : {&a->yp, &a->xg, &a->gate, &a->up, &a->s, &a->sg, &a->su, &a->ss, &a->ysh}) f(*b);
+}
+
 namespace {
 
 DeviceBuffer make(ComputeBackend* be, int64_t floats) {
@@ -321,6 +325,7 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   } else {
     DeviceBuffer dyr = make(backend_, R * C);
     LOOM_RETURN_IF_ERROR(exchange(dyp.f32(), a.send_rows, dyr.f32(), a.recv_rows));
+    dyp = DeviceBuffer();
     if (El == 1) {
       dyg = std::move(dyr);
     } else {
@@ -354,10 +359,16 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   grouped(true, false, 1.f, w_down);   // dW_down += dy^T s
   grouped(false, false, 0.f, x_down);  // ds = dy W_down
   k.swiglu_backward({ds.f32(), a.gate.f32(), a.up.f32(), dgate.f32(), dup.f32(), R * Fl});
+  ds = DeviceBuffer();
+  dyg = DeviceBuffer();
   grouped(true, false, 1.f, w_gate);   // dW_gate += dgate^T x
   grouped(false, false, 0.f, x_gate);  // dx = dgate W_gate
   grouped(true, false, 1.f, w_up);     // dW_up += dup^T x
   grouped(false, false, 1.f, x_up);    // dx += dup W_up
+  // What the experts saved is used up: only routing and the shared experts' state remain.
+  dgate = DeviceBuffer();
+  dup = DeviceBuffer();
+  for (DeviceBuffer* b : {&a.xg, &a.gate, &a.up, &a.s}) *b = DeviceBuffer();
   DeviceBuffer dxp;
   if (ep == 1) {
     dxp = std::move(dxg);
@@ -368,6 +379,7 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
     } else {
       dxr = make(backend_, R * C);
       k.moe_gather({dxg.f32(), a.group_inv.i32(), dxr.f32(), R, C});
+      dxg = DeviceBuffer();
     }
     dxp = make(backend_, M * C);
     LOOM_RETURN_IF_ERROR(exchange(dxr.f32(), a.recv_rows, dxp.f32(), a.send_rows));
@@ -376,6 +388,7 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   // the shared experts' part.
   if (folded) backend_->fill_zero(dhall, size_t(Nall * C) * sizeof(float));
   k.moe_unpermute({dxp.f32(), a.slot_rows.i32(), nullptr, dh, N, K, C, false});
+  dxp = DeviceBuffer();
   if (d_.moe.Fs > 0) {
     const float* dysh = dyall;
     DeviceBuffer dysh_buf;

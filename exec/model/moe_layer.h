@@ -24,6 +24,7 @@
 // micro-batch's share of the step, enter backward through the router.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -72,6 +73,10 @@ struct MoeActsDeleter {
   void operator()(MoeActs* a) const { free_moe_acts(a); }
 };
 using MoeActsPtr = std::unique_ptr<MoeActs, MoeActsDeleter>;
+// Calls f on each large saved tensor (expert rows and intermediates, the
+// shared experts'): what mixed precision holds in 16 bits between forward and
+// backward, as the dense layer's. Routing state stays fp32.
+void for_each_large_moe_act(MoeActs* a, const std::function<void(DeviceBuffer&)>& f);
 
 class MoeLayer {
  public:

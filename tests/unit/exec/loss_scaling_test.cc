@@ -13,6 +13,7 @@
 #include "exec/comm/self_communicator.h"
 #include "exec/runtime/loss_scaler.h"
 #include "exec/runtime/trainer.h"
+#include "tests/support/emulated_16bit_backend.h"
 #include "tests/support/tiny_training.h"
 
 namespace loom::exec {
@@ -36,61 +37,9 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheWindow) {
 }
 
 // The CPU kernels with fp16 GEMM operands and fp16 saved activations.
-class Fp16Kernels final : public CpuKernels {
+class Fp16CpuBackend final : public test_support::Emulated16BitBackend {
  public:
-  Precision precision() const override { return Precision::kFp16; }
-  void gemm(const Gemm& g) override {
-    auto a = half(g.A, g.M * g.K), b = half(g.B, g.K * g.N);
-    Gemm rounded = g;
-    rounded.A = a.data();
-    rounded.B = b.data();
-    CpuKernels::gemm(rounded);
-  }
-  void to_16bit(const To16bit& a) override {
-    for (int64_t i = 0; i < a.n; ++i) {
-      const _Float16 h = static_cast<_Float16>(a.x[i]);
-      std::memcpy(&a.y[i], &h, 2);
-    }
-  }
-  void from_16bit(const From16bit& a) override {
-    for (int64_t i = 0; i < a.n; ++i) {
-      _Float16 h;
-      std::memcpy(&h, &a.x[i], 2);
-      a.y[i] = static_cast<float>(h);
-    }
-  }
-
- private:
-  static std::vector<float> half(const float* x, int64_t n) {
-    std::vector<float> h(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) h[size_t(i)] = static_cast<float>(static_cast<_Float16>(x[i]));
-    return h;
-  }
-};
-
-// The CPU backend's memory with the fp16 kernel table.
-class Fp16CpuBackend final : public ComputeBackend {
- public:
-  std::string name() const override { return "cpu-fp16-emulated"; }
-  bool host_visible() const override { return true; }
-  void* allocate(size_t b) override { return cpu_->allocate(b); }
-  void* allocate_uninitialized(size_t b) override { return cpu_->allocate_uninitialized(b); }
-  void release(void* p, size_t b) override { cpu_->release(p, b); }
-  size_t peak_allocated_bytes() const override { return cpu_->peak_allocated_bytes(); }
-  MemoryBreakdown peak_memory_breakdown() const override { return cpu_->peak_memory_breakdown(); }
-  size_t allocated_bytes() const override { return cpu_->allocated_bytes(); }
-  void discard(void* p, size_t b) override { cpu_->discard(p, b); }
-  void reclaim(void* p, size_t b) override { cpu_->reclaim(p, b); }
-  void copy_to_device(void* d, const void* s, size_t b) override { cpu_->copy_to_device(d, s, b); }
-  void copy_to_host(void* d, const void* s, size_t b) override { cpu_->copy_to_host(d, s, b); }
-  void copy(void* d, const void* s, size_t b) override { cpu_->copy(d, s, b); }
-  void fill_zero(void* p, size_t b) override { cpu_->fill_zero(p, b); }
-  void synchronize() override {}
-  Kernels& kernels() override { return k_; }
-
- private:
-  std::unique_ptr<ComputeBackend> cpu_ = make_cpu_backend();
-  Fp16Kernels k_;
+  Fp16CpuBackend() : Emulated16BitBackend(Precision::kFp16) {}
 };
 
 TrainerConfig tiny(int64_t steps) { return test_support::tiny_config(true, "dp=1,tp=1,pp=1,micro=4", steps); }
