@@ -79,6 +79,8 @@ const Case kCases[] = {
     {"mixtral", "dp=1,pp=2,schedule=1f1b,micro=2,recompute=full", 2},
     {"qwen2moe", "dp=1,pp=2,schedule=1f1b,micro=2", 2},
     {"mixtral", "dp=2,pp=2,ep=2,schedule=1f1b,micro=2", 4},
+    // The bench suite's MoE model (a small vocabulary: the peak is inside a MoE layer).
+    {"mixtral_small_vocab", "dp=1,micro=8", 1},
     // Mixed precision: saved activations in 16 bits (MoE expert rows too).
     {"llama", "dp=1,micro=4", 1, GradReduce::kFp32, Precision::kBf16},
     {"mixtral", "dp=1,micro=4", 1, GradReduce::kFp32, Precision::kBf16},
@@ -97,6 +99,10 @@ ModelSpec model_of(const std::string& family) {
       : family == "mixtral"
           ? R"({"model_type":"mixtral","hidden_size":64,"intermediate_size":96,"num_hidden_layers":4,
                 "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":4000,"max_position_embeddings":128,
+                "num_local_experts":4,"num_experts_per_tok":2,"tie_word_embeddings":false})"
+      : family == "mixtral_small_vocab"
+          ? R"({"model_type":"mixtral","hidden_size":128,"intermediate_size":256,"num_hidden_layers":4,
+                "num_attention_heads":4,"num_key_value_heads":4,"vocab_size":256,"max_position_embeddings":128,
                 "num_local_experts":4,"num_experts_per_tok":2,"tie_word_embeddings":false})"
       : family == "qwen2moe"
           ? R"({"model_type":"qwen2_moe","hidden_size":64,"intermediate_size":128,"moe_intermediate_size":48,
