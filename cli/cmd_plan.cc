@@ -1,9 +1,12 @@
 // loom plan: search every layout (or evaluate one) and write the plan.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/cpu_local.h"
@@ -51,6 +54,7 @@ struct PlanArgs {
   bool moe_dedup_dispatch = false;
   bool moe_fp8_dispatch = false;
   double moe_load_imbalance = -1;
+  std::string moe_load_imbalance_from;  // a run's metrics file (loom execute --metrics)
   double moe_capacity_factor = -1;
   double moe_aux_loss_coeff = -1;
   double moe_z_loss_coeff = 0;
@@ -103,6 +107,36 @@ struct PlanInputs {
 
 // The model (scaled), hardware, train spec and simulator options of the
 // request; every output path checked before the search (core/output_file.h).
+// The MoE load imbalance a run measured: the median over its steps of
+// `expert_load_imbalance` in a `loom execute --metrics` file (the busiest EP
+// rank's expert rows over the balanced share). A property of the router on
+// the data, not of the machine: measured, then used as an input.
+Result<double> measured_load_imbalance(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  std::vector<double> v;
+  std::istringstream lines(text);
+  std::string line;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Json j = Json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return parse_error("--moe-load-imbalance-from " + path + ": line " + std::to_string(n) +
+                         " is not a JSON object; pass the file `loom execute --metrics` wrote");
+    auto it = j.find("expert_load_imbalance");
+    if (it == j.end()) continue;
+    if (!it->is_number() || !(it->get<double>() >= 1.0) || !std::isfinite(it->get<double>()))
+      return invalid_argument("--moe-load-imbalance-from " + path + ": line " + std::to_string(n) +
+                              " has expert_load_imbalance " + it->dump() + "; it must be a number >= 1");
+    v.push_back(it->get<double>());
+  }
+  if (v.empty())
+    return invalid_argument("--moe-load-imbalance-from " + path +
+                            ": no step records expert_load_imbalance (a MoE model's run writes it with --metrics); "
+                            "pass --moe-load-imbalance X instead");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 Result<PlanInputs> read_inputs(const PlanArgs& a) {
   if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed" &&
       a.export_kind != "torchtitan" && a.export_kind != "framework")
@@ -145,6 +179,13 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.moe_dedup_dispatch = a.moe_dedup_dispatch;
   req.moe_fp8_dispatch = a.moe_fp8_dispatch;
   req.moe_load_imbalance = a.moe_load_imbalance;
+  if (!a.moe_load_imbalance_from.empty()) {
+    if (a.moe_load_imbalance >= 0)
+      return invalid_argument("--moe-load-imbalance and --moe-load-imbalance-from both give the imbalance; use one");
+    LOOM_ASSIGN_OR_RETURN(req.moe_load_imbalance, measured_load_imbalance(a.moe_load_imbalance_from));
+    std::fprintf(stderr, "loom plan: MoE load imbalance %.3f, the median measured in %s\n", req.moe_load_imbalance,
+                 a.moe_load_imbalance_from.c_str());
+  }
   req.moe_capacity_factor = a.moe_capacity_factor;
   req.moe_aux_loss_coeff = a.moe_aux_loss_coeff;
   req.moe_z_loss_coeff = a.moe_z_loss_coeff;
@@ -352,6 +393,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--moe-load-imbalance", a.moe_load_imbalance,
                  "tokens of the busiest rank's experts over the balanced share (>= 1; default 1, balanced)")
       ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--moe-load-imbalance-from", a.moe_load_imbalance_from,
+                 "take the imbalance a run measured: the median expert_load_imbalance of a `loom execute --metrics` "
+                 "file (the router on your data, measured; the step time is still predicted from the profile)");
   app.add_option("--moe-capacity-factor", a.moe_capacity_factor,
                  "expert capacity factor: an expert takes at most this times its balanced share and drops the "
                  "rest (Megatron --moe-expert-capacity-factor); 0 = dropless (default)")

@@ -75,6 +75,10 @@ struct RegressResults {
 struct SuiteCase {
   std::string name, layout, model, scale, precision;
   std::string grad_reduce = "fp32";  // loom plan --grad-reduce
+  // "measured": a short probe run of the case measures its MoE routing's load
+  // imbalance first, and the plan takes it (--moe-load-imbalance-from);
+  // empty: the planner's default (balanced).
+  std::string moe_load_imbalance;
   int ranks = 1;
   int64_t global_batch = 0, seq = 0;
   std::map<std::string, double> tolerances;

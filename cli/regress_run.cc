@@ -241,6 +241,28 @@ CaseResult run_case(const RunEnv& env, const SuiteCase& c, const std::string& pr
     cr.error = "loom plan exited " + std::to_string(rc) + ": " + tail_of(log);
     return cr;
   }
+  if (c.moe_load_imbalance == "measured") {
+    // The router's load imbalance on this data, measured by a short probe
+    // run of the same plan (routing, not timing: the step time is still
+    // predicted from the profile), then the plan made again with it.
+    const std::string probe = env.work + "/" + c.name + ".probe.jsonl";
+    fs::remove(probe, ec);
+    auto pcmd = launcher_argv(env.launcher, c.ranks);
+    for (std::string a : {env.self, std::string("execute"), plan_path, std::string("--threads"), env.threads,
+                          std::string("--quiet"), std::string("--steps"), std::string("4"), std::string("--metrics"),
+                          probe})
+      pcmd.push_back(a);
+    if (int rc = run_logged(pcmd, log, env.timeout_s); rc != 0) {
+      cr.error = "the probe run (loom execute) exited " + std::to_string(rc) + ": " + tail_of(log);
+      return cr;
+    }
+    plan_cmd.push_back("--moe-load-imbalance-from");
+    plan_cmd.push_back(probe);
+    if (int rc = run_logged(plan_cmd, log, env.timeout_s); rc != 0) {
+      cr.error = "loom plan exited " + std::to_string(rc) + ": " + tail_of(log);
+      return cr;
+    }
+  }
   auto cmd = launcher_argv(env.launcher, c.ranks);
   for (std::string a : {env.self, std::string("execute"), plan_path, std::string("--threads"), env.threads,
                         std::string("--quiet"), std::string("--record"), rec_path})

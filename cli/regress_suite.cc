@@ -55,6 +55,10 @@ Result<Suite> parse_suite(const std::string& text, const std::string& w) {
     LOOM_ASSIGN_OR_RETURN(c.precision, json_string_or(cj, "precision", c.precision, wc));
     LOOM_ASSIGN_OR_RETURN(c.grad_reduce, json_string_or(cj, "grad_reduce", c.grad_reduce, wc));
     if (auto g = parse_grad_reduce(c.grad_reduce); !g.is_ok()) return g.status().with_context(wc);
+    LOOM_ASSIGN_OR_RETURN(c.moe_load_imbalance, json_string_or(cj, "moe_load_imbalance", c.moe_load_imbalance, wc));
+    if (!c.moe_load_imbalance.empty() && c.moe_load_imbalance != "measured")
+      return invalid_argument(wc + ".moe_load_imbalance '" + c.moe_load_imbalance +
+                              "' is unknown; use \"measured\" (a probe run measures it) or leave it out (balanced)");
     LOOM_ASSIGN_OR_RETURN(c.global_batch, json_int_or(cj, "global_batch", c.global_batch, wc));
     LOOM_ASSIGN_OR_RETURN(c.seq, json_int_or(cj, "seq", c.seq, wc));
     LOOM_ASSIGN_OR_RETURN(auto case_tol, parse_tolerances(cj, wc));

@@ -143,3 +143,52 @@ TEST_F(LoomCli, RegressCheckFailsAFigurePredictedAsZero) {
   EXPECT_NE(start.out.find("this run starts it"), std::string::npos) << describe(start);
   EXPECT_TRUE(std::filesystem::exists(path("base2") / "test-machine" / "t.json"));
 }
+
+// The MoE load imbalance measured by a run, as a plan's input: the median of
+// the metrics file's expert_load_imbalance (here 1.8 among 1.2, 1.8, 2.4)
+// lands in the plan's simulator options and slows the predicted step, as
+// --moe-load-imbalance 1.8 does; a file without it, a malformed line or
+// both options are refused with exit 2.
+TEST_F(LoomCli, MoeLoadImbalanceMeasuredByARunIsThePlansInput) {
+  const std::vector<std::string> base = {"plan", "--model", "mixtral-8x7b", "--scale",
+                                         "layers=2,hidden=128,heads=4,kv_heads=4,ffn=256,vocab=256,experts=4",
+                                         "--hw", "cpu-local", "--gpus", "2", "--global-batch", "16", "--seq", "64",
+                                         "--layout", "dp=2,ep=2,micro=8"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return loom(a);
+  };
+  write_file(path("m.jsonl"), "{\"step\":0,\"loss\":5.5,\"expert_load_imbalance\":1.2}\n"
+                              "{\"step\":1,\"loss\":5.4,\"expert_load_imbalance\":2.4}\n\n"
+                              "{\"step\":2,\"loss\":5.3,\"expert_load_imbalance\":1.8}\n");
+  Outcome measured = with({"--moe-load-imbalance-from", path("m.jsonl").string(), "--out", "measured.json"});
+  ASSERT_EQ(measured.exit_code, 0) << describe(measured);
+  EXPECT_NE(measured.err.find("MoE load imbalance 1.800, the median measured in"), std::string::npos)
+      << describe(measured);
+  Outcome given = with({"--moe-load-imbalance", "1.8", "--out", "given.json"});
+  Outcome balanced = with({"--out", "balanced.json"});
+  ASSERT_EQ(given.exit_code, 0) << describe(given);
+  ASSERT_EQ(balanced.exit_code, 0) << describe(balanced);
+  auto step_of = [&](const char* f) {
+    const json p = json::parse(read_file(path(f)));
+    return std::make_pair(p["sim_options"]["moe_load_imbalance"].get<double>(),
+                          p["prediction"]["step_time_s"].get<double>());
+  };
+  EXPECT_EQ(step_of("measured.json").first, 1.8);
+  EXPECT_EQ(step_of("measured.json").second, step_of("given.json").second);
+  EXPECT_GT(step_of("measured.json").second, step_of("balanced.json").second);
+
+  auto refused = [&](const Outcome& r, const std::vector<std::string>& has) {
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    for (const std::string& h : has) EXPECT_NE(r.err.find(h), std::string::npos) << "'" << h << "'\n" << describe(r);
+    EXPECT_EQ(r.out.find("chosen"), std::string::npos) << describe(r);
+  };
+  write_file(path("dense.jsonl"), "{\"step\":0,\"loss\":5.5}\n");
+  refused(with({"--moe-load-imbalance-from", path("dense.jsonl").string()}),
+                   {"no step records expert_load_imbalance", "--moe-load-imbalance X"});
+  write_file(path("bad.jsonl"), "{\"step\":0,\"expert_load_imbalance\":1.2}\nnot json\n");
+  refused(with({"--moe-load-imbalance-from", path("bad.jsonl").string()}), {"line 2", "--metrics"});
+  refused(with({"--moe-load-imbalance-from", path("m.jsonl").string(), "--moe-load-imbalance", "1.5"}),
+                   {"use one"});
+}
