@@ -1,5 +1,6 @@
-// loom preprocess: JSONL -> Megatron indexed dataset (.bin/.idx + manifest).
+// loom preprocess: JSONL or Parquet -> Megatron indexed dataset (.bin/.idx + manifest).
 // loom tokenizer:  train a SentencePiece model, or encode a string with one.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/parse_args.h"
 #include "core/output_file.h"
+#include "core/resources.h"
 #include "exec/data/preprocess.h"
 #include "exec/data/tokenizer.h"
 
@@ -16,28 +18,52 @@ namespace loom::cli {
 
 namespace {
 
+std::string duration_text(double s) {
+  char buf[32];
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
+}
+
+// One line, rewritten in place on a terminal; the final summary is on stdout.
+void print_progress(const data::PreprocessProgress& p) {
+  std::string eta = p.final ? "done in " + duration_text(p.elapsed_s)
+                            : p.eta_s >= 0 ? "ETA " + duration_text(p.eta_s) : "ETA ?";
+  double pct = p.input_bytes_total > 0 ? 100.0 * p.input_bytes_done / p.input_bytes_total : 0;
+  std::fprintf(stderr, "\r\033[Kpreprocess: %3.0f%%  %lld docs (%.0f/s)  %.1f MB (%.1f MB/s)  %lld tokens  %s%s", pct,
+               static_cast<long long>(p.documents), p.docs_per_s, p.bytes_read / 1e6, p.mb_per_s,
+               static_cast<long long>(p.tokens), eta.c_str(), p.final ? "\n" : "");
+  std::fflush(stderr);
+}
 
 }  // namespace
 
 int cmd_preprocess(int argc, char** argv) {
-  CLI::App app{"Tokenize JSONL (plain, .gz, .zst) into Megatron indexed dataset shards (.bin/.idx).",
+  CLI::App app{"Tokenize JSONL (plain, .gz, .zst) or Parquet into Megatron indexed dataset shards (.bin/.idx).",
                "loom preprocess"};
   data::PreprocessOptions o;
   std::string on_error = "fail";
   bool no_eod = false;
   bool quiet = false;
-  app.add_option("--input", o.inputs, "JSONL files, or directories (their *.jsonl, *.jsonl.gz, *.jsonl.zst)")
+  app.add_option("--input", o.inputs,
+                 "JSONL or Parquet files, directories (their *.jsonl[.gz|.zst] and *.parquet), glob patterns, or "
+                 "s3:// / http(s):// objects")
       ->required();
   app.add_option("--output", o.output_prefix, "output prefix: PREFIX.bin/.idx, or PREFIX_00000.bin/.idx... with --shards")
       ->required();
-  app.add_option("--text-field", o.text_field, "JSON field holding the document text")->capture_default_str();
+  app.add_option("--text-key,--text-field", o.text_field, "JSON field (Parquet: column) holding the document text")
+      ->capture_default_str();
+  o.cache_dir = user_cache_dir();
+  app.add_option("--cache-dir", o.cache_dir, "where remote inputs are fetched (default $LOOM_CACHE_DIR or ~/.cache/loom)");
   app.add_option("--tokenizer", o.tokenizer, "byte, or a SentencePiece .model path")->capture_default_str();
   app.add_option("--shards", o.shards, "output shards; document k goes to shard k mod N")->capture_default_str();
   app.add_option("--workers", o.workers, "tokenizer threads (plus one reader thread)")->capture_default_str();
   app.add_flag("--no-eod", no_eod, "do not append the EOD token to each document");
   app.add_option("--on-error", on_error, "bad line: fail (stop, name FILE:LINE) or skip (count it)")
       ->capture_default_str();
-  app.add_flag("--quiet", quiet, "no progress line");
+  app.add_flag("--quiet", quiet, "no progress line (there is none anyway when stderr is not a terminal)");
   if (int rc = parse_args(app, "preprocess", argc, argv); rc >= 0) return rc;
 
   auto policy = data::parse_on_error(on_error);
@@ -45,17 +71,16 @@ int cmd_preprocess(int argc, char** argv) {
   o.on_error = *policy;
   o.append_eod = !no_eod;
   const bool tty = isatty(fileno(stderr));
-  if (!quiet) {
-    o.progress = [tty](const data::PreprocessProgress& p) {
-      std::fprintf(stderr, "%spreprocess: %.1f MB read, %lld docs, %lld tokens, %.1f MB/s%s", tty ? "\r" : "",
-                   p.bytes_read / 1e6, static_cast<long long>(p.documents), static_cast<long long>(p.tokens),
-                   p.mb_per_s, tty && !p.final ? "" : "\n");
-      std::fflush(stderr);
-    };
-  }
+  if (!quiet && tty) o.progress = print_progress;
+  // The pipeline's buffers are megabytes each and freed by other threads than
+  // the ones that made them. glibc's mmap threshold rises with such frees, so
+  // they end up in its arenas and the resident size grows with the input
+  // (+150 MB for a 280 MB Parquet file) although the pipeline holds a bounded
+  // amount. A fixed threshold returns them to the system (+11 MB).
+  ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
   auto s = data::preprocess(o);
   if (!s.is_ok()) {
-    if (!quiet && tty) std::fprintf(stderr, "\n");
+    if (o.progress) std::fprintf(stderr, "\n");
     return fail("preprocess", s.status());
   }
   std::printf("inputs: %zu file(s), %lld lines, %.1f MB\n", s->input_files.size(),

@@ -31,6 +31,15 @@ if command -v python3 >/dev/null && ! python3 -c "import moto.server, flask, bot
   python3 -m pip install -q 'moto[server]' || echo "setup: moto could not be installed; its tests will skip"
 fi
 
+# Parquet input (`loom preprocess --input X.parquet`) reads with Apache Arrow's
+# C++ library, which Debian 12 does not package; pyarrow's PyPI wheel ships
+# its headers and shared libraries (cmake/LoomArrow.cmake). Without it Loom
+# builds without Parquet input.
+if command -v python3 >/dev/null && ! python3 -c "import pyarrow" 2>/dev/null; then
+  echo "setup: installing pyarrow (Apache Arrow C++ headers and libraries, for Parquet input) from PyPI"
+  python3 -m pip install -q 'pyarrow>=15' || echo "setup: pyarrow could not be installed; Parquet input is disabled"
+fi
+
 JOBS=$(nproc 2>/dev/null || echo 2)
 # The GUI builds when Qt6 is present (it is, after the packages above);
 # -DLOOM_BUILD_GUI=OFF skips it.

@@ -32,11 +32,14 @@ class PlainReader : public LineReader {
   Result<size_t> read_some(char* buf, size_t cap) override {
     size_t n = std::fread(buf, 1, cap, f_);
     if (n == 0 && std::ferror(f_)) return io_error(path() + ": read failed: " + std::strerror(errno));
+    read_ += static_cast<int64_t>(n);
     return n;
   }
+  int64_t file_bytes_read() const override { return read_; }
 
  private:
   std::FILE* f_;
+  int64_t read_ = 0;
 };
 
 #ifdef LOOM_HAVE_ZLIB
@@ -55,6 +58,7 @@ class GzipReader : public LineReader {
       return parse_error(path() + ": gzip stream is corrupt or truncated (" + msg + ")");
     return static_cast<size_t>(n);
   }
+  int64_t file_bytes_read() const override { return static_cast<int64_t>(gzoffset(f_)); }
 
  private:
   gzFile f_;
@@ -78,6 +82,7 @@ class ZstdReader : public LineReader {
       if (in_pos_ == in_size_) {
         in_size_ = std::fread(in_.data(), 1, in_.size(), f_);
         in_pos_ = 0;
+        read_ += static_cast<int64_t>(in_size_);
         if (in_size_ == 0) {
           if (std::ferror(f_)) return io_error(path() + ": read failed: " + std::strerror(errno));
           // A frame still open at end of file means the file was cut short.
@@ -93,9 +98,11 @@ class ZstdReader : public LineReader {
     }
     return out.pos;
   }
+  int64_t file_bytes_read() const override { return read_; }
 
  private:
   std::FILE* f_;
+  int64_t read_ = 0;
   ZSTD_DCtx* dctx_;
   std::vector<char> in_;
   size_t in_size_ = 0, in_pos_ = 0;

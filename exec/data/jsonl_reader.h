@@ -58,6 +58,9 @@ class LineReader {
   Compression compression() const { return compression_; }
   int64_t line_number() const { return line_no_; }   // 1-based number of the last line returned
   int64_t bytes_out() const { return bytes_out_; }   // decompressed bytes returned so far (lines + '\n')
+  // Bytes of the file itself (compressed, for .gz/.zst) consumed so far;
+  // runs ahead of the lines returned by at most one read buffer.
+  virtual int64_t file_bytes_read() const = 0;
 
  protected:
   LineReader(std::string path, Compression c) : path_(std::move(path)), compression_(c) {}

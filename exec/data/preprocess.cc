@@ -4,6 +4,8 @@
 
 #include <xxhash.h>
 
+#include <glob.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "exec/data/parquet_reader.h"
+#include "exec/data/remote_cache.h"
 #include "exec/data/tokenizer.h"
 
 namespace loom::data {
@@ -25,24 +29,51 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kBatchMaxBytes = 4 << 20;  // a batch closes at batch_lines lines or this many bytes
+// Parquet record batches (as text and as tokens) waiting for a worker or the
+// writer, beyond which a worker reading a row group the writer is not on yet
+// pauses before reading its next batch.
+constexpr size_t kWaitingBudgetBytes = size_t{64} << 20;
 
-// Lines of one file, read by the reader thread.
+// One work item, made by the reader thread: lines of a JSONL file, or one
+// row group of a Parquet file (which the worker reads itself).
 struct Batch {
   int64_t seq = 0;
   int file = 0;
+  int row_group = -1;             // >= 0: a Parquet row group, the fields below unused
   std::string data;               // the lines, back to back
   std::vector<size_t> ends;       // end offset of each line in data
   std::vector<int64_t> line_nos;  // 1-based line number of each line
   int64_t bytes = 0;              // decompressed bytes consumed (blank lines included)
+  int64_t file_bytes = 0;         // bytes of the input file itself this item covers
 };
 
-// A batch after tokenization, in the same order.
+// A work item (or, for a Parquet row group, one record batch of it) after
+// tokenization. A row group comes back in several parts, the last one marked.
 struct Done {
   std::vector<int32_t> tokens;    // every document back to back
   std::vector<size_t> doc_ends;   // end offset of each document in tokens
   JsonlStats stats;
   Status error;                   // first bad line, OnError::kFail only
   int64_t bytes = 0;
+  int64_t file_bytes = 0;
+  bool last = true;
+  size_t held = 0;                // bytes counted in Pipeline::done_bytes
+};
+
+using PartKey = std::pair<int64_t, int>;  // (item seq, part)
+
+// One record batch of a Parquet row group, its texts copied out, waiting for
+// any worker to tokenize it: a single large row group is tokenized by every
+// worker, not just by the one reading it.
+struct TextPart {
+  PartKey key;
+  bool last = false;
+  int file = 0;
+  std::string data;             // the texts, back to back
+  std::vector<size_t> ends;     // end offset of each text in data
+  std::vector<int64_t> rows;    // 0-based row number in the file of each text
+  std::vector<uint8_t> null;    // 1 where the text is null
+  int64_t file_bytes = 0;
 };
 
 // State shared by the reader, the workers and the writing (calling) thread.
@@ -50,15 +81,22 @@ struct Pipeline {
   std::mutex mu;
   std::condition_variable cv;  // one cv: every wait re-checks its own predicate
   std::deque<Batch> untokenized;  // read by the reader, waiting for a worker
-  std::map<int64_t, Done> done;
+  std::map<PartKey, TextPart> parts;  // Parquet record batches waiting for a worker (taken first, lowest first)
+  size_t max_parts = 4;           // beyond this the reading worker tokenizes its batch itself
+  size_t parts_bytes = 0;
+  int reading = 0;                // workers reading a row group (they may add parts)
+  std::map<PartKey, Done> done;
+  size_t done_bytes = 0;
   int64_t produced = 0, consumed = 0;
+  int next_part = 0;  // of item `consumed`, the part the writer needs next
   size_t window = 8;  // batches in flight (read but not yet written)
   bool reader_finished = false;
   bool stop = false;
   Status reader_status;
 };
 
-void read_all(Pipeline& p, const std::vector<std::string>& files, int batch_lines) {
+void read_all(Pipeline& p, const std::vector<std::string>& files, const std::vector<char>& parquet,
+              const PreprocessOptions& o) {
   auto push = [&](Batch&& b) -> bool {
     std::unique_lock lock(p.mu);
     p.cv.wait(lock, [&] { return p.stop || p.produced - p.consumed < static_cast<int64_t>(p.window); });
@@ -76,11 +114,25 @@ void read_all(Pipeline& p, const std::vector<std::string>& files, int batch_line
   };
   std::string line;
   for (int f = 0; f < static_cast<int>(files.size()); ++f) {
+    if (parquet[f]) {
+      // One item per row group; the workers read them. Opening checks the
+      // columns before any worker starts on the file.
+      auto pf = ParquetTextFile::open(files[f], o.text_field);
+      if (!pf.is_ok()) return finish(pf.status());
+      for (int g = 0; g < (*pf)->row_groups(); ++g) {
+        Batch b;
+        b.file = f;
+        b.row_group = g;
+        b.file_bytes = (*pf)->row_group_compressed_bytes(g);
+        if (!push(std::move(b))) return;
+      }
+      continue;
+    }
     auto reader = LineReader::open(files[f]);
     if (!reader.is_ok()) return finish(reader.status());
     Batch b;
     b.file = f;
-    int64_t last_bytes = 0;
+    int64_t last_bytes = 0, last_file_bytes = 0;
     for (;;) {
       auto more = (*reader)->next_line(&line);
       if (!more.is_ok()) return finish(more.status());
@@ -89,10 +141,12 @@ void read_all(Pipeline& p, const std::vector<std::string>& files, int batch_line
         b.ends.push_back(b.data.size());
         b.line_nos.push_back((*reader)->line_number());
       }
-      bool full = static_cast<int>(b.ends.size()) >= batch_lines || b.data.size() >= kBatchMaxBytes;
+      bool full = static_cast<int>(b.ends.size()) >= o.batch_lines || b.data.size() >= kBatchMaxBytes;
       if ((full || !*more) && (!b.ends.empty() || (*reader)->bytes_out() > last_bytes)) {
         b.bytes = (*reader)->bytes_out() - last_bytes;
         last_bytes = (*reader)->bytes_out();
+        b.file_bytes = (*reader)->file_bytes_read() - last_file_bytes;
+        last_file_bytes = (*reader)->file_bytes_read();
         if (!push(std::move(b))) return;
         b = Batch{};
         b.file = f;
@@ -101,6 +155,17 @@ void read_all(Pipeline& p, const std::vector<std::string>& files, int batch_line
     }
   }
   finish(Status::ok());
+}
+
+// Tokenizes one document's text into d (the text is valid UTF-8).
+Status add_document(std::string_view text, const Tokenizer& tok, const PreprocessOptions& o, Done* d) {
+  auto ids = tok.encode(text);
+  if (!ids.is_ok()) return ids.status();
+  d->tokens.insert(d->tokens.end(), ids->begin(), ids->end());
+  if (o.append_eod) d->tokens.push_back(tok.eod_id());
+  d->doc_ends.push_back(d->tokens.size());
+  ++d->stats.documents;
+  return Status::ok();
 }
 
 void tokenize_batch(const Batch& b, const std::string& file, const Tokenizer& tok, const PreprocessOptions& o,
@@ -114,15 +179,11 @@ void tokenize_batch(const Batch& b, const std::string& file, const Tokenizer& to
     ++d->stats.lines;
     LineError e = extract_text(line, o.text_field, &text, &why);
     if (e == LineError::kNone) {
-      auto ids = tok.encode(text);
-      if (!ids.is_ok()) {
-        d->error = ids.status().with_context(file + ":" + std::to_string(b.line_nos[i]));
+      Status st = add_document(text, tok, o, d);
+      if (!st.is_ok()) {
+        d->error = st.with_context(file + ":" + std::to_string(b.line_nos[i]));
         return;
       }
-      d->tokens.insert(d->tokens.end(), ids->begin(), ids->end());
-      if (o.append_eod) d->tokens.push_back(tok.eod_id());
-      d->doc_ends.push_back(d->tokens.size());
-      ++d->stats.documents;
       continue;
     }
     if (o.on_error == OnError::kFail) {
@@ -136,21 +197,189 @@ void tokenize_batch(const Batch& b, const std::string& file, const Tokenizer& to
   }
 }
 
+// Hands part `part` of item `seq` to the writer; never waits (memory is
+// bounded where work starts: the reader's window of items, the cap on queued
+// parts, and paused row-group readers). False: stopped.
+bool emit(Pipeline& p, int64_t seq, int part, Done&& d) {
+  d.held = d.tokens.size() * sizeof(int32_t) + d.doc_ends.size() * sizeof(size_t);
+  std::lock_guard lock(p.mu);
+  if (p.stop) return false;
+  p.done_bytes += d.held;
+  p.done.emplace(PartKey{seq, part}, std::move(d));
+  p.cv.notify_all();
+  return true;
+}
+
+// Tokenizes one Parquet record batch's texts into d.
+void tokenize_part(const TextPart& t, const std::string& file, const Tokenizer& tok, const PreprocessOptions& o,
+                   Done* d) {
+  d->file_bytes = t.file_bytes;
+  d->last = t.last;
+  size_t start = 0;
+  for (size_t i = 0; i < t.ends.size(); ++i) {
+    std::string_view text(t.data.data() + start, t.ends[i] - start);
+    start = t.ends[i];
+    ++d->stats.lines;
+    auto where = [&] { return file + ": row " + std::to_string(t.rows[i]); };
+    if (t.null[i] || !is_valid_utf8(text)) {
+      if (o.on_error == OnError::kFail) {
+        d->error = parse_error(where() + ": " +
+                               (t.null[i] ? "column \"" + o.text_field + "\" is null"
+                                          : std::string("the text is not valid UTF-8")) +
+                               " (fix the row, or pass --on-error skip to skip and count bad rows)");
+        return;
+      }
+      if (t.null[i]) ++d->stats.skipped_missing_field;
+      else ++d->stats.skipped_invalid_utf8;
+      continue;
+    }
+    d->bytes += static_cast<int64_t>(text.size());
+    Status st = add_document(text, tok, o, d);
+    if (!st.is_ok()) {
+      d->error = st.with_context(where());
+      return;
+    }
+  }
+}
+
+// Reads one Parquet row group record batch by record batch. Each batch
+// becomes a TextPart that any worker may tokenize; when enough are already
+// waiting, this worker tokenizes it itself. False: stopped.
+bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, const std::vector<std::string>& files,
+                    const Tokenizer& tok, const PreprocessOptions& o) {
+  const int64_t group_rows = pf.row_group_rows(b.row_group);
+  TextPart t;
+  int part = 0;
+  bool stopped = false;
+  auto row_fn = [&](const ParquetRow& r) -> Status {
+    if (r.text) t.data.append(r.text->data(), r.text->size());
+    t.ends.push_back(t.data.size());
+    t.rows.push_back(r.row);
+    t.null.push_back(r.text ? 0 : 1);
+    return Status::ok();
+  };
+  auto batch_fn = [&](bool last) -> Status {
+    t.key = PartKey{b.seq, part++};
+    t.last = last;
+    t.file = b.file;
+    t.file_bytes = group_rows > 0 ? b.file_bytes * static_cast<int64_t>(t.ends.size()) / group_rows : b.file_bytes;
+    // Queue this batch; with the queue full, tokenize the oldest queued one
+    // here (the writer needs the oldest first).
+    TextPart mine;
+    bool take = false;
+    {
+      std::lock_guard lock(p.mu);
+      if (p.stop) {
+        stopped = true;
+        return internal_error("stopped");
+      }
+      p.parts_bytes += t.data.size();
+      p.parts.emplace(t.key, std::move(t));
+      if (p.parts.size() > p.max_parts) {
+        mine = std::move(p.parts.begin()->second);
+        p.parts.erase(p.parts.begin());
+        p.parts_bytes -= mine.data.size();
+        take = true;
+      }
+      p.cv.notify_all();
+    }
+    t = TextPart{};
+    if (take) {
+      Done d;
+      tokenize_part(mine, files[mine.file], tok, o, &d);
+      if (!emit(p, mine.key.first, mine.key.second, std::move(d))) {
+        stopped = true;
+        return internal_error("stopped");
+      }
+    }
+    if (last) return Status::ok();
+    // With enough waiting, pause before reading on: a row group ahead of the
+    // writer until the writer reaches it or the waiting bytes drain; the one
+    // the writer is on only while the writer has its next part in hand, so
+    // nothing the writer needs is ever held back.
+    std::unique_lock lock(p.mu);
+    p.cv.wait(lock, [&] {
+      if (p.stop || p.done_bytes + p.parts_bytes <= kWaitingBudgetBytes) return true;
+      if (b.seq != p.consumed) return false;
+      return p.done.count(PartKey{p.consumed, p.next_part}) == 0;
+    });
+    if (p.stop) {
+      stopped = true;
+      return internal_error("stopped");
+    }
+    return Status::ok();
+  };
+  Status st = pf.read_row_group(b.row_group, o.batch_lines, row_fn, batch_fn);
+  if (stopped) return false;
+  if (!st.is_ok()) {
+    Done e;
+    e.error = std::move(st);
+    return emit(p, b.seq, part, std::move(e));
+  }
+  return true;
+}
+
 void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& tok, const PreprocessOptions& o) {
+  std::unique_ptr<ParquetTextFile> pf;  // this worker's reader of the Parquet file it last read
+  int pf_file = -1;
   for (;;) {
     Batch b;
+    TextPart t;
+    bool have_part = false;
     {
       std::unique_lock lock(p.mu);
-      p.cv.wait(lock, [&] { return p.stop || !p.untokenized.empty() || p.reader_finished; });
-      if (p.stop || p.untokenized.empty()) return;
-      b = std::move(p.untokenized.front());
-      p.untokenized.pop_front();
+      p.cv.wait(lock, [&] {
+        return p.stop || !p.parts.empty() || !p.untokenized.empty() || (p.reader_finished && p.reading == 0);
+      });
+      if (p.stop) return;
+      if (!p.parts.empty()) {
+        t = std::move(p.parts.begin()->second);
+        p.parts.erase(p.parts.begin());
+        p.parts_bytes -= t.data.size();
+        have_part = true;
+      } else if (!p.untokenized.empty()) {
+        b = std::move(p.untokenized.front());
+        p.untokenized.pop_front();
+        if (b.row_group >= 0) ++p.reading;
+      } else {
+        return;  // the reader is done, and nobody can add parts any more
+      }
+      p.cv.notify_all();
+    }
+    if (have_part) {
+      Done d;
+      tokenize_part(t, files[t.file], tok, o, &d);
+      if (!emit(p, t.key.first, t.key.second, std::move(d))) return;
+      continue;
+    }
+    if (b.row_group >= 0) {
+      bool go_on = true;
+      if (pf_file != b.file) {
+        pf.reset();
+        pf_file = -1;
+        auto opened = ParquetTextFile::open(files[b.file], o.text_field);
+        if (opened.is_ok()) {
+          pf = std::move(*opened);
+          pf_file = b.file;
+        } else {
+          Done e;
+          e.error = opened.status();
+          go_on = emit(p, b.seq, 0, std::move(e));
+        }
+      }
+      if (go_on && pf) go_on = read_row_group(p, b, *pf, files, tok, o);
+      {
+        std::lock_guard lock(p.mu);
+        --p.reading;
+        p.cv.notify_all();
+      }
+      if (!go_on) return;
+      continue;
     }
     Done d;
     tokenize_batch(b, files[b.file], tok, o, &d);
-    std::lock_guard lock(p.mu);
-    p.done.emplace(b.seq, std::move(d));
-    p.cv.notify_all();
+    d.file_bytes = b.file_bytes;
+    if (!emit(p, b.seq, 0, std::move(d))) return;
   }
 }
 
@@ -181,7 +410,7 @@ Status write_manifest(const PreprocessOptions& o, const PreprocessStats& s) {
       {"append_eod", o.append_eod},
       {"text_field", o.text_field},
       {"shard_assignment", "round_robin"},
-      {"inputs", s.input_files},
+      {"inputs", s.inputs},
       {"documents", s.documents},
       {"tokens", s.tokens},
       {"empty_documents", s.empty_documents},
@@ -223,15 +452,33 @@ Result<uint64_t> xxh64_file(const std::string& path) {
 
 Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
+  auto is_input_name = [](const std::string& name) { return is_jsonl_name(name) || is_parquet_name(name); };
   for (const std::string& in : inputs) {
     std::error_code ec;
-    if (fs::is_directory(in, ec)) {
+    if (in.rfind("s3://", 0) == 0 || in.rfind("http://", 0) == 0 || in.rfind("https://", 0) == 0) {
+      if (in.back() == '/' || in.find_first_of("*?[") != std::string::npos)
+        return invalid_argument(in + ": a remote input must name one object (listing a remote prefix or glob is not "
+                                "supported); pass each object's URL");
+      files.push_back(in);
+    } else if (in.find_first_of("*?[") != std::string::npos && !fs::exists(in, ec)) {
+      glob_t g{};
+      int rc = ::glob(in.c_str(), GLOB_ERR, nullptr, &g);
+      std::vector<std::string> found;
+      if (rc == 0)
+        for (size_t i = 0; i < g.gl_pathc; ++i)
+          if (fs::is_regular_file(g.gl_pathv[i], ec)) found.push_back(g.gl_pathv[i]);
+      ::globfree(&g);
+      if (rc == GLOB_ABORTED) return io_error(in + ": cannot list the pattern's directories");
+      if (found.empty()) return not_found(in + ": the pattern matches no file");
+      std::sort(found.begin(), found.end());  // glob sorts too, but by the locale's collation
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
       for (const auto& e : fs::directory_iterator(in, ec))
-        if (e.is_regular_file() && is_jsonl_name(e.path().filename().string())) found.push_back(e.path().string());
+        if (e.is_regular_file() && is_input_name(e.path().filename().string())) found.push_back(e.path().string());
       if (ec) return io_error(in + ": cannot list directory (" + ec.message() + ")");
       if (found.empty())
-        return invalid_argument(in + ": directory has no *.jsonl, *.jsonl.gz or *.jsonl.zst files");
+        return invalid_argument(in + ": directory has no *.jsonl, *.jsonl.gz, *.jsonl.zst or *.parquet files");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::is_regular_file(in, ec)) {
@@ -253,7 +500,27 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   if (o.batch_lines < 1) return invalid_argument("preprocess: batch_lines must be >= 1");
   if (o.text_field.empty()) return invalid_argument("preprocess: empty --text-field");
   PreprocessStats s;
-  LOOM_ASSIGN_OR_RETURN(s.input_files, expand_inputs(o.inputs));
+  LOOM_ASSIGN_OR_RETURN(s.inputs, expand_inputs(o.inputs));
+  // Remote inputs are fetched into the cache first (remote_cache.h); the
+  // manifest names them by URL.
+  RemoteCacheOptions rc;
+  rc.cache_dir = o.cache_dir;
+  std::vector<char> parquet;
+  for (const std::string& in : s.inputs) {
+    std::string local = in;
+    if (in.rfind("s3://", 0) == 0 || in.rfind("http://", 0) == 0 || in.rfind("https://", 0) == 0) {
+      if (rc.cache_dir.empty()) return invalid_argument("preprocess: " + in + " is remote; pass --cache-dir DIR");
+      LOOM_ASSIGN_OR_RETURN(local, fetch_to_cache(in, rc));
+    }
+    const bool pq = is_parquet_file(local);
+    if (!pq && is_parquet_name(in))
+      return parse_error(in + ": named like a Parquet file but does not start with PAR1: not a Parquet file");
+    if (pq) LOOM_RETURN_IF_ERROR(parquet_available().with_context(in));
+    std::error_code fec;
+    s.input_bytes += static_cast<int64_t>(fs::file_size(local, fec));
+    s.input_files.push_back(local);
+    parquet.push_back(pq ? 1 : 0);
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, load_tokenizer(o.tokenizer));
   s.tokenizer_name = tok->name();
   s.vocab_size = tok->vocab_size();
@@ -273,8 +540,9 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
 
   Pipeline p;
   p.window = static_cast<size_t>(4 * o.workers + 4);
+  p.max_parts = static_cast<size_t>(2 * o.workers);
   std::vector<std::thread> threads;
-  threads.emplace_back(read_all, std::ref(p), std::cref(s.input_files), o.batch_lines);
+  threads.emplace_back(read_all, std::ref(p), std::cref(s.input_files), std::cref(parquet), std::cref(o));
   for (int i = 0; i < o.workers; ++i)
     threads.emplace_back(work, std::ref(p), std::cref(s.input_files), std::cref(*tok), std::cref(o));
   auto stop_all = [&] {
@@ -298,22 +566,38 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
     pr.tokens = s.tokens;
     pr.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
     pr.mb_per_s = pr.elapsed_s > 0 ? s.bytes_read / pr.elapsed_s / 1e6 : 0;
+    pr.docs_per_s = pr.elapsed_s > 0 ? s.documents / pr.elapsed_s : 0;
+    pr.input_bytes_done = std::min(s.input_bytes_done, s.input_bytes);
+    pr.input_bytes_total = s.input_bytes;
+    double frac = s.input_bytes > 0 ? static_cast<double>(pr.input_bytes_done) / static_cast<double>(s.input_bytes) : 0;
+    pr.eta_s = final ? 0 : frac > 0.001 ? pr.elapsed_s * (1 / frac - 1) : -1;
     pr.final = final;
     o.progress(pr);
   };
 
-  // In-order writer: batch `consumed` is written only after batches 0..consumed-1.
+  // In-order writer: item `consumed` is written only after items
+  // 0..consumed-1, and its parts in order.
   int64_t doc_k = 0;
+  int part = 0;
   for (;;) {
     Done d;
     {
       std::unique_lock lock(p.mu);
-      p.cv.wait(lock, [&] { return p.done.count(p.consumed) || (p.reader_finished && p.consumed == p.produced); });
-      auto it = p.done.find(p.consumed);
-      if (it == p.done.end()) break;  // reader finished and every batch is written
+      p.cv.wait(lock, [&] {
+        return p.done.count(PartKey{p.consumed, part}) || (p.reader_finished && p.consumed == p.produced);
+      });
+      auto it = p.done.find(PartKey{p.consumed, part});
+      if (it == p.done.end()) break;  // reader finished and every item is written
       d = std::move(it->second);
       p.done.erase(it);
-      ++p.consumed;
+      p.done_bytes -= d.held;
+      if (d.last) {
+        ++p.consumed;
+        part = 0;
+      } else {
+        ++part;
+      }
+      p.next_part = part;
       p.cv.notify_all();
     }
     if (!d.error.is_ok()) {
@@ -326,6 +610,7 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
     s.lines.skipped_missing_field += d.stats.skipped_missing_field;
     s.lines.skipped_invalid_utf8 += d.stats.skipped_invalid_utf8;
     s.bytes_read += d.bytes;
+    s.input_bytes_done += d.file_bytes;
     size_t start = 0;
     for (size_t end : d.doc_ends) {
       size_t n = end - start;

@@ -37,18 +37,26 @@ namespace loom::data {
 // Reported from the calling thread about once per progress_interval_s, and
 // once more with final = true.
 struct PreprocessProgress {
-  int64_t bytes_read = 0;  // decompressed JSONL bytes consumed
+  int64_t bytes_read = 0;  // decompressed JSONL bytes (Parquet: text bytes) consumed
   int64_t documents = 0;
   int64_t tokens = 0;
   double elapsed_s = 0;
   double mb_per_s = 0;  // bytes_read / elapsed_s / 1e6
+  double docs_per_s = 0;
+  int64_t input_bytes_done = 0;   // of the input files as stored (compressed, for .gz/.zst/Parquet)
+  int64_t input_bytes_total = 0;
+  double eta_s = -1;    // from input_bytes_done / input_bytes_total; -1 before there is an estimate
   bool final = false;
 };
 
 struct PreprocessOptions {
-  std::vector<std::string> inputs;  // files, or directories (their *.jsonl, *.jsonl.gz, *.jsonl.zst, sorted)
+  // Files, directories (their *.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet,
+  // sorted), glob patterns (matches sorted), or s3:// / http(s):// objects.
+  // A file is JSONL or Parquet by its first bytes (Parquet: "PAR1").
+  std::vector<std::string> inputs;
   std::string output_prefix;
-  std::string text_field = "text";
+  std::string text_field = "text";  // JSONL: the text's field; Parquet: the text column
+  std::string cache_dir;            // where remote inputs are fetched (needed only for them)
   std::string tokenizer = "byte";  // "byte" or a SentencePiece .model path
   bool append_eod = true;
   int shards = 1;
@@ -68,8 +76,11 @@ struct ShardStats {
 };
 
 struct PreprocessStats {
-  std::vector<std::string> input_files;  // after directory expansion, in processing order
-  JsonlStats lines;                      // documents here = documents parsed
+  std::vector<std::string> inputs;       // after directory/glob expansion, in processing order (URLs as given)
+  std::vector<std::string> input_files;  // the local files read (remote ones: their cache copies)
+  int64_t input_bytes = 0;               // size of the input files as stored
+  int64_t input_bytes_done = 0;
+  JsonlStats lines;                      // documents here = documents parsed (Parquet: rows are lines)
   int64_t documents = 0;                 // written (sum over shards)
   int64_t empty_documents = 0;           // zero tokens, not written
   int64_t tokens = 0;                    // written, EOD included
@@ -92,8 +103,10 @@ struct PreprocessStats {
 // and no manifest. Not reentrant-safe on one output prefix.
 Result<PreprocessStats> preprocess(const PreprocessOptions& options);
 
-// The JSONL files named by `inputs` (files kept in the given order; each
-// directory contributes its *.jsonl, *.jsonl.gz, *.jsonl.zst sorted by name).
+// The input files named by `inputs`: files and URLs kept in the given order;
+// each directory contributes its *.jsonl, *.jsonl.gz, *.jsonl.zst and
+// *.parquet files sorted by name; a glob pattern (with * ? [) its matching
+// files sorted by name. A remote prefix or pattern is refused.
 Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs);
 
 // Output prefix of shard `i` of `n`: PREFIX when n == 1, else PREFIX_%05d.
