@@ -16,6 +16,7 @@ struct CalibArgs {
   int threads = 1;
   bool quick = false;
   std::string backend = "cpu";
+  bool progress = false;  // one line on stderr (rank 0 on a terminal): stage, measurements, ETA
 };
 
 // Every rank runs the sweeps at once; rank 0 gets the profile's JSON text

@@ -4,6 +4,7 @@
 // one rank gets while its peers share the machine.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -159,23 +160,104 @@ class Calibrator {
       : w_(w), bench_(bench), a_(a), min_s_(a.quick ? 0.05 : 0.25), sample_s_(a.quick ? 0.004 : 0.02) {}
 
   Status run(Measured* m) {
-    LOOM_RETURN_IF_ERROR(gemms(m));
-    LOOM_RETURN_IF_ERROR(bandwidths(m));
-    LOOM_RETURN_IF_ERROR(head_gemms(m));
-    LOOM_RETURN_IF_ERROR(attention(m));
-    LOOM_RETURN_IF_ERROR(cross_entropy(m));
-    LOOM_RETURN_IF_ERROR(collectives(m));
+    t0_ = last_print_ = Clock::now();
+    budget_total_ = planned_budget();
+    LOOM_RETURN_IF_ERROR(stage("GEMMs", &Calibrator::gemms, m));
+    LOOM_RETURN_IF_ERROR(stage("memory bandwidth", &Calibrator::bandwidths, m));
+    LOOM_RETURN_IF_ERROR(stage("LM head GEMMs", &Calibrator::head_gemms, m));
+    LOOM_RETURN_IF_ERROR(stage("attention", &Calibrator::attention, m));
+    LOOM_RETURN_IF_ERROR(stage("cross-entropy", &Calibrator::cross_entropy, m));
+    LOOM_RETURN_IF_ERROR(stage("collectives", &Calibrator::collectives, m));
     LOOM_RETURN_IF_ERROR(bench_.status());  // a device's failed launch, never a silent rate
     m->worst_spread = worst_spread_;
+    if (a_.progress) std::fprintf(stderr, "\r\033[K");
     return Status::ok();
   }
 
  private:
+  static constexpr int kStages = 6;
+
+  Status stage(const char* name, Status (Calibrator::*sweep)(Measured*), Measured* m) {
+    ++stage_;
+    stage_name_ = name;
+    print_progress(true);
+    return (this->*sweep)(m);
+  }
+
+  // Each timed() call lasts about its budget (time_it samples for at least
+  // that long), so the ETA scales the time so far by the budget still to go.
+  void print_progress(bool force) {
+    if (!a_.progress) return;
+    auto now = Clock::now();
+    if (!force && std::chrono::duration<double>(now - last_print_).count() < 0.5) return;
+    last_print_ = now;
+    double elapsed = std::chrono::duration<double>(now - t0_).count();
+    double frac = budget_total_ > 0 ? std::min(1.0, budget_done_ / budget_total_) : 0;
+    char eta[32] = "?";
+    if (frac > 0.02) std::snprintf(eta, sizeof eta, "%.0f s", elapsed * (1 / frac - 1));
+    std::fprintf(stderr, "\r\033[Kcalibrate: %3.0f%%  %d/%d %s  %d measurements  %.0f s  ETA %s", 100 * frac, stage_,
+                 kStages, stage_name_, calls_, elapsed, eta);
+    std::fflush(stderr);
+  }
+
   Result<double> timed(const exec::KernelBench::Run& run, double budget, double* best = nullptr) {
     double spread = 0;
     auto t = time_it(w_, [&] { run(); return Status::ok(); }, budget, &spread, sample_s_, &bench_, best);
     worst_spread_ = std::max(worst_spread_, spread);
+    ++calls_;
+    budget_done_ += budget;
+    print_progress(false);
     return t;
+  }
+
+  // The sweeps' shapes, listed once for the sweep and for planned_budget().
+  std::vector<std::array<int64_t, 3>> gemm_shapes() const {
+    std::vector<std::array<int64_t, 3>> out;
+    const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
+    for (int64_t rows : {64, 256, 1024, 4096})
+      for (int64_t nk : dims)
+        for (int64_t k : {nk, 4 * nk})
+          if (rows * nk * k <= (a_.quick ? 1LL << 31 : 1LL << 33)) out.push_back({rows, nk, k});
+    return out;
+  }
+  // 8 shapes (3 with --quick): the sweep is a third of a full calibration's time.
+  std::vector<std::array<int64_t, 3>> head_shapes() const {
+    std::vector<std::array<int64_t, 3>> out;
+    for (int64_t V : {int64_t{AcceleratorSpec::kHeadGemmMinVocab}, int64_t{50257}, int64_t{128256}})
+      for (int64_t h : {int64_t{128}, int64_t{768}})
+        for (int64_t rows : {int64_t{64}, int64_t{512}}) {
+          if (a_.quick && (V == 128256 || h == 768)) continue;
+          if (double(rows) * double(V) * double(h) > double(a_.quick ? 1LL << 31 : 1LL << 32)) continue;
+          out.push_back({rows, V, h});
+        }
+    return out;
+  }
+  std::vector<std::pair<int64_t, int64_t>> attention_shapes() const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    if (!bench_.has_attention()) return out;
+    for (auto [S, D] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {128, 32}, {128, 64}, {256, 64}, {512, 64},
+                        {1024, 64}, {2048, 128}})
+      if (!a_.quick || S <= 512) out.push_back({S, D});
+    return out;
+  }
+  std::vector<int64_t> xent_vocabs() const {
+    std::vector<int64_t> out;
+    for (int64_t V : {int64_t{4096}, int64_t{32000}, int64_t{50257}, int64_t{128256}})
+      if (!a_.quick || V == 4096 || V == 50257) out.push_back(V);
+    return out;
+  }
+  std::vector<size_t> collective_sizes() const {
+    std::vector<size_t> out;
+    if (w_.size() < 2) return out;
+    for (size_t bytes = 4096; bytes <= (a_.quick ? (4u << 20) : (64u << 20)); bytes *= 4) out.push_back(bytes);
+    return out;
+  }
+  // The sum of the timed() budgets the sweeps will ask for.
+  double planned_budget() const {
+    return double(gemm_shapes().size()) * 3 * min_s_ / 8 + (bench_.sm_arch() > 0 ? min_s_ : 0) +
+           (min_s_ + 2 * min_s_ / 2 + min_s_ / 2) + double(head_shapes().size()) * 3 * min_s_ / 8 +
+           double(attention_shapes().size()) * 2 * min_s_ / 8 + double(xent_vocabs().size()) * 2 * min_s_ / 8 +
+           double(collective_sizes().size()) * 5 * min_s_ / 2;
   }
 
   // GEMM throughput over transformer shapes (tokens x out x in). A training
@@ -191,23 +273,19 @@ class Calibrator {
   // lower the MFU denominator); the efficiencies are the median rates over
   // it, so times priced as peak x efficiency are the median rates.
   Status gemms(Measured* m) {
-    const int64_t dims[] = {64, 128, 256, 512, 768, 1024, 2048};
-    for (int64_t rows : {64, 256, 1024, 4096})
-      for (int64_t nk : dims)
-        for (int64_t k : {nk, 4 * nk}) {
-          if (rows * nk * k > (a_.quick ? 1LL << 31 : 1LL << 33)) continue;
-          exec::KernelBench::GemmRuns g = bench_.gemm(rows, nk, k, bench_.cold_set_bytes());
-          double total = 0, fastest = 0, forward = 0;
-          for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
-            double best = 0;
-            LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8, &best));
-            if (run == &g.forward) forward = t;
-            total += t;
-            fastest += best;
-          }
-          m->gemm.push_back({2.0 * rows * nk * k, 3 * 2.0 * rows * nk * k / total, forward / total});
-          m->peak = std::max(m->peak, 3 * 2.0 * rows * nk * k / fastest);
-        }
+    for (auto [rows, nk, k] : gemm_shapes()) {
+      exec::KernelBench::GemmRuns g = bench_.gemm(rows, nk, k, bench_.cold_set_bytes());
+      double total = 0, fastest = 0, forward = 0;
+      for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
+        double best = 0;
+        LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8, &best));
+        if (run == &g.forward) forward = t;
+        total += t;
+        fastest += best;
+      }
+      m->gemm.push_back({2.0 * rows * nk * k, 3 * 2.0 * rows * nk * k / total, forward / total});
+      m->peak = std::max(m->peak, 3 * 2.0 * rows * nk * k / fastest);
+    }
     if (exec::KernelBench::Run f32 = bench_.gemm_fp32(4096, 4096, 4096)) {  // GPU: the CUDA-core rate
       LOOM_ASSIGN_OR_RETURN(double t, timed(f32, min_s_));
       m->fp32_peak = 2.0 * 4096 * 4096 * 4096 / t;
@@ -248,9 +326,7 @@ class Calibrator {
   Status attention(Measured* m) {
     std::vector<Point> points;
     std::vector<double> ratios;  // backward / forward time
-    for (auto [S, D] : {std::pair<int64_t, int64_t>{32, 32}, {64, 32}, {128, 32}, {128, 64}, {256, 64}, {512, 64},
-                        {1024, 64}, {2048, 128}}) {
-      if ((a_.quick && S > 512) || !bench_.has_attention()) continue;
+    for (auto [S, D] : attention_shapes()) {
       const int64_t H = 4;
       const double head_flops = 4.0 * S * S * D * double(S + 1) / double(2 * S);
       const int64_t B = std::max<int64_t>(1, int64_t(std::ceil(6e7 / head_flops / H)));
@@ -277,21 +353,16 @@ class Calibrator {
   // table. Same three-way timing and factor-of-4 bands.
   Status head_gemms(Measured* m) {
     std::vector<Point> pts;
-    // 8 shapes (3 with --quick): the sweep is a third of a full calibration's time.
-    for (int64_t V : {int64_t{AcceleratorSpec::kHeadGemmMinVocab}, int64_t{50257}, int64_t{128256}})
-      for (int64_t h : {int64_t{128}, int64_t{768}})
-        for (int64_t rows : {int64_t{64}, int64_t{512}}) {
-          if (a_.quick && (V == 128256 || h == 768)) continue;
-          if (double(rows) * double(V) * double(h) > double(a_.quick ? 1LL << 31 : 1LL << 32)) continue;
-          exec::KernelBench::GemmRuns g = bench_.gemm(rows, V, h, bench_.cold_set_bytes());
-          double total = 0, forward = 0;
-          for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
-            LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8));
-            if (run == &g.forward) forward = t;
-            total += t;
-          }
-          pts.push_back({2.0 * rows * V * h, 3 * 2.0 * rows * V * h / total, forward / total});
-        }
+    for (auto [rows, V, h] : head_shapes()) {
+      exec::KernelBench::GemmRuns g = bench_.gemm(rows, V, h, bench_.cold_set_bytes());
+      double total = 0, forward = 0;
+      for (const exec::KernelBench::Run* run : {&g.forward, &g.dgrad, &g.wgrad}) {
+        LOOM_ASSIGN_OR_RETURN(double t, timed(*run, min_s_ / 8));
+        if (run == &g.forward) forward = t;
+        total += t;
+      }
+      pts.push_back({2.0 * rows * V * h, 3 * 2.0 * rows * V * h / total, forward / total});
+    }
     m->head_table = band_table(pts, m->peak, 1e-3);
     return Status::ok();
   }
@@ -303,8 +374,7 @@ class Calibrator {
   // median over the vocabularies.
   Status cross_entropy(Measured* m) {
     std::vector<double> fwd, bwd;
-    for (int64_t V : {int64_t{4096}, int64_t{32000}, int64_t{50257}, int64_t{128256}}) {
-      if (a_.quick && V != 4096 && V != 50257) continue;
+    for (int64_t V : xent_vocabs()) {
       const int64_t N = std::max<int64_t>(8, (int64_t{1} << 22) / V);
       exec::KernelBench::FwdBwd ce = bench_.cross_entropy(N, V);
       LOOM_ASSIGN_OR_RETURN(double tf, timed(ce.forward, min_s_ / 8));
@@ -327,7 +397,7 @@ class Calibrator {
     m->colls_measured = {{"ranks", n}};
     if (n < 2) return Status::ok();
     auto t_of = [&](auto&& fn) { return time_it(w_, fn, min_s_ / 2, nullptr, sample_s_); };
-    for (size_t bytes = 4096; bytes <= (a_.quick ? (4u << 20) : (64u << 20)); bytes *= 4) {
+    for (size_t bytes : collective_sizes()) {
       const size_t count = bytes / sizeof(float), part = count / size_t(n);
       std::vector<float> buf(count * size_t(n), 1.f), out(count * size_t(n), 0.f);
       LOOM_ASSIGN_OR_RETURN(double ar, t_of([&] { return w_.all_reduce(buf.data(), count); }));
@@ -364,6 +434,11 @@ class Calibrator {
   const CalibArgs& a_;
   const double min_s_, sample_s_;
   double worst_spread_ = 0;
+  Clock::time_point t0_, last_print_;
+  int stage_ = 0;
+  const char* stage_name_ = "";
+  int calls_ = 0;
+  double budget_done_ = 0, budget_total_ = 0;
 };
 
 // The measurements as a hardware profile (docs/formats/hwprofile.md).
@@ -490,6 +565,8 @@ int cmd_calibrate(int argc, char** argv) {
   app.add_option("--name", a.name, "profile name")->capture_default_str();
   app.add_option("--threads", a.threads, "compute threads per rank, as `loom execute --threads`")->capture_default_str();
   app.add_flag("--quick", a.quick, "shorter measurements (tests)");
+  bool quiet = false;
+  app.add_flag("--quiet", quiet, "no progress line (there is none anyway when stderr is not a terminal)");
   app.add_option("--backend", a.backend, "compute backend whose kernels are measured: cpu (cuda: with the CUDA backend)")
       ->capture_default_str();
   if (int rc = parse_args(app, "calibrate", argc, argv); rc >= 0) return rc;
@@ -504,6 +581,7 @@ int cmd_calibrate(int argc, char** argv) {
     if (Status s = check_output_path(a.out, "--out"); !s.is_ok()) return fail("calibrate", s);
   auto world = exec::open_world(&argc, &argv);
   if (!world.is_ok()) return fail("calibrate", world.status());
+  a.progress = !quiet && world->comm().rank() == 0 && isatty(fileno(stderr));
   try {
     return calibrate(world->comm(), *bench, a);
   } catch (const exec::BackendError& e) {  // a failed device call (exec/backend/backend_error.h)

@@ -52,6 +52,7 @@ Result<HwProfile> measure_host(int cores, const std::string& path) {
   a.name = "cpu-local";
   a.threads = cores;
   a.quick = true;
+  a.progress = isatty(fileno(stderr));
   std::string text;
   double spread = 0;
   const double kNoisySpread = noisy_spread();
