@@ -49,7 +49,7 @@ struct PreprocessOptions {
   std::vector<std::string> inputs;  // files, or directories (their *.jsonl, *.jsonl.gz, *.jsonl.zst, sorted)
   std::string output_prefix;
   std::string text_field = "text";
-  std::string tokenizer = "byte";  // "byte" or a SentencePiece .model path
+  std::string tokenizer = "byte";  // a load_tokenizer() spec: "byte", a .model path, "gpt2:DIR"
   bool append_eod = true;
   int shards = 1;
   int workers = 1;  // tokenizer threads (the reader thread comes on top)
