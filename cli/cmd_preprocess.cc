@@ -57,7 +57,8 @@ int cmd_preprocess(int argc, char** argv) {
       ->capture_default_str();
   o.cache_dir = user_cache_dir();
   app.add_option("--cache-dir", o.cache_dir, "where remote inputs are fetched (default $LOOM_CACHE_DIR or ~/.cache/loom)");
-  app.add_option("--tokenizer", o.tokenizer, "byte, or a SentencePiece .model path")->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer,
+                 "byte, a SentencePiece .model path, or gpt2:DIR (vocab.json + merges.txt)")->capture_default_str();
   app.add_option("--shards", o.shards, "output shards; document k goes to shard k mod N")->capture_default_str();
   app.add_option("--workers", o.workers, "tokenizer threads (plus one reader thread)")->capture_default_str();
   app.add_flag("--no-eod", no_eod, "do not append the EOD token to each document");
@@ -124,7 +125,8 @@ int cmd_tokenizer(int argc, char** argv) {
 
   CLI::App* encode = app.add_subcommand("encode", "print the token ids of TEXT (and check the round trip)");
   std::string model = "byte", text;
-  encode->add_option("--model", model, "byte, or a SentencePiece .model path")->capture_default_str();
+  encode->add_option("--model", model, "byte, a SentencePiece .model path, or gpt2:DIR (vocab.json + merges.txt)")
+      ->capture_default_str();
   encode->add_option("text", text, "text to encode")->required();
 
   if (int rc = parse_args(app, "tokenizer", argc, argv); rc >= 0) return rc;

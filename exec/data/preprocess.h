@@ -57,7 +57,7 @@ struct PreprocessOptions {
   std::string output_prefix;
   std::string text_field = "text";  // JSONL: the text's field; Parquet: the text column
   std::string cache_dir;            // where remote inputs are fetched (needed only for them)
-  std::string tokenizer = "byte";  // "byte" or a SentencePiece .model path
+  std::string tokenizer = "byte";  // a load_tokenizer() spec: "byte", a .model path, "gpt2:DIR"
   bool append_eod = true;
   int shards = 1;
   int workers = 1;  // tokenizer threads (the reader thread comes on top)

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "exec/data/gpt2_bpe.h"
 #include "exec/data/jsonl_reader.h"
 
 #ifdef LOOM_HAVE_SENTENCEPIECE
@@ -94,7 +95,35 @@ std::string SentencePieceTokenizer::decode(std::span<const int32_t>) const { ret
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& spec) {
   if (spec == "byte") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
-  if (spec.empty()) return invalid_argument("tokenizer: empty spec; use byte or a path to a SentencePiece .model");
+  if (spec.empty())
+    return invalid_argument("tokenizer: empty spec; use byte, a SentencePiece .model, or a GPT-2 BPE directory "
+                            "(vocab.json + merges.txt)");
+  // GPT-2 BPE: "gpt2:DIR", a directory, or a file named *vocab.json whose
+  // merges sit beside it (vocab.json -> merges.txt, gpt2-vocab.json ->
+  // gpt2-merges.txt as Megatron names them).
+  const bool gpt2_prefix = spec.starts_with("gpt2:");
+  const std::string path = gpt2_prefix ? spec.substr(5) : spec;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    fs::path dir = fs::absolute(path, ec).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();  // "gpt2/" and "." have a name too
+    const std::string dir_name = dir.filename().string();
+    LOOM_ASSIGN_OR_RETURN(auto bpe, Gpt2BpeTokenizer::load((fs::path(path) / "vocab.json").string(),
+                                                           (fs::path(path) / "merges.txt").string(),
+                                                           "gpt2-bpe:" + dir_name));
+    return std::unique_ptr<Tokenizer>(std::move(bpe));
+  }
+  const std::string file = fs::path(path).filename().string();
+  if (file.ends_with("vocab.json")) {
+    const std::string merges = file.substr(0, file.size() - 10) + "merges.txt";
+    LOOM_ASSIGN_OR_RETURN(auto bpe, Gpt2BpeTokenizer::load(path, (fs::path(path).parent_path() / merges).string(),
+                                                           "gpt2-bpe:" + file));
+    return std::unique_ptr<Tokenizer>(std::move(bpe));
+  }
+  if (gpt2_prefix)
+    return not_found("tokenizer: " + spec + ": " +
+                     (path.empty() ? std::string("no directory given") : path + " is not a directory") +
+                     "; gpt2:DIR names a directory holding vocab.json and merges.txt (e.g. gpt2:data/tokenizer/gpt2)");
   LOOM_ASSIGN_OR_RETURN(auto sp, SentencePieceTokenizer::load(spec));
   return std::unique_ptr<Tokenizer>(std::move(sp));
 }

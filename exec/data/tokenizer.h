@@ -7,6 +7,8 @@
 //                           no byte of real text can ever be mistaken for it.
 //   SentencePieceTokenizer  any SentencePiece .model (BPE or unigram); EOD is
 //                           the model's </s> (eos) id.
+//   Gpt2BpeTokenizer        GPT-2's byte-level BPE from vocab.json + merges.txt
+//                           (exec/data/gpt2_bpe.h); EOD is <|endoftext|>.
 //
 // Thread-safety: encode/decode/accessors are const and may be called from
 // several threads at once on one instance (the preprocessor does).
@@ -32,7 +34,8 @@ class Tokenizer {
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   virtual int64_t vocab_size() const = 0;  // every id is in [0, vocab_size)
   virtual int32_t eod_id() const = 0;
-  // "byte" or "sentencepiece:<model file name>", recorded in manifests.
+  // "byte", "sentencepiece:<model file name>" or "gpt2-bpe:<dir or vocab
+  // file name>", recorded in manifests.
   virtual std::string name() const = 0;
 };
 
@@ -69,7 +72,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string name_;
 };
 
-// `spec` is "byte" or a path to a SentencePiece .model file.
+// `spec` is "byte", a path to a SentencePiece .model file, or a GPT-2 BPE
+// tokenizer: "gpt2:DIR", a directory holding vocab.json and merges.txt, or a
+// file NAMEvocab.json with NAMEmerges.txt beside it.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& spec);
 
 // Trains a SentencePiece model and writes MODEL_PREFIX.model / .vocab.
