@@ -9,7 +9,7 @@ BUILD_DIR=${1:-build}
 # stage of scripts/test.sh (scripts/fuzz, docs/fuzzing.md).
 PKGS=(cmake ninja-build g++ pkg-config clang libclang-rt-dev
       nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev patchelf
+      libeigen3-dev libopenmpi-dev openmpi-bin libxxhash-dev libicu-dev patchelf
       libsentencepiece-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev libssl-dev libhdf5-dev
       qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libxkbcommon-dev libgl-dev fonts-dejavu-core)
 missing=()
