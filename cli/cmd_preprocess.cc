@@ -65,8 +65,35 @@ int cmd_preprocess(int argc, char** argv) {
   app.add_option("--on-error", on_error, "bad line: fail (stop, name FILE:LINE) or skip (count it)")
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress line (there is none anyway when stderr is not a terminal)");
+  // Cleaning before tokenizing (docs/data.md "Cleaning"); every step off unless asked for.
+  std::string normalize = "none";
+  data::CleanOptions& c = o.clean;
+  app.add_option("--normalize", normalize, "Unicode normalization of the text: none, nfc or nfkc")
+      ->capture_default_str()->group("Cleaning");
+  app.add_flag("--strip-control", c.strip_control,
+               "remove control characters (Cc but \\t \\n \\r; BOM and other format controls ftfy removes)")
+      ->group("Cleaning");
+  app.add_option("--min-chars", c.min_chars, "drop documents with fewer code points (after cleaning)")->group("Cleaning");
+  app.add_option("--max-chars", c.max_chars, "drop documents with more code points (0: no limit)")->group("Cleaning");
+  app.add_option("--min-words", c.min_words, "drop documents with fewer whitespace-separated words")->group("Cleaning");
+  app.add_flag("--dedup", c.exact_dedup,
+               "drop exact duplicates (64-bit hash of the cleaned text; the first copy in input order is kept)")
+      ->group("Cleaning");
+  app.add_flag("--near-dedup", c.near_dedup, "drop near duplicates by MinHash-LSH (datatrove's parameters by default)")
+      ->group("Cleaning");
+  app.add_option("--minhash-ngram", c.minhash.ngram, "words per shingle")->capture_default_str()->group("Cleaning");
+  app.add_option("--minhash-bands", c.minhash.bands, "LSH bands")->capture_default_str()->group("Cleaning");
+  app.add_option("--minhash-rows", c.minhash.rows, "hashes per band")->capture_default_str()->group("Cleaning");
+  app.add_option("--minhash-seed", c.minhash.seed, "seed of the hash permutations")->capture_default_str()->group("Cleaning");
+  app.add_option("--filter", c.field_filters,
+                 "keep documents whose field passes, as tagged by an upstream tool: lang=en, lang=en,fr, "
+                 "quality>=0.5, flag!=spam (repeatable; JSONL field or Parquet column)")
+      ->group("Cleaning");
   if (int rc = parse_args(app, "preprocess", argc, argv); rc >= 0) return rc;
 
+  auto form = data::parse_normalization(normalize);
+  if (!form.is_ok()) return fail("preprocess", form.status().with_context("--normalize"));
+  c.normalization = *form;
   auto policy = data::parse_on_error(on_error);
   if (!policy.is_ok()) return fail("preprocess", policy.status());
   o.on_error = *policy;
@@ -93,6 +120,27 @@ int cmd_preprocess(int argc, char** argv) {
                 static_cast<long long>(s->lines.skipped()), static_cast<long long>(s->lines.skipped_malformed),
                 static_cast<long long>(s->lines.skipped_missing_field),
                 static_cast<long long>(s->lines.skipped_invalid_utf8));
+  if (s->cleaned) {
+    const data::CleanStats& cs = s->clean;
+    std::printf("\ncleaning: %lld of %lld documents kept", static_cast<long long>(cs.kept),
+                static_cast<long long>(cs.documents));
+    auto item = [](const char* what, int64_t n) {
+      if (n) std::printf(", %lld %s", static_cast<long long>(n), what);
+    };
+    item("too short", cs.too_short);
+    item("too long", cs.too_long);
+    item("too few words", cs.too_few_words);
+    item("exact duplicates", cs.exact_duplicates);
+    item("near duplicates", cs.near_duplicates);
+    item("invalid UTF-8", cs.invalid_utf8);
+    item("without a filter field", cs.filter_field_missing);
+    for (size_t i = 0; i < cs.filtered_by_field.size(); ++i)
+      if (cs.filtered_by_field[i])
+        std::printf(", %lld failed %s", static_cast<long long>(cs.filtered_by_field[i]), c.field_filters[i].c_str());
+    if (cs.normalized_changed || cs.control_stripped_docs)
+      std::printf("; text changed by normalization in %lld, control characters stripped from %lld",
+                  static_cast<long long>(cs.normalized_changed), static_cast<long long>(cs.control_stripped_docs));
+  }
   std::printf("\ntokens: %lld (tokenizer %s, vocab %lld, dtype %s)\n", static_cast<long long>(s->tokens),
               s->tokenizer_name.c_str(), static_cast<long long>(s->vocab_size), data::dtype_name(s->dtype));
   for (const auto& sh : s->shards)

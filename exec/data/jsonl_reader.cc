@@ -167,7 +167,8 @@ bool is_jsonl_name(const std::string& path) {
   return ends_with(path, ".jsonl") || ends_with(path, ".jsonl.gz") || ends_with(path, ".jsonl.zst");
 }
 
-LineError extract_text(std::string_view line, const std::string& field, std::string* text, std::string* why) {
+LineError extract_text(std::string_view line, const std::string& field, std::string* text, std::string* why,
+                       nlohmann::json* record) {
   if (!is_valid_utf8(line)) {
     const auto* p = reinterpret_cast<const unsigned char*>(line.data());
     size_t i = 0;
@@ -207,6 +208,7 @@ LineError extract_text(std::string_view line, const std::string& field, std::str
     return LineError::kMissingField;
   }
   *text = it->get_ref<const std::string&>();
+  if (record) *record = std::move(j);
   return LineError::kNone;
 }
 

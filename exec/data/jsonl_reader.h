@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/status.h"
 
 namespace loom::data {
@@ -41,8 +43,10 @@ bool is_valid_utf8(std::string_view s);
 // On failure returns the reason and writes a one-line explanation to *why
 // (without the FILE:LINE prefix, which the caller adds). A field that is
 // present but not a string (number, null, object) counts as kMissingField.
-// Thread-safe (no shared state).
-LineError extract_text(std::string_view line, const std::string& field, std::string* text, std::string* why);
+// With `record`, the parsed object is moved there on success (for filters on
+// other fields). Thread-safe (no shared state).
+LineError extract_text(std::string_view line, const std::string& field, std::string* text, std::string* why,
+                       nlohmann::json* record = nullptr);
 
 // Streams the lines of one file, decompressing as it goes. Not thread-safe.
 class LineReader {

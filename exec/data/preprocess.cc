@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "exec/data/parquet_reader.h"
@@ -58,6 +59,12 @@ struct Done {
   int64_t file_bytes = 0;
   bool last = true;
   size_t held = 0;                // bytes counted in Pipeline::done_bytes
+  // With cleaning: what the workers dropped (counted here), and for each
+  // document in doc_ends its verdict and dedup keys, for the writer's
+  // in-order duplicate check.
+  CleanStats dropped;
+  std::vector<DocVerdict> verdicts;
+  std::vector<DocKeys> keys;
 };
 
 using PartKey = std::pair<int64_t, int>;  // (item seq, part)
@@ -73,6 +80,10 @@ struct TextPart {
   std::vector<size_t> ends;     // end offset of each text in data
   std::vector<int64_t> rows;    // 0-based row number in the file of each text
   std::vector<uint8_t> null;    // 1 where the text is null
+  // Field-filter columns, row-major (rows x filters), when cleaning has filters.
+  std::vector<FieldValue> fields;
+  std::string field_data;       // the string values of `fields`, back to back
+  std::vector<size_t> field_ends;
   int64_t file_bytes = 0;
 };
 
@@ -95,8 +106,20 @@ struct Pipeline {
   Status reader_status;
 };
 
-void read_all(Pipeline& p, const std::vector<std::string>& files, const std::vector<char>& parquet,
-              const PreprocessOptions& o) {
+// What every stage reads, fixed for the run.
+struct Ctx {
+  const std::vector<std::string>& files;      // local paths
+  const std::vector<char>& parquet;           // per file: Parquet (else JSONL)
+  const Cleaner* cleaner;                     // null: no cleaning
+  const Tokenizer& tok;
+  const PreprocessOptions& o;
+  std::vector<std::string> filter_columns;    // Parquet columns the field filters read
+};
+
+void read_all(Pipeline& p, const Ctx& c) {
+  const std::vector<std::string>& files = c.files;
+  const std::vector<char>& parquet = c.parquet;
+  const PreprocessOptions& o = c.o;
   auto push = [&](Batch&& b) -> bool {
     std::unique_lock lock(p.mu);
     p.cv.wait(lock, [&] { return p.stop || p.produced - p.consumed < static_cast<int64_t>(p.window); });
@@ -117,7 +140,7 @@ void read_all(Pipeline& p, const std::vector<std::string>& files, const std::vec
     if (parquet[f]) {
       // One item per row group; the workers read them. Opening checks the
       // columns before any worker starts on the file.
-      auto pf = ParquetTextFile::open(files[f], o.text_field);
+      auto pf = ParquetTextFile::open(files[f], o.text_field, c.filter_columns);
       if (!pf.is_ok()) return finish(pf.status());
       for (int g = 0; g < (*pf)->row_groups(); ++g) {
         Batch b;
@@ -157,8 +180,27 @@ void read_all(Pipeline& p, const std::vector<std::string>& files, const std::vec
   finish(Status::ok());
 }
 
-// Tokenizes one document's text into d (the text is valid UTF-8).
-Status add_document(std::string_view text, const Tokenizer& tok, const PreprocessOptions& o, Done* d) {
+// Cleans (with a cleaner; `fields` is the field filters' verdict) and
+// tokenizes one document's text into d. The text is valid UTF-8.
+Status add_document(std::string_view text, const Cleaner* cleaner, const DocVerdict& fields, const Tokenizer& tok,
+                    const PreprocessOptions& o, Done* d) {
+  std::string cleaned;
+  if (cleaner) {
+    DocVerdict v = fields;
+    DocKeys keys;
+    if (v.kept()) {
+      cleaned.assign(text);
+      v = cleaner->clean(&cleaned, &keys);
+      text = cleaned;
+    }
+    if (!v.kept()) {
+      if (d->dropped.filtered_by_field.size() != cleaner->filters().size()) d->dropped = cleaner->new_stats();
+      d->dropped.add(v);
+      return Status::ok();
+    }
+    d->verdicts.push_back(v);
+    d->keys.push_back(std::move(keys));
+  }
   auto ids = tok.encode(text);
   if (!ids.is_ok()) return ids.status();
   d->tokens.insert(d->tokens.end(), ids->begin(), ids->end());
@@ -168,18 +210,24 @@ Status add_document(std::string_view text, const Tokenizer& tok, const Preproces
   return Status::ok();
 }
 
-void tokenize_batch(const Batch& b, const std::string& file, const Tokenizer& tok, const PreprocessOptions& o,
-                    Done* d) {
+void tokenize_batch(const Batch& b, const Ctx& c, Done* d) {
+  const std::string& file = c.files[b.file];
+  const Cleaner* cleaner = c.cleaner;
+  const Tokenizer& tok = c.tok;
+  const PreprocessOptions& o = c.o;
   std::string text, why;
+  const bool need_record = cleaner && !cleaner->filters().empty();
+  nlohmann::json record;
   d->bytes = b.bytes;
   size_t start = 0;
   for (size_t i = 0; i < b.ends.size(); ++i) {
     std::string_view line(b.data.data() + start, b.ends[i] - start);
     start = b.ends[i];
     ++d->stats.lines;
-    LineError e = extract_text(line, o.text_field, &text, &why);
+    LineError e = extract_text(line, o.text_field, &text, &why, need_record ? &record : nullptr);
     if (e == LineError::kNone) {
-      Status st = add_document(text, tok, o, d);
+      const DocVerdict fields = need_record ? cleaner->check_fields(record) : DocVerdict{};
+      Status st = add_document(text, cleaner, fields, tok, o, d);
       if (!st.is_ok()) {
         d->error = st.with_context(file + ":" + std::to_string(b.line_nos[i]));
         return;
@@ -211,8 +259,12 @@ bool emit(Pipeline& p, int64_t seq, int part, Done&& d) {
 }
 
 // Tokenizes one Parquet record batch's texts into d.
-void tokenize_part(const TextPart& t, const std::string& file, const Tokenizer& tok, const PreprocessOptions& o,
-                   Done* d) {
+void tokenize_part(const TextPart& t, const Ctx& c, Done* d) {
+  const std::string& file = c.files[t.file];
+  const Cleaner* cleaner = c.cleaner;
+  const Tokenizer& tok = c.tok;
+  const PreprocessOptions& o = c.o;
+  const size_t nf = cleaner ? cleaner->filters().size() : 0;
   d->file_bytes = t.file_bytes;
   d->last = t.last;
   size_t start = 0;
@@ -234,7 +286,20 @@ void tokenize_part(const TextPart& t, const std::string& file, const Tokenizer& 
       continue;
     }
     d->bytes += static_cast<int64_t>(text.size());
-    Status st = add_document(text, tok, o, d);
+    DocVerdict fields;
+    if (nf > 0) {
+      fields = cleaner->check_fields([&](const FieldFilter& f) {
+        const size_t cell = i * nf + static_cast<size_t>(&f - cleaner->filters().data());
+        const FieldValue& v = t.fields[cell];
+        if (v.kind == FieldValue::Kind::kString) {
+          const size_t from = cell > 0 ? t.field_ends[cell - 1] : 0;
+          return f.evaluate(std::optional<std::string>(t.field_data.substr(from, t.field_ends[cell] - from)));
+        }
+        if (v.kind == FieldValue::Kind::kNumber) return f.evaluate(std::optional<double>(v.num));
+        return f.evaluate(std::optional<std::string>());
+      });
+    }
+    Status st = add_document(text, cleaner, fields, tok, o, d);
     if (!st.is_ok()) {
       d->error = st.with_context(where());
       return;
@@ -245,8 +310,7 @@ void tokenize_part(const TextPart& t, const std::string& file, const Tokenizer& 
 // Reads one Parquet row group record batch by record batch. Each batch
 // becomes a TextPart that any worker may tokenize; when enough are already
 // waiting, this worker tokenizes it itself. False: stopped.
-bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, const std::vector<std::string>& files,
-                    const Tokenizer& tok, const PreprocessOptions& o) {
+bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, const Ctx& c) {
   const int64_t group_rows = pf.row_group_rows(b.row_group);
   TextPart t;
   int part = 0;
@@ -256,6 +320,11 @@ bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, cons
     t.ends.push_back(t.data.size());
     t.rows.push_back(r.row);
     t.null.push_back(r.text ? 0 : 1);
+    for (const FieldValue& v : *r.fields) {  // the filter columns, in filter order
+      if (v.kind == FieldValue::Kind::kString) t.field_data.append(v.str.data(), v.str.size());
+      t.fields.push_back(FieldValue{v.kind, {}, v.num});
+      t.field_ends.push_back(t.field_data.size());
+    }
     return Status::ok();
   };
   auto batch_fn = [&](bool last) -> Status {
@@ -286,7 +355,7 @@ bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, cons
     t = TextPart{};
     if (take) {
       Done d;
-      tokenize_part(mine, files[mine.file], tok, o, &d);
+      tokenize_part(mine, c, &d);
       if (!emit(p, mine.key.first, mine.key.second, std::move(d))) {
         stopped = true;
         return internal_error("stopped");
@@ -309,7 +378,7 @@ bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, cons
     }
     return Status::ok();
   };
-  Status st = pf.read_row_group(b.row_group, o.batch_lines, row_fn, batch_fn);
+  Status st = pf.read_row_group(b.row_group, c.o.batch_lines, row_fn, batch_fn);
   if (stopped) return false;
   if (!st.is_ok()) {
     Done e;
@@ -319,7 +388,8 @@ bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, cons
   return true;
 }
 
-void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& tok, const PreprocessOptions& o) {
+void work(Pipeline& p, const Ctx& c) {
+  const std::vector<std::string>& files = c.files;
   std::unique_ptr<ParquetTextFile> pf;  // this worker's reader of the Parquet file it last read
   int pf_file = -1;
   for (;;) {
@@ -348,7 +418,7 @@ void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& t
     }
     if (have_part) {
       Done d;
-      tokenize_part(t, files[t.file], tok, o, &d);
+      tokenize_part(t, c, &d);
       if (!emit(p, t.key.first, t.key.second, std::move(d))) return;
       continue;
     }
@@ -357,7 +427,7 @@ void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& t
       if (pf_file != b.file) {
         pf.reset();
         pf_file = -1;
-        auto opened = ParquetTextFile::open(files[b.file], o.text_field);
+        auto opened = ParquetTextFile::open(files[b.file], c.o.text_field, c.filter_columns);
         if (opened.is_ok()) {
           pf = std::move(*opened);
           pf_file = b.file;
@@ -367,7 +437,7 @@ void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& t
           go_on = emit(p, b.seq, 0, std::move(e));
         }
       }
-      if (go_on && pf) go_on = read_row_group(p, b, *pf, files, tok, o);
+      if (go_on && pf) go_on = read_row_group(p, b, *pf, c);
       {
         std::lock_guard lock(p.mu);
         --p.reading;
@@ -377,7 +447,7 @@ void work(Pipeline& p, const std::vector<std::string>& files, const Tokenizer& t
       continue;
     }
     Done d;
-    tokenize_batch(b, files[b.file], tok, o, &d);
+    tokenize_batch(b, c, &d);
     d.file_bytes = b.file_bytes;
     if (!emit(p, b.seq, 0, std::move(d))) return;
   }
@@ -419,6 +489,7 @@ Status write_manifest(const PreprocessOptions& o, const PreprocessStats& s) {
         {"missing_field", s.lines.skipped_missing_field},
         {"invalid_utf8", s.lines.skipped_invalid_utf8}}},
       {"shards", shards}};
+  if (s.cleaned) m["cleaning"] = s.clean.to_json();
   WriteOptions wo;
   wo.durable = true;
   wo.allow_stdout = false;
@@ -500,6 +571,13 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   if (o.batch_lines < 1) return invalid_argument("preprocess: batch_lines must be >= 1");
   if (o.text_field.empty()) return invalid_argument("preprocess: empty --text-field");
   PreprocessStats s;
+  std::optional<Cleaner> cleaner;
+  if (o.clean.any()) {
+    LOOM_ASSIGN_OR_RETURN(Cleaner made, Cleaner::create(o.clean));
+    cleaner.emplace(std::move(made));
+    s.cleaned = true;
+    s.clean = cleaner->new_stats();
+  }
   LOOM_ASSIGN_OR_RETURN(s.inputs, expand_inputs(o.inputs));
   // Remote inputs are fetched into the cache first (remote_cache.h); the
   // manifest names them by URL.
@@ -538,13 +616,18 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
     writers.push_back(std::move(w));
   }
 
+  Ctx ctx{s.input_files, parquet, cleaner ? &*cleaner : nullptr, *tok, o, {}};
+  if (cleaner)
+    for (const FieldFilter& f : cleaner->filters()) ctx.filter_columns.push_back(f.field());
+  DedupIndex dedup;
+
   Pipeline p;
   p.window = static_cast<size_t>(4 * o.workers + 4);
   p.max_parts = static_cast<size_t>(2 * o.workers);
   std::vector<std::thread> threads;
-  threads.emplace_back(read_all, std::ref(p), std::cref(s.input_files), std::cref(parquet), std::cref(o));
+  threads.emplace_back(read_all, std::ref(p), std::cref(ctx));
   for (int i = 0; i < o.workers; ++i)
-    threads.emplace_back(work, std::ref(p), std::cref(s.input_files), std::cref(*tok), std::cref(o));
+    threads.emplace_back(work, std::ref(p), std::cref(ctx));
   auto stop_all = [&] {
     {
       std::lock_guard lock(p.mu);
@@ -611,9 +694,21 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
     s.lines.skipped_invalid_utf8 += d.stats.skipped_invalid_utf8;
     s.bytes_read += d.bytes;
     s.input_bytes_done += d.file_bytes;
+    if (d.dropped.documents > 0) s.clean += d.dropped;
     size_t start = 0;
-    for (size_t end : d.doc_ends) {
+    for (size_t k = 0; k < d.doc_ends.size(); ++k) {
+      const size_t end = d.doc_ends[k];
       size_t n = end - start;
+      if (cleaner) {
+        // Duplicates are decided here, in input order: the first copy stays.
+        DocVerdict v = d.verdicts[k];
+        v.reason = dedup.admit(d.keys[k]);
+        s.clean.add(v);
+        if (!v.kept()) {
+          start = end;
+          continue;
+        }
+      }
       if (n == 0) {
         ++s.empty_documents;
         continue;
@@ -643,7 +738,10 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
     writers.clear();  // unfinalized: their temporaries are removed
     return invalid_argument("preprocess: no documents in the input (" + std::to_string(s.lines.lines) + " lines, " +
                             std::to_string(s.empty_documents) + " empty, " + std::to_string(s.lines.skipped()) +
-                            " skipped): nothing written; check --text-field (\"" + o.text_field + "\") and the input");
+                            " skipped" +
+                            (s.cleaned ? ", " + std::to_string(s.clean.removed()) + " removed by cleaning" : "") +
+                            "): nothing written; check --text-key (\"" + o.text_field + "\"), the cleaning options "
+                            "and the input");
   }
   for (int i = 0; i < o.shards; ++i) {
     // Documents go round robin, so only the last shards can be empty (fewer

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "exec/data/clean.h"
 #include "exec/data/indexed_dataset.h"
 #include "exec/data/jsonl_reader.h"
 
@@ -62,6 +63,9 @@ struct PreprocessOptions {
   int shards = 1;
   int workers = 1;  // tokenizer threads (the reader thread comes on top)
   OnError on_error = OnError::kFail;
+  // Cleaning before tokenizing (exec/data/clean.h); every step off by
+  // default. Field filters read JSONL fields or Parquet columns.
+  CleanOptions clean;
   int batch_lines = 1024;  // lines per work item
   double progress_interval_s = 1.0;
   std::function<void(const PreprocessProgress&)> progress;  // optional
@@ -90,6 +94,8 @@ struct PreprocessStats {
   std::string tokenizer_name;
   int64_t vocab_size = 0;
   TokenDtype dtype = TokenDtype::kInt32;
+  bool cleaned = false;                  // some cleaning step was on
+  CleanStats clean;                      // documents here = documents parsed; kept = past cleaning
   std::vector<ShardStats> shards;        // only shards that got documents
   int empty_shards = 0;                  // of --shards, not written: fewer documents than shards
   std::string manifest_path;

@@ -14,6 +14,7 @@
 
 #include "exec/data/parquet_reader.h"
 #include "exec/data/preprocess.h"
+#include "tests/support/planted_corpus.h"
 
 namespace loom::data {
 namespace {
@@ -228,6 +229,51 @@ TEST_F(ParquetPreprocessTest, DirectoriesAndGlobsMixJsonlAndParquetInNameOrder) 
   auto none = preprocess(opts({path("in") + "/*.zzz"}, "n"));
   ASSERT_FALSE(none.is_ok());
   EXPECT_NE(none.status().message().find("matches no file"), std::string::npos);
+}
+
+// Cleaning reads its field filters from Parquet columns: the planted corpus
+// as Parquet (a `lang` string column, null where the JSONL record has no
+// string lang) gives the JSONL run's counts and shards.
+TEST_F(ParquetPreprocessTest, CleaningWithFilterColumnsMatchesJsonl) {
+  if (!have_icu()) GTEST_SKIP() << "built without ICU";
+  using namespace loom::data::testing;  // NOLINT
+  Planted corpus = make_corpus();
+  std::vector<std::string> texts;
+  arrow::StringBuilder lang;
+  {
+    std::ofstream out(path("c.jsonl"), std::ios::binary);
+    for (const Doc& d : corpus.docs) {
+      json j = d.record;
+      j["text"] = d.text;
+      out << j.dump() << "\n";
+      texts.push_back(d.text);
+      auto it = d.record.find("lang");
+      if (it != d.record.end() && it->is_string()) ASSERT_TRUE(lang.Append(it->get<std::string>()).ok());
+      else ASSERT_TRUE(lang.AppendNull().ok());
+    }
+  }
+  auto schema = arrow::schema({arrow::field("text", arrow::utf8()), arrow::field("lang", arrow::utf8())});
+  auto t = arrow::Table::Make(schema, {strings<arrow::StringBuilder>(texts), lang.Finish().ValueOrDie()});
+  auto pq = write_parquet("c.parquet", t, 97);
+  auto j = opts({path("c.jsonl")}, "j");
+  j.clean = corpus_options();
+  auto sj = preprocess(j);
+  ASSERT_TRUE(sj.is_ok()) << sj.status().to_string();
+  auto p = opts({pq}, "p");
+  p.clean = corpus_options();
+  p.workers = 3;
+  p.batch_lines = 16;
+  auto sp = preprocess(p);
+  ASSERT_TRUE(sp.is_ok()) << sp.status().to_string();
+  EXPECT_EQ(sp->clean.to_json(), sj->clean.to_json());
+  EXPECT_EQ(sp->clean.kept, corpus.unique);
+  EXPECT_EQ(sp->clean.filter_field_missing, corpus.no_lang);
+  expect_same_shards("j", "p", 1);
+  // A filter on a column the file lacks is an error naming the columns.
+  p.clean.field_filters = {"quality>=0.5"};
+  auto missing = preprocess(p);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("no column \"quality\""), std::string::npos) << missing.status().message();
 }
 
 }  // namespace
