@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -105,7 +106,8 @@ int cmd_preprocess(int argc, char** argv) {
   // they end up in its arenas and the resident size grows with the input
   // (+150 MB for a 280 MB Parquet file) although the pipeline holds a bounded
   // amount. A fixed threshold returns them to the system (+11 MB).
-  ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  // glibc's own MALLOC_MMAP_THRESHOLD_ (or GLIBC_TUNABLES) wins when set.
+  if (!std::getenv("MALLOC_MMAP_THRESHOLD_") && !std::getenv("GLIBC_TUNABLES")) ::mallopt(M_MMAP_THRESHOLD, 4 << 20);
   auto s = data::preprocess(o);
   if (!s.is_ok()) {
     if (o.progress) std::fprintf(stderr, "\n");
