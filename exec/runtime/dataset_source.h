@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/data/s3_config.h"
 #include "exec/runtime/token_source.h"
 
 namespace loom::exec {
@@ -26,6 +27,7 @@ struct DataSpecOptions {
   uint64_t seed = 1234;
   int64_t model_vocab = 0;  // token ids must be below it
   std::string cache_dir;    // for remote data
+  data::S3Options s3;       // endpoint, profile, addressing of s3:// URLs
   int prefetch_batches = 2;
 };
 
