@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,7 +26,7 @@ std::string errno_text() { return std::strerror(errno); }
 Status open_error(const std::string& path) {
   if (errno == ENOENT) return not_found(path + ": no such file");
   if (errno == EMFILE || errno == ENFILE)
-    return resource_exhausted(path + ": cannot open: " + errno_text() +
+    return io_error(path + ": cannot open: " + errno_text() +
                               "; raise `ulimit -n`, or read with LOOM_DATA_READ=pread, which keeps at most "
                               "LOOM_DATA_MAX_OPEN_FILES open");
   return io_error(path + ": cannot open: " + errno_text());
@@ -135,6 +136,15 @@ struct PreadState {
       config.max_open_files = std::atoi(v);
     if (const char* v = std::getenv("LOOM_DATA_PREAD_CACHE_MB"); v != nullptr && std::atoll(v) >= 0)
       config.cache_bytes = std::atoll(v) << 20;
+    config.max_open_files = fit_rlimit(config.max_open_files);
+  }
+  // At most half of the soft RLIMIT_NOFILE (the rest is the process's: MPI,
+  // sockets, logs), so `ulimit -n 64` gives 32.
+  static int fit_rlimit(int n) {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      n = std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(r.rlim_cur) / 2));
+    return std::max(1, n);
   }
 };
 
@@ -170,6 +180,12 @@ class PreadSource final : public ByteSource {
     if (offset < 0 || length < 0 || offset + length > size_) return invalid_argument(path_ + ": read past the end");
     PreadState& s = state();
     const int64_t bsz = block_bytes_;
+    // A short read whose block is not cached (a shuffled sample: no locality
+    // to exploit) is one pread of just its pages (4 KiB-aligned), not cached:
+    // a whole block per sample would read ~1000x the bytes it uses.
+    if (length > 0 && length < bsz / 4 && !cached(s, offset / bsz) && !cached(s, (offset + length - 1) / bsz)) {
+      return read_direct(s, offset, length, out);
+    }
     while (length > 0) {
       const int64_t block = offset / bsz, in_block = offset - block * bsz;
       const int64_t n = std::min(length, bsz - in_block);
@@ -188,6 +204,30 @@ class PreadSource final : public ByteSource {
   int64_t block_bytes_ = int64_t{4} << 20;
 
  private:
+  bool cached(PreadState& s, int64_t block) const {
+    std::lock_guard<std::mutex> lock(s.mu);
+    return s.blocks.count({id_, block}) != 0;
+  }
+  Status read_direct(PreadState& s, int64_t offset, int64_t length, uint8_t* out) const {
+    constexpr int64_t kPage = 4096;
+    const int64_t begin = offset / kPage * kPage;
+    const int64_t end = std::min(size_, (offset + length + kPage - 1) / kPage * kPage);
+    thread_local std::vector<uint8_t> buf;
+    buf.resize(static_cast<size_t>(end - begin));
+    LOOM_ASSIGN_OR_RETURN(int fd, acquire_fd(s));
+    auto got = pread_full(fd, buf.data(), end - begin, begin, path_);
+    release_fd(s);
+    if (!got.is_ok()) return got.status();
+    if (*got < offset + length - begin)
+      return io_error(path_ + ": the file shrank while it was read (short read at byte " + std::to_string(offset) + ")");
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      ++s.stats.preads;
+    }
+    std::memcpy(out, buf.data() + (offset - begin), static_cast<size_t>(length));
+    return Status::ok();
+  }
+
   Result<std::shared_ptr<const std::vector<uint8_t>>> get_block(PreadState& s, int64_t block) const {
     {
       std::lock_guard<std::mutex> lock(s.mu);
@@ -249,6 +289,16 @@ class PreadSource final : public ByteSource {
       s.cv.wait(lock);  // every open file is being read right now
     }
     int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    // The process ran out of descriptors elsewhere: give back our least
+    // recently used ones and try again.
+    while (fd < 0 && errno == EMFILE && !s.file_lru.empty()) {
+      auto v = s.files.find(s.file_lru.front());
+      s.file_lru.pop_front();
+      ::close(v->second.fd);
+      s.files.erase(v);
+      --s.stats.open_files;
+      fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    }
     if (fd < 0) return open_error(path_);
     ++s.stats.opens;
     ++s.stats.open_files;
@@ -344,7 +394,7 @@ void set_pread_config(const PreadConfig& c) {
   s.configured = true;
   s.config = c;
   s.config.max_open_files = std::max(1, c.max_open_files);
-  s.config.block_bytes = std::max<int64_t>(4096, c.block_bytes);
+  s.config.block_bytes = std::max<int64_t>(512, c.block_bytes);
 }
 
 PreadStats pread_stats() {

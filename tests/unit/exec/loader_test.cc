@@ -379,8 +379,8 @@ TEST_F(LoaderTest, PreadReaderBoundsOpenFilesAndMatchesMmap) {
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
   PreadConfig cfg;
   cfg.max_open_files = 32;
-  cfg.block_bytes = 4096;        // blocks smaller than a shard: reads straddle blocks
-  cfg.cache_bytes = 64 * 1024;   // and the LRU evicts
+  cfg.block_bytes = 512;  // blocks smaller than a sample: reads straddle blocks, short ones go direct
+  cfg.cache_bytes = 64 * 1024;  // and the LRU evicts
   set_pread_config(cfg);
   reset_pread_stats();
 
