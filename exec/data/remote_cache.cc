@@ -390,6 +390,7 @@ Result<std::string> sha256_hex(const std::string& data) {
   for (unsigned int i = 0; i < md_len; ++i) out += hex64(md[i]).substr(14);
   return out;
 #else
+  (void)data;
   return unsupported("s3: this build has no OpenSSL/libcurl; install libcurl4-openssl-dev libssl-dev and reconfigure");
 #endif
 }
@@ -466,6 +467,7 @@ Status put_to_remote(const std::string& url, const std::string& body, const Remo
     return perform(url, target, "PUT", &body, opts, &t, retryable);
   });
 #else
+  (void)body, (void)opts;
   return no_curl(url);
 #endif
 }
@@ -527,7 +529,7 @@ Status fetch_range(const std::string& url, int64_t offset, int64_t length, const
     return Status::ok();
   });
 #else
-  (void)out, (void)object_size, (void)etag, (void)if_match, (void)etag_is_md5;
+  (void)opts, (void)out, (void)object_size, (void)etag, (void)if_match, (void)etag_is_md5;
   return no_curl(url);
 #endif
 }
