@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/compare.h"
 #include "cli/parse_args.h"
+#include "cli/s3_options.h"
 #include "exec/comm/world.h"
 #include "exec/runtime/execute.h"
 
@@ -67,6 +68,7 @@ int cmd_execute(int argc, char** argv) {
                  "from `loom preprocess`, or a blend W:SPEC,W:SPEC; s3:// and https:// too; "
                  "default data/tinyshakespeare.txt");
   app.add_option("--cache-dir", a.cache_dir, "where remote data is cached (default $LOOM_CACHE_DIR or ~/.cache/loom)");
+  add_s3_options(app, &a.s3);
   app.add_option("--ckpt-dir", a.ckpt_dir, "write checkpoints here (step_NNNNNN/ directories and `latest`)");
   app.add_option("--save-every", a.save_every, "a full checkpoint every N steps (and a final one on SIGTERM/SIGINT)")
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/parse_args.h"
+#include "cli/s3_options.h"
 #include "core/output_file.h"
 #include "core/resources.h"
 #include "exec/data/preprocess.h"
@@ -58,6 +59,7 @@ int cmd_preprocess(int argc, char** argv) {
       ->capture_default_str();
   o.cache_dir = user_cache_dir();
   app.add_option("--cache-dir", o.cache_dir, "where remote inputs are fetched (default $LOOM_CACHE_DIR or ~/.cache/loom)");
+  add_s3_options(app, &o.s3);
   app.add_option("--tokenizer", o.tokenizer,
                  "byte, a SentencePiece .model path, or gpt2:DIR (vocab.json + merges.txt)")->capture_default_str();
   app.add_option("--shards", o.shards, "output shards; document k goes to shard k mod N")->capture_default_str();

@@ -4,7 +4,6 @@
 #include "core/output_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -257,47 +256,37 @@ Status IndexedDatasetWriter::finalize() {
 
 // ---------------------------------------------------------------- reader
 
-namespace {
-
-// Maps `path` read-only. An empty file maps to (nullptr, 0).
-Status map_file(const std::string& path, const uint8_t** data, size_t* bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return not_found(path + ": no such file");
-    return io_error(path + ": cannot open: " + errno_text());
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return io_error(path + ": fstat failed: " + errno_text());
-  }
-  *bytes = static_cast<size_t>(st.st_size);
-  *data = nullptr;
-  if (*bytes > 0) {
-    void* m = ::mmap(nullptr, *bytes, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-      ::close(fd);
-      return io_error(path + ": mmap failed: " + errno_text());
-    }
-    *data = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);  // the mapping keeps the file alive
-  return Status::ok();
-}
-
-}  // namespace
-
-IndexedDataset::~IndexedDataset() {
-  if (idx_ != nullptr) ::munmap(const_cast<uint8_t*>(idx_), idx_bytes_);
-  if (bin_ != nullptr) ::munmap(const_cast<uint8_t*>(bin_), bin_bytes_);
-}
+IndexedDataset::~IndexedDataset() = default;
 
 Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& prefix, bool multimodal) {
+  LOOM_ASSIGN_OR_RETURN(ReadMode mode, read_mode_from_env());
+  return open(prefix, mode, multimodal);
+}
+
+Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& prefix, ReadMode mode,
+                                                             bool multimodal) {
+  // pread: the .idx once into memory (no file kept open); mmap: mapped.
+  auto idx = mode == ReadMode::kPread ? open_memory_source(prefix + ".idx") : open_mmap_source(prefix + ".idx");
+  if (!idx.is_ok()) return idx.status();
+  // The .bin only once the index is valid (a bad .idx is reported as such).
+  std::unique_ptr<IndexedDataset> ds;
+  LOOM_ASSIGN_OR_RETURN(ds, open_sources(prefix, std::move(*idx), nullptr, multimodal));
+  LOOM_ASSIGN_OR_RETURN(auto bin, open_local_source(prefix + ".bin", mode, /*random_access=*/true));
+  LOOM_RETURN_IF_ERROR(ds->attach_bin(std::move(bin)));
+  return ds;
+}
+
+Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open_sources(const std::string& name,
+                                                                     std::shared_ptr<ByteSource> idx,
+                                                                     std::shared_ptr<ByteSource> bin,
+                                                                     bool multimodal) {
   std::unique_ptr<IndexedDataset> ds(new IndexedDataset());
-  ds->prefix_ = prefix;
+  ds->prefix_ = name;
   ds->multimodal_ = multimodal;
-  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  LOOM_RETURN_IF_ERROR(map_file(idx_path, &ds->idx_, &ds->idx_bytes_));
+  const std::string idx_path = idx->name();
+  ds->idx_src_ = std::move(idx);
+  ds->idx_ = ds->idx_src_->data();
+  ds->idx_bytes_ = static_cast<size_t>(ds->idx_src_->size());
   const uint8_t* h = ds->idx_;
   auto bad = [&idx_path](const std::string& why) { return parse_error(idx_path + ": " + why); };
 
@@ -349,15 +338,21 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
     running += len * static_cast<int64_t>(ds->item_bytes_);
   }
   ds->total_tokens_ = running / static_cast<int64_t>(ds->item_bytes_);
-
-  LOOM_RETURN_IF_ERROR(map_file(bin_path, &ds->bin_, &ds->bin_bytes_));
-  if (static_cast<int64_t>(ds->bin_bytes_) != running) {
-    return parse_error(bin_path + ": size " + std::to_string(ds->bin_bytes_) + " bytes != " + std::to_string(running) +
-                       " bytes that " + idx_path + " describes" +
-                       (static_cast<int64_t>(ds->bin_bytes_) < running ? " (truncated)" : " (trailing bytes)"));
-  }
-  if (ds->bin_ != nullptr) ::madvise(const_cast<uint8_t*>(ds->bin_), ds->bin_bytes_, MADV_RANDOM);
+  if (bin != nullptr) LOOM_RETURN_IF_ERROR(ds->attach_bin(std::move(bin)));
   return ds;
+}
+
+Status IndexedDataset::attach_bin(std::shared_ptr<ByteSource> bin) {
+  const int64_t expected = total_tokens_ * static_cast<int64_t>(item_bytes_);
+  if (bin->size() != expected) {
+    return parse_error(bin->name() + ": size " + std::to_string(bin->size()) + " bytes != " +
+                       std::to_string(expected) + " bytes that " + idx_src_->name() + " describes" +
+                       (bin->size() < expected ? " (truncated)" : " (trailing bytes)"));
+  }
+  bin_src_ = std::move(bin);
+  bin_ = bin_src_->data();
+  bin_bytes_ = static_cast<size_t>(bin_src_->size());
+  return Status::ok();
 }
 
 int64_t IndexedDataset::sequence_length(int64_t i) const {
@@ -401,7 +396,18 @@ Status IndexedDataset::read_tokens(int64_t first, int64_t count, int32_t* out) c
     return invalid_argument(prefix_ + ".bin: token range [" + std::to_string(first) + ", " +
                             std::to_string(first + count) + ") outside [0, " + std::to_string(total_tokens_) + ")");
   }
-  const uint8_t* src = bin_ + first * static_cast<int64_t>(item_bytes_);
+  LOOM_CHECK(bin_src_ != nullptr, "IndexedDataset: read before the .bin was attached");
+  if (bin_ != nullptr) return decode(bin_ + first * static_cast<int64_t>(item_bytes_), first, count, out);
+  // Not mapped (pread, a remote file): the bytes through the source. A
+  // thread's scratch buffer: the loader reads from one thread.
+  thread_local std::vector<uint8_t> scratch;
+  const int64_t bytes = count * static_cast<int64_t>(item_bytes_);
+  scratch.resize(static_cast<size_t>(bytes));
+  LOOM_RETURN_IF_ERROR(bin_src_->read(first * static_cast<int64_t>(item_bytes_), bytes, scratch.data()));
+  return decode(scratch.data(), first, count, out);
+}
+
+Status IndexedDataset::decode(const uint8_t* src, int64_t first, int64_t count, int32_t* out) const {
   if (dtype_ == TokenDtype::kInt32) {
     if (count > 0) std::memcpy(out, src, static_cast<size_t>(count) * 4);
     return Status::ok();

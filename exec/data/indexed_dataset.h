@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "exec/data/byte_source.h"
 
 namespace loom::data {
 
@@ -84,14 +85,26 @@ class IndexedDatasetWriter {
   std::vector<uint8_t> scratch_;      // conversion buffer
 };
 
-// A read-only view of PREFIX.bin / PREFIX.idx, both mmap'd. open() validates
+// A read-only view of PREFIX.bin / PREFIX.idx through byte sources
+// (byte_source.h): both mmap'd by default; with ReadMode::kPread the .idx is
+// read into memory once and the .bin read in large aligned blocks through a
+// bounded set of open files; open_sources() takes any source for the .bin (a
+// remote file still downloading, remote_file.h). open() validates
 // the whole index (magic, version, dtype, size 34+12N+8D(+N), doc[0]==0,
 // doc monotone, doc[D-1]==N, pointers == running byte sum, .bin size) and
 // refuses a bad file with a parse_error naming it. After open() every
 // accessor is const and safe to call from several threads at once.
 class IndexedDataset {
  public:
+  // The reader LOOM_DATA_READ selects (mmap unless it says pread).
   static Result<std::unique_ptr<IndexedDataset>> open(const std::string& prefix, bool multimodal = false);
+  static Result<std::unique_ptr<IndexedDataset>> open(const std::string& prefix, ReadMode mode,
+                                                      bool multimodal = false);
+  // `name` (a path or URL prefix) names the dataset in messages.
+  static Result<std::unique_ptr<IndexedDataset>> open_sources(const std::string& name,
+                                                              std::shared_ptr<ByteSource> idx,
+                                                              std::shared_ptr<ByteSource> bin,
+                                                              bool multimodal = false);
   ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
@@ -118,6 +131,8 @@ class IndexedDataset {
 
  private:
   IndexedDataset() = default;
+  Status decode(const uint8_t* src, int64_t first, int64_t count, int32_t* out) const;
+  Status attach_bin(std::shared_ptr<ByteSource> bin);
   int64_t token_at_sequence(int64_t seq) const;  // first token of seq; total when seq == N
 
   std::string prefix_;
@@ -125,9 +140,10 @@ class IndexedDataset {
   size_t item_bytes_ = 4;
   bool multimodal_ = false;
   int64_t n_ = 0, d_ = 0, total_tokens_ = 0;
-  const uint8_t* idx_ = nullptr;  // mmap of .idx
+  std::shared_ptr<ByteSource> idx_src_, bin_src_;
+  const uint8_t* idx_ = nullptr;  // idx_src_'s bytes (always in memory)
   size_t idx_bytes_ = 0;
-  const uint8_t* bin_ = nullptr;  // mmap of .bin (null when empty)
+  const uint8_t* bin_ = nullptr;  // bin_src_'s bytes when mapped; null: read through bin_src_
   size_t bin_bytes_ = 0;
 };
 

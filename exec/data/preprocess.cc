@@ -583,6 +583,7 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   // manifest names them by URL.
   RemoteCacheOptions rc;
   rc.cache_dir = o.cache_dir;
+  rc.s3 = o.s3;
   std::vector<char> parquet;
   for (const std::string& in : s.inputs) {
     std::string local = in;

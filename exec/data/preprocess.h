@@ -32,6 +32,7 @@
 #include "exec/data/clean.h"
 #include "exec/data/indexed_dataset.h"
 #include "exec/data/jsonl_reader.h"
+#include "exec/data/s3_config.h"
 
 namespace loom::data {
 
@@ -58,6 +59,7 @@ struct PreprocessOptions {
   std::string output_prefix;
   std::string text_field = "text";  // JSONL: the text's field; Parquet: the text column
   std::string cache_dir;            // where remote inputs are fetched (needed only for them)
+  S3Options s3;                     // --endpoint, --aws-profile, --s3-addressing for s3:// inputs
   std::string tokenizer = "byte";  // a load_tokenizer() spec: "byte", a .model path, "gpt2:DIR"
   bool append_eod = true;
   int shards = 1;

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+#include <map>
 
-#include "exec/data/s3_sign.h"
 
 #ifdef LOOM_HAVE_CURL
 #include <curl/curl.h>
@@ -46,79 +46,60 @@ std::string trim(const std::string& s) {
 }
 
 #ifdef LOOM_HAVE_CURL
-// Where to send one request and which headers to add.
+// One request: where, what, and how to sign it.
 struct HttpTarget {
   std::string url;
-  std::vector<std::string> headers;
+  std::vector<std::string> headers;  // extra "Name: value" lines
   bool is_s3 = false;
+  S3Credentials creds;  // S3 with a key: curl signs with SigV4
+  std::string region;
 };
 
-// Splits "scheme://authority/path" of an endpoint; default ports dropped
-// because curl leaves them out of the Host header it sends (and signs).
-void split_endpoint(std::string endpoint, std::string* base, std::string* host, std::string* path) {
-  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  size_t scheme_end = endpoint.find("://");
-  size_t auth_begin = scheme_end == std::string::npos ? 0 : scheme_end + 3;
-  size_t path_begin = endpoint.find('/', auth_begin);
-  *host = endpoint.substr(auth_begin, path_begin == std::string::npos ? std::string::npos : path_begin - auth_begin);
-  *path = path_begin == std::string::npos ? "" : endpoint.substr(path_begin);
-  bool https = starts_with(endpoint, "https://");
-  const std::string default_port = https ? ":443" : ":80";
-  if (host->size() > default_port.size() && host->ends_with(default_port)) {
-    host->resize(host->size() - default_port.size());
-  }
-  *base = (https ? "https://" : "http://") + *host;
-}
+std::string describe_creds(const S3Credentials& c) { return c.source; }
 
-// Builds the request for `url`; s3:// requests are signed at the current time.
-Result<HttpTarget> resolve(const std::string& url, const std::string& method, const std::string& payload_sha256,
-                           bool allow_empty_key) {
+// Builds the request for `url`; for s3:// the address, the payload hash and
+// the session token (curl adds Authorization and X-Amz-Date when it sends).
+Result<HttpTarget> resolve(const std::string& url, const RemoteCacheOptions& opts, const std::string& payload_sha256,
+                           bool allow_empty_key, const std::string& raw_query = "") {
   HttpTarget t;
   if (!starts_with(url, "s3://")) {
     t.url = url;
     return t;
   }
   t.is_s3 = true;
-  std::string rest = url.substr(5);
-  size_t slash = rest.find('/');
-  std::string bucket = rest.substr(0, slash);
-  std::string key = slash == std::string::npos ? "" : rest.substr(slash + 1);
-  if (bucket.empty() || (key.empty() && !allow_empty_key)) {
-    return invalid_argument("s3: '" + url + "' is not s3://bucket/key");
-  }
-  S3Credentials creds = s3_credentials_from_env();
-  const char* endpoint = std::getenv("AWS_ENDPOINT_URL");
-  std::string base, host, canonical_uri;
-  // Path-style for an S3-compatible server, and for bucket names with dots
-  // (a virtual host "a.b.s3..." would not match AWS's TLS certificate).
-  const bool custom = endpoint != nullptr && *endpoint != '\0';
-  if (custom || bucket.find('.') != std::string::npos) {
-    std::string prefix;
-    split_endpoint(custom ? endpoint : "https://s3." + creds.region + ".amazonaws.com", &base, &host, &prefix);
-    canonical_uri = prefix;
-    canonical_uri.append("/").append(s3_uri_encode(bucket, false));
-    if (!key.empty()) canonical_uri.append("/").append(s3_uri_encode(key, true));
-  } else {
-    host = bucket + ".s3." + creds.region + ".amazonaws.com";
-    base = std::string("https://").append(host);
-    canonical_uri = std::string("/").append(s3_uri_encode(key, true));
-  }
-  t.url = base + canonical_uri;
-  LOOM_ASSIGN_OR_RETURN(t.headers,
-                        s3_request_headers(method, host, canonical_uri, payload_sha256, creds, std::time(nullptr)));
+  std::string bucket, key;
+  LOOM_RETURN_IF_ERROR(split_s3_url(url, &bucket, &key, allow_empty_key));
+  LOOM_ASSIGN_OR_RETURN(S3Settings s, resolve_s3_settings(opts.s3));
+  LOOM_ASSIGN_OR_RETURN(S3Address a, s3_address(bucket, key, s, raw_query));
+  t.url = a.url;
+  t.creds = s.creds;
+  t.region = s.region;
+  // S3 refuses a SigV4 request without the payload hash (curl 7.88 does not
+  // add it); anonymous requests carry it too, harmlessly.
+  t.headers.push_back("x-amz-content-sha256: " + payload_sha256);
+  if (!s.creds.access_key_id.empty() && !s.creds.session_token.empty())
+    t.headers.push_back("x-amz-security-token: " + s.creds.session_token);
   return t;
 }
 
+constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 // State of one transfer, filled by curl's callbacks.
 struct Transfer {
-  int fd = -1;  // the temp file (GET); -1 for PUT
+  int fd = -1;                 // GET into a file; -1 otherwise
+  std::string* mem = nullptr;  // GET into memory (ranges, s3_call); bounded by mem_limit
+  size_t mem_limit = 0;
   long status = 0;
   long long content_length = -1;
   std::string etag;
+  std::string content_range;
+  std::map<std::string, std::string> headers;  // lowercase names (s3_call)
   bool sse_non_md5 = false;  // SSE-KMS / SSE-C objects: the ETag is not the MD5
   long long bytes = 0;
   int write_errno = 0;
+  bool overflow = false;   // more body than mem_limit
   std::string error_body;  // body of a non-2xx response (first 2 KiB)
+  bool keep_error_body_whole = false;
   EVP_MD_CTX* md5 = nullptr;
   XXH64_state_t* xxh = nullptr;
 };
@@ -131,6 +112,8 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
     t->status = sp == std::string::npos ? 0 : std::atol(line.c_str() + sp + 1);
     t->content_length = -1;
     t->etag.clear();
+    t->content_range.clear();
+    t->headers.clear();
     t->sse_non_md5 = false;
     return size * n;
   }
@@ -138,8 +121,10 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   if (colon == std::string::npos) return size * n;
   std::string name = lower(trim(line.substr(0, colon)));
   std::string value = trim(line.substr(colon + 1));
+  t->headers[name] = value;
   if (name == "content-length") t->content_length = std::atoll(value.c_str());
   if (name == "etag") t->etag = value;
+  if (name == "content-range") t->content_range = value;
   if ((name == "x-amz-server-side-encryption" && value == "aws:kms") ||
       name == "x-amz-server-side-encryption-customer-algorithm") {
     t->sse_non_md5 = true;
@@ -150,8 +135,21 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
 size_t on_body(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   size_t len = size * n;
-  if (t->status < 200 || t->status >= 300 || t->fd < 0) {
+  if (t->status < 200 || t->status >= 300 || (t->fd < 0 && t->mem == nullptr)) {
+    if (t->keep_error_body_whole && t->mem != nullptr) {
+      t->mem->append(data, len);
+      return len;
+    }
     t->error_body.append(data, std::min(len, size_t{2048} - std::min(size_t{2048}, t->error_body.size())));
+    return len;
+  }
+  if (t->mem != nullptr) {
+    if (t->mem->size() + len > t->mem_limit) {
+      t->overflow = true;
+      return 0;  // CURLE_WRITE_ERROR
+    }
+    t->mem->append(data, len);
+    t->bytes += static_cast<long long>(len);
     return len;
   }
   for (size_t done = 0; done < len;) {
@@ -163,8 +161,8 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
     }
     done += static_cast<size_t>(w);
   }
-  EVP_DigestUpdate(t->md5, data, len);
-  XXH64_update(t->xxh, data, len);
+  if (t->md5 != nullptr) EVP_DigestUpdate(t->md5, data, len);
+  if (t->xxh != nullptr) XXH64_update(t->xxh, data, len);
   t->bytes += static_cast<long long>(len);
   return len;
 }
@@ -177,12 +175,13 @@ std::string s3_error_code(const std::string& body) {
 
 // Turns curl's result and the HTTP status into a Status; sets `retryable`
 // for failures another attempt may cure.
-Status classify(CURLcode rc, const Transfer& t, const std::string& url, bool* retryable) {
+Status classify(CURLcode rc, const Transfer& t, const std::string& url, const HttpTarget& target, bool* retryable) {
   *retryable = false;
   if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY) {
     *retryable = true;
-    return io_error("cannot reach " + url + ": " + curl_easy_strerror(rc) +
-                    "; check the host, port and AWS_ENDPOINT_URL, and that the server is running");
+    return io_error("cannot reach " + url + " (" + target.url + "): " + curl_easy_strerror(rc) +
+                    "; check the host, port and the endpoint (--endpoint, AWS_ENDPOINT_URL), and that the server is "
+                    "running");
   }
   if (rc == CURLE_OPERATION_TIMEDOUT) {
     *retryable = true;
@@ -191,20 +190,33 @@ Status classify(CURLcode rc, const Transfer& t, const std::string& url, bool* re
   if (rc == CURLE_WRITE_ERROR && t.write_errno != 0) {
     return io_error(url + ": cannot write the cache file: " + std::strerror(t.write_errno));
   }
+  if (rc == CURLE_WRITE_ERROR && t.overflow) {
+    *retryable = true;
+    return io_error(url + ": the server sent more bytes than the range asked for");
+  }
   if (rc != CURLE_OK) {
     *retryable = true;
     return io_error("download of " + url + " interrupted after " + std::to_string(t.bytes) + " bytes: " +
                     curl_easy_strerror(rc));
   }
   if (t.status == 401 || t.status == 403) {
+    std::string how = target.is_s3 ? "; credentials: " + describe_creds(target.creds) +
+                                          " (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE)"
+                                    : "";
     return {StatusCode::kRemoteError,
-            url + ": unauthorized (HTTP " + std::to_string(t.status) + s3_error_code(t.error_body) +
-                "); check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and the object's permissions"};
+            url + ": unauthorized (HTTP " + std::to_string(t.status) + s3_error_code(t.error_body) + ")" + how +
+                "; check the keys and the object's permissions"};
   }
   if (t.status == 404) return not_found(url + ": no such object (HTTP 404" + s3_error_code(t.error_body) + ")");
+  if (t.status == 412) {
+    return io_error(url + ": the object changed while it was being read (HTTP 412, its ETag is no longer the one "
+                          "the first block had); restart to read the new object");
+  }
+  if (t.status == 416) return invalid_argument(url + ": range past the end of the object (HTTP 416)");
   if (t.status == 301 || t.status == 307) {
-    return {StatusCode::kRemoteError, url + ": HTTP " + std::to_string(t.status) + s3_error_code(t.error_body) +
-                                          "; for S3 this means the bucket is in another region: set AWS_REGION to it"};
+    return {StatusCode::kRemoteError,
+            url + ": HTTP " + std::to_string(t.status) + s3_error_code(t.error_body) +
+                "; for S3 this means the bucket is in another region: set AWS_REGION to it"};
   }
   if (t.status < 200 || t.status >= 300) {
     *retryable = t.status >= 500 || t.status == 429;
@@ -218,54 +230,79 @@ void curl_init_once() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-// One request. `fd` >= 0: GET into fd; otherwise PUT `body`.
-Status perform(const HttpTarget& target, int fd, const std::string* body, const RemoteCacheOptions& opts,
-               Transfer* t, bool* retryable) {
+// One request: `method` to target with `body` (PUT) or none; the answer's body
+// goes where `t` says. Returns curl's code.
+CURLcode perform_raw(const HttpTarget& target, const std::string& method, const std::string* body,
+                     const RemoteCacheOptions& opts, Transfer* t) {
   curl_init_once();
   CURL* curl = curl_easy_init();
-  if (curl == nullptr) return internal_error("remote_cache: curl_easy_init failed");
+  if (curl == nullptr) return CURLE_FAILED_INIT;
   curl_slist* headers = nullptr;
   for (const std::string& h : target.headers) headers = curl_slist_append(headers, h.c_str());
-  headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip on PUT
+  const bool sign = target.is_s3 && !target.creds.access_key_id.empty();
+  // No 100-continue round trip on PUT. Not on signed requests: curl 7.88
+  // signs every header of CURLOPT_HTTPHEADER, a removed one too ("expect:"
+  // with no value, which the server cannot reproduce).
+  if (!sign) headers = curl_slist_append(headers, "Expect:");
   long timeout_ms = static_cast<long>(opts.timeout_s * 1000);
+  curl_slist* connect_to = nullptr;
+  for (const std::string& c : opts.connect_to) connect_to = curl_slist_append(connect_to, c.c_str());
   curl_easy_setopt(curl, CURLOPT_URL, target.url.c_str());
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for timeouts
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
   curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, target.is_s3 ? 0L : 1L);  // a redirect would break the signature
+  if (target.is_s3) curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);  // keys may hold "./" and "../"
+  if (connect_to != nullptr) curl_easy_setopt(curl, CURLOPT_CONNECT_TO, connect_to);
+  std::string sigv4;
+  if (sign) {
+    sigv4 = "aws:amz:" + target.region + ":s3";
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    // Separate options: a key or secret may hold ':'.
+    curl_easy_setopt(curl, CURLOPT_USERNAME, target.creds.access_key_id.c_str());
+    curl_easy_setopt(curl, CURLOPT_PASSWORD, target.creds.secret_access_key.c_str());
+  }
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, t);
+  if (method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
   if (body != nullptr) {
-    // curl would label the body a form (x-www-form-urlencoded), which some
-    // servers parse and drop.
-    headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+  } else if (method != "GET" && method != "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
-  t->fd = fd;
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(headers);
+  curl_slist_free_all(connect_to);
   curl_easy_cleanup(curl);
-  return classify(rc, *t, target.url, retryable);
+  return rc;
+}
+
+Status perform(const std::string& url, const HttpTarget& target, const std::string& method, const std::string* body,
+               const RemoteCacheOptions& opts, Transfer* t, bool* retryable) {
+  CURLcode rc = perform_raw(target, method, body, opts, t);
+  if (rc == CURLE_FAILED_INIT) return internal_error("remote_cache: curl_easy_init failed");
+  return classify(rc, *t, url, target, retryable);
 }
 
 // One GET attempt into the fresh file `tmp`; verified on success.
 Status download_once(const std::string& url, const std::string& tmp, const RemoteCacheOptions& opts,
                      const std::string& expected_xxh64, bool* retryable) {
   *retryable = false;
-  LOOM_ASSIGN_OR_RETURN(HttpTarget target, resolve(url, "GET", kEmptyPayloadSha256, false));
+  LOOM_ASSIGN_OR_RETURN(HttpTarget target, resolve(url, opts, kEmptyPayloadSha256, false));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(tmp + ": cannot create the download file: " + std::strerror(errno));
   Transfer t;
+  t.fd = fd;
   t.md5 = EVP_MD_CTX_new();
   t.xxh = XXH64_createState();
   EVP_DigestInit_ex(t.md5, EVP_md5(), nullptr);
   XXH64_reset(t.xxh, 0);
-  Status st = perform(target, fd, nullptr, opts, &t, retryable);
+  Status st = perform(url, target, "GET", nullptr, opts, &t, retryable);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int md_len = 0;
   EVP_DigestFinal_ex(t.md5, md, &md_len);
@@ -318,6 +355,16 @@ void remove_stale_temps(const std::string& final_path) {
     if (starts_with(entry.path().filename().string(), prefix.c_str())) fs::remove(entry.path(), ec);
   }
 }
+
+[[maybe_unused]] Status no_curl(const std::string& url) {
+  return unsupported("remote_cache: " + url +
+                     " needs libcurl; install libcurl4-openssl-dev libssl-dev and reconfigure, or pass a local path");
+}
+#else
+Status no_curl(const std::string& url) {
+  return unsupported("remote_cache: " + url +
+                     " needs libcurl; install libcurl4-openssl-dev libssl-dev and reconfigure, or pass a local path");
+}
 #endif  // LOOM_HAVE_CURL
 
 }  // namespace
@@ -330,6 +377,22 @@ std::string cache_path_for(const std::string& url, const std::string& cache_dir)
   }
   if (name.size() > 100) name.resize(100);
   return (fs::path(cache_dir) / (hex64(XXH64(url.data(), url.size(), 0)) + "-" + name)).string();
+}
+
+Result<std::string> sha256_hex(const std::string& data) {
+#ifdef LOOM_HAVE_CURL
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &md_len, EVP_sha256(), nullptr) != 1) {
+    return internal_error("s3: OpenSSL SHA-256 failed");
+  }
+  std::string out;
+  for (unsigned int i = 0; i < md_len; ++i) out += hex64(md[i]).substr(14);
+  return out;
+#else
+  (void)data;
+  return unsupported("s3: this build has no OpenSSL/libcurl; install libcurl4-openssl-dev libssl-dev and reconfigure");
+#endif
 }
 
 Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOptions& opts,
@@ -386,8 +449,7 @@ Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOpti
   if (!st.is_ok()) return st;
   return final_path;
 #else
-  return unsupported("remote_cache: " + url +
-                     " needs libcurl; install libcurl4-openssl-dev libssl-dev and reconfigure, or pass a local path");
+  return no_curl(url);
 #endif
 }
 
@@ -397,12 +459,102 @@ Status put_to_remote(const std::string& url, const std::string& body, const Remo
   LOOM_ASSIGN_OR_RETURN(std::string payload_sha256, sha256_hex(body));
   return with_retries(opts, [&](bool* retryable) -> Status {
     *retryable = false;
-    LOOM_ASSIGN_OR_RETURN(HttpTarget target, resolve(url, "PUT", payload_sha256, true));
+    LOOM_ASSIGN_OR_RETURN(HttpTarget target, resolve(url, opts, payload_sha256, true));
+    // curl would label the body a form (x-www-form-urlencoded), which some
+    // servers parse and drop.
+    target.headers.push_back("Content-Type: application/octet-stream");
     Transfer t;
-    return perform(target, -1, &body, opts, &t, retryable);
+    return perform(url, target, "PUT", &body, opts, &t, retryable);
   });
 #else
-  return unsupported("remote_cache: " + url + " needs libcurl; install libcurl4-openssl-dev libssl-dev and reconfigure");
+  (void)body, (void)opts;
+  return no_curl(url);
+#endif
+}
+
+Status fetch_range(const std::string& url, int64_t offset, int64_t length, const RemoteCacheOptions& opts,
+                   std::string* out, int64_t* object_size, std::string* etag, const std::string& if_match,
+                   bool* etag_is_md5) {
+  if (!is_remote(url)) return invalid_argument("remote_cache: fetch_range needs an s3:// or http(s):// URL, got " + url);
+  if (offset < 0 || length < 1) {
+    return invalid_argument("remote_cache: range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                            ") of " + url + " is empty or negative");
+  }
+#ifdef LOOM_HAVE_CURL
+  return with_retries(opts, [&](bool* retryable) -> Status {
+    *retryable = false;
+    LOOM_ASSIGN_OR_RETURN(HttpTarget target, resolve(url, opts, kEmptyPayloadSha256, false));
+    target.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1));
+    if (!if_match.empty()) target.headers.push_back("If-Match: " + if_match);
+    Transfer t;
+    out->clear();
+    out->reserve(static_cast<size_t>(length));
+    t.mem = out;
+    // A server that ignores Range sends the whole object: accept it only when
+    // that is the range (offset 0, the object no longer than asked for).
+    t.mem_limit = static_cast<size_t>(length);
+    LOOM_RETURN_IF_ERROR(perform(url, target, "GET", nullptr, opts, &t, retryable));
+    int64_t total = -1;
+    if (t.status == 206) {
+      // "bytes FIRST-LAST/TOTAL"
+      long long first = -1, last = -1, size = -1;
+      if (std::sscanf(t.content_range.c_str(), "bytes %lld-%lld/%lld", &first, &last, &size) != 3 || first != offset) {
+        return {StatusCode::kRemoteError, url + ": unexpected Content-Range '" + t.content_range + "' for bytes " +
+                                              std::to_string(offset) + "-" + std::to_string(offset + length - 1)};
+      }
+      total = size;
+    } else if (t.status == 200 && offset == 0) {
+      total = t.bytes;  // the whole object came, and it fit
+    } else {
+      return {StatusCode::kRemoteError, url + ": HTTP " + std::to_string(t.status) + " to a Range request"};
+    }
+    const int64_t expect = std::min<int64_t>(length, total - offset);
+    if (t.bytes != expect || (t.content_length >= 0 && t.content_length != t.bytes)) {
+      *retryable = true;
+      return io_error(url + ": got " + std::to_string(t.bytes) + " bytes of the range at " + std::to_string(offset) +
+                      ", expected " + std::to_string(expect));
+    }
+    if (expect != length) {
+      return invalid_argument(url + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + length) +
+                              ") runs past the object's end (" + std::to_string(total) + " bytes)");
+    }
+    if (object_size != nullptr) *object_size = total;
+    if (etag != nullptr) *etag = t.etag;
+    if (etag_is_md5 != nullptr) {
+      std::string e = t.etag;
+      if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
+      *etag_is_md5 = target.is_s3 && !t.sse_non_md5 && e.size() == 32 &&
+                     lower(e).find_first_not_of("0123456789abcdef") == std::string::npos;
+    }
+    return Status::ok();
+  });
+#else
+  (void)opts, (void)out, (void)object_size, (void)etag, (void)if_match, (void)etag_is_md5;
+  return no_curl(url);
+#endif
+}
+
+Result<HttpReply> s3_call(const std::string& method, const std::string& s3_url, const std::string& raw_query,
+                          const std::vector<std::string>& headers, const std::string& body,
+                          const RemoteCacheOptions& opts) {
+#ifdef LOOM_HAVE_CURL
+  LOOM_ASSIGN_OR_RETURN(std::string payload_sha256, sha256_hex(body));
+  LOOM_ASSIGN_OR_RETURN(HttpTarget target, resolve(s3_url, opts, payload_sha256, true, raw_query));
+  for (const std::string& h : headers) target.headers.push_back(h);
+  HttpReply reply;
+  Transfer t;
+  t.mem = &reply.body;
+  t.mem_limit = size_t{1} << 30;
+  t.keep_error_body_whole = true;
+  const bool with_body = method == "PUT" || method == "POST";
+  CURLcode rc = perform_raw(target, method, with_body ? &body : nullptr, opts, &t);
+  if (rc != CURLE_OK) return io_error(s3_url + ": " + curl_easy_strerror(rc));
+  reply.status = t.status;
+  reply.headers = t.headers;
+  return reply;
+#else
+  (void)method, (void)raw_query, (void)headers, (void)body, (void)opts;
+  return no_curl(s3_url);
 #endif
 }
 

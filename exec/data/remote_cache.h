@@ -15,20 +15,25 @@
 // never read, and a failed or corrupt download is deleted. The small
 // ".lock" files stay in cache_dir (deleting them would race with waiters).
 //
-// S3 access: credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
-// AWS_SESSION_TOKEN (none: anonymous requests), region from AWS_REGION or
-// AWS_DEFAULT_REGION (default us-east-1), and AWS_ENDPOINT_URL for an
-// S3-compatible server (then path-style http(s)://endpoint/bucket/key;
-// otherwise virtual-hosted https://bucket.s3.<region>.amazonaws.com/key).
-// Requests are signed with SigV4 (s3_sign.h).
+// S3 access: credentials, region, endpoint and addressing as the AWS CLI
+// finds them (environment, ~/.aws/credentials and ~/.aws/config profiles,
+// RemoteCacheOptions::s3 above both; s3_config.h has the precedence).
+// Requests are signed with AWS Signature V4 by libcurl itself
+// (CURLOPT_AWS_SIGV4 "aws:amz:REGION:s3"); loom adds the headers S3 wants
+// that curl 7.88 does not: x-amz-content-sha256 (the payload's SHA-256) and
+// x-amz-security-token (temporary credentials), which curl then signs.
 //
 // Needs libcurl + OpenSSL (LOOM_HAVE_CURL); without them remote URLs give
 // kUnsupported and local paths still work. Thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
+#include "exec/data/s3_config.h"
 
 namespace loom::data {
 
@@ -36,6 +41,13 @@ struct RemoteCacheOptions {
   std::string cache_dir;  // created if missing; share it between the ranks of a node
   double timeout_s = 60;  // per attempt, connect + transfer
   int retries = 3;        // extra attempts after a transient failure (unreachable, 5xx, cut-off transfer)
+  S3Options s3;           // --endpoint etc.; empty fields: environment and AWS config files
+  // Ranged reads of shards still downloading (remote_file.h).
+  int64_t block_bytes = int64_t{8} << 20;  // Range request size, and the resume granularity
+  int prefetch_streams = 4;                // background downloads at once per process
+  // curl CONNECT_TO entries "HOST:PORT:CONNECT-HOST:CONNECT-PORT" (tests:
+  // send a request for examplebucket.s3.amazonaws.com to a loopback server).
+  std::vector<std::string> connect_to;
 };
 
 // Returns a local path for `url`: the path itself for a local path or file://
@@ -60,5 +72,37 @@ std::string cache_path_for(const std::string& url, const std::string& cache_dir)
 // bucket (S3 CreateBucket; a region other than us-east-1 is not supported
 // here). Retries transient failures like fetch_to_cache; same error codes.
 Status put_to_remote(const std::string& url, const std::string& body, const RemoteCacheOptions& opts);
+
+// Bytes [offset, offset+length) of a remote object by an HTTP Range request,
+// into `out` (resized). With `if_match` non-empty the request carries
+// If-Match: an object replaced since (another ETag) answers 412, an error.
+// `object_size` / `etag` (either may be null) receive the whole object's size
+// (from Content-Range) and its ETag. Exactly `length` bytes or an error
+// (a short or cut-off answer is retried like fetch_to_cache; a server that
+// ignores Range and answers 200 with the whole object is accepted when the
+// object is that range). Errors as fetch_to_cache, plus kInvalidArgument for
+// a range past the end (HTTP 416). `etag_is_md5`: the ETag is the object's
+// MD5 (an S3 single-part object without SSE-KMS / SSE-C).
+Status fetch_range(const std::string& url, int64_t offset, int64_t length, const RemoteCacheOptions& opts,
+                   std::string* out, int64_t* object_size = nullptr, std::string* etag = nullptr,
+                   const std::string& if_match = "", bool* etag_is_md5 = nullptr);
+
+// One answer of s3_call: the status and body as they came, lowercase header names.
+struct HttpReply {
+  long status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+};
+// One request to s3://bucket/key exactly as loom sends its own (addressing,
+// x-amz-content-sha256, x-amz-security-token, libcurl's SigV4), no retries, any
+// HTTP status returned as is: for tests and tools. `raw_query` goes after '?'
+// unchanged (build it with s3_query); `headers` are extra "Name: value" lines
+// (signed by curl too; an "x-amz-date" one fixes the signing time).
+Result<HttpReply> s3_call(const std::string& method, const std::string& s3_url, const std::string& raw_query,
+                          const std::vector<std::string>& headers, const std::string& body,
+                          const RemoteCacheOptions& opts);
+
+// Lowercase hex SHA-256 of `data` (kUnsupported without OpenSSL).
+Result<std::string> sha256_hex(const std::string& data);
 
 }  // namespace loom::data

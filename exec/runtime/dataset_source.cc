@@ -16,6 +16,7 @@
 #include "exec/data/loader.h"
 #include "exec/data/manifest.h"
 #include "exec/data/remote_cache.h"
+#include "exec/data/remote_file.h"
 
 namespace loom::exec {
 
@@ -35,38 +36,43 @@ std::string parent_of(const std::string& path) {
 }
 
 
+data::RemoteCacheOptions remote_options(const DataSpecOptions& o) {
+  data::RemoteCacheOptions rc;
+  rc.cache_dir = o.cache_dir.empty() ? user_cache_dir() : o.cache_dir;
+  rc.s3 = o.s3;
+  return rc;
+}
+
 // A local path for `path_or_url` (fetched into the cache when remote).
 Result<std::string> local(const std::string& path_or_url, const DataSpecOptions& o, const std::string& xxh64 = "") {
   if (!is_remote(path_or_url)) return path_or_url;
-  data::RemoteCacheOptions rc;
-  rc.cache_dir = o.cache_dir.empty() ? user_cache_dir() : o.cache_dir;
-  return data::fetch_to_cache(path_or_url, rc, xxh64);
+  return data::fetch_to_cache(path_or_url, remote_options(o), xxh64);
 }
 
-// Opens PREFIX.bin/.idx (fetching both when remote; the local prefix is the
-// cached .idx path without its extension).
+// Opens PREFIX.bin/.idx with the reader LOOM_DATA_READ selects. Remote: the
+// .idx is fetched whole (it is small and read first); the .bin is read while it
+// downloads, block by block (remote_file.h), unless LOOM_REMOTE_RANGED=0 asks
+// to download it whole first.
 Result<std::shared_ptr<data::IndexedDataset>> open_prefix(const std::string& prefix, const DataSpecOptions& o,
                                                           const std::string& bin_xxh = "",
                                                           const std::string& idx_xxh = "") {
-  std::string local_prefix = prefix;
-  if (is_remote(prefix)) {
-    LOOM_ASSIGN_OR_RETURN(std::string bin, local(prefix + ".bin", o, bin_xxh));
-    LOOM_ASSIGN_OR_RETURN(std::string idx, local(prefix + ".idx", o, idx_xxh));
-    // The cache names files by URL hash: link them under one prefix.
-    local_prefix = idx.substr(0, idx.size() - 4);
-    // Ranks of one node share the cache: publish the link atomically (a
-    // private name, then rename), so a concurrent rank sees it whole or not at all.
-    std::error_code ec;
-    const std::string link = local_prefix + ".bin";
-    if (!fs::exists(link, ec)) {
-      const std::string tmp = link + ".link." + std::to_string(::getpid());
-      fs::remove(tmp, ec);
-      fs::create_symlink(bin, tmp, ec);
-      if (!ec) fs::rename(tmp, link, ec);
-      if (ec && !fs::exists(link)) return io_error("data: cannot link cached " + bin + " as " + link + ": " + ec.message());
-    }
+  LOOM_ASSIGN_OR_RETURN(data::ReadMode mode, data::read_mode_from_env());
+  if (!is_remote(prefix)) {
+    LOOM_ASSIGN_OR_RETURN(auto ds, data::IndexedDataset::open(prefix, mode));
+    return std::shared_ptr<data::IndexedDataset>(std::move(ds));
   }
-  LOOM_ASSIGN_OR_RETURN(auto ds, data::IndexedDataset::open(local_prefix));
+  LOOM_ASSIGN_OR_RETURN(std::string idx_path, local(prefix + ".idx", o, idx_xxh));
+  auto idx = mode == data::ReadMode::kPread ? data::open_memory_source(idx_path) : data::open_mmap_source(idx_path);
+  if (!idx.is_ok()) return idx.status();
+  std::shared_ptr<data::ByteSource> bin;
+  const char* ranged = std::getenv("LOOM_REMOTE_RANGED");
+  if (ranged != nullptr && std::string(ranged) == "0") {
+    LOOM_ASSIGN_OR_RETURN(std::string bin_path, local(prefix + ".bin", o, bin_xxh));
+    LOOM_ASSIGN_OR_RETURN(bin, data::open_local_source(bin_path, mode, /*random_access=*/true));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(bin, data::open_remote_source(prefix + ".bin", remote_options(o), bin_xxh, mode));
+  }
+  LOOM_ASSIGN_OR_RETURN(auto ds, data::IndexedDataset::open_sources(prefix, std::move(*idx), std::move(bin)));
   return std::shared_ptr<data::IndexedDataset>(std::move(ds));
 }
 

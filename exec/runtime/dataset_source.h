@@ -6,7 +6,9 @@
 //                    against the manifest's sizes and checksums when fetched
 //   W1:SPEC1,W2:SPEC2  a weighted blend of the above (weights > 0)
 // Any path may be s3://bucket/key or http(s)://host/path: files are fetched
-// once into the cache directory (exec/data/remote_cache.h) and read from there.
+// once into the cache directory (exec/data/remote_cache.h) and read from there;
+// a remote .bin is read while it downloads (exec/data/remote_file.h).
+// LOOM_DATA_READ=mmap|pread picks how local shards are read (byte_source.h).
 // Indexed data goes through the prefetching loader (exec/data/loader.h): each
 // DP rank reads only its rows of each global batch, in a global order that
 // depends only on the seed.
@@ -15,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "exec/data/s3_config.h"
 #include "exec/runtime/token_source.h"
 
 namespace loom::exec {
@@ -26,6 +29,7 @@ struct DataSpecOptions {
   uint64_t seed = 1234;
   int64_t model_vocab = 0;  // token ids must be below it
   std::string cache_dir;    // for remote data
+  data::S3Options s3;       // endpoint, profile, addressing of s3:// URLs
   int prefetch_batches = 2;
 };
 

@@ -205,6 +205,7 @@ Status open_trainer(Session& s) {
   dopt.seed = cfg.train.seed;
   dopt.model_vocab = cfg.model.vocab;
   dopt.cache_dir = o.cache_dir;
+  dopt.s3 = o.s3;
   std::string data_spec = o.data;
   if (data_spec.empty()) {
     auto corpus = default_corpus();

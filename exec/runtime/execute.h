@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/plan.h"
+#include "exec/data/s3_config.h"
 #include "core/run_record.h"
 #include "exec/backend/kernel_profile.h"
 #include "exec/comm/communicator.h"
@@ -37,6 +38,7 @@ struct ExecuteOptions {
   std::string scale;   // "layers=4,hidden=256,heads=4": the plan's model scaled down (and re-planned)
   std::string plan_out;  // with scale: write the re-planned plan here
   std::string cache_dir;
+  data::S3Options s3;  // --endpoint, --aws-profile, --s3-addressing
   // Outputs ("" for none; "-" is stdout for the metrics).
   std::string metrics, record, trace, profile_ops_json;
   bool profile_ops = false;  // keep the per-op rows (ExecuteResult::profile)

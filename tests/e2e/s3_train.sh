@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Train from an S3 bucket: a real S3-compatible server (moto) on loopback,
 # shards written by `loom preprocess` uploaded to it, `loom execute --data
-# s3://.../x.manifest.json` under mpirun fetches, verifies and caches them; a
-# second run with the server stopped trains from the cache alone.
+# s3://.../x.manifest.json --endpoint URL` under mpirun (credentials from an
+# AWS_PROFILE of a credentials file, with a session token) fetches, verifies
+# and caches them; a second run with the server stopped trains from the cache
+# alone.
 # Exit 77 (skipped) when moto is not installed.
 # usage: s3_train.sh LOOM MPIEXEC [MPIEXEC_ARGS...]
 set -u
@@ -35,14 +37,23 @@ s3.create_bucket(Bucket="loom-data")
 for name in os.listdir(sys.argv[1]):
     s3.upload_file(os.path.join(sys.argv[1], name), "loom-data", f"shakespeare/{name}")
 PY
+# From here on loom gets its credentials from a profile of a credentials file,
+# with a session token (moto accepts any), and the endpoint from --endpoint.
+unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_ENDPOINT_URL
+mkdir -p "$tmp/aws"
+printf '[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n[train]\naws_access_key_id = testing\naws_secret_access_key = testing\naws_session_token = FwoGZXIvYXdzEXAMPLE//token==\n' >"$tmp/aws/credentials"
+: >"$tmp/aws/config"
+export AWS_SHARED_CREDENTIALS_FILE="$tmp/aws/credentials" AWS_CONFIG_FILE="$tmp/aws/config" AWS_PROFILE=train
+endpoint=(--endpoint "http://127.0.0.1:$port")
 "$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=4096 --hw cpu-local --gpus 2 \
   --global-batch 8 --seq 32 --layout dp=2 --steps 6 --out "$tmp/plan.json" >/dev/null || { echo "FAIL: plan"; exit 1; }
 data=s3://loom-data/shakespeare/ts.manifest.json
-"$@" -np 2 "$loom" execute "$tmp/plan.json" --data "$data" --cache-dir "$tmp/cache" --threads 1 \
+"$@" -np 2 "$loom" execute "$tmp/plan.json" --data "$data" --cache-dir "$tmp/cache" --threads 1 "${endpoint[@]}" \
   --record "$tmp/run1.json" >"$tmp/out1" 2>&1 || { cat "$tmp/out1"; echo "FAIL: training from S3"; exit 1; }
-ls "$tmp/cache" | grep -q "ts_00001.bin" || { echo "FAIL: shards not in the cache"; ls "$tmp/cache"; exit 1; }
+ls "$tmp/cache" | grep -q "ts_00001.bin$" || { echo "FAIL: shards not published in the cache"; ls "$tmp/cache"; exit 1; }
+ls "$tmp/cache" | grep -qE "\.(part|map)$" && { echo "FAIL: a partial download was left"; ls "$tmp/cache"; exit 1; }
 kill "$server"; wait "$server" 2>/dev/null; server=""
-"$@" -np 2 "$loom" execute "$tmp/plan.json" --data "$data" --cache-dir "$tmp/cache" --threads 1 \
+"$@" -np 2 "$loom" execute "$tmp/plan.json" --data "$data" --cache-dir "$tmp/cache" --threads 1 "${endpoint[@]}" \
   --record "$tmp/run2.json" >"$tmp/out2" 2>&1 || { cat "$tmp/out2"; echo "FAIL: training from the cache"; exit 1; }
 python3 - "$tmp/run1.json" "$tmp/run2.json" <<'PY' || exit 1
 import json, sys
@@ -52,7 +63,7 @@ assert a[-1] < a[0], f"loss did not fall: {a}"
 print("losses", [round(x, 4) for x in a])
 PY
 # A bucket that does not exist: a clear error and a non-zero exit.
-"$@" -np 2 "$loom" execute "$tmp/plan.json" --data s3://loom-data/nope/x.manifest.json --cache-dir "$tmp/cache2" \
+"$@" -np 2 "$loom" execute "$tmp/plan.json" --data s3://loom-data/nope/x.manifest.json --cache-dir "$tmp/cache2" "${endpoint[@]}" \
   >"$tmp/out3" 2>&1 && { echo "FAIL: a missing remote manifest was accepted"; exit 1; }
 grep -qiE "cannot reach|not found" "$tmp/out3" || { cat "$tmp/out3"; echo "FAIL: no clear error"; exit 1; }
 echo "PASS: trained from S3, then from the cache; a missing remote is refused"

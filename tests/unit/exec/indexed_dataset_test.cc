@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -303,6 +304,40 @@ TEST_F(IndexedDatasetTest, EmptyDatasetOpens) {
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   EXPECT_EQ((*ds)->sequence_count(), 0);
   EXPECT_EQ((*ds)->document_count(), 0);
+}
+
+// The pread reader (aligned blocks through the LRU caches) reads what the
+// mmap reader reads, for every dtype and for ranges across block boundaries.
+TEST_F(IndexedDatasetTest, PreadReaderMatchesMmapForEveryDtype) {
+  PreadConfig cfg;
+  cfg.block_bytes = 4096;
+  cfg.cache_bytes = 3 * 4096;
+  set_pread_config(cfg);
+  for (TokenDtype dt : {TokenDtype::kUint8, TokenDtype::kUint16, TokenDtype::kInt32, TokenDtype::kInt64,
+                        TokenDtype::kFloat32}) {
+    const std::string p = prefix(std::string("d") + dtype_name(dt));
+    auto w = IndexedDatasetWriter::create(p, dt);
+    ASSERT_TRUE(w.is_ok());
+    std::vector<int32_t> toks(20000);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919) % 251);
+    for (size_t at = 0; at < toks.size(); at += 997) {
+      ASSERT_TRUE((*w)->add_document(toks.data() + at, std::min<size_t>(997, toks.size() - at)).is_ok());
+    }
+    ASSERT_TRUE((*w)->finalize().is_ok());
+    auto m = IndexedDataset::open(p, ReadMode::kMmap);
+    auto r = IndexedDataset::open(p, ReadMode::kPread);
+    ASSERT_TRUE(m.is_ok() && r.is_ok()) << r.status().to_string();
+    ASSERT_EQ((*r)->total_tokens(), 20000);
+    for (int64_t first : {int64_t{0}, int64_t{1}, int64_t{4095}, int64_t{12345}, int64_t{19990}}) {
+      const int64_t n = std::min<int64_t>(5000, 20000 - first);
+      std::vector<int32_t> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      ASSERT_TRUE((*m)->read_tokens(first, n, a.data()).is_ok());
+      ASSERT_TRUE((*r)->read_tokens(first, n, b.data()).is_ok());
+      EXPECT_EQ(a, b) << dtype_name(dt) << " at " << first;
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), toks.begin() + first));
+    }
+  }
+  set_pread_config(PreadConfig{});
 }
 
 }  // namespace

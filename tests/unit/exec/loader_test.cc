@@ -9,6 +9,7 @@
 #include "exec/data/loader.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -345,6 +346,79 @@ TEST_F(LoaderTest, BenchmarkSeqLen1024) {
   std::printf("[bench] loader seq_len=1024 global_batch=32 dp=1: %.0f samples/s (%.1f M tokens/s), waited %.0f%%\n",
               samples / elapsed_s, samples * 1024 / elapsed_s / 1e6, 100 * waited_s / elapsed_s);
   EXPECT_GT(samples, 0);
+}
+
+// ---- the pread reader (parallel file systems) ---------------------------------------
+
+// Many small shards under a low open-file limit: the pread reader keeps at most
+// max_open_files of them open (an LRU closes the others) and serves exactly the
+// samples the mmap reader serves.
+TEST_F(LoaderTest, PreadReaderBoundsOpenFilesAndMatchesMmap) {
+  constexpr int kShards = 300;
+  std::mt19937 rng(11);
+  std::vector<std::string> prefixes;
+  for (int s = 0; s < kShards; ++s) {
+    const std::string p = (dir_ / ("shard_" + std::to_string(s))).string();
+    auto w = IndexedDatasetWriter::create(p, TokenDtype::kUint16);
+    ASSERT_TRUE(w.is_ok());
+    for (int d = 0; d < 6; ++d) {
+      std::vector<int32_t> t(50 + rng() % 900);
+      for (auto& x : t) x = 1 + static_cast<int32_t>(rng() % 60000);
+      t.back() = kEod;
+      ASSERT_TRUE((*w)->add_document(t.data(), t.size()).is_ok());
+    }
+    ASSERT_TRUE((*w)->finalize().is_ok());
+    prefixes.push_back(p);
+  }
+  // Lower RLIMIT_NOFILE to 64 for this process (restored at the end): 300
+  // shards opened the old way (two files each, kept open) could not fit.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  PreadConfig cfg;
+  cfg.max_open_files = 32;
+  cfg.block_bytes = 512;  // blocks smaller than a sample: reads straddle blocks, short ones go direct
+  cfg.cache_bytes = 64 * 1024;  // and the LRU evicts
+  set_pread_config(cfg);
+  reset_pread_stats();
+
+  std::vector<std::shared_ptr<IndexedDataset>> mm, pr;
+  for (const std::string& p : prefixes) {
+    auto a = IndexedDataset::open(p, ReadMode::kMmap);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    mm.push_back(std::move(a).value());
+    auto b = IndexedDataset::open(p, ReadMode::kPread);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    pr.push_back(std::move(b).value());
+  }
+  auto lm = make_loader(mm, {}, 128, 16, 0, 1, 5);
+  auto lp = make_loader(pr, {}, 128, 16, 0, 1, 5);
+  ASSERT_TRUE(lm && lp);
+  const Rows a = pull(*lm, 40), b = pull(*lp, 40);
+  const PreadStats st = pread_stats();
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  set_pread_config(PreadConfig{});
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 40u * 16u);
+  EXPECT_LE(st.peak_open_files, 32);
+  EXPECT_GT(st.opens, 32);  // files were closed and opened again
+  EXPECT_GT(st.preads, 0);
+  EXPECT_GT(st.cache_hits, 0);
+}
+
+TEST_F(LoaderTest, ReadModeFromEnvironment) {
+  ::setenv("LOOM_DATA_READ", "pread", 1);
+  EXPECT_EQ(*read_mode_from_env(), ReadMode::kPread);
+  ::setenv("LOOM_DATA_READ", "mmap", 1);
+  EXPECT_EQ(*read_mode_from_env(), ReadMode::kMmap);
+  ::setenv("LOOM_DATA_READ", "direct", 1);
+  auto bad = read_mode_from_env();
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(IndexedDataset::open((dir_ / "x").string()).status().code(), StatusCode::kInvalidArgument);
+  ::unsetenv("LOOM_DATA_READ");
+  EXPECT_EQ(*read_mode_from_env(), ReadMode::kMmap);
 }
 
 }  // namespace
