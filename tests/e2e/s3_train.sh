@@ -36,6 +36,16 @@ s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{sys.argv[2]}", region_n
 s3.create_bucket(Bucket="loom-data")
 for name in os.listdir(sys.argv[1]):
     s3.upload_file(os.path.join(sys.argv[1], name), "loom-data", f"shakespeare/{name}")
+# The raw corpus too, as JSONL and (with pyarrow) as Parquet, for preprocess.
+raw = os.path.join(os.path.dirname(sys.argv[1]), "corpus.jsonl")
+s3.upload_file(raw, "loom-data", "raw/corpus.jsonl")
+try:
+    import json, pyarrow as pa, pyarrow.parquet as pq
+    texts = [json.loads(l)["text"] for l in open(raw, encoding="utf-8")]
+    pq.write_table(pa.table({"text": texts}), raw + ".parquet", row_group_size=200)
+    s3.upload_file(raw + ".parquet", "loom-data", "raw/corpus.parquet")
+except ImportError:
+    pass
 PY
 # From here on loom gets its credentials from a profile of a credentials file,
 # with a session token (moto accepts any), and the endpoint from --endpoint.
@@ -45,6 +55,21 @@ printf '[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n[tr
 : >"$tmp/aws/config"
 export AWS_SHARED_CREDENTIALS_FILE="$tmp/aws/credentials" AWS_CONFIG_FILE="$tmp/aws/config" AWS_PROFILE=train
 endpoint=(--endpoint "http://127.0.0.1:$port")
+# preprocess reads s3:// inputs (fetched into its cache) and gives the shards
+# the local corpus gave.
+remote_inputs=(s3://loom-data/raw/corpus.jsonl)
+[ -f "$tmp/corpus.jsonl.parquet" ] && "$loom" preprocess --input "$tmp/corpus.jsonl.parquet" --output "$tmp/probe/x" \
+  --quiet >/dev/null 2>&1 && remote_inputs+=(s3://loom-data/raw/corpus.parquet)
+for in in "${remote_inputs[@]}"; do
+  "$loom" preprocess --input "$in" --output "$tmp/remote/ts" --tokenizer "$src/data/tokenizer/shakespeare_bpe.model" \
+    --shards 2 --quiet --cache-dir "$tmp/pcache" "${endpoint[@]}" >"$tmp/pre.out" 2>&1 ||
+    { cat "$tmp/pre.out"; echo "FAIL: preprocess of $in"; exit 1; }
+  for f in ts_00000.bin ts_00000.idx ts_00001.bin ts_00001.idx; do
+    cmp -s "$tmp/shards/$f" "$tmp/remote/$f" || { echo "FAIL: preprocess of $in: $f differs from the local corpus's"; exit 1; }
+  done
+  grep -q "\"$in\"" "$tmp/remote/ts.manifest.json" || { echo "FAIL: the manifest does not name $in"; exit 1; }
+done
+echo "preprocess from ${remote_inputs[*]}: the local corpus's shards"
 "$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=4096 --hw cpu-local --gpus 2 \
   --global-batch 8 --seq 32 --layout dp=2 --steps 6 --out "$tmp/plan.json" >/dev/null || { echo "FAIL: plan"; exit 1; }
 data=s3://loom-data/shakespeare/ts.manifest.json
