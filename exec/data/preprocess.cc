@@ -521,16 +521,31 @@ Result<uint64_t> xxh64_file(const std::string& path) {
   return h;
 }
 
-Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs) {
+Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs,
+                                               const RemoteCacheOptions* remote) {
   std::vector<std::string> files;
   auto is_input_name = [](const std::string& name) { return is_jsonl_name(name) || is_parquet_name(name); };
   for (const std::string& in : inputs) {
     std::error_code ec;
     if (in.rfind("s3://", 0) == 0 || in.rfind("http://", 0) == 0 || in.rfind("https://", 0) == 0) {
-      if (in.back() == '/' || in.find_first_of("*?[") != std::string::npos)
-        return invalid_argument(in + ": a remote input must name one object (listing a remote prefix or glob is not "
-                                "supported); pass each object's URL");
-      files.push_back(in);
+      const bool listing = in.back() == '/' || in.find_first_of("*?[") != std::string::npos;
+      if (!listing) {
+        files.push_back(in);
+        continue;
+      }
+      if (in.rfind("s3://", 0) != 0 || remote == nullptr)
+        return invalid_argument(in + ": " + (remote ? "HTTP has no listing" : "no listing here") +
+                                "; pass each object's URL");
+      LOOM_ASSIGN_OR_RETURN(std::vector<std::string> found, list_s3_objects(in, *remote));
+      if (in.back() == '/') {  // a folder: its inputs by name, as a local directory
+        std::vector<std::string> named;
+        for (const std::string& u : found)
+          if (is_jsonl_name(u) || is_parquet_name(u)) named.push_back(u);
+        if (named.empty())
+          return invalid_argument(in + ": has no *.jsonl, *.jsonl.gz, *.jsonl.zst or *.parquet objects");
+        found = std::move(named);
+      }
+      files.insert(files.end(), found.begin(), found.end());
     } else if (in.find_first_of("*?[") != std::string::npos && !fs::exists(in, ec)) {
       glob_t g{};
       int rc = ::glob(in.c_str(), GLOB_ERR, nullptr, &g);
@@ -571,6 +586,9 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   if (o.batch_lines < 1) return invalid_argument("preprocess: batch_lines must be >= 1");
   if (o.text_field.empty()) return invalid_argument("preprocess: empty --text-field");
   PreprocessStats s;
+  RemoteCacheOptions rc;
+  rc.cache_dir = o.cache_dir;
+  rc.s3 = o.s3;
   std::optional<Cleaner> cleaner;
   if (o.clean.any()) {
     LOOM_ASSIGN_OR_RETURN(Cleaner made, Cleaner::create(o.clean));
@@ -578,12 +596,9 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
     s.cleaned = true;
     s.clean = cleaner->new_stats();
   }
-  LOOM_ASSIGN_OR_RETURN(s.inputs, expand_inputs(o.inputs));
+  LOOM_ASSIGN_OR_RETURN(s.inputs, expand_inputs(o.inputs, &rc));
   // Remote inputs are fetched into the cache first (remote_cache.h); the
   // manifest names them by URL.
-  RemoteCacheOptions rc;
-  rc.cache_dir = o.cache_dir;
-  rc.s3 = o.s3;
   std::vector<char> parquet;
   for (const std::string& in : s.inputs) {
     std::string local = in;

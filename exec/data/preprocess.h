@@ -114,8 +114,12 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& options);
 // The input files named by `inputs`: files and URLs kept in the given order;
 // each directory contributes its *.jsonl, *.jsonl.gz, *.jsonl.zst and
 // *.parquet files sorted by name; a glob pattern (with * ? [) its matching
-// files sorted by name. A remote prefix or pattern is refused.
-Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs);
+// files sorted by name. An s3:// folder ("s3://b/dir/") or pattern is listed
+// with `remote` (list_s3_objects; refused without it); an http(s):// one is
+// refused (HTTP has no listing).
+struct RemoteCacheOptions;
+Result<std::vector<std::string>> expand_inputs(const std::vector<std::string>& inputs,
+                                               const RemoteCacheOptions* remote = nullptr);
 
 // Output prefix of shard `i` of `n`: PREFIX when n == 1, else PREFIX_%05d.
 std::string shard_prefix(const std::string& prefix, int i, int n);

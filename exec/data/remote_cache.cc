@@ -16,6 +16,9 @@
 #include <thread>
 #include <vector>
 #include <map>
+#include <fnmatch.h>
+#include <algorithm>
+#include <cstdlib>
 
 
 #ifdef LOOM_HAVE_CURL
@@ -531,6 +534,99 @@ Status fetch_range(const std::string& url, int64_t offset, int64_t length, const
 #else
   (void)opts, (void)out, (void)object_size, (void)etag, (void)if_match, (void)etag_is_md5;
   return no_curl(url);
+#endif
+}
+
+namespace {
+
+// The text of each <tag>...</tag> in `xml`, XML entities decoded.
+std::vector<std::string> xml_values(const std::string& xml, const std::string& tag) {
+  std::vector<std::string> out;
+  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
+  for (size_t p = xml.find(open); p != std::string::npos; p = xml.find(open, p)) {
+    p += open.size();
+    size_t e = xml.find(close, p);
+    if (e == std::string::npos) break;
+    std::string v;
+    for (size_t i = p; i < e; ++i) {
+      if (xml[i] != '&') {
+        v.push_back(xml[i]);
+        continue;
+      }
+      static const std::pair<const char*, char> kEntities[] = {
+          {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+      bool done = false;
+      for (auto [name, ch] : kEntities)
+        if (xml.compare(i, std::strlen(name), name) == 0) {
+          v.push_back(ch);
+          i += std::strlen(name) - 1;
+          done = true;
+          break;
+        }
+      if (!done && xml.compare(i, 2, "&#") == 0) {  // &#13; &#x0D;
+        size_t semi = xml.find(';', i);
+        if (semi != std::string::npos && semi < e) {
+          bool hex = xml[i + 2] == 'x';
+          unsigned long cp = std::strtoul(xml.substr(i + (hex ? 3 : 2), semi - i - (hex ? 3 : 2)).c_str(), nullptr,
+                                          hex ? 16 : 10);
+          if (cp < 0x80) v.push_back(static_cast<char>(cp));
+          i = semi;
+          done = true;
+        }
+      }
+      if (!done) v.push_back('&');
+    }
+    out.push_back(std::move(v));
+    p = e + close.size();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> list_s3_objects(const std::string& url, const RemoteCacheOptions& opts) {
+#ifndef LOOM_HAVE_CURL
+  (void)opts;
+  return no_curl(url);
+#else
+  std::string bucket, key;
+  LOOM_RETURN_IF_ERROR(split_s3_url(url, &bucket, &key, true));
+  const size_t wild = key.find_first_of("*?[");
+  const bool pattern = wild != std::string::npos;
+  if (!pattern && !key.empty() && key.back() != '/')
+    return invalid_argument(url + ": not a listing (end it with / for a folder, or use * ? [..])");
+  const std::string prefix = pattern ? key.substr(0, wild) : key;
+  std::vector<std::string> keys;
+  std::string token;
+  for (int page = 0;; ++page) {
+    std::map<std::string, std::string> q = {{"list-type", "2"}, {"prefix", prefix}};
+    if (!pattern) q["delimiter"] = "/";  // a folder's direct children
+    if (!token.empty()) q["continuation-token"] = token;
+    LOOM_ASSIGN_OR_RETURN(HttpReply r, s3_call("GET", "s3://" + bucket + "/", s3_query(q), {}, "", opts));
+    if (r.status == 401 || r.status == 403)
+      return Status(StatusCode::kRemoteError, url + ": listing is unauthorized (HTTP " + std::to_string(r.status) +
+                                                  s3_error_code(r.body) +
+                                                  "); check the credentials (AWS_ACCESS_KEY_ID, --aws-profile) and "
+                                                  "that they may list the bucket (s3:ListBucket)");
+    if (r.status == 404) return not_found(url + ": no such bucket (HTTP 404" + s3_error_code(r.body) + ")");
+    if (r.status != 200)
+      return Status(StatusCode::kRemoteError,
+                    url + ": listing failed (HTTP " + std::to_string(r.status) + s3_error_code(r.body) + ")");
+    for (std::string& k : xml_values(r.body, "Key")) {
+      if (pattern ? ::fnmatch(key.c_str(), k.c_str(), FNM_PATHNAME) == 0 : k.size() > prefix.size())
+        keys.push_back(std::move(k));
+    }
+    auto truncated = xml_values(r.body, "IsTruncated");
+    auto next = xml_values(r.body, "NextContinuationToken");
+    if (truncated.empty() || truncated[0] != "true" || next.empty() || next[0].empty()) break;
+    token = next[0];
+    if (page > 100000) return Status(StatusCode::kRemoteError, url + ": the listing does not end");
+  }
+  if (keys.empty()) return not_found(url + ": matches no object");
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::string> urls;
+  for (const std::string& k : keys) urls.push_back("s3://" + bucket + "/" + k);
+  return urls;
 #endif
 }
 

@@ -102,6 +102,14 @@ Result<HttpReply> s3_call(const std::string& method, const std::string& s3_url, 
                           const std::vector<std::string>& headers, const std::string& body,
                           const RemoteCacheOptions& opts);
 
+// The objects an s3:// URL names as a set: "s3://bucket/dir/" its direct
+// children (not deeper keys, as a local directory), "s3://bucket/dir/*.parquet"
+// the keys matching the glob pattern (* ? [..], per path segment as a shell
+// matches). Listed with ListObjectsV2 (paginated, with the prefix before the
+// first wildcard), returned as s3:// URLs sorted by key. Errors: not_found
+// when nothing matches, those of the request otherwise (naming the URL).
+Result<std::vector<std::string>> list_s3_objects(const std::string& url, const RemoteCacheOptions& opts);
+
 // Lowercase hex SHA-256 of `data` (kUnsupported without OpenSSL).
 Result<std::string> sha256_hex(const std::string& data);
 

@@ -70,6 +70,22 @@ for in in "${remote_inputs[@]}"; do
   grep -q "\"$in\"" "$tmp/remote/ts.manifest.json" || { echo "FAIL: the manifest does not name $in"; exit 1; }
 done
 echo "preprocess from ${remote_inputs[*]}: the local corpus's shards"
+# A folder and a pattern are listed (ListObjectsV2): every raw object in key
+# order, as the same local files in the same order give.
+local_inputs=("$tmp/corpus.jsonl")
+[ ${#remote_inputs[@]} -gt 1 ] && local_inputs+=("$tmp/corpus.jsonl.parquet")
+"$loom" preprocess --input "${local_inputs[@]}" --output "$tmp/both/ts" --quiet >/dev/null || { echo "FAIL: local"; exit 1; }
+for in in s3://loom-data/raw/ 's3://loom-data/raw/corpus.*'; do
+  "$loom" preprocess --input "$in" --output "$tmp/listed/ts" --quiet --cache-dir "$tmp/pcache" "${endpoint[@]}" \
+    >"$tmp/pre.out" 2>&1 || { cat "$tmp/pre.out"; echo "FAIL: preprocess of $in"; exit 1; }
+  for f in ts.bin ts.idx; do
+    cmp -s "$tmp/both/$f" "$tmp/listed/$f" || { echo "FAIL: preprocess of $in: $f differs"; exit 1; }
+  done
+done
+"$loom" preprocess --input 's3://loom-data/raw/*.zst' --output "$tmp/none/ts" --cache-dir "$tmp/pcache" "${endpoint[@]}" \
+  >"$tmp/pre.out" 2>&1 && { echo "FAIL: a pattern matching nothing was accepted"; exit 1; }
+grep -q "matches no object" "$tmp/pre.out" || { cat "$tmp/pre.out"; echo "FAIL: no clear error for an empty pattern"; exit 1; }
+echo "preprocess of s3://loom-data/raw/ and a pattern: listed, the local files' shards"
 "$loom" plan --model gpt2-124m --scale layers=2,hidden=64,heads=4,vocab=4096 --hw cpu-local --gpus 2 \
   --global-batch 8 --seq 32 --layout dp=2 --steps 6 --out "$tmp/plan.json" >/dev/null || { echo "FAIL: plan"; exit 1; }
 data=s3://loom-data/shakespeare/ts.manifest.json

@@ -595,6 +595,36 @@ TEST_F(MotoTest, FetchesObjectThenServesFromCacheAfterServerStops) {
   EXPECT_TRUE(read_file(*again) == data);
 }
 
+// Listing: past one page of ListObjectsV2 (1000 keys), a folder's direct
+// children only, glob patterns per path segment, XML-escaped keys, sorted.
+TEST_F(MotoTest, ListsFoldersAndPatternsAcrossPages) {
+  for (int i = 0; i < 1003; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "s3://loom-data/many/p%04d.jsonl", i);
+    ASSERT_TRUE(put_to_remote(name, "{}", opts_).is_ok()) << name;
+  }
+  ASSERT_TRUE(put_to_remote("s3://loom-data/many/deeper/x.jsonl", "{}", opts_).is_ok());
+  ASSERT_TRUE(put_to_remote("s3://loom-data/many/a&b <c>.parquet", "x", opts_).is_ok());
+  auto folder = list_s3_objects("s3://loom-data/many/", opts_);
+  ASSERT_TRUE(folder.is_ok()) << folder.status().to_string();
+  ASSERT_EQ(folder->size(), 1004u);  // not deeper/x.jsonl
+  EXPECT_EQ(folder->front(), "s3://loom-data/many/a&b <c>.parquet");
+  EXPECT_EQ((*folder)[1], "s3://loom-data/many/p0000.jsonl");
+  EXPECT_EQ(folder->back(), "s3://loom-data/many/p1002.jsonl");
+  EXPECT_TRUE(std::is_sorted(folder->begin(), folder->end()));
+  auto pattern = list_s3_objects("s3://loom-data/many/p10*.jsonl", opts_);
+  ASSERT_TRUE(pattern.is_ok()) << pattern.status().to_string();
+  EXPECT_EQ(pattern->size(), 3u);  // p1000..p1002: '*' does not cross '/', so deeper/ is out
+  auto all = list_s3_objects("s3://loom-data/many/*", opts_);
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(all->size(), 1004u);
+  auto none = list_s3_objects("s3://loom-data/many/*.zst", opts_);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("matches no object"), std::string::npos);
+  EXPECT_EQ(list_s3_objects("s3://loom-data/many/p0001.jsonl", opts_).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(list_s3_objects("s3://no-such-bucket/x/", opts_).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(MotoTest, MissingObjectIsNotFound) {
   auto r = fetch_to_cache("s3://loom-data/no/such.bin", opts_);
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
