@@ -241,6 +241,14 @@ int64_t count_code_points(std::string_view text) {
 int64_t count_words(std::string_view text) {
   int64_t words = 0;
   bool in_word = false;
+  if (text::is_ascii(text)) {  // the common case, without decoding
+    for (unsigned char b : text) {
+      const bool space = b == ' ' || (b >= 0x09 && b <= 0x0D) || (b >= 0x1C && b <= 0x1F);
+      words += !space && !in_word;
+      in_word = !space;
+    }
+    return words;
+  }
   for (size_t i = 0; i < text.size();) {
     unsigned char b = static_cast<unsigned char>(text[i]);
     char32_t c = b < 0x80 ? (++i, b) : text::next_code_point(text, &i);
@@ -291,17 +299,20 @@ DocVerdict Cleaner::check_fields(const nlohmann::json& record) const {
 DocVerdict Cleaner::clean(std::string* text, DocKeys* keys) const {
   DocVerdict v;
   const CleanOptions& o = options_;
-  if (!text::is_ascii(*text) && !is_valid_utf8(*text)) {
+  // ASCII stays ASCII through stripping, and NFC/NFKC leave it as it is: one
+  // check spares the normalizer and the code-point count.
+  const bool ascii = text::is_ascii(*text);
+  if (!ascii && !is_valid_utf8(*text)) {
     v.reason = CleanReason::kInvalidUtf8;
     return v;
   }
   if (o.strip_control) v.control_stripped = strip_control_chars(text);
-  if (o.normalization != Normalization::kNone) {
+  if (o.normalization != Normalization::kNone && !ascii) {
     auto changed = normalize_text(o.normalization, text);
     v.normalized_changed = changed.is_ok() && *changed;  // create() made sure ICU is there
   }
   if (o.min_chars > 0 || o.max_chars > 0) {
-    int64_t n = count_code_points(*text);
+    int64_t n = ascii ? static_cast<int64_t>(text->size()) : count_code_points(*text);
     if (o.min_chars > 0 && n < o.min_chars) {
       v.reason = CleanReason::kTooShort;
       return v;

@@ -33,7 +33,7 @@ constexpr size_t kBatchMaxBytes = 4 << 20;  // a batch closes at batch_lines lin
 // Parquet record batches (as text and as tokens) waiting for a worker or the
 // writer, beyond which a worker reading a row group the writer is not on yet
 // pauses before reading its next batch.
-constexpr size_t kWaitingBudgetBytes = size_t{64} << 20;
+constexpr size_t kWaitingBudgetBytes = size_t{16} << 20;
 
 // One work item, made by the reader thread: lines of a JSONL file, or one
 // row group of a Parquet file (which the worker reads itself).
@@ -104,7 +104,39 @@ struct Pipeline {
   bool reader_finished = false;
   bool stop = false;
   Status reader_status;
+  // Used buffers come back here and are taken again with their capacity, so
+  // a steady run allocates no large blocks: no page faults for fresh ones,
+  // and no freed multi-megabyte blocks for malloc to scatter (the resident
+  // size stays flat whatever the input's size).
+  std::vector<std::vector<int32_t>> spare_tokens;
+  std::vector<std::string> spare_text;
+  size_t max_spares = 16;
 };
+
+std::vector<int32_t> take_tokens(Pipeline& p) {
+  std::lock_guard lock(p.mu);
+  if (p.spare_tokens.empty()) return {};
+  std::vector<int32_t> v = std::move(p.spare_tokens.back());
+  p.spare_tokens.pop_back();
+  v.clear();
+  return v;
+}
+void give_tokens(Pipeline& p, std::vector<int32_t>&& v) {
+  std::lock_guard lock(p.mu);
+  if (p.spare_tokens.size() < p.max_spares && v.capacity() > 0) p.spare_tokens.push_back(std::move(v));
+}
+std::string take_text(Pipeline& p) {
+  std::lock_guard lock(p.mu);
+  if (p.spare_text.empty()) return {};
+  std::string s = std::move(p.spare_text.back());
+  p.spare_text.pop_back();
+  s.clear();
+  return s;
+}
+void give_text(Pipeline& p, std::string&& s) {
+  std::lock_guard lock(p.mu);
+  if (p.spare_text.size() < p.max_spares && s.capacity() > 0) p.spare_text.push_back(std::move(s));
+}
 
 // What every stage reads, fixed for the run.
 struct Ctx {
@@ -155,6 +187,7 @@ void read_all(Pipeline& p, const Ctx& c) {
     if (!reader.is_ok()) return finish(reader.status());
     Batch b;
     b.file = f;
+    b.data = take_text(p);
     int64_t last_bytes = 0, last_file_bytes = 0;
     for (;;) {
       auto more = (*reader)->next_line(&line);
@@ -173,6 +206,7 @@ void read_all(Pipeline& p, const Ctx& c) {
         if (!push(std::move(b))) return;
         b = Batch{};
         b.file = f;
+        b.data = take_text(p);
       }
       if (!*more) break;
     }
@@ -184,7 +218,7 @@ void read_all(Pipeline& p, const Ctx& c) {
 // tokenizes one document's text into d. The text is valid UTF-8.
 Status add_document(std::string_view text, const Cleaner* cleaner, const DocVerdict& fields, const Tokenizer& tok,
                     const PreprocessOptions& o, Done* d) {
-  std::string cleaned;
+  thread_local std::string cleaned;  // reused: its capacity outlives the document
   if (cleaner) {
     DocVerdict v = fields;
     DocKeys keys;
@@ -313,6 +347,7 @@ void tokenize_part(const TextPart& t, const Ctx& c, Done* d) {
 bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, const Ctx& c) {
   const int64_t group_rows = pf.row_group_rows(b.row_group);
   TextPart t;
+  t.data = take_text(p);
   int part = 0;
   bool stopped = false;
   auto row_fn = [&](const ParquetRow& r) -> Status {
@@ -353,9 +388,12 @@ bool read_row_group(Pipeline& p, const Batch& b, const ParquetTextFile& pf, cons
       p.cv.notify_all();
     }
     t = TextPart{};
+    t.data = take_text(p);
     if (take) {
       Done d;
+      d.tokens = take_tokens(p);
       tokenize_part(mine, c, &d);
+      give_text(p, std::move(mine.data));
       if (!emit(p, mine.key.first, mine.key.second, std::move(d))) {
         stopped = true;
         return internal_error("stopped");
@@ -418,7 +456,9 @@ void work(Pipeline& p, const Ctx& c) {
     }
     if (have_part) {
       Done d;
+      d.tokens = take_tokens(p);
       tokenize_part(t, c, &d);
+      give_text(p, std::move(t.data));
       if (!emit(p, t.key.first, t.key.second, std::move(d))) return;
       continue;
     }
@@ -447,7 +487,9 @@ void work(Pipeline& p, const Ctx& c) {
       continue;
     }
     Done d;
+    d.tokens = take_tokens(p);
     tokenize_batch(b, c, &d);
+    give_text(p, std::move(b.data));
     d.file_bytes = b.file_bytes;
     if (!emit(p, b.seq, 0, std::move(d))) return;
   }
@@ -640,6 +682,7 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
   Pipeline p;
   p.window = static_cast<size_t>(4 * o.workers + 4);
   p.max_parts = static_cast<size_t>(2 * o.workers);
+  p.max_spares = static_cast<size_t>(o.workers + 2);
   std::vector<std::thread> threads;
   threads.emplace_back(read_all, std::ref(p), std::cref(ctx));
   for (int i = 0; i < o.workers; ++i)
@@ -739,6 +782,7 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o) {
       start = end;
     }
     s.documents = doc_k;
+    give_tokens(p, std::move(d.tokens));
     if (o.progress && std::chrono::duration<double>(Clock::now() - last_report).count() >= o.progress_interval_s) {
       last_report = Clock::now();
       report(false);
