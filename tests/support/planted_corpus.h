@@ -3,6 +3,8 @@
 // the cleaning library's test and preprocess's end-to-end cleaning tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
@@ -161,6 +163,24 @@ inline CleanReason expected_reason(Kind k) {
     case Kind::kNoLang: return CleanReason::kFilterFieldMissing;
   }
   return CleanReason::kKept;
+}
+
+// The counts cleaning must give on `p` with corpus_options(): exactly the
+// planted ones.
+inline void expect_planted_counts(const CleanStats& s, const Planted& p) {
+  EXPECT_EQ(s.documents, static_cast<int64_t>(p.docs.size()));
+  EXPECT_EQ(s.kept, p.unique);
+  EXPECT_EQ(s.exact_duplicates, p.exact);
+  EXPECT_EQ(s.near_duplicates, p.near);
+  EXPECT_EQ(s.too_short, p.too_short + p.control_only);
+  EXPECT_EQ(s.too_few_words, p.few_words);
+  EXPECT_EQ(s.too_long, p.too_long);
+  EXPECT_EQ(s.filtered_by_field, (std::vector<int64_t>{p.other_lang}));
+  EXPECT_EQ(s.filter_field_missing, p.no_lang);
+  EXPECT_EQ(s.invalid_utf8, 0);
+  EXPECT_EQ(s.normalized_changed, p.exact / 2);  // the decomposed variants
+  EXPECT_EQ(s.control_stripped_docs, p.exact / 2 + p.control_only);
+  EXPECT_EQ(s.documents, s.kept + s.removed());
 }
 
 }  // namespace loom::data::testing
