@@ -50,8 +50,8 @@ int cmd_preprocess(int argc, char** argv) {
   bool no_eod = false;
   bool quiet = false;
   app.add_option("--input", o.inputs,
-                 "JSONL or Parquet files, directories (their *.jsonl[.gz|.zst] and *.parquet), glob patterns, or "
-                 "s3:// / http(s):// objects")
+                 "JSONL or Parquet files, directories (their *.jsonl[.gz|.zst] and *.parquet), glob patterns, "
+                 "s3:// objects, folders (s3://b/dir/) and patterns, or http(s):// objects")
       ->required();
   app.add_option("--output", o.output_prefix, "output prefix: PREFIX.bin/.idx, or PREFIX_00000.bin/.idx... with --shards")
       ->required();
@@ -65,7 +65,7 @@ int cmd_preprocess(int argc, char** argv) {
   app.add_option("--shards", o.shards, "output shards; document k goes to shard k mod N")->capture_default_str();
   app.add_option("--workers", o.workers, "tokenizer threads (plus one reader thread)")->capture_default_str();
   app.add_flag("--no-eod", no_eod, "do not append the EOD token to each document");
-  app.add_option("--on-error", on_error, "bad line: fail (stop, name FILE:LINE) or skip (count it)")
+  app.add_option("--on-error", on_error, "bad line or row: fail (stop, name FILE:LINE or FILE: row N) or skip (count it)")
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "no progress line (there is none anyway when stderr is not a terminal)");
   // Cleaning before tokenizing (docs/data.md "Cleaning"); every step off unless asked for.
