@@ -13,6 +13,17 @@
 //                then in the config file (AWS_CONFIG_FILE, default
 //                ~/.aws/config, section "[profile NAME]" or "[default]"):
 //                aws_access_key_id, aws_secret_access_key, aws_session_token;
+//                else container credentials (ECS / EKS Pod Identity):
+//                AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (GET
+//                http://169.254.170.2 + URI) or AWS_CONTAINER_CREDENTIALS_FULL_URI
+//                (https, or http to a loopback / ECS / EKS agent address), with
+//                an Authorization header from AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE
+//                or AWS_CONTAINER_AUTHORIZATION_TOKEN;
+//                else EC2 instance metadata (IMDSv2: PUT /latest/api/token, then
+//                the role's keys; AWS_EC2_METADATA_SERVICE_ENDPOINT, default
+//                http://169.254.169.254; AWS_EC2_METADATA_DISABLED=true skips it;
+//                1 s timeouts, one attempt, as botocore: off EC2 it costs about
+//                a second, once per process);
 //                else anonymous (unsigned) requests. A profile that was named
 //                (option or AWS_PROFILE) but is in neither file is an error, as
 //                is one that only names a role, SSO or credential_process
@@ -61,11 +72,25 @@ struct S3Settings {
 };
 
 // Reads the environment and the AWS config files (each call: they are small).
+// Container and instance-metadata credentials are fetched once per process
+// (per configuration: endpoint, URI, token) and cached, "none" included;
+// temporary ones are fetched again within 5 minutes of their Expiration.
 // Errors: kInvalidArgument (an unknown addressing style, a key id without its
 // secret, an endpoint that is not http(s)://host[:port][/path]), kNotFound (a
 // named profile in neither file), kUnsupported (a profile that needs a role,
-// SSO or credential_process).
+// SSO or credential_process), kIoError (container credentials configured but
+// their endpoint does not answer or answers an error; an unreadable
+// AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE), kParseError (a malformed
+// credentials response, container or IMDS), kInvalidArgument (a FULL_URI
+// loom may not use). An instance metadata
+// service that does not answer is no error: anonymous requests, as botocore.
 Result<S3Settings> resolve_s3_settings(const S3Options& opts);
+
+// Forgets the cached container / instance-metadata credentials (tests).
+void clear_s3_credential_cache();
+// Tests only: the host:port that AWS_CONTAINER_CREDENTIALS_RELATIVE_URI goes
+// to instead of 169.254.170.2 ("" restores it). Clears the cache.
+void set_container_credentials_host_for_testing(const std::string& host_port);
 
 // An S3 object's HTTP address.
 struct S3Address {

@@ -20,6 +20,9 @@ python3 -m moto.server -H 127.0.0.1 -p "$port" >"$tmp/moto.log" 2>&1 &
 server=$!
 for _ in $(seq 1 100); do curl -s "http://127.0.0.1:$port/" >/dev/null 2>&1 && break; sleep 0.1; done
 export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 AWS_ENDPOINT_URL="http://127.0.0.1:$port"
+# Never instance metadata or a container agent, whatever machine runs this.
+export AWS_EC2_METADATA_DISABLED=true
+unset AWS_CONTAINER_CREDENTIALS_RELATIVE_URI AWS_CONTAINER_CREDENTIALS_FULL_URI
 
 # Shards of the sample corpus with the shipped tokenizer, uploaded.
 src=$(cd "$(dirname "$0")/../.." && pwd)

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +28,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "exec/data/remote_cache.h"
 #include "exec/data/remote_file.h"
@@ -296,6 +298,14 @@ void isolate_aws_env(const std::string& dir) {
     ::unsetenv(v);
   ::setenv("AWS_SHARED_CREDENTIALS_FILE", (dir + "/no-credentials").c_str(), 1);
   ::setenv("AWS_CONFIG_FILE", (dir + "/no-config").c_str(), 1);
+  // Never 169.254.169.254 / 169.254.170.2: anonymous means anonymous, on EC2 too.
+  for (const char* v : {"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                        "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                        "AWS_EC2_METADATA_SERVICE_ENDPOINT"})
+    ::unsetenv(v);
+  ::setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+  set_container_credentials_host_for_testing("");
+  clear_s3_credential_cache();
 }
 
 S3Options s3o(const std::string& endpoint, const std::string& addressing = "", const std::string& profile = "") {
@@ -427,6 +437,282 @@ TEST_F(S3ConfigTest, CredentialPrecedenceFollowsTheAwsCli) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("'nope'"), std::string::npos) << missing.status().message();
   EXPECT_EQ(resolve_s3_settings(s3o("", "", "sso")).status().code(), StatusCode::kUnsupported);
+}
+
+// ---- container credentials and EC2 instance metadata (IMDSv2) ----------------------
+
+std::string request_line(const std::string& req) { return req.substr(0, req.find("\r\n")); }
+std::string lower_copy(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string iso8601_in(int seconds) {
+  std::time_t t = std::time(nullptr) + seconds;
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+std::string creds_json(const std::string& key, const std::string& token, int expires_in_s,
+                       const std::string& code = "Success") {
+  return "{\n  \"Code\" : \"" + code + "\",\n  \"LastUpdated\" : \"2026-01-01T00:00:00Z\",\n  \"Type\" : "
+         "\"AWS-HMAC\",\n  \"AccessKeyId\" : \"" + key + "\",\n  \"SecretAccessKey\" : \"s\\/ecret\",\n"
+         "  \"Token\" : \"" + token + "\",\n  \"Expiration\" : \"" + iso8601_in(expires_in_s) + "\"\n}";
+}
+
+// An IMDSv2 responder: a token for a PUT with the TTL header, the role and its
+// keys for GETs that carry that token, 401 for GETs without it.
+class FakeImds {
+ public:
+  FakeImds()
+      : server_([this](const std::string& req) { return respond(req); }) {}
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(server_.port()); }
+  std::vector<std::string> log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  int requests() const { return server_.requests(); }
+  void set_creds_json(const std::string& j) {
+    std::lock_guard<std::mutex> lock(mu_);
+    json_ = j;
+  }
+
+ private:
+  std::string respond(const std::string& req) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string line = request_line(req), low = lower_copy(req);
+    log_.push_back(line);
+    if (line.rfind("PUT /latest/api/token ", 0) == 0) {
+      if (low.find("\r\nx-aws-ec2-metadata-token-ttl-seconds: 21600\r\n") == std::string::npos)
+        return http_response("400 Bad Request", "", "");
+      return http_response("200 OK", "", "IMDSTOKEN-1");
+    }
+    if (low.find("\r\nx-aws-ec2-metadata-token: imdstoken-1\r\n") == std::string::npos)
+      return http_response("401 Unauthorized", "", "");
+    if (line.rfind("GET /latest/meta-data/iam/security-credentials/ ", 0) == 0)
+      return http_response("200 OK", "", "loom-role\n");
+    if (line.rfind("GET /latest/meta-data/iam/security-credentials/loom-role ", 0) == 0)
+      return http_response("200 OK", "", json_);
+    return http_response("404 Not Found", "", "");
+  }
+  std::mutex mu_;
+  std::vector<std::string> log_;
+  std::string json_ = creds_json("ASIAIMDSKEY", "IMDS-SESSION-TOKEN", 6 * 3600);
+  FakeHttpServer server_;  // last: stopped first
+};
+
+class MetadataCredsTest : public S3ConfigTest {
+ protected:
+  void SetUp() override {
+    S3ConfigTest::SetUp();
+    if (!have_curl()) GTEST_SKIP() << "built without libcurl/OpenSSL";
+    ::unsetenv("AWS_EC2_METADATA_DISABLED");
+    // Nothing answers here unless a test says so (never the real 169.254.169.254).
+    ::setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", ("http://127.0.0.1:" + std::to_string(free_port())).c_str(), 1);
+  }
+};
+
+TEST_F(MetadataCredsTest, Imdsv2TokenRoleAndKeysAreFetchedOnceAndSignRequests) {
+  FakeImds imds;
+  ::setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", (imds.endpoint() + "/").c_str(), 1);
+  auto s = resolve_s3_settings({});
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->creds.access_key_id, "ASIAIMDSKEY");
+  EXPECT_EQ(s->creds.secret_access_key, "s/ecret");
+  EXPECT_EQ(s->creds.session_token, "IMDS-SESSION-TOKEN");
+  EXPECT_EQ(s->creds.source, "EC2 instance metadata, role loom-role");
+  const std::vector<std::string> want = {"PUT /latest/api/token HTTP/1.1",
+                                         "GET /latest/meta-data/iam/security-credentials/ HTTP/1.1",
+                                         "GET /latest/meta-data/iam/security-credentials/loom-role HTTP/1.1"};
+  EXPECT_EQ(imds.log(), want);
+  // Cached for the process: no second round trip.
+  ASSERT_TRUE(resolve_s3_settings({}).is_ok());
+  EXPECT_EQ(imds.requests(), 3);
+
+  // A request to S3 is signed with those keys and carries the session token.
+  FakeHttpServer s3([](const std::string&) { return http_response("200 OK", "ETag: \"x\"\r\n", ""); });
+  ::setenv("AWS_ENDPOINT_URL", ("http://127.0.0.1:" + std::to_string(s3.port())).c_str(), 1);
+  RemoteCacheOptions o;
+  o.retries = 0;
+  o.timeout_s = 10;
+  Status put = put_to_remote("s3://bucket/key", "data", o);
+  ::unsetenv("AWS_ENDPOINT_URL");
+  ASSERT_TRUE(put.is_ok()) << put.to_string();
+  const std::string req = s3.last_request();
+  EXPECT_NE(req.find("Credential=ASIAIMDSKEY/"), std::string::npos) << req;
+  EXPECT_NE(lower_copy(req).find("x-amz-security-token: imds-session-token"), std::string::npos) << req;
+  EXPECT_EQ(imds.requests(), 3);
+}
+
+TEST_F(MetadataCredsTest, ImdsKeysCloseToExpirationAreFetchedAgain) {
+  FakeImds imds;
+  ::setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint().c_str(), 1);
+  imds.set_creds_json(creds_json("ASIAOLD", "T1", 120));  // within 5 minutes of Expiration
+  ASSERT_EQ(resolve_s3_settings({})->creds.access_key_id, "ASIAOLD");
+  imds.set_creds_json(creds_json("ASIANEW", "T2", 6 * 3600));
+  auto s = resolve_s3_settings({});
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->creds.access_key_id, "ASIANEW");
+  EXPECT_EQ(imds.requests(), 6);
+  ASSERT_TRUE(resolve_s3_settings({}).is_ok());
+  EXPECT_EQ(imds.requests(), 6);  // fresh now: cached
+
+  // A bad answer is a clear error naming the URL and how to turn IMDS off.
+  clear_s3_credential_cache();
+  imds.set_creds_json("{\"Code\": \"Success\", \"AccessKeyId\": ");
+  auto bad = resolve_s3_settings({});
+  ASSERT_EQ(bad.status().code(), StatusCode::kParseError);
+  EXPECT_NE(bad.status().message().find(imds.endpoint() + "/latest/meta-data/iam/security-credentials/loom-role"),
+            std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("AWS_EC2_METADATA_DISABLED"), std::string::npos);
+  clear_s3_credential_cache();
+  imds.set_creds_json(creds_json("ASIAX", "T", 3600, "AssumeRoleUnauthorizedAccess"));
+  auto code = resolve_s3_settings({});
+  ASSERT_EQ(code.status().code(), StatusCode::kParseError);
+  EXPECT_NE(code.status().message().find("AssumeRoleUnauthorizedAccess"), std::string::npos);
+
+  // A refresh that fails keeps keys that have not expired yet (tried again a minute later).
+  clear_s3_credential_cache();
+  imds.set_creds_json(creds_json("ASIASTILLVALID", "T", 120));
+  ASSERT_EQ(resolve_s3_settings({})->creds.access_key_id, "ASIASTILLVALID");
+  const int before = imds.requests();
+  imds.set_creds_json("not json");
+  auto kept = resolve_s3_settings({});
+  ASSERT_TRUE(kept.is_ok()) << kept.status().to_string();
+  EXPECT_EQ(kept->creds.access_key_id, "ASIASTILLVALID");
+  EXPECT_EQ(imds.requests(), before + 3);
+  EXPECT_EQ(resolve_s3_settings({})->creds.access_key_id, "ASIASTILLVALID");
+  EXPECT_EQ(imds.requests(), before + 3);
+}
+
+TEST_F(MetadataCredsTest, EnvironmentAndProfilesBeatImdsWhichIsNotEvenAsked) {
+  FakeImds imds;
+  ::setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint().c_str(), 1);
+  ::setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "senv", 1);
+  auto env = resolve_s3_settings({});
+  ASSERT_TRUE(env.is_ok());
+  EXPECT_EQ(env->creds.access_key_id, "AKENV");
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  write("credentials", "[default]\naws_access_key_id = AKPROFILE\naws_secret_access_key = sp\n",
+        "AWS_SHARED_CREDENTIALS_FILE");
+  EXPECT_EQ(resolve_s3_settings({})->creds.access_key_id, "AKPROFILE");
+  EXPECT_EQ(imds.requests(), 0);
+
+  // AWS_EC2_METADATA_DISABLED=true: anonymous, IMDS untouched.
+  write("credentials", "", "AWS_SHARED_CREDENTIALS_FILE");
+  ::setenv("AWS_EC2_METADATA_DISABLED", "True", 1);
+  auto off = resolve_s3_settings({});
+  ASSERT_TRUE(off.is_ok());
+  EXPECT_TRUE(off->creds.access_key_id.empty());
+  EXPECT_EQ(imds.requests(), 0);
+  ::unsetenv("AWS_EC2_METADATA_DISABLED");
+  EXPECT_EQ(resolve_s3_settings({})->creds.access_key_id, "ASIAIMDSKEY");
+  EXPECT_EQ(imds.requests(), 3);
+}
+
+TEST_F(MetadataCredsTest, SilentImdsFallsThroughToAnonymousQuicklyOncePerProcess) {
+  // Accepts connections (the kernel's backlog) and never answers.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", ("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port))).c_str(),
+           1);
+  auto t0 = std::chrono::steady_clock::now();
+  auto s = resolve_s3_settings({});
+  auto first = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_TRUE(s->creds.access_key_id.empty());
+  EXPECT_EQ(s->creds.source, "none (anonymous requests)");
+  EXPECT_GE(first, milliseconds(900));
+  EXPECT_LT(first, milliseconds(2500));
+  t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(resolve_s3_settings({}).is_ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(200));  // "none" is cached
+  ::close(fd);
+  // Nothing listening at all (connection refused): anonymous at once.
+  clear_s3_credential_cache();
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(resolve_s3_settings({})->creds.access_key_id.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1500));
+}
+
+TEST_F(MetadataCredsTest, ContainerRelativeAndFullUriWithAuthorizationToken) {
+  FakeImds imds;  // container credentials come first: IMDS is never asked
+  ::setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint().c_str(), 1);
+  std::mutex mu;
+  std::vector<std::string> seen;
+  FakeHttpServer agent([&](const std::string& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(request_line(req));
+    const std::string low = lower_copy(req);
+    const size_t a = low.find("\r\nauthorization: ");
+    const std::string auth = a == std::string::npos ? "" : req.substr(a + 17, req.find("\r\n", a + 2) - a - 17);
+    if (request_line(req).rfind("GET /v2/credentials/abc ", 0) == 0 && auth.empty())
+      return http_response("200 OK", "", creds_json("ASIARELATIVE", "TREL", 3600));
+    if (request_line(req).rfind("GET /full ", 0) == 0 && (auth == "file-token" || auth == "env-token"))
+      return http_response("200 OK", "", creds_json("ASIAFULL-" + auth, "TFULL", 3600));
+    if (request_line(req).rfind("GET /bad ", 0) == 0) return http_response("200 OK", "", "<html>not json</html>");
+    return http_response("403 Forbidden", "", "{\"message\": \"bad token\"}");
+  });
+  const std::string base = "http://127.0.0.1:" + std::to_string(agent.port());
+
+  set_container_credentials_host_for_testing("127.0.0.1:" + std::to_string(agent.port()));
+  ::setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc", 1);
+  auto rel = resolve_s3_settings({});
+  ASSERT_TRUE(rel.is_ok()) << rel.status().to_string();
+  EXPECT_EQ(rel->creds.access_key_id, "ASIARELATIVE");
+  EXPECT_EQ(rel->creds.session_token, "TREL");
+  EXPECT_EQ(rel->creds.source, "container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)");
+  ::unsetenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+
+  ::setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", (base + "/full").c_str(), 1);
+  ::setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "env-token", 1);
+  auto full = resolve_s3_settings({});
+  ASSERT_TRUE(full.is_ok()) << full.status().to_string();
+  EXPECT_EQ(full->creds.access_key_id, "ASIAFULL-env-token");
+  EXPECT_EQ(full->creds.source, "container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI)");
+  // The token file (EKS Pod Identity) beats the variable.
+  clear_s3_credential_cache();
+  std::ofstream(dir_ + "/token") << "file-token\n";
+  ::setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", (dir_ + "/token").c_str(), 1);
+  EXPECT_EQ(resolve_s3_settings({})->creds.access_key_id, "ASIAFULL-file-token");
+  // A wrong token: the agent's 403, naming the URL and the variable.
+  clear_s3_credential_cache();
+  std::ofstream(dir_ + "/token") << "wrong";
+  auto denied = resolve_s3_settings({});
+  ASSERT_EQ(denied.status().code(), StatusCode::kIoError);
+  EXPECT_NE(denied.status().message().find(base + "/full"), std::string::npos) << denied.status().message();
+  EXPECT_NE(denied.status().message().find("AWS_CONTAINER_CREDENTIALS_FULL_URI"), std::string::npos);
+  EXPECT_NE(denied.status().message().find("403"), std::string::npos);
+  ::setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", (dir_ + "/missing-token").c_str(), 1);
+  auto no_file = resolve_s3_settings({});
+  ASSERT_EQ(no_file.status().code(), StatusCode::kIoError);
+  EXPECT_NE(no_file.status().message().find("missing-token"), std::string::npos);
+  ::unsetenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+  ::unsetenv("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+
+  // Malformed JSON, an agent that is not there, a plain-http host that is no agent.
+  ::setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", (base + "/bad").c_str(), 1);
+  auto bad = resolve_s3_settings({});
+  ASSERT_EQ(bad.status().code(), StatusCode::kParseError);
+  EXPECT_NE(bad.status().message().find(base + "/bad"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("AWS_CONTAINER_CREDENTIALS_FULL_URI"), std::string::npos);
+  const std::string gone = "http://127.0.0.1:" + std::to_string(free_port()) + "/creds";
+  ::setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", gone.c_str(), 1);
+  auto down = resolve_s3_settings({});
+  ASSERT_EQ(down.status().code(), StatusCode::kIoError);
+  EXPECT_NE(down.status().message().find(gone), std::string::npos) << down.status().message();
+  ::setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://example.com/creds", 1);
+  EXPECT_EQ(resolve_s3_settings({}).status().code(), StatusCode::kInvalidArgument);
+  ::unsetenv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  EXPECT_EQ(imds.requests(), 0);
+  EXPECT_EQ(seen.size(), 5u);
 }
 
 // ---- libcurl's SigV4 signer, case by case -------------------------------------------
