@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "core/json_util.h"
 
@@ -19,12 +20,28 @@ const char* const kSupportedTypes =
     "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3";
 
 // "{1,2,4,8}": the divisors of n, for messages that say what would work.
+// Trial division up to sqrt(n), so a fuzzed n_embd of 10^18 cannot stall a
+// message: past 10^12 the message names n instead of listing, and a long
+// list keeps its smallest and largest entries.
 std::string divisors_of(int64_t n) {
-  std::string out = "{";
-  for (int64_t d = 1; d <= n; ++d) {
+  if (n <= 0) return "{}";
+  if (n > 1'000'000'000'000) return "the divisors of " + std::to_string(n);
+  std::vector<int64_t> low, high;
+  for (int64_t d = 1; d * d <= n; ++d) {
     if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  constexpr size_t kShown = 24;
+  std::string out = "{";
+  for (size_t i = 0; i < low.size(); ++i) {
+    if (low.size() > kShown && i == kShown / 2) {
+      out += ",...";
+      i = low.size() - kShown / 2;
+    }
     if (out.size() > 1) out += ",";
-    out += std::to_string(d);
+    out += std::to_string(low[i]);
   }
   return out + "}";
 }

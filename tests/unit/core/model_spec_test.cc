@@ -299,6 +299,34 @@ TEST(ModelSpecParse, HeadsMustDivideHiddenUnlessHeadDimGiven) {
   EXPECT_EQ(ok.head_dim, 16);
 }
 
+// The "use n_head in {...}" hint lists divisors of n_embd: 100 = 2^2 * 5^2
+// has {1,2,4,5,10,20,25,50,100}; 720720 has 240 divisors, shown as the 12
+// smallest and 12 largest; a fuzzed n_embd of 1.6e15 (once a 14 s stall
+// in a linear scan) is answered at once without a list.
+TEST(ModelSpecParse, DivisorHintIsCompleteShortAndFast) {
+  auto gpt2 = [](const std::string& embd) {
+    return parse_model_spec(R"({"model_type": "gpt2", "n_embd": )" + embd +
+                                R"(, "n_head": 128, "n_layer": 2, "n_positions": 8, "vocab_size": 10})",
+                            "x");
+  };
+  Result<ModelSpec> small = gpt2("100");
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("{1,2,4,5,10,20,25,50,100}"), std::string::npos)
+      << small.status().message();
+  Result<ModelSpec> long_list = parse_model_spec(
+      R"({"model_type": "gpt2", "n_embd": 720720, "n_head": 7919, "n_layer": 2, "n_positions": 8, "vocab_size": 10})",
+      "x");
+  ASSERT_FALSE(long_list.is_ok());
+  EXPECT_NE(long_list.status().message().find("{1,2,3,4,5,6,7,8,9,10,11,12,...,60060,65520,72072,80080,90090,"
+                                              "102960,120120,144144,180180,240240,360360,720720}"),
+            std::string::npos)
+      << long_list.status().message();
+  Result<ModelSpec> huge = gpt2("1638777777777774");
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_NE(huge.status().message().find("the divisors of 1638777777777774"), std::string::npos)
+      << huge.status().message();
+}
+
 TEST(ModelSpecParse, MissingOrNonPositiveSizesNameTheKey) {
   Result<ModelSpec> missing = parse_model_spec(R"({"model_type": "llama", "num_hidden_layers": 2})", "x");
   ASSERT_FALSE(missing.is_ok());
