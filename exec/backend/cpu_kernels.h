@@ -98,6 +98,13 @@ class CpuKernels : public Kernels {
     cpu::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
                       a.grad_scale);
   }
+  void adamw_multi(const AdamwMulti& a) override {
+    for (int64_t i = 0; i < a.count; ++i) {
+      const int64_t* e = a.table + 4 * i;  // param offset, state offset, n, decay
+      cpu::adamw_update(a.param + e[0], a.grad + e[1], a.m + e[1], a.v + e[1], e[2], a.lr, a.beta1, a.beta2, a.eps,
+                        e[3] ? a.weight_decay : 0.f, a.step, a.grad_scale);
+    }
+  }
   void add_inplace(const AddInplace& a) override { cpu::add_inplace(a.y, a.x, a.n); }
   void add_bias(const AddBias& a) override { cpu::add_bias(a.y, a.bias, a.N, a.C); }
   void bias_backward(const BiasBackward& a) override { cpu::bias_backward(a.dy, a.dbias, a.N, a.C); }
@@ -121,6 +128,9 @@ class CpuKernels : public Kernels {
     return s;
   }
   void add_sum_squares(const AddSumSquares& a) override { pending_sq_ += cpu::sum_squares(a.x, a.n); }
+  void add_sum_squares_multi(const AddSumSquaresMulti& a) override {
+    for (int64_t i = 0; i < a.count; ++i) pending_sq_ += cpu::sum_squares(a.x + a.table[2 * i], a.table[2 * i + 1]);
+  }
   double take_sum_squares(const TakeSumSquares&) override {
     double s = pending_sq_;
     pending_sq_ = 0;

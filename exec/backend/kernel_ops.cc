@@ -166,6 +166,11 @@ KernelCall AdamwUpdate::describe(Precision) const {
   return call(kOp, {{"n", n}, {"step", step}}, 0, kF32 * 7 * double(n));
 }
 
+KernelCall AdamwMulti::describe(Precision) const {
+  // AdamwUpdate's 7 floats per element, and the table read once.
+  return call(kOp, {{"n", total}, {"count", count}, {"step", step}}, 0, kF32 * 7 * double(total) + 32 * double(count));
+}
+
 KernelCall AddInplace::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 3 * double(n)); }
 
 KernelCall AddBias::describe(Precision) const {
@@ -220,6 +225,9 @@ KernelCall SigmoidGateBackward::describe(Precision) const {
 }
 KernelCall Sum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall AddSumSquares::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
+KernelCall AddSumSquaresMulti::describe(Precision) const {
+  return call(kOp, {{"n", total}, {"count", count}}, 0, kF32 * double(total) + 16 * double(count));
+}
 KernelCall TakeSumSquares::describe(Precision) const { return call(kOp, {}, 0, 0); }
 
 }  // namespace loom::exec

@@ -62,6 +62,7 @@
   X(XentLoss, xent_loss)                            \
   X(XentBackward, xent_backward)                    \
   X(AdamwUpdate, adamw_update)                      \
+  X(AdamwMulti, adamw_multi)                        \
   X(AddInplace, add_inplace)                        \
   X(AddBias, add_bias)                              \
   X(BiasBackward, bias_backward)                    \
@@ -79,6 +80,7 @@
   X(SigmoidGateBackward, sigmoid_gate_backward)     \
   X(Sum, sum)                                       \
   X(AddSumSquares, add_sum_squares)                 \
+  X(AddSumSquaresMulti, add_sum_squares_multi)      \
   X(TakeSumSquares, take_sum_squares)
 
 namespace loom::exec {
@@ -413,6 +415,29 @@ struct AdamwUpdate {
   KernelCall describe(Precision p) const;
 };
 
+// AdamwUpdate over many tensors in one call (Apex's multi_tensor_apply,
+// Megatron's fused Adam): `count` segments, segment i given by
+// table[4i .. 4i+3] = {param offset, state offset, n, decay} (int64, in the
+// backend's memory, built once: the layout does not change between steps).
+// param + param_offset is updated from grad, m, v at state offset; decay 1
+// applies weight_decay, 0 none. `max_n`: the largest segment's n (launch
+// shape); `total`: the segments' n summed (the op's bytes). Each element's
+// arithmetic is AdamwUpdate's, so the result is bit for bit that of one
+// AdamwUpdate per segment on the CPU.
+struct AdamwMulti {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kAdamwMulti;
+  float* param;
+  const float* grad;
+  float *m, *v;
+  const int64_t* table;
+  int64_t count, max_n, total;
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;
+  float grad_scale = 1.0f;
+  KernelCall describe(Precision p) const;
+};
+
 // y(n) += x(n).
 struct AddInplace {
   using Result = void;
@@ -600,6 +625,18 @@ struct AddSumSquares {
   static constexpr KernelOp kOp = KernelOp::kAddSumSquares;
   const float* x;
   int64_t n;
+  KernelCall describe(Precision p) const;
+};
+// AddSumSquares over `count` segments of x in one call: table[2i .. 2i+1] =
+// {offset, n} (int64, backend memory); one piece per segment, queued in
+// table order (the same total as one AddSumSquares per segment). max_n and
+// total as AdamwMulti's.
+struct AddSumSquaresMulti {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kAddSumSquaresMulti;
+  const float* x;
+  const int64_t* table;
+  int64_t count, max_n, total;
   KernelCall describe(Precision p) const;
 };
 struct TakeSumSquares {

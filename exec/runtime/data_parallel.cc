@@ -74,6 +74,10 @@ float* DataParallel::update_grad(const OwnedSlice& s) const {
   return cfg_.zero == 0 ? params_->grads() + s.begin : shard_grad_.f32() + s.state_offset;
 }
 
+float* DataParallel::update_grad_base() const {
+  return cfg_.zero == 0 ? params_->grads() : shard_grad_.f32();  // ZeRO-0: state_offset == begin
+}
+
 float* DataParallel::update_grad(const ZeroUnit& u, size_t* count) const {
   *count = cfg_.zero == 0 ? u.size : u.shard;
   return cfg_.zero == 0 ? params_->grads() + u.begin : shard_grad_.f32() + u.shard_offset;

@@ -99,6 +99,8 @@ class DataParallel {
   // The gradient the update reads for an owned slice / for a whole unit
   // (what is summed across the tied-embedding pair).
   float* update_grad(const OwnedSlice& s) const;
+  // update_grad(s) == update_grad_base() + s.state_offset for every owned slice.
+  float* update_grad_base() const;
   float* update_grad(const ZeroUnit& u, size_t* count) const;
 
   // Program ops (core/program.h).

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "exec/backend/memory_ledger.h"
 
@@ -32,11 +35,63 @@ Optimizer::Optimizer(const TrainSpec& train, const LossScalerOptions& scaling_op
       emb_(embedding_pair),
       counts_(std::move(counts)) {}
 
+namespace {
+
+// Segments of at most this many elements: a tensor larger than this (the
+// embedding) is several entries, so the multi-tensor kernels' blocks per
+// segment stay few and evenly loaded. Elementwise AdamW is bit for bit the
+// same however its range is cut; the norm's pieces regroup a sum of squares
+// in double (as the CPU's thread count already does, ~1e-16 relative).
+constexpr int64_t kSegmentMax = int64_t(1) << 16;
+
+bool multi_tensor_requested() {
+  const char* e = std::getenv("LOOM_MULTI_TENSOR");
+  return !(e && std::string(e) == "0");
+}
+
+}  // namespace
+
 void Optimizer::allocate() {
   const size_t n = dp_->state_floats();
   MemoryClassScope charge(MemoryClass::kOptimizer);
   m_ = DeviceBuffer(backend_, n * sizeof(float));
   v_ = DeviceBuffer(backend_, n * sizeof(float));
+  multi_tensor_ = multi_tensor_requested();
+  if (!multi_tensor_) return;
+  // The tables: this rank's owned slices, in parameter order (the order of
+  // the per-parameter launches they replace), cut at kSegmentMax.
+  std::vector<int64_t> adam, norm;
+  int64_t adam_max = 0, norm_max = 0, adam_total = 0, norm_total = 0;
+  for (const ParamInfo& p : params_->infos()) {
+    auto own = dp_->owned(p);
+    if (!own) continue;
+    const bool counted = counts_(p);
+    for (int64_t at = 0; at < own->size(); at += kSegmentMax) {
+      const int64_t len = std::min(kSegmentMax, own->size() - at);
+      adam.insert(adam.end(),
+                  {int64_t(own->begin) + at, int64_t(own->state_offset) + at, len, p.weight_decay ? 1 : 0});
+      adam_max = std::max(adam_max, len);
+      adam_total += len;
+      if (counted) {
+        norm.insert(norm.end(), {int64_t(own->state_offset) + at, len});
+        norm_max = std::max(norm_max, len);
+        norm_total += len;
+      }
+    }
+  }
+  auto upload = [&](const std::vector<int64_t>& host, int per, int64_t max_n, int64_t total) {
+    SegmentTable t;
+    t.count = int64_t(host.size()) / per;
+    t.max_n = max_n;
+    t.total = total;
+    if (!host.empty()) {
+      t.table = DeviceBuffer::uninitialized(backend_, host.size() * sizeof(int64_t));
+      backend_->copy_to_device(t.table.f32(), host.data(), host.size() * sizeof(int64_t));
+    }
+    return t;
+  };
+  adam_table_ = upload(adam, 4, adam_max, adam_total);
+  norm_table_ = upload(norm, 2, norm_max, norm_total);
 }
 
 Result<OptimizerResult> Optimizer::step(int64_t step) {
@@ -57,10 +112,16 @@ Result<OptimizerResult> Optimizer::step(int64_t step) {
   // Without ZeRO the DP replicas are equal and DP rank 0 counts (the
   // sharding reports it owning everything on every DP rank, so the caller's
   // `counts` excludes the other replicas); with ZeRO the shards partition.
-  for (const ParamInfo& p : params_->infos()) {
-    if (!counts_(p)) continue;
-    auto own = dp_->owned(p);
-    if (own) k.add_sum_squares({dp_->update_grad(*own), own->size()});
+  if (multi_tensor_) {
+    if (norm_table_.count)
+      k.add_sum_squares_multi(
+          {dp_->update_grad_base(), norm_table_.data(), norm_table_.count, norm_table_.max_n, norm_table_.total});
+  } else {
+    for (const ParamInfo& p : params_->infos()) {
+      if (!counts_(p)) continue;
+      auto own = dp_->owned(p);
+      if (own) k.add_sum_squares({dp_->update_grad(*own), own->size()});
+    }
   }
   double sq = k.take_sum_squares({});
   const auto sync_start = std::chrono::steady_clock::now();
@@ -92,14 +153,21 @@ Result<OptimizerResult> Optimizer::step(int64_t step) {
   double clip = (t.grad_clip > 0 && norm > t.grad_clip) ? t.grad_clip / norm : 1.0;
   clip /= S;  // one multiplier takes the loss scale out and clips
   ++adam_step_;
-  for (const ParamInfo& p : params_->infos()) {
-    auto own = dp_->owned(p);
-    if (!own) continue;
-    const float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
-    float* g = dp_->update_grad(*own);
-    k.adamw_update({params_->params() + own->begin, g, m_.f32() + own->state_offset, v_.f32() + own->state_offset,
-                    own->size(), float(r.lr), float(t.beta1), float(t.beta2), float(t.adam_eps), wd, adam_step_,
-                    float(clip)});
+  if (multi_tensor_) {
+    if (adam_table_.count)
+      k.adamw_multi({params_->params(), dp_->update_grad_base(), m_.f32(), v_.f32(), adam_table_.data(),
+                     adam_table_.count, adam_table_.max_n, adam_table_.total, float(r.lr), float(t.beta1),
+                     float(t.beta2), float(t.adam_eps), float(t.weight_decay), adam_step_, float(clip)});
+  } else {
+    for (const ParamInfo& p : params_->infos()) {
+      auto own = dp_->owned(p);
+      if (!own) continue;
+      const float wd = p.weight_decay ? float(t.weight_decay) : 0.f;
+      float* g = dp_->update_grad(*own);
+      k.adamw_update({params_->params() + own->begin, g, m_.f32() + own->state_offset,
+                      v_.f32() + own->state_offset, own->size(), float(r.lr), float(t.beta1), float(t.beta2),
+                      float(t.adam_eps), wd, adam_step_, float(clip)});
+    }
   }
   dp_->clear_grads();
   for (const ZeroUnit& u : dp_->units()) k.weights_changed(params_->params() + u.begin, int64_t(u.size));

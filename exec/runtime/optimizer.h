@@ -69,6 +69,16 @@ class Optimizer {
   Communicator* emb_;
   std::function<bool(const ParamInfo&)> counts_;
   DeviceBuffer m_, v_;
+  // The step in a handful of launches (AdamwMulti, AddSumSquaresMulti) over
+  // tables built once in allocate(); LOOM_MULTI_TENSOR=0 makes one launch per
+  // parameter instead (the A/B switch).
+  bool multi_tensor_ = true;
+  struct SegmentTable {
+    DeviceBuffer table;  // int64 entries in the backend's memory
+    int64_t count = 0, max_n = 0, total = 0;
+    const int64_t* data() const { return reinterpret_cast<const int64_t*>(table.f32()); }
+  };
+  SegmentTable adam_table_, norm_table_;
   int64_t adam_step_ = 0;
 };
 

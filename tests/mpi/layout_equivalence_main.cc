@@ -242,7 +242,10 @@ int main(int argc, char** argv) {
   // ZeRO-1 really shards the optimizer: peak bytes per rank fall (dp = 2, a
   // model whose states outweigh its activations). ZeRO-2/3 gather and release
   // per model chunk, so with one chunk per rank their peak is ZeRO-1's (the
-  // executor's documented limit); they must not exceed it.
+  // executor's documented limit); they must not exceed it beyond the
+  // optimizer's segment tables (48 B per owned slice of a tensor: a rank's
+  // slices differ in number between ZeRO-1's buckets and ZeRO-2's chunks, by
+  // a few dozen here).
   {
     bool member = world->rank() < 2;
     auto sub = world->split(member ? 0 : 1, world->rank(), "zero-memory");
@@ -263,7 +266,12 @@ int main(int argc, char** argv) {
         if (!got.is_ok()) std::fprintf(stderr, "zero=%d: %s\n", z, got.status().to_string().c_str());
       }
     }
-    double ok = member ? (peaks[1] < 0.95 * peaks[0] && peaks[2] <= peaks[1] && peaks[3] <= peaks[1]) : 1;
+    const double tables = 4096;
+    double ok =
+        member ? (peaks[1] < 0.95 * peaks[0] && peaks[2] <= peaks[1] + tables && peaks[3] <= peaks[1] + tables) : 1;
+    if (!ok || std::getenv("LOOM_TEST_VERBOSE"))
+      std::fprintf(stderr, "rank %d: peak bytes, ZeRO 0/1/2/3: %.0f / %.0f / %.0f / %.0f\n", world->rank(), peaks[0],
+                   peaks[1], peaks[2], peaks[3]);
     world->all_reduce(&ok, 1, ReduceOp::kMin);
     if (world->rank() == 0)
       std::printf("peak bytes per rank, ZeRO 0/1/2/3: %.0f / %.0f / %.0f / %.0f  %s\n", peaks[0], peaks[1], peaks[2],

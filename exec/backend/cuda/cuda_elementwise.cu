@@ -1,6 +1,8 @@
 // Elementwise helpers: y += x, y *= s, the triad, column fills, and the sums
 // (of squares: the gradient norm; plain: the loss), block partial sums in
 // double, then one block adds them.
+#include <algorithm>
+
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_launch.h"
 #include "exec/backend/cuda/cuda_ops.h"
@@ -48,6 +50,30 @@ __global__ void sum_partials(const double* partial, unsigned count, double* out)
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
   s = block_sum(s, scratch);
   if (threadIdx.x == 0) *out = s;
+}
+
+// The multi-tensor sum of squares: block (x, y) sums its stride of segment
+// first + y into partial[y * gridDim.x + x]; then one block per segment adds
+// its row into out[y].
+__global__ void sum_squares_multi_partial(const float* x, const int64_t* table, int64_t first, double* partial) {
+  __shared__ double scratch[kThreads / 32];
+  const int64_t* e = table + 2 * (first + int64_t(blockIdx.y));
+  const float* xs = x + e[0];
+  const int64_t n = e[1];
+  double s = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    s += double(xs[i]) * double(xs[i]);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partial[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+}
+
+__global__ void sum_rows(const double* partial, unsigned width, double* out) {
+  __shared__ double scratch[kThreads / 32];
+  const double* row = partial + int64_t(blockIdx.x) * width;
+  double s = 0;
+  for (unsigned i = threadIdx.x; i < width; i += blockDim.x) s += row[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
 }  // namespace
@@ -104,6 +130,23 @@ Status sum(const float* x, int64_t n, double* out, cudaStream_t stream) { return
 
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream) {
   return launch_sum<true>(x, n, out, stream);
+}
+
+Status sum_squares_multi(const float* x, const int64_t* table, int64_t count, int64_t max_n, double* out,
+                         cudaStream_t stream) {
+  if (count <= 0) return Status::ok();
+  const unsigned width = multi_blocks_for(max_n);
+  for (int64_t first = 0; first < count; first += kMaxGridY) {
+    const unsigned rows = unsigned(std::min<int64_t>(kMaxGridY, count - first));
+    StreamScratch scratch(size_t(rows) * width * sizeof(double), stream);
+    LOOM_RETURN_IF_ERROR(scratch.status());
+    auto* partial = reinterpret_cast<double*>(scratch.get());
+    sum_squares_multi_partial<<<dim3(width, rows), kThreads, 0, stream>>>(x, table, first, partial);
+    LOOM_CUDA_CHECK_LAUNCH();
+    sum_rows<<<rows, kThreads, 0, stream>>>(partial, width, out + first);
+    LOOM_CUDA_CHECK_LAUNCH();
+  }
+  return Status::ok();
 }
 
 }  // namespace loom::cuda

@@ -146,6 +146,10 @@ class CudaKernels final : public Kernels {
     note(cuda::xent_backward(a.logits, a.targets, a.row_max, a.row_sumexp, a.dlogits, a.N, a.V, a.v_begin, a.scale,
                              s_));
   }
+  void adamw_multi(const AdamwMulti& a) override {
+    note(cuda::adamw_multi(a.param, a.grad, a.m, a.v, a.table, a.count, a.max_n, a.lr, a.beta1, a.beta2, a.eps,
+                           a.weight_decay, a.step, a.grad_scale, s_));
+  }
   void adamw_update(const AdamwUpdate& a) override {
     note(cuda::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
                             a.grad_scale, s_));
@@ -189,16 +193,10 @@ class CudaKernels final : public Kernels {
   void sigmoid_gate_backward(const SigmoidGateBackward& a) override {
     note(cuda::sigmoid_gate_backward(a.dout, a.g, a.y, a.dy, a.dg, a.N, a.C, s_));
   }
-  void add_sum_squares(const AddSumSquares& a) override {
-    // One device double per piece; take_sum_squares() reads them all back.
-    if (pieces_.bytes() < (pieces_n_ + 1) * sizeof(double)) {
-      MemoryClassScope workspace(MemoryClass::kWorkspace);
-      DeviceBuffer bigger(be_, std::max<size_t>(256, 2 * (pieces_n_ + 1)) * sizeof(double));
-      if (pieces_n_) be_->copy(bigger.f32(), pieces_.f32(), pieces_n_ * sizeof(double));
-      pieces_ = std::move(bigger);
-    }
-    auto* out = reinterpret_cast<double*>(pieces_.f32()) + pieces_n_++;
-    note(cuda::sum_squares(a.x, a.n, out, s_));
+  void add_sum_squares(const AddSumSquares& a) override { note(cuda::sum_squares(a.x, a.n, next_pieces(1), s_)); }
+  void add_sum_squares_multi(const AddSumSquaresMulti& a) override {
+    if (a.count <= 0) return;
+    note(cuda::sum_squares_multi(a.x, a.table, a.count, a.max_n, next_pieces(size_t(a.count)), s_));
   }
   double take_sum_squares(const TakeSumSquares&) override {
     std::vector<double> host(pieces_n_);
@@ -210,6 +208,18 @@ class CudaKernels final : public Kernels {
   }
 
  private:
+  // `n` more device doubles of sum-of-squares pieces (one per piece; take_sum_squares() reads them all back).
+  double* next_pieces(size_t n) {
+    if (pieces_.bytes() < (pieces_n_ + n) * sizeof(double)) {
+      MemoryClassScope workspace(MemoryClass::kWorkspace);
+      DeviceBuffer bigger(be_, std::max<size_t>(256, 2 * (pieces_n_ + n)) * sizeof(double));
+      if (pieces_n_) be_->copy(bigger.f32(), pieces_.f32(), pieces_n_ * sizeof(double));
+      pieces_ = std::move(bigger);
+    }
+    double* out = reinterpret_cast<double*>(pieces_.f32()) + pieces_n_;
+    pieces_n_ += n;
+    return out;
+  }
   void note(const Status& st) {
     if (status_.is_ok() && !st.is_ok()) status_ = st;
   }

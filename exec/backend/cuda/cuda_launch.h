@@ -41,6 +41,16 @@ inline unsigned grid_for(int64_t n) {
   return unsigned(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
 }
 
+// The multi-tensor kernels: one grid row per table segment (gridDim.y is at
+// most 65535, so longer tables take several launches), and per row the blocks
+// the largest segment needs at four elements a thread.
+constexpr int64_t kMaxGridY = 65535;
+inline unsigned multi_blocks_for(int64_t max_n) {
+  const int64_t per_block = int64_t(kThreads) * 4;
+  const int64_t b = (max_n + per_block - 1) / per_block;
+  return unsigned(b < 1 ? 1 : b > 1024 ? 1024 : b);
+}
+
 // Sum over a block of kThreads threads (shared scratch of kThreads doubles).
 __device__ inline double block_sum(double v, double* scratch) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);

@@ -120,10 +120,17 @@ Status bias_backward(const float* dy, float* dbias, int64_t N, int64_t C, cudaSt
 Status gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 Status gelu_backward(const float* dy, const float* x, float* dx, int64_t n, cudaStream_t stream);
 // AdamW with decoupled weight decay, bias-corrected; `step` counts from 1.
+// AdamW over the {param offset, state offset, n, decay} entries of `table` (device memory).
+Status adamw_multi(float* param, const float* grad, float* m, float* v, const int64_t* table, int64_t count,
+                   int64_t max_n, float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                   float grad_scale, cudaStream_t stream);
 Status adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, int64_t step, float grad_scale, cudaStream_t stream);
 // *out (device, one double) = sum of x^2.
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream);
+// One sum of squares per {offset, n} entry of `table` (device memory) into out[0..count).
+Status sum_squares_multi(const float* x, const int64_t* table, int64_t count, int64_t max_n, double* out,
+                         cudaStream_t stream);
 // *out (device, one double) = sum of x.
 Status sum(const float* x, int64_t n, double* out, cudaStream_t stream);
 // y += x; y *= s.

@@ -281,7 +281,7 @@ TEST(KernelProfile, TrainerThroughAProfiledBackendIsUnchanged) {
     }
     EXPECT_EQ(losses[0], losses[1]) << (gpt2 ? "gpt2" : "llama");
     EXPECT_EQ(steps, 3);
-    for (const char* op : {"gemm", "attention_forward", "attention_backward", "xent_backward", "adamw_update",
+    for (const char* op : {"gemm", "attention_forward", "attention_backward", "xent_backward", "adamw_multi",
                            "embedding_forward", gpt2 ? "layernorm_backward" : "rmsnorm_backward"}) {
       const OpProfileRow* r = find(rows, op);
       ASSERT_NE(r, nullptr) << op << "\n" << format_op_profile(rows, steps);
@@ -289,6 +289,12 @@ TEST(KernelProfile, TrainerThroughAProfiledBackendIsUnchanged) {
       EXPECT_GE(r->seconds, 0) << op;
     }
     EXPECT_GT(find(rows, "gemm")->flops, 0);
+    // The optimizer step is one AdamW launch and one sum-of-squares launch,
+    // not one per parameter tensor.
+    EXPECT_EQ(find(rows, "adamw_multi")->calls, steps);
+    EXPECT_EQ(find(rows, "add_sum_squares_multi")->calls, steps);
+    EXPECT_EQ(find(rows, "adamw_update"), nullptr);
+    EXPECT_EQ(find(rows, "add_sum_squares"), nullptr);
   }
 }
 

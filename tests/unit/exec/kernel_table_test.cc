@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include "exec/backend/kernel_profile.h"
 #include "exec/backend/kernel_sync_check.h"
+#include "tests/support/close.h"
 #include "tests/support/kernel_cases.h"
 
 namespace loom::exec {
@@ -82,6 +85,42 @@ TEST(KernelTable, TheSyncCheckForwardsEveryOp) {
   }
   EXPECT_GE(waits, ops) << "a wait after every op";
   EXPECT_TRUE(check.status().is_ok());
+}
+
+// The multi-tensor ops are their per-segment calls in one launch: on the CPU
+// AdamwMulti is bit for bit one AdamwUpdate per segment (each segment with
+// its own weight decay), and AddSumSquaresMulti the same pieces as one
+// AddSumSquares per segment, added in table order.
+TEST(KernelTable, MultiTensorOpsEqualTheirPerSegmentCallsBitForBit) {
+  auto be = make_cpu_backend();
+  Kernels& k = be->kernels();
+  const std::vector<int64_t> table = {0, 5, 1000, 1, 1007, 2000, 30000, 0, 50000, 32001, 7999, 1, 40000, 40000, 1, 1};
+  const std::vector<float> p0 = test::random_vec(60000, 61), g = test::random_vec(50001, 62, -3.f, 3.f);
+  std::vector<float> pa = p0, ma(50001, 0.f), va(50001, 0.f), pb = p0, mb = ma, vb = va;
+  for (int64_t step = 1; step <= 4; ++step) {
+    const float lr = 1e-3f * float(step), gs = step == 4 ? 0.25f : 1.0f;
+    k.adamw_multi({pa.data(), g.data(), ma.data(), va.data(), table.data(), 4, 30000, 39000 + 1000 + 1, lr, 0.9f,
+                   0.95f, 1e-8f, 0.1f, step, gs});
+    for (size_t i = 0; i < table.size(); i += 4)
+      k.adamw_update({pb.data() + table[i], g.data() + table[i + 1], mb.data() + table[i + 1],
+                      vb.data() + table[i + 1], table[i + 2], lr, 0.9f, 0.95f, 1e-8f, table[i + 3] ? 0.1f : 0.f, step,
+                      gs});
+  }
+  EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(ma.data(), mb.data(), ma.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)));
+  EXPECT_NE(pa[3], p0[3]) << "the update ran";
+  EXPECT_EQ(pa[35000], p0[35000]) << "elements outside every segment are untouched";
+
+  const std::vector<int64_t> norm = {1007, 30000, 0, 1000, 40000, 1};
+  k.add_sum_squares_multi({g.data(), norm.data(), 3, 30000, 31001});
+  const double multi = k.take_sum_squares({});
+  for (size_t i = 0; i < norm.size(); i += 2) k.add_sum_squares({g.data() + norm[i], norm[i + 1]});
+  EXPECT_EQ(multi, k.take_sum_squares({}));
+  double by_hand = 0;  // and the squares themselves, summed here
+  for (size_t i = 0; i < norm.size(); i += 2)
+    for (int64_t j = norm[i]; j < norm[i] + norm[i + 1]; ++j) by_hand += double(g[size_t(j)]) * g[size_t(j)];
+  EXPECT_NEAR(multi, by_hand, 1e-12 * by_hand);
 }
 
 // Each op's description names its shape: the dims of a call are the op's
