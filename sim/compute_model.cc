@@ -635,8 +635,18 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
     ce_fwd_s = logits * (hw.accel.xent_fwd_ns_per_logit + hw.accel.xent_bwd_ns_per_logit) * 1e-9;
     ce_bwd_s = 0;
   }
-  c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
-  c.bwd_s = gemm.bwd_s + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
+  // Loom's executor's fused head runs the gradient GEMMs in its forward
+  // (core/executor_head.h); the input gradient's TP reduction stays in the
+  // backward, with no weight-gradient GEMM left there to hide behind.
+  double head_gemm_fwd = gemm.fwd_s, head_gemm_bwd = gemm.bwd_s;
+  if (sh.head_grad_in_forward) {
+    head_gemm_fwd += head_gemm_bwd;
+    head_gemm_bwd = 0;
+    bwd_exposed = bwd_comm;
+  }
+  c.bwd_tp_s = bwd_exposed;
+  c.fwd_s = head_gemm_fwd + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
+  c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;

@@ -1,5 +1,6 @@
 #include "sim/evaluate.h"
 
+#include "core/executor_head.h"
 #include "core/throughput.h"
 
 #include <algorithm>
@@ -103,7 +104,8 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
 }  // namespace
 
 Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
-  const ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
+  ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
+  shape.head_grad_in_forward = opt_.framework.empty() && opt_.loom_executor && executor_head_grad_in_forward(l.zero);
   const Precision p = train_.precision;
   Pieces pc;
   pc.dense = layer_cost(model_, hw_, opt_, p, shape, false);
@@ -130,6 +132,7 @@ struct PieceKey {
   uint64_t evaluator = 0;
   int tp = 0, ep = 0, etp = 0, cp = 0, micro = 0, sp = 0, recompute = 0;
   int dp = 0, pp = 0;  // the TP / EP groups' placement depends on them under a non-default rank order
+  int head_fwd = 0;    // Loom's executor's fused head (ZeRO 0-1)
   std::string order;
   bool operator==(const PieceKey&) const = default;
 };
@@ -142,7 +145,8 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   thread_local Pieces values[kSlots];
   const bool default_order = l.rank_order == Layout{}.rank_order;  // tp, ep innermost: placement fixed by tp, ep
   PieceKey k{id_, l.tp, l.ep, l.expert_tp(), l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
-             default_order ? 0 : l.dp, default_order ? 0 : l.pp, l.rank_order};
+             default_order ? 0 : l.dp, default_order ? 0 : l.pp, 0, l.rank_order};
+  k.head_fwd = executor_head_grad_in_forward(l.zero) ? 1 : 0;
   size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 11 + size_t(k.sp) * 5 +
               size_t(k.recompute) * 2 + size_t(l.cp) * 17) % kSlots;
   if (!(keys[h] == k)) {

@@ -1,5 +1,7 @@
 #include "sim/memory_model.h"
 
+#include "core/executor_head.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -61,7 +63,9 @@ BackwardWorkspace executor_backward_workspace(const ModelSpec& m, const Layout& 
   w.layer = f * (flowing + gathered + std::max(mlp, attention));
   w.mlp_or_attention = f * std::max(mlp, attention);
   w.attention = f * attention;
-  w.head = f * (flowing + N * C + Nl * C);  // dh_part, dh
+  // dh_part, dh; the fused head (core/executor_head.h) made dh_part in its
+  // forward: a saved activation, not backward workspace.
+  w.head = f * (flowing + (executor_head_grad_in_forward(l.zero) ? 0.0 : N * C) + Nl * C);
   return w;
 }
 
@@ -283,12 +287,25 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // gathered normed input, the head's input and the norm's statistics. Every
   // micro-batch whose forward is done and backward is not holds them: all m
   // under GPipe, one otherwise (the last stage runs each backward right after
-  // its forward).
+  // its forward). The fused head (ZeRO 0-1, core/executor_head.h) keeps the
+  // input's gradient in place of the logits and the normed input; its
+  // forward has a moment of its own, at a block's GEMMs: the normed input
+  // (local and gathered), the last layer's spare output buffer, and the
+  // block's logits and per-row statistics.
   const bool last = stage == l.pp - 1;
-  double head_keep = 0, held_heads = 0;
+  const bool fused = executor_head_grad_in_forward(l.zero);
+  double head_keep = 0, held_heads = 0, head_fwd_act = 0, head_fwd_ws = 0;
   if (last) {
-    const double Vp = double((m.vocab + 63) / 64 * 64);
-    head_keep = 4 * (T * Vp / l.tp + T * h + Nl * h + 2 * Nl);
+    const double Vl = double((m.vocab + 63) / 64 * 64) / l.tp;
+    const double stats = (m.norm == NormKind::kLayerNorm ? 2 : 1) * Nl;  // mean and rstd, or rstd
+    if (fused) {
+      head_keep = 4 * (T * h + Nl * h + stats);
+      const double R = double(executor_head_block_rows(int64_t(T), int64_t(Vl)));
+      head_fwd_act = 4 * (T * h + 2 * Nl * h);
+      head_fwd_ws = 4 * (R * Vl + 4 * R);
+    } else {
+      head_keep = 4 * (T * Vl + T * h + Nl * h + stats);
+    }
     held_heads = l.schedule == Schedule::kGpipe ? double(micro_batches) : 1.0;
   }
   // The peak comes inside a backward: of the head (its buffers live, its own
@@ -317,7 +334,11 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   }
   const double head_moment = last ? held_heads * head_keep + w.head : 0;
   const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + layer_act + layer_ws;
-  if (last && head_moment >= layer_moment) {
+  const double forward_moment = last && fused ? held_heads * head_keep + head_fwd_act + head_fwd_ws : 0;
+  if (last && fused && forward_moment >= head_moment && forward_moment >= layer_moment) {
+    sm->activations_bytes = held_layers + held_heads * head_keep + head_fwd_act;
+    sm->workspace_bytes = head_fwd_ws;
+  } else if (last && head_moment >= layer_moment) {
     sm->activations_bytes = held_layers + held_heads * head_keep;
     sm->workspace_bytes = w.head;
   } else {

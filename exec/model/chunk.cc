@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/executor_head.h"
 #include "core/program.h"
 #include "exec/backend/memory_ledger.h"
 #include "exec/model/linear.h"
@@ -46,6 +47,7 @@ struct ModelChunk::MicroActs {
   DeviceBuffer hf;            // (N, C) final-norm output, gathered
   DeviceBuffer meanf, rstdf;  // (Nl)
   DeviceBuffer dlogits;       // (N, Vp_l): computed in forward, consumed in backward
+  DeviceBuffer dh_part;       // (N, C): the fused head's input gradient (instead of hf and dlogits)
 };
 
 ModelChunk::ModelChunk(const ChunkConfig& cfg, ParamStore* params, ComputeBackend* backend, Communicator* tp)
@@ -476,7 +478,13 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
                          d.norm_eps});
   acts->hf = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(hf_loc.f32(), acts->hf.f32()));
-  const float* W = P.param(d.tied ? "embed.wte" : "lm_head.weight");
+  const char* wname = d.tied ? "embed.wte" : "lm_head.weight";
+  const float* W = P.param(wname);
+  if (cfg_.head_grad_in_forward) {
+    LOOM_RETURN_IF_ERROR(fused_head(acts.get(), targets, W, P.grad(wname), loss_scale, loss_sum));
+    saved_[micro] = std::move(acts);
+    return k.status();
+  }
   acts->dlogits = make(backend_, N * Vl);
   float* logits = acts->dlogits.f32();
   linear(k, acts->hf.f32(), W, nullptr, logits, N, C, Vl);
@@ -496,6 +504,48 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   // The gradient of the logits now, in place: the logits are not needed again.
   k.xent_backward({logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale * grad_scale_});
   saved_[micro] = std::move(acts);
+  return k.status();
+}
+
+// The fused linear cross-entropy (core/executor_head.h): per block of rows,
+// the logits, the vocab-parallel loss, the logits' gradient in place, then
+// the head's weight gradient (accumulated) and input gradient (saved for
+// backward). The ops and their order are the unfused head's, its backward's
+// GEMMs moved here, so one block of all rows gives bit for bit its result.
+Status ModelChunk::fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale,
+                              double* loss_sum) {
+  Kernels& k = backend_->kernels();
+  const ModelDims& d = cfg_.dims;
+  const int64_t N = cfg_.micro_batch * cfg_.seq, C = d.C;
+  const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
+  const int64_t R = cfg_.head_block_rows > 0 ? std::min(cfg_.head_block_rows, N) : executor_head_block_rows(N, Vl);
+  acts->dh_part = make(backend_, N * C);  // saved: the activations' class
+  MemoryClassScope charge(MemoryClass::kWorkspace);
+  DeviceBuffer logits = make(backend_, R * Vl);
+  DeviceBuffer row_max = make(backend_, R), sumexp = make(backend_, R), target_logit = make(backend_, R),
+               loss = make(backend_, R);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t n = std::min(R, N - r0);
+    const float* hf = acts->hf.f32() + r0 * C;
+    const int32_t* tgt = targets + r0;
+    linear(k, hf, W, nullptr, logits.f32(), n, C, Vl);
+    if (v_begin + Vl > d.V)
+      k.fill_columns({logits.f32(), n, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f});
+    k.xent_row_max({logits.f32(), row_max.f32(), n, Vl});
+    if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max.f32(), size_t(n), ReduceOp::kMax));
+    k.xent_sumexp_and_target(
+        {logits.f32(), tgt, row_max.f32(), sumexp.f32(), target_logit.f32(), n, Vl, v_begin});
+    if (tp > 1) {
+      LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp.f32(), size_t(n), ReduceOp::kSum));
+      LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(n), ReduceOp::kSum));
+    }
+    k.xent_loss({row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), n});
+    *loss_sum += k.sum({loss.f32(), n}) * loss_scale;
+    k.xent_backward(
+        {logits.f32(), tgt, row_max.f32(), sumexp.f32(), logits.f32(), n, Vl, v_begin, loss_scale * grad_scale_});
+    linear_backward(k, logits.f32(), hf, W, dW, nullptr, acts->dh_part.f32() + r0 * C, n, C, Vl, false);
+  }
+  acts->hf = DeviceBuffer();  // the weight gradient is done: backward needs dh_part only
   return k.status();
 }
 
@@ -536,9 +586,14 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
     MicroActs* acts = bwd_->acts.get();
     if (cfg_.has_head) {
       const char* wname = d.tied ? "embed.wte" : "lm_head.weight";
-      DeviceBuffer dh_part = make(backend_, N * C);
-      linear_backward(k, acts->dlogits.f32(), acts->hf.f32(), P.param(wname), P.grad(wname), nullptr, dh_part.f32(), N,
-                      C, Vl, false);
+      DeviceBuffer dh_part;
+      if (!acts->dh_part.empty()) {
+        dh_part = std::move(acts->dh_part);  // the fused head's, from the forward
+      } else {
+        dh_part = make(backend_, N * C);
+        linear_backward(k, acts->dlogits.f32(), acts->hf.f32(), P.param(wname), P.grad(wname), nullptr,
+                        dh_part.f32(), N, C, Vl, false);
+      }
       DeviceBuffer dh = make(backend_, Nl * C);
       LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
       if (d.gpt2)

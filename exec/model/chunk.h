@@ -35,6 +35,11 @@ struct ChunkConfig {
   Recompute recompute = Recompute::kNone;
   MoeRun moe;  // MoE layers: losses, capacity, the EP group
   CpGroup cp;  // context parallelism: rows in the (2, B, seq/2) order of context_parallel.h
+  // The head's gradients in its forward, block by block of rows
+  // (core/executor_head.h; ZeRO 0-1 only). head_block_rows: rows per block,
+  // 0 for executor_head_block_rows' choice.
+  bool head_grad_in_forward = false;
+  int64_t head_block_rows = 0;
 };
 
 class ModelChunk {
@@ -86,6 +91,9 @@ class ModelChunk {
   struct BackwardInFlight;
   Status layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep);
   Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a);
+  // The head's loss and gradients in its forward (ChunkConfig::head_grad_in_forward).
+  Status fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale,
+                    double* loss_sum);
   // TP collectives (no-ops when tp_size == 1).
   Status tp_all_reduce(float* buf, int64_t n);
   Status tp_all_gather_rows(const float* local, float* full, int64_t local_rows);

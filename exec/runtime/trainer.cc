@@ -5,7 +5,10 @@
 #include "exec/runtime/trainer_impl.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
+#include "core/executor_head.h"
 #include "core/stage_split.h"
 #include "exec/backend/backend_error.h"
 #include "exec/backend/memory_ledger.h"
@@ -173,6 +176,13 @@ Status Trainer::Impl::setup() {
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;
     cc.recompute = l.recompute;
+    // The fused head (core/executor_head.h). LOOM_HEAD_IN_FORWARD=0 keeps the
+    // logits to the backward (the A/B switch); LOOM_HEAD_BLOCK_ROWS=n sets the
+    // rows per block (tests; the simulator assumes the default).
+    const char* in_fwd = std::getenv("LOOM_HEAD_IN_FORWARD");
+    cc.head_grad_in_forward = executor_head_grad_in_forward(l.zero) && !(in_fwd && std::string(in_fwd) == "0");
+    if (const char* rows = std::getenv("LOOM_HEAD_BLOCK_ROWS"); rows && std::atoll(rows) > 0)
+      cc.head_block_rows = std::atoll(rows);
     cc.moe.aux_coeff = cfg.train.moe_aux_loss_coeff;
     cc.moe.z_coeff = cfg.train.moe_z_loss_coeff;
     cc.moe.capacity_factor = cfg.train.moe_capacity_factor;

@@ -67,7 +67,10 @@ const Case kCases[] = {
     // Under EP the rows a rank's experts receive depend on the routing: the
     // prediction takes the run's busiest share (moe_max_load, the largest
     // over ranks and layers) for every layer, so it bounds the measured
-    // activations and workspace from above; they must lie within 15% below.
+    // activations and workspace from above; they must lie within 25% below.
+    // (With the fused head no micro-batch's logits are held at the peak, so
+    // the routed rows are a larger share of the activations: the folded
+    // ep=4 case measures 0.80-0.93 of the bound across its ranks.)
     {"mixtral", "dp=1,micro=4", 1},
     {"mixtral", "dp=1,micro=8,recompute=full", 1},
     {"mixtral", "dp=1,tp=2", 2},
@@ -209,7 +212,7 @@ int main(int argc, char** argv) {
         for (int k = 0; k < kNumMemoryClasses; ++k) {
           if (k == int(MemoryClass::kCommBuffers)) continue;
           const bool bound = routed && (k == int(MemoryClass::kActivations) || k == int(MemoryClass::kWorkspace));
-          const double diff = bound ? std::max(got[size_t(k)] - want[size_t(k)], 0.85 * want[size_t(k)] - got[size_t(k)])
+          const double diff = bound ? std::max(got[size_t(k)] - want[size_t(k)], 0.75 * want[size_t(k)] - got[size_t(k)])
                                     : std::fabs(got[size_t(k)] - want[size_t(k)]);
           const double allowed = std::max(0.03 * want[size_t(k)], 0.005 * total_want);
           if (std::getenv("LOOM_MEMORY_VERBOSE"))

@@ -149,6 +149,10 @@ TEST(MemoryModel, LoomExecutorZeroBuffers) {
 // gradient in place, beside the gathered normed input and the head's input
 // (fp32) and the final norm's statistics. With GPT-2's vocabulary the peak
 // comes in the head's backward, with those and the head's workspace live.
+// That is under ZeRO-2/3; under ZeRO 0-1 the fused head (core/executor_head.h)
+// keeps the input's gradient instead, and the peak comes in its forward, at
+// the logits of a block of rows (here all 512: a block holds up to 1280 rows
+// of 50,304 logits).
 TEST(MemoryModel, LogitsAsTheExecutorHoldsThem) {
   ModelSpec m = testing::load_model_or_die("gpt2-124m");
   TrainSpec t;
@@ -164,10 +168,20 @@ TEST(MemoryModel, LogitsAsTheExecutorHoldsThem) {
   const double korthikanti_layers = 12 * layer_activation_bytes(m, l, megatron, 128, Precision::kBf16, false);
   // (and GPT-2's embedding dropout mask, 1 byte per element, on the first stage)
   EXPECT_NEAR(fw - korthikanti_layers, 512.0 * 50257 * (2 + 4) + 512.0 * 768 * 2 + 512.0 * 768, 1);
-  const StageMemory loom = stage_memory(m, l, t, SimOptions{}, split, 0);
   const double layers = 12 * executor_layer_activation_bytes(m, l, 128, Precision::kBf16);
-  EXPECT_NEAR(loom.activations_bytes - layers, 4 * (512.0 * 50304 + 2 * 512.0 * 768 + 2 * 512.0), 1);
-  EXPECT_DOUBLE_EQ(loom.workspace_bytes, executor_backward_workspace(m, l, 128).head);
+  Layout zero2 = l;
+  zero2.zero = 2;
+  const StageMemory unfused = stage_memory(m, zero2, t, SimOptions{}, split, 0);
+  EXPECT_NEAR(unfused.activations_bytes - layers, 4 * (512.0 * 50304 + 2 * 512.0 * 768 + 2 * 512.0), 1);
+  EXPECT_DOUBLE_EQ(unfused.workspace_bytes, executor_backward_workspace(m, zero2, 128).head);
+  EXPECT_DOUBLE_EQ(unfused.workspace_bytes, 4 * (2 * 512.0 * 768 + 512.0 * 768 + 512.0 * 768));  // dx, dy, dh_part, dh
+  const StageMemory loom = stage_memory(m, l, t, SimOptions{}, split, 0);
+  // Kept: dh_part, the head's input, mean and rstd; beside them in the
+  // forward: the normed input, local and gathered, and the last layer's
+  // spare output; the workspace: the block's logits and 4 values per row.
+  EXPECT_NEAR(loom.activations_bytes - layers, 4 * (2 * 512.0 * 768 + 2 * 512.0) + 4 * (3 * 512.0 * 768), 1);
+  EXPECT_DOUBLE_EQ(loom.workspace_bytes, 4 * (512.0 * 50304 + 4 * 512.0));
+  EXPECT_LT(loom.activations_bytes + loom.workspace_bytes, unfused.activations_bytes + unfused.workspace_bytes);
   // The step's token ids and targets (int32).
   EXPECT_DOUBLE_EQ(loom.inputs_bytes, 2 * 4 * 4 * 128.0);
 }
