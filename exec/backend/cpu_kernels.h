@@ -127,6 +127,7 @@ class CpuKernels : public Kernels {
     for (int64_t i = 0; i < a.n; ++i) s += a.x[i];
     return s;
   }
+  void accumulate_sum(const AccumulateSum& a) override { *a.acc += sum({a.x, a.n}) * a.scale; }
   void add_sum_squares(const AddSumSquares& a) override { pending_sq_ += cpu::sum_squares(a.x, a.n); }
   void add_sum_squares_multi(const AddSumSquaresMulti& a) override {
     for (int64_t i = 0; i < a.count; ++i) pending_sq_ += cpu::sum_squares(a.x + a.table[2 * i], a.table[2 * i + 1]);

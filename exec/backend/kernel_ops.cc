@@ -224,6 +224,7 @@ KernelCall SigmoidGateBackward::describe(Precision) const {
   return call(kOp, {{"N", N}, {"C", C}}, 3 * n * c, kF32 * (3 * n * c + 2 * n));
 }
 KernelCall Sum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
+KernelCall AccumulateSum::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n) + 16); }
 KernelCall AddSumSquares::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * double(n)); }
 KernelCall AddSumSquaresMulti::describe(Precision) const {
   return call(kOp, {{"n", total}, {"count", count}}, 0, kF32 * double(total) + 16 * double(count));

@@ -79,6 +79,7 @@
   X(SigmoidGateForward, sigmoid_gate_forward)       \
   X(SigmoidGateBackward, sigmoid_gate_backward)     \
   X(Sum, sum)                                       \
+  X(AccumulateSum, accumulate_sum)                  \
   X(AddSumSquares, add_sum_squares)                 \
   X(AddSumSquaresMulti, add_sum_squares_multi)      \
   X(TakeSumSquares, take_sum_squares)
@@ -616,6 +617,19 @@ struct Sum {
   static constexpr KernelOp kOp = KernelOp::kSum;
   const float* x;
   int64_t n;
+  KernelCall describe(Precision p) const;
+};
+// acc[0] += scale * sum of x(n), on the device: the loss of each block of
+// rows added up without a host read per block (acc: one double in the
+// backend's memory; the sum in double, elements in order on the CPU, so
+// acc ends bit for bit where a host adding Sum's results would).
+struct AccumulateSum {
+  using Result = void;
+  static constexpr KernelOp kOp = KernelOp::kAccumulateSum;
+  const float* x;
+  int64_t n;
+  double scale;
+  double* acc;
   KernelCall describe(Precision p) const;
 };
 // The gradient norm's many pieces without a wait per piece: queue each sum of

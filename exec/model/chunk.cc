@@ -436,7 +436,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
 }
 
 Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input, const int32_t* targets,
-                           float loss_scale, float* output, double* loss_sum) {
+                           float loss_scale, float* output) {
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
@@ -481,7 +481,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
   const char* wname = d.tied ? "embed.wte" : "lm_head.weight";
   const float* W = P.param(wname);
   if (cfg_.head_grad_in_forward) {
-    LOOM_RETURN_IF_ERROR(fused_head(acts.get(), targets, W, P.grad(wname), loss_scale, loss_sum));
+    LOOM_RETURN_IF_ERROR(fused_head(acts.get(), targets, W, P.grad(wname), loss_scale));
     saved_[micro] = std::move(acts);
     return k.status();
   }
@@ -500,7 +500,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
     LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(N), ReduceOp::kSum));
   }
   k.xent_loss({row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), N});
-  *loss_sum += k.sum({loss.f32(), N}) * loss_scale;
+  k.accumulate_sum({loss.f32(), N, double(loss_scale), loss_total()});
   // The gradient of the logits now, in place: the logits are not needed again.
   k.xent_backward({logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale * grad_scale_});
   saved_[micro] = std::move(acts);
@@ -512,8 +512,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
 // the head's weight gradient (accumulated) and input gradient (saved for
 // backward). The ops and their order are the unfused head's, its backward's
 // GEMMs moved here, so one block of all rows gives bit for bit its result.
-Status ModelChunk::fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale,
-                              double* loss_sum) {
+Status ModelChunk::fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale) {
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t N = cfg_.micro_batch * cfg_.seq, C = d.C;
@@ -540,7 +539,7 @@ Status ModelChunk::fused_head(MicroActs* acts, const int32_t* targets, const flo
       LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(n), ReduceOp::kSum));
     }
     k.xent_loss({row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), n});
-    *loss_sum += k.sum({loss.f32(), n}) * loss_scale;
+    k.accumulate_sum({loss.f32(), n, double(loss_scale), loss_total()});
     k.xent_backward(
         {logits.f32(), tgt, row_max.f32(), sumexp.f32(), logits.f32(), n, Vl, v_begin, loss_scale * grad_scale_});
     linear_backward(k, logits.f32(), hf, W, dW, nullptr, acts->dh_part.f32() + r0 * C, n, C, Vl, false);
@@ -638,5 +637,21 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
 }
 
 ModelChunk::~ModelChunk() = default;
+
+double* ModelChunk::loss_total() {
+  if (loss_total_.empty()) {
+    MemoryClassScope charge(MemoryClass::kWorkspace);
+    loss_total_ = DeviceBuffer(backend_, sizeof(double));  // zero-filled
+  }
+  return reinterpret_cast<double*>(loss_total_.f32());
+}
+
+double ModelChunk::take_loss() {
+  if (loss_total_.empty()) return 0;
+  double total = 0;
+  backend_->copy_to_host(&total, loss_total_.f32(), sizeof(double));
+  backend_->fill_zero(loss_total_.f32(), sizeof(double));
+  return total;
+}
 
 }  // namespace loom::exec

@@ -57,9 +57,13 @@ class ModelChunk {
   // Forward of one micro-batch. First chunk: `tokens` (B*T); otherwise `input`
   // (activation_floats()). Last chunk: `targets` (B*T) and `loss_scale`
   // (1 / tokens of the whole step); it adds the micro-batch's summed token
-  // loss * loss_scale to *loss_sum. Other chunks write `output`.
+  // loss * loss_scale to a total on the device (take_loss() reads it). Other
+  // chunks write `output`.
   Status forward(int micro, const int32_t* tokens, const float* input, const int32_t* targets, float loss_scale,
-                 float* output, double* loss_sum);
+                 float* output);
+  // The last chunk: the loss the forwards added since the last call (one
+  // read of the device total, which starts again at 0); 0 on other chunks.
+  double take_loss();
   // Backward of one micro-batch: `dout` is the gradient of the output (not
   // used on the last chunk); writes `dinput` (not on the first chunk).
   // Gradients accumulate into the ParamStore.
@@ -92,8 +96,8 @@ class ModelChunk {
   Status layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep);
   Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a);
   // The head's loss and gradients in its forward (ChunkConfig::head_grad_in_forward).
-  Status fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale,
-                    double* loss_sum);
+  double* loss_total();  // the device total, allocated at first use
+  Status fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale);
   // TP collectives (no-ops when tp_size == 1).
   Status tp_all_reduce(float* buf, int64_t n);
   Status tp_all_gather_rows(const float* local, float* full, int64_t local_rows);
@@ -114,6 +118,7 @@ class ModelChunk {
   Communicator* tp_;
   std::map<int, std::unique_ptr<MicroActs>> saved_;
   std::unique_ptr<BackwardInFlight> bwd_;
+  DeviceBuffer loss_total_;  // one double (the last chunk): the forwards' loss since take_loss()
   float grad_scale_ = 1.f;
   std::unique_ptr<MoeLayer> moe_;  // when the model has MoE layers
   std::unique_ptr<RingAttention> ring_;  // under context parallelism

@@ -16,6 +16,7 @@ size_t Array::bytes() const {
     case Kind::kF32: return f32.size() * sizeof(float);
     case Kind::kI32: return i32.size() * sizeof(int32_t);
     case Kind::kU16: return u16.size() * sizeof(uint16_t);
+    case Kind::kF64: return f64.size() * sizeof(double);
   }
   return 0;
 }
@@ -25,6 +26,7 @@ const void* Array::data() const {
     case Kind::kF32: return f32.data();
     case Kind::kI32: return i32.data();
     case Kind::kU16: return u16.data();
+    case Kind::kF64: return f64.data();
   }
   return nullptr;
 }
@@ -51,6 +53,17 @@ int Case::in(std::string name, std::vector<uint16_t> v) {
   a.name = std::move(name);
   a.kind = Array::Kind::kU16;
   a.u16 = std::move(v);
+  arrays.push_back(std::move(a));
+  return int(arrays.size()) - 1;
+}
+
+int Case::inout(std::string name, std::vector<double> v, Tol tol) {
+  Array a;
+  a.name = std::move(name);
+  a.kind = Array::Kind::kF64;
+  a.f64 = std::move(v);
+  a.checked = true;
+  a.tol = tol;
   arrays.push_back(std::move(a));
   return int(arrays.size()) - 1;
 }
@@ -166,6 +179,14 @@ void expect_match(const Case& c, const Outcome& got, const Outcome& want, bool e
     }
     if (exact || a.kind == Array::Kind::kI32) {
       EXPECT_TRUE(got.arrays[i] == want.arrays[i]) << what << ": not bit for bit the reference";
+      continue;
+    }
+    if (a.kind == Array::Kind::kF64) {
+      std::vector<double> g(got.arrays[i].size() / sizeof(double)), w(want.arrays[i].size() / sizeof(double));
+      std::memcpy(g.data(), got.arrays[i].data(), got.arrays[i].size());
+      std::memcpy(w.data(), want.arrays[i].data(), want.arrays[i].size());
+      ASSERT_EQ(g.size(), w.size()) << what;
+      for (size_t j = 0; j < g.size(); ++j) EXPECT_NEAR(g[j], w[j], a.tol.elem_rel * std::fabs(w[j])) << what << "[" << j << "]";
       continue;
     }
     if (a.kind == Array::Kind::kU16) {  // bf16 (the fp32 tables' 16-bit format): equal, or NaN in both

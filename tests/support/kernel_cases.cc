@@ -729,6 +729,21 @@ std::vector<Case> cases<Sum>() {
 }
 
 template <>
+std::vector<Case> cases<AccumulateSum>() {
+  auto xv = random_vec(size_t(kElementwise), 50, -1e3f, 1e3f);
+  Case c = make(KernelOp::kAccumulateSum, "accumulate_sum (3 blocks into a running total)");
+  // A loss-like total: the running value, then three blocks, one scaled by 1/3.
+  const int x = c.in("x", std::move(xv)), acc = c.inout("acc", std::vector<double>{0.25}, Tol{0, 0, 1e-12});
+  c.run = [=](Kernels& k, const Bound& p) {
+    k.accumulate_sum({p.f(x), 1000, 1.0, p.d(acc)});
+    k.accumulate_sum({p.f(x) + 1000, 50000, 1.0 / 3.0, p.d(acc)});
+    k.accumulate_sum({p.f(x) + 51000, kElementwise - 51000, 1.0, p.d(acc)});
+    return std::vector<double>{};
+  };
+  return {c};
+}
+
+template <>
 std::vector<Case> cases<AddSumSquares>() {
   auto xv = random_vec(size_t(kElementwise), 49, -1e3f, 1e3f);
   double squares = 0;

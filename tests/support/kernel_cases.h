@@ -28,12 +28,13 @@ using test::Tol;
 
 // One array of a case.
 struct Array {
-  enum class Kind { kF32, kI32, kU16 };
+  enum class Kind { kF32, kI32, kU16, kF64 };
   std::string name;
   Kind kind = Kind::kF32;
   std::vector<float> f32;  // the contents before the case runs (one of the three, by kind)
   std::vector<int32_t> i32;
   std::vector<uint16_t> u16;
+  std::vector<double> f64;  // accumulators (AccumulateSum): within tol.elem_rel of each element
   bool checked = false;      // compared with the reference after the run
   bool overwritten = false;  // every element written: starts NaN, none may remain
   Tol tol;                   // across implementations (one implementation matches bit for bit)
@@ -49,6 +50,7 @@ class Bound {
   float* f(int i) const { return static_cast<float*>(ptrs_[size_t(i)]); }
   int32_t* i(int i) const { return static_cast<int32_t*>(ptrs_[size_t(i)]); }
   uint16_t* u(int i) const { return static_cast<uint16_t*>(ptrs_[size_t(i)]); }
+  double* d(int i) const { return static_cast<double*>(ptrs_[size_t(i)]); }
 
  private:
   std::vector<void*> ptrs_;
@@ -69,6 +71,7 @@ struct Case {
   int in(std::string name, std::vector<uint16_t> v);
   // Read and written (in place, or accumulated): checked.
   int inout(std::string name, std::vector<float> v, Tol tol);
+  int inout(std::string name, std::vector<double> v, Tol tol);
   // Written whole by the op: starts NaN, checked.
   int out(std::string name, size_t n, Tol tol);
   int out16(std::string name, size_t n);  // 16-bit, compared exactly

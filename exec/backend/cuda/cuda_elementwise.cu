@@ -52,6 +52,10 @@ __global__ void sum_partials(const double* partial, unsigned count, double* out)
   if (threadIdx.x == 0) *out = s;
 }
 
+__global__ void accumulate_scaled(const double* sum, double scale, double* acc) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) *acc += *sum * scale;
+}
+
 // The multi-tensor sum of squares: block (x, y) sums its stride of segment
 // first + y into partial[y * gridDim.x + x]; then one block per segment adds
 // its row into out[y].
@@ -130,6 +134,16 @@ Status sum(const float* x, int64_t n, double* out, cudaStream_t stream) { return
 
 Status sum_squares(const float* x, int64_t n, double* out, cudaStream_t stream) {
   return launch_sum<true>(x, n, out, stream);
+}
+
+Status accumulate_sum(const float* x, int64_t n, double scale, double* acc, cudaStream_t stream) {
+  StreamScratch total(sizeof(double), stream);
+  LOOM_RETURN_IF_ERROR(total.status());
+  auto* t = reinterpret_cast<double*>(total.get());
+  LOOM_RETURN_IF_ERROR(launch_sum<false>(x, n, t, stream));
+  accumulate_scaled<<<1, 1, 0, stream>>>(t, scale, acc);
+  LOOM_CUDA_CHECK_LAUNCH();
+  return Status::ok();
 }
 
 Status sum_squares_multi(const float* x, const int64_t* table, int64_t count, int64_t max_n, double* out,

@@ -161,6 +161,9 @@ class CudaKernels final : public Kernels {
   double sum(const Sum& a) override {
     return host_result([&](double* out) { return cuda::sum(a.x, a.n, out, s_); });
   }
+  void accumulate_sum(const AccumulateSum& a) override {
+    note(cuda::accumulate_sum(a.x, a.n, a.scale, a.acc, s_));
+  }
   void to_16bit(const To16bit& a) override {
     note(precision_ == Precision::kFp16 ? cuda::cast_to_fp16(a.x, a.y, a.n, s_)
                                         : cuda::cast_to_bf16(a.x, a.y, a.n, s_));

@@ -133,6 +133,8 @@ Status sum_squares_multi(const float* x, const int64_t* table, int64_t count, in
                          cudaStream_t stream);
 // *out (device, one double) = sum of x.
 Status sum(const float* x, int64_t n, double* out, cudaStream_t stream);
+// acc[0] += scale * sum(x), stream-ordered (no host read).
+Status accumulate_sum(const float* x, int64_t n, double scale, double* acc, cudaStream_t stream);
 // y += x; y *= s.
 Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
 Status scale_inplace(float* y, float s, int64_t n, cudaStream_t stream);

@@ -38,7 +38,8 @@ struct Fixture {
   const int64_t B = 2, T = 8;
 
   Fixture(bool gpt2, Recompute rc) : Fixture(tiny_dims(gpt2), rc) {}
-  Fixture(const ModelDims& d, Recompute rc) : dims(d) {
+  // fused_rows > 0: the fused head (core/executor_head.h) in blocks of that many rows.
+  Fixture(const ModelDims& d, Recompute rc, int64_t fused_rows = 0) : dims(d) {
     add_chunk_params(params, dims, 0, dims.L, true, true, 1, 0);
     params.materialize(backend.get(), 7);
     // Larger-than-default weights make the gradients large enough to check.
@@ -50,6 +51,8 @@ struct Fixture {
     cc.micro_batch = B;
     cc.seq = T;
     cc.recompute = rc;
+    cc.head_grad_in_forward = fused_rows > 0;
+    cc.head_block_rows = fused_rows;
     chunk = std::make_unique<ModelChunk>(cc, &params, backend.get(), nullptr);
     std::mt19937 rng(3);
     for (int64_t i = 0; i < B * T; ++i) {
@@ -58,9 +61,9 @@ struct Fixture {
     }
   }
   double loss() {
-    double sum = 0;
-    EXPECT_TRUE(chunk->forward(next_micro++, tokens.data(), nullptr, targets.data(), 1.0f / float(B * T), nullptr, &sum)
-                    .is_ok());
+    EXPECT_TRUE(
+        chunk->forward(next_micro++, tokens.data(), nullptr, targets.data(), 1.0f / float(B * T), nullptr).is_ok());
+    const double sum = chunk->take_loss();
     return sum;
   }
   double loss_and_grads() {
@@ -72,8 +75,8 @@ struct Fixture {
   }
 };
 
-void check_gradients(const ModelDims& dims) {
-  Fixture f(dims, Recompute::kNone);
+void check_gradients(const ModelDims& dims, int64_t fused_rows = 0) {
+  Fixture f(dims, Recompute::kNone, fused_rows);
   f.loss_and_grads();
   std::vector<float> grads(f.params.grads(), f.params.grads() + f.params.numel());
   std::mt19937 rng(11);
@@ -100,6 +103,12 @@ void check_gradients(const ModelDims& dims) {
 
 TEST(ModelChunk, Gpt2GradientsMatchFiniteDifferences) { check_gradients(tiny_dims(true)); }
 TEST(ModelChunk, LlamaGradientsMatchFiniteDifferences) { check_gradients(tiny_dims(false)); }
+// The fused head: loss and head gradients in the forward, in blocks of 5 of
+// the 16 rows (the last block short).
+TEST(ModelChunk, FusedHeadGradientsMatchFiniteDifferences) {
+  check_gradients(tiny_dims(true), 5);
+  check_gradients(tiny_dims(false), 5);
+}
 
 TEST(ModelChunk, PaddedVocabularyTakesNoPartInTheLoss) {
   Fixture f(true, Recompute::kNone);

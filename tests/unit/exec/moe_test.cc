@@ -124,9 +124,9 @@ struct MoeFixture {
   }
   // The objective: the token loss plus the MoE losses.
   double loss(MoeStats* stats = nullptr) {
-    double sum = 0;
-    EXPECT_TRUE(chunk->forward(next_micro++, tokens.data(), nullptr, targets.data(), 1.0f / float(B * T), nullptr, &sum)
-                    .is_ok());
+    EXPECT_TRUE(
+        chunk->forward(next_micro++, tokens.data(), nullptr, targets.data(), 1.0f / float(B * T), nullptr).is_ok());
+    const double sum = chunk->take_loss();
     MoeStats s = chunk->take_moe_stats();
     if (stats) *stats = s;
     return sum + s.aux_loss + s.z_loss;
