@@ -37,11 +37,13 @@ Optimizer::Optimizer(const TrainSpec& train, const LossScalerOptions& scaling_op
 
 namespace {
 
-// Segments of at most this many elements: a tensor larger than this (the
-// embedding) is several entries, so the multi-tensor kernels' blocks per
-// segment stay few and evenly loaded. Elementwise AdamW is bit for bit the
-// same however its range is cut; the norm's pieces regroup a sum of squares
-// in double (as the CPU's thread count already does, ~1e-16 relative).
+// Device backends: segments of at most this many elements, so a tensor
+// larger than this (the embedding) is several entries and the multi-tensor
+// kernels' blocks per segment stay few and evenly loaded (elementwise AdamW
+// is bit for bit the same however its range is cut; the norm's pieces
+// regroup a sum of squares in double, ~1e-16 relative). The CPU keeps one
+// segment per tensor: each is one OpenMP loop there, as before, and the step
+// stays bit for bit the per-tensor one.
 constexpr int64_t kSegmentMax = int64_t(1) << 16;
 
 bool multi_tensor_requested() {
@@ -59,15 +61,16 @@ void Optimizer::allocate() {
   multi_tensor_ = multi_tensor_requested();
   if (!multi_tensor_) return;
   // The tables: this rank's owned slices, in parameter order (the order of
-  // the per-parameter launches they replace), cut at kSegmentMax.
+  // the per-parameter launches they replace), cut at segment_max.
+  const int64_t segment_max = backend_->host_visible() ? std::numeric_limits<int64_t>::max() : kSegmentMax;
   std::vector<int64_t> adam, norm;
   int64_t adam_max = 0, norm_max = 0, adam_total = 0, norm_total = 0;
   for (const ParamInfo& p : params_->infos()) {
     auto own = dp_->owned(p);
     if (!own) continue;
     const bool counted = counts_(p);
-    for (int64_t at = 0; at < own->size(); at += kSegmentMax) {
-      const int64_t len = std::min(kSegmentMax, own->size() - at);
+    for (int64_t at = 0; at < own->size(); at += segment_max) {
+      const int64_t len = std::min(segment_max, own->size() - at);
       adam.insert(adam.end(),
                   {int64_t(own->begin) + at, int64_t(own->state_offset) + at, len, p.weight_decay ? 1 : 0});
       adam_max = std::max(adam_max, len);
