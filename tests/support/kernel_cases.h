@@ -86,6 +86,8 @@ inline Case make(KernelOp op, std::string label) {
   return c;
 }
 inline constexpr Tol kF32{1e-5, 1e-5, 0};
+inline constexpr Tol kXent{1e-6, 1e-6, 0};
+inline constexpr int64_t kElementwise = 100003;  // odd: a tail past every vector width
 
 // The cases of one op (kernel_cases.cc specializes it for every op).
 template <typename Op>
@@ -101,6 +103,21 @@ template <>
 std::vector<Case> cases<AttentionBackward>();
 template <>
 std::vector<Case> cases<AttentionMerge>();
+// Defined in kernel_cases_optimizer.cc.
+template <>
+std::vector<Case> cases<AdamwUpdate>();
+template <>
+std::vector<Case> cases<AdamwMulti>();
+template <>
+std::vector<Case> cases<Sum>();
+template <>
+std::vector<Case> cases<AccumulateSum>();
+template <>
+std::vector<Case> cases<AddSumSquares>();
+template <>
+std::vector<Case> cases<AddSumSquaresMulti>();
+template <>
+std::vector<Case> cases<TakeSumSquares>();
 // Every case of every op, in LOOM_KERNEL_OPS order.
 std::vector<Case> all_cases();
 
