@@ -486,25 +486,40 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
     return k.status();
   }
   acts->dlogits = make(backend_, N * Vl);
-  float* logits = acts->dlogits.f32();
-  linear(k, acts->hf.f32(), W, nullptr, logits, N, C, Vl);
-  // Padded vocabulary columns take no part in the softmax.
-  if (v_begin + Vl > d.V) k.fill_columns({logits, N, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f});
   DeviceBuffer row_max = make(backend_, N), sumexp = make(backend_, N), target_logit = make(backend_, N),
                loss = make(backend_, N);
-  k.xent_row_max({logits, row_max.f32(), N, Vl});
-  if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max.f32(), size_t(N), ReduceOp::kMax));
-  k.xent_sumexp_and_target({logits, targets, row_max.f32(), sumexp.f32(), target_logit.f32(), N, Vl, v_begin});
-  if (tp > 1) {
-    LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp.f32(), size_t(N), ReduceOp::kSum));
-    LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(N), ReduceOp::kSum));
-  }
-  k.xent_loss({row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), N});
-  k.accumulate_sum({loss.f32(), N, double(loss_scale), loss_total()});
-  // The gradient of the logits now, in place: the logits are not needed again.
-  k.xent_backward({logits, targets, row_max.f32(), sumexp.f32(), logits, N, Vl, v_begin, loss_scale * grad_scale_});
+  LOOM_RETURN_IF_ERROR(head_loss_block(acts->hf.f32(), targets, W, N, loss_scale, acts->dlogits.f32(), row_max.f32(),
+                                       sumexp.f32(), target_logit.f32(), loss.f32()));
   saved_[micro] = std::move(acts);
   return k.status();
+}
+
+// The head's loss over n rows of the gathered normed input `hf`: their
+// logits over the local vocabulary slice (the padded columns masked), the
+// vocab-parallel max, sum-exp and target logit, the loss added to the device
+// total, and the logits turned into their gradient in place. `row_max`,
+// `sumexp`, `target_logit`, `loss`: n each.
+Status ModelChunk::head_loss_block(const float* hf, const int32_t* targets, const float* W, int64_t n,
+                                   float loss_scale, float* logits, float* row_max, float* sumexp,
+                                   float* target_logit, float* loss) {
+  Kernels& k = backend_->kernels();
+  const ModelDims& d = cfg_.dims;
+  const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
+  linear(k, hf, W, nullptr, logits, n, d.C, Vl);
+  // Padded vocabulary columns take no part in the softmax.
+  if (v_begin + Vl > d.V) k.fill_columns({logits, n, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f});
+  k.xent_row_max({logits, row_max, n, Vl});
+  if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max, size_t(n), ReduceOp::kMax));
+  k.xent_sumexp_and_target({logits, targets, row_max, sumexp, target_logit, n, Vl, v_begin});
+  if (tp > 1) {
+    LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp, size_t(n), ReduceOp::kSum));
+    LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit, size_t(n), ReduceOp::kSum));
+  }
+  k.xent_loss({row_max, sumexp, target_logit, loss, n});
+  k.accumulate_sum({loss, n, double(loss_scale), loss_total()});
+  // The gradient of the logits now, in place: the logits are not needed again.
+  k.xent_backward({logits, targets, row_max, sumexp, logits, n, Vl, v_begin, loss_scale * grad_scale_});
+  return Status::ok();
 }
 
 // The fused linear cross-entropy (core/executor_head.h): per block of rows,
@@ -515,8 +530,7 @@ Status ModelChunk::forward(int micro, const int32_t* tokens, const float* input,
 Status ModelChunk::fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale) {
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
-  const int64_t N = cfg_.micro_batch * cfg_.seq, C = d.C;
-  const int64_t tp = cfg_.tp_size, Vl = d.Vp / tp, v_begin = Vl * cfg_.tp_rank;
+  const int64_t N = cfg_.micro_batch * cfg_.seq, C = d.C, Vl = d.Vp / cfg_.tp_size;
   const int64_t R = cfg_.head_block_rows > 0 ? std::min(cfg_.head_block_rows, N) : executor_head_block_rows(N, Vl);
   acts->dh_part = make(backend_, N * C);  // saved: the activations' class
   MemoryClassScope charge(MemoryClass::kWorkspace);
@@ -526,22 +540,8 @@ Status ModelChunk::fused_head(MicroActs* acts, const int32_t* targets, const flo
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t n = std::min(R, N - r0);
     const float* hf = acts->hf.f32() + r0 * C;
-    const int32_t* tgt = targets + r0;
-    linear(k, hf, W, nullptr, logits.f32(), n, C, Vl);
-    if (v_begin + Vl > d.V)
-      k.fill_columns({logits.f32(), n, Vl, std::max<int64_t>(0, d.V - v_begin), Vl, -1e30f});
-    k.xent_row_max({logits.f32(), row_max.f32(), n, Vl});
-    if (tp > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(row_max.f32(), size_t(n), ReduceOp::kMax));
-    k.xent_sumexp_and_target(
-        {logits.f32(), tgt, row_max.f32(), sumexp.f32(), target_logit.f32(), n, Vl, v_begin});
-    if (tp > 1) {
-      LOOM_RETURN_IF_ERROR(tp_->all_reduce(sumexp.f32(), size_t(n), ReduceOp::kSum));
-      LOOM_RETURN_IF_ERROR(tp_->all_reduce(target_logit.f32(), size_t(n), ReduceOp::kSum));
-    }
-    k.xent_loss({row_max.f32(), sumexp.f32(), target_logit.f32(), loss.f32(), n});
-    k.accumulate_sum({loss.f32(), n, double(loss_scale), loss_total()});
-    k.xent_backward(
-        {logits.f32(), tgt, row_max.f32(), sumexp.f32(), logits.f32(), n, Vl, v_begin, loss_scale * grad_scale_});
+    LOOM_RETURN_IF_ERROR(head_loss_block(hf, targets + r0, W, n, loss_scale, logits.f32(), row_max.f32(),
+                                         sumexp.f32(), target_logit.f32(), loss.f32()));
     linear_backward(k, logits.f32(), hf, W, dW, nullptr, acts->dh_part.f32() + r0 * C, n, C, Vl, false);
   }
   acts->hf = DeviceBuffer();  // the weight gradient is done: backward needs dh_part only

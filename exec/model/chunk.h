@@ -97,6 +97,8 @@ class ModelChunk {
   Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a);
   // The head's loss and gradients in its forward (ChunkConfig::head_grad_in_forward).
   double* loss_total();  // the device total, allocated at first use
+  Status head_loss_block(const float* hf, const int32_t* targets, const float* W, int64_t n, float loss_scale,
+                         float* logits, float* row_max, float* sumexp, float* target_logit, float* loss);
   Status fused_head(MicroActs* acts, const int32_t* targets, const float* W, float* dW, float loss_scale);
   // TP collectives (no-ops when tp_size == 1).
   Status tp_all_reduce(float* buf, int64_t n);
