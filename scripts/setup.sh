@@ -40,6 +40,15 @@ if command -v python3 >/dev/null && ! python3 -c "import pyarrow" 2>/dev/null; t
   python3 -m pip install -q 'pyarrow>=15' || echo "setup: pyarrow could not be installed; Parquet input is disabled"
 fi
 
+# The CUDA backend's fused attention compiles against the cudnn-frontend
+# headers (cmake/LoomCudnn.cmake), which NVIDIA ships on PyPI; cuDNN itself is
+# loaded at run time. Without them the CUDA attention keeps its cuBLAS path.
+if command -v nvcc >/dev/null && command -v python3 >/dev/null &&
+   ! python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()['platlib'] + '/include/cudnn_frontend.h'))" 2>/dev/null; then
+  echo "setup: installing nvidia-cudnn-frontend (cuDNN graph API headers, for the fused attention) from PyPI"
+  python3 -m pip install -q 'nvidia-cudnn-frontend>=1.10' || echo "setup: nvidia-cudnn-frontend could not be installed; the CUDA attention stays on cuBLAS"
+fi
+
 JOBS=$(nproc 2>/dev/null || echo 2)
 # The GUI builds when Qt6 is present (it is, after the packages above);
 # -DLOOM_BUILD_GUI=OFF skips it.

@@ -11,7 +11,8 @@
 : "${PATH:=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
 export PATH
 
-LOOM_GPU_LIBS="libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcuda.so.1"
+# libcudnn.so.9 is optional: the fused attention (LOOM_CUDA_ATTENTION=cudnn) loads it at run time.
+LOOM_GPU_LIBS="libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcuda.so.1 libcudnn.so.9"
 
 # Prints the Python environments' nvidia/ package folders, one per line.
 loom_nvidia_wheel_roots() {

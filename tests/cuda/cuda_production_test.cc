@@ -6,7 +6,9 @@
 //                               T = 1024 and 4096, D = 64 and 128 (GPT-2 and
 //                               Llama-3 8B head layouts), cuBLAS path in fp32
 //                               and bf16, the fused reference kernel in fp32
-//                               (LOOM_CUDA_ATTENTION=fused selects it)
+//                               (LOOM_CUDA_ATTENTION=fused selects it), and
+//                               cuDNN's flash attention in bf16 where cuDNN
+//                               loads (LOOM_CUDA_ATTENTION=cudnn)
 //   CudaProductionXent.*        the four cross-entropy passes at vocabularies
 //                               50304 (padded, masked) and 128256 (whole, and
 //                               a TP=2 slice), a few hundred rows
@@ -81,15 +83,24 @@ void check_attention(const AttentionCase& c) {
   struct Variant {
     const char* name;
     Precision precision;
-    bool fused;
+    const char* attention;  // LOOM_CUDA_ATTENTION
     Tol tol;
   };
-  std::vector<Variant> variants = {{"fp32 cuBLAS", Precision::kFp32, false, kAttentionFp32},
-                                   {"bf16 cuBLAS", Precision::kBf16, false, kAttentionBf16}};
-  if (c.fused) variants.push_back({"fp32 fused", Precision::kFp32, true, kAttentionFp32});
+  std::vector<Variant> variants = {{"fp32 cuBLAS", Precision::kFp32, "gemm", kAttentionFp32},
+                                   {"bf16 cuBLAS", Precision::kBf16, "gemm", kAttentionBf16}};
+  if (c.fused) variants.push_back({"fp32 fused", Precision::kFp32, "fused", kAttentionFp32});
+  // cuDNN's flash attention: bf16 in and out (q, k, v, out, dout and the
+  // gradients rounded to bf16 at the boundary; fp32 softmax and accumulation),
+  // within the cuBLAS bf16 path's bounds.
+  if (const Status cudnn = cudnn_usable(); cudnn.is_ok())
+    variants.push_back({"bf16 cuDNN", Precision::kBf16, "cudnn", kAttentionBf16});
+  else if (cudnn_required())
+    ADD_FAILURE() << "LOOM_REQUIRE_CUDNN=1 but " << cudnn.to_string();
+  else
+    std::printf(" (no cuDNN variant: %s)\n", cudnn.message().c_str());
   for (const Variant& var : variants) {
     SCOPED_TRACE(var.name);
-    auto be = cuda_backend(var.precision, var.fused);
+    auto be = cuda_backend(var.precision, var.attention);
     Kernels& kt = be->kernels();
     // Outputs start as NaN: "overwritten" must mean every element.
     Dev<float> q_(*be, q), k_(*be, k), v_(*be, v), do_(*be, dout), o_(*be, nans(nq)), l_(*be, nans(nl)),

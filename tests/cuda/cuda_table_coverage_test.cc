@@ -32,7 +32,7 @@ TEST(CudaTableCoverage, EveryOpMatchesTheCpuTable) {
   SKIP_WITHOUT_GPU();
   for (bool fused : {false, true}) {
     SCOPED_TRACE(fused ? "fused attention" : "cuBLAS attention");
-    auto be = cuda_backend(Precision::kFp32, fused);
+    auto be = cuda_backend(Precision::kFp32, fused ? "fused" : "gemm");
     auto prof = install_kernel_profiler(*be);
     ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
     Kernels& k = be->kernels();
@@ -101,7 +101,7 @@ TEST(CudaSyncDebug, NamesTheOpOfARefusedShape) {
   std::unique_ptr<ComputeBackend> be;
   {
     ScopedEnv debug("LOOM_CUDA_SYNC_DEBUG", "1");
-    be = cuda_backend(Precision::kFp32, /*fused_attention=*/true);
+    be = cuda_backend(Precision::kFp32, "fused");
   }
   Kernels& k = be->kernels();
   auto cpu = make_cpu_kernels();

@@ -22,6 +22,7 @@
 #include "exec/backend/compute_backend.h"
 #include "exec/backend/cuda/cuda_backend.h"
 #include "exec/backend/cuda/cuda_ops.h"
+#include "exec/backend/cuda/cudnn_sdpa.h"
 #include "exec/backend/kernel_profile.h"
 #include "tests/support/close.h"
 
@@ -75,11 +76,25 @@ class ScopedEnv {
 
 // A CUDA backend on device 0; attention through the cuBLAS path or the fused
 // reference kernel.
-inline std::unique_ptr<ComputeBackend> cuda_backend(Precision precision, bool fused_attention = false) {
-  ScopedEnv attention("LOOM_CUDA_ATTENTION", fused_attention ? "fused" : "gemm");
+// `attention`: LOOM_CUDA_ATTENTION's value for the backend (gemm, cudnn, fused).
+inline std::unique_ptr<ComputeBackend> cuda_backend(Precision precision, const char* attention = "gemm") {
+  ScopedEnv path("LOOM_CUDA_ATTENTION", attention);
   auto be = make_cuda_backend(0, precision);
   LOOM_CHECK(be.is_ok(), be.status().to_string());
   return std::move(be).value();
+}
+
+// Whether cuDNN's fused attention can run here (cudnn_sdpa.h): ok, or why
+// not. With LOOM_REQUIRE_CUDNN=1 (gpu-validate on a node whose Python
+// environment has the nvidia-cudnn-cu13 wheel) a test that would skip its
+// cuDNN part fails instead.
+inline Status cudnn_usable() {
+  auto made = cuda::make_cudnn_sdpa(nullptr);
+  return made.is_ok() ? Status::ok() : made.status();
+}
+inline bool cudnn_required() {
+  const char* e = std::getenv("LOOM_REQUIRE_CUDNN");
+  return e && std::string(e) == "1";
 }
 
 // An array in a backend's memory (its allocator: cudaMalloc behind a cache),

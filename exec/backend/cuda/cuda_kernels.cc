@@ -3,22 +3,42 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "exec/backend/cuda/cuda_check.h"
 #include "exec/backend/cuda/cuda_ops.h"
+#include "exec/backend/cuda/cudnn_sdpa.h"
 #include "exec/backend/memory_ledger.h"
 
 namespace loom::exec {
 
 namespace {
 
+// LOOM_CUDA_ATTENTION: which attention the table runs.
+//   gemm  (default) cuBLAS strided-batched GEMMs over a slice of heads' scores
+//   cudnn cuDNN's fused flash attention (cudnn_sdpa.h) in bf16 / fp16 runs;
+//         fp32 runs, a node without cuDNN or a shape no engine takes fall
+//         back to gemm with a one-line notice
+//   fused the one-block-per-row reference kernel (comparisons; much slower)
+enum class AttentionPath { kGemm, kCudnn, kFused };
+
+Result<AttentionPath> attention_path_from_env() {
+  const char* e = std::getenv("LOOM_CUDA_ATTENTION");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "gemm") return AttentionPath::kGemm;
+  if (v == "cudnn") return AttentionPath::kCudnn;
+  if (v == "fused") return AttentionPath::kFused;
+  return invalid_argument("LOOM_CUDA_ATTENTION='" + v + "' is not one of gemm (the default), cudnn, fused");
+}
+
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels(ComputeBackend* be, cudaStream_t stream, cublasHandle_t handle, Precision p)
-      : be_(be), s_(stream), blas_(handle), precision_(p) {}
+  CudaKernels(ComputeBackend* be, cudaStream_t stream, cublasHandle_t handle, Precision p, AttentionPath path)
+      : be_(be), s_(stream), blas_(handle), precision_(p), path_(path) {}
   ~CudaKernels() override {
     cudaStreamSynchronize(s_);
     if (host_sum_) cudaFreeHost(host_sum_);
@@ -103,13 +123,15 @@ class CudaKernels final : public Kernels {
     note(cuda::rope_freqs_backward(a.dx, a.B, a.T, a.H, a.D, a.inv_freq, a.pos_offset, s_));
   }
   void attention_forward(const AttentionForward& a) override {
-    if (fused_attention_)
+    if (path_ == AttentionPath::kCudnn && cudnn_forward(a)) return;
+    if (path_ == AttentionPath::kFused)
       return note(cuda::attention_forward(a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D, a.causal, s_));
     note(cuda::attention_forward_gemm(blas_, input_, a.q, a.k, a.v, a.out, a.lse, a.B, a.T, a.Hq, a.Hk, a.D,
                                       attention_scratch(a.B, a.T, a.Hq, a.Hk, a.D), a.causal, s_));
   }
   void attention_backward(const AttentionBackward& a) override {
-    if (fused_attention_)
+    if (path_ == AttentionPath::kCudnn && cudnn_backward(a)) return;
+    if (path_ == AttentionPath::kFused)
       return note(cuda::attention_backward(a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B, a.T, a.Hq,
                                            a.Hk, a.D, a.causal, s_));
     note(cuda::attention_backward_gemm(blas_, input_, a.dout, a.q, a.k, a.v, a.out, a.lse, a.dq, a.dk, a.dv, a.B,
@@ -241,6 +263,79 @@ class CudaKernels final : public Kernels {
     note(cuda::cuda_status(cudaStreamSynchronize(s_), "cudaStreamSynchronize", __FILE__, __LINE__));
     return status_.is_ok() ? *host_sum_ : 0;
   }
+  // cuDNN attention (LOOM_CUDA_ATTENTION=cudnn): false, after a one-line
+  // notice, where it cannot run the call (the caller takes the cuBLAS path).
+  static void attention_notice(const std::string& why) {
+    std::fprintf(stderr, "loom: LOOM_CUDA_ATTENTION=cudnn: %s; attention runs on the cuBLAS path\n", why.c_str());
+  }
+  bool sdpa_ready(const cuda::SdpaShape& s, bool backward, size_t* workspace) {
+    if (!sdpa_tried_) {
+      sdpa_tried_ = true;
+      if (input_ == cuda::GemmInput::kF32) {
+        attention_notice("cuDNN's fused attention takes bf16 / fp16 inputs and this run is " +
+                         std::string(precision_name(precision_)));
+        return false;
+      }
+      auto made = cuda::make_cudnn_sdpa(s_);
+      if (!made.is_ok()) {
+        attention_notice(made.status().message());
+        return false;
+      }
+      sdpa_ = std::move(made).value();
+      std::fprintf(stderr, "loom: attention through %s\n", sdpa_->version().c_str());
+    }
+    if (!sdpa_) return false;
+    auto ws = sdpa_->prepare(s, backward);
+    if (!ws.is_ok()) {
+      if (sdpa_refused_.insert({s, backward}).second) attention_notice(ws.status().message());
+      return false;
+    }
+    *workspace = ws.value();
+    return true;
+  }
+  void* sdpa_scratch(int i, size_t bytes) {
+    MemoryClassScope workspace(MemoryClass::kWorkspace);
+    DeviceBuffer& b = sdpa_buf_[i];
+    if (b.bytes() < bytes) b = DeviceBuffer(be_, std::max<size_t>(bytes, 256));
+    return b.f32();
+  }
+  uint16_t* sdpa_half(int i, int64_t n) { return static_cast<uint16_t*>(sdpa_scratch(i, size_t(n) * 2)); }
+  void cast_from_16(const uint16_t* x, float* y, int64_t n) {
+    note(input_ == cuda::GemmInput::kBf16 ? cuda::cast_from_bf16(x, y, n, s_) : cuda::cast_from_fp16(x, y, n, s_));
+  }
+  bool cudnn_forward(const AttentionForward& a) {
+    const cuda::SdpaShape s{a.B, a.T, a.Hq, a.Hk, a.D, a.causal, input_ == cuda::GemmInput::kBf16};
+    size_t ws = 0;
+    if (!sdpa_ready(s, false, &ws)) return false;
+    const int64_t nq = a.B * a.T * a.Hq * a.D, nk = a.B * a.T * a.Hk * a.D;
+    uint16_t *q = sdpa_half(0, nq), *k = sdpa_half(1, nk), *v = sdpa_half(2, nk), *o = sdpa_half(3, nq);
+    void* w = sdpa_scratch(8, ws);
+    note(cuda::cast_to_16(input_, a.q, q, nq, s_));
+    note(cuda::cast_to_16(input_, a.k, k, nk, s_));
+    note(cuda::cast_to_16(input_, a.v, v, nk, s_));
+    note(sdpa_->forward(s, q, k, v, o, a.lse, w));
+    cast_from_16(o, a.out, nq);
+    return true;
+  }
+  bool cudnn_backward(const AttentionBackward& a) {
+    const cuda::SdpaShape s{a.B, a.T, a.Hq, a.Hk, a.D, a.causal, input_ == cuda::GemmInput::kBf16};
+    size_t ws = 0;
+    if (!sdpa_ready(s, true, &ws)) return false;
+    const int64_t nq = a.B * a.T * a.Hq * a.D, nk = a.B * a.T * a.Hk * a.D;
+    uint16_t *q = sdpa_half(0, nq), *k = sdpa_half(1, nk), *v = sdpa_half(2, nk), *o = sdpa_half(3, nq),
+             *dout = sdpa_half(4, nq), *dq = sdpa_half(5, nq), *dk = sdpa_half(6, nk), *dv = sdpa_half(7, nk);
+    void* w = sdpa_scratch(8, ws);
+    note(cuda::cast_to_16(input_, a.q, q, nq, s_));
+    note(cuda::cast_to_16(input_, a.k, k, nk, s_));
+    note(cuda::cast_to_16(input_, a.v, v, nk, s_));
+    note(cuda::cast_to_16(input_, a.out, o, nq, s_));
+    note(cuda::cast_to_16(input_, a.dout, dout, nq, s_));
+    note(sdpa_->backward(s, q, k, v, o, dout, a.lse, dq, dk, dv, w));
+    cast_from_16(dq, a.dq, nq);
+    cast_from_16(dk, a.dk, nk);
+    cast_from_16(dv, a.dv, nk);
+    return true;
+  }
   // The attention workspace for a shape, grown on demand and kept.
   cuda::AttentionGemmScratch attention_scratch(int64_t B, int64_t T, int64_t Hq, int64_t Hk, int64_t D) {
     auto grow = [&](DeviceBuffer& b, size_t bytes) -> void* {
@@ -305,12 +400,13 @@ class CudaKernels final : public Kernels {
   std::vector<std::pair<int64_t, int64_t>> stale_;  // [begin, end) offsets to cast again
   DeviceBuffer scratch_[2];
   DeviceBuffer att_[7];
-  // LOOM_CUDA_ATTENTION=fused selects the one-block-per-row reference kernel
-  // instead of the cuBLAS path (for comparisons; it is much slower).
-  const bool fused_attention_ = [] {
-    const char* e = std::getenv("LOOM_CUDA_ATTENTION");
-    return e && std::string(e) == "fused";
-  }();
+  const AttentionPath path_;
+  // The cuDNN path: made on first use; its 16-bit staging buffers (q, k, v,
+  // out, dout, dq, dk, dv) and workspace.
+  std::unique_ptr<cuda::CudnnSdpa> sdpa_;
+  bool sdpa_tried_ = false;
+  std::set<std::pair<cuda::SdpaShape, bool>> sdpa_refused_;
+  DeviceBuffer sdpa_buf_[9];
   DeviceBuffer result_;
   DeviceBuffer pieces_;
   size_t pieces_n_ = 0;
@@ -320,13 +416,14 @@ class CudaKernels final : public Kernels {
 }  // namespace
 
 Result<std::unique_ptr<Kernels>> make_cuda_kernels(ComputeBackend* backend, cudaStream_t stream, Precision precision) {
+  LOOM_ASSIGN_OR_RETURN(const AttentionPath path, attention_path_from_env());
   cublasHandle_t handle = nullptr;
   LOOM_CUBLAS_CHECK(cublasCreate(&handle));
   if (cublasStatus_t e = cublasSetStream(handle, stream); e != CUBLAS_STATUS_SUCCESS) {
     cublasDestroy(handle);
     return cuda::cublas_status(e, "cublasSetStream", __FILE__, __LINE__);
   }
-  return std::unique_ptr<Kernels>(std::make_unique<CudaKernels>(backend, stream, handle, precision));
+  return std::unique_ptr<Kernels>(std::make_unique<CudaKernels>(backend, stream, handle, precision, path));
 }
 
 }  // namespace loom::exec
