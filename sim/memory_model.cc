@@ -273,15 +273,23 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
   // What backward adds to the layer it is in: full recompute re-runs the
   // layer's forward in fp32 (with its output buffer); selective recomputes
-  // the attention output and log-sum-exp; 16-bit saves are restored to fp32.
+  // the attention output and log-sum-exp; 16-bit saves are restored to fp32,
+  // except those backward reads only as a weight-gradient GEMM's operand
+  // (ChunkConfig::gemm_reads_packed: the norm outputs h1 and, on a dense
+  // layer, h2 and the MLP's second GEMM input), which stay in 16 bits.
   Layout keep_all = l;
   keep_all.recompute = Recompute::kNone;
   const double fp32_layer = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, top_moe);
   double in_backward = 0;
-  if (l.recompute == Recompute::kFull)
+  if (l.recompute == Recompute::kFull) {
     in_backward = fp32_layer + 4 * Nl * h;
-  else
+  } else {
     in_backward = fp32_layer - saved;
+    if (train.precision != Precision::kFp32) {
+      const double F = double(m.ffn_hidden) / l.tp;
+      in_backward -= 2 * (T * h + (top_moe ? 0.0 : T * h + T * F));
+    }
+  }
   // The head keeps from its forward to its backward the fp32 logits of the
   // padded vocabulary slice (turned into their gradient in place), the
   // gathered normed input, the head's input and the norm's statistics. Every

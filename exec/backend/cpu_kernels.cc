@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "exec/backend/compute_backend.h"
 
@@ -31,6 +32,24 @@ void CpuKernels::from_16bit(const From16bit& a) {
     const uint32_t u = uint32_t(x[i]) << 16;
     std::memcpy(&y[i], &u, 4);
   }
+}
+
+void CpuKernels::gemm_16bit_operands(const Gemm& a) {
+  std::vector<float> wa, wb;
+  Gemm r = a;
+  if (a.A16) {
+    wa.resize(size_t(a.M * a.K));
+    from_16bit({a.A16, wa.data(), a.M * a.K});
+    r.A = wa.data();
+    r.A16 = nullptr;
+  }
+  if (a.B16) {
+    wb.resize(size_t(a.K * a.N));
+    from_16bit({a.B16, wb.data(), a.K * a.N});
+    r.B = wb.data();
+    r.B16 = nullptr;
+  }
+  gemm(r);
 }
 
 void CpuKernels::grad_pack(const GradPack& a) {

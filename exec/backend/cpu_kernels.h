@@ -13,6 +13,11 @@
 namespace loom::exec {
 
 class CpuKernels : public Kernels {
+ protected:
+  // A Gemm with A16 / B16: those operands widened by from_16bit (this
+  // table's 16-bit format), then gemm() on the fp32 copies.
+  void gemm_16bit_operands(const Gemm& a);
+
  public:
   Precision precision() const override { return Precision::kFp32; }
   Status status() override { return Status::ok(); }
@@ -20,6 +25,7 @@ class CpuKernels : public Kernels {
   void weights_changed(const float*, int64_t) override {}
 
   void gemm(const Gemm& a) override {
+    if (a.A16 || a.B16) return gemm_16bit_operands(a);
     cpu::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, a.A, a.B, a.beta, a.C);
   }
   void grouped_gemm(const GroupedGemm& a) override {

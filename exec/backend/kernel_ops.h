@@ -108,6 +108,10 @@ const char* kernel_op_name(KernelOp op);
 // transposed, stored (K,M); B is (K,N) or stored (N,K). K = 0 gives C = beta C.
 // Operands may be rounded to bf16 / fp16 (fp32 accumulate) when the backend
 // runs mixed precision.
+// A16 / B16, on a 16-bit table only (precision() bf16 or fp16): the operand
+// already in the table's 16-bit format (as to_16bit writes it; a saved
+// activation held packed), read in place of A / B (which may then be null).
+// The product equals the one from the fp32 operand those 16 bits round.
 struct Gemm {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kGemm;
@@ -118,6 +122,8 @@ struct Gemm {
   const float* B;
   float beta;
   float* C;
+  const uint16_t* A16 = nullptr;
+  const uint16_t* B16 = nullptr;
   KernelCall describe(Precision p) const;
 };
 

@@ -26,6 +26,19 @@ struct ModelChunk::LayerActs {
   DeviceBuffer s;             // SwiGLU product (N, F_l)
   MoeActsPtr moe;             // a MoE layer's MLP state (its large tensors packed as the others)
   bool packed = false;        // the large tensors above are held in 16 bits
+  std::vector<const DeviceBuffer*> kept16;  // in backward: the gemm_only ones still in 16 bits
+  // The tensors backward reads only as a weight-gradient GEMM's operand: h1
+  // (q, k, v), h2 (the MLP's first GEMMs; a MoE layer's router reads it),
+  // and the MLP's second GEMM input (GELU's output g, SwiGLU's product s).
+  bool gemm_only(const DeviceBuffer* b, bool gpt2, bool moe_layer) const {
+    return b == &h1 || (!moe_layer && (b == &h2 || b == (gpt2 ? &g : &s)));
+  }
+  // A GEMM operand: fp32, or (kept16) the packed 16 bits, the other null.
+  bool is16(const DeviceBuffer& b) const { return std::find(kept16.begin(), kept16.end(), &b) != kept16.end(); }
+  const float* f32(const DeviceBuffer& b) const { return is16(b) ? nullptr : b.f32(); }
+  const uint16_t* b16(const DeviceBuffer& b) const {
+    return is16(b) ? reinterpret_cast<const uint16_t*>(b.f32()) : nullptr;
+  }
   // `with_residual` false leaves the residual stream (x_in, x_mid) alone: fp16
   // keeps it in fp32, as Megatron's fp32 residual connection does, since it
   // is unscaled and may grow past fp16's range.
@@ -329,7 +342,11 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   const bool qkv_bias = d.gpt2 || d.qkv_bias;
   if (a.packed) {
     MemoryClassScope restored(MemoryClass::kActivations);
-    a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) { unpack(backend_, b); });
+    const bool keep16 = cfg_.gemm_reads_packed, moe_layer = d.moe.is_moe(layer);
+    a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) {
+      if (keep16 && !b.empty() && a.gemm_only(&b, d.gpt2, moe_layer)) a.kept16.push_back(&b);
+      else unpack(backend_, b);
+    });
     a.packed = false;
   }
   if (cfg_.recompute == Recompute::kFull) {
@@ -351,22 +368,22 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     LOOM_RETURN_IF_ERROR(moe_->backward(layer, a.h2.f32(), dfull.f32(), dh_part.f32(), &a.moe, grad_scale_));
   } else if (d.gpt2) {
     DeviceBuffer dg = make(backend_, N * F);
-    linear_backward(k, dfull.f32(), a.g.f32(), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
-                    dg.f32(), N, F, C, false);
+    linear_backward(k, dfull.f32(), a.f32(a.g), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
+                    dg.f32(), N, F, C, false, a.b16(a.g));
     DeviceBuffer da = make(backend_, N * F);
     k.gelu_backward({dg.f32(), a.a.f32(), da.f32(), N * F});
-    linear_backward(k, da.f32(), a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
-                    P.grad(p + "mlp.fc1.bias"), dh_part.f32(), N, C, F, false);
+    linear_backward(k, da.f32(), a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
+                    P.grad(p + "mlp.fc1.bias"), dh_part.f32(), N, C, F, false, a.b16(a.h2));
   } else {
     DeviceBuffer ds = make(backend_, N * F);
-    linear_backward(k, dfull.f32(), a.s.f32(), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"), nullptr,
-                    ds.f32(), N, F, C, false);
+    linear_backward(k, dfull.f32(), a.f32(a.s), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"),
+                    nullptr, ds.f32(), N, F, C, false, a.b16(a.s));
     DeviceBuffer dgate = make(backend_, N * F), dup = make(backend_, N * F);
     k.swiglu_backward({ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F});
-    linear_backward(k, dgate.f32(), a.h2.f32(), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"),
-                    d.mlp_bias ? P.grad(p + "mlp.gate.bias") : nullptr, dh_part.f32(), N, C, F, false);
-    linear_backward(k, dup.f32(), a.h2.f32(), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"),
-                    d.mlp_bias ? P.grad(p + "mlp.up.bias") : nullptr, dh_part.f32(), N, C, F, true);
+    linear_backward(k, dgate.f32(), a.f32(a.h2), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"),
+                    d.mlp_bias ? P.grad(p + "mlp.gate.bias") : nullptr, dh_part.f32(), N, C, F, false, a.b16(a.h2));
+    linear_backward(k, dup.f32(), a.f32(a.h2), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"),
+                    d.mlp_bias ? P.grad(p + "mlp.up.bias") : nullptr, dh_part.f32(), N, C, F, true, a.b16(a.h2));
   }
   DeviceBuffer dh = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
@@ -417,12 +434,12 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
       dk = std::move(dk_in);
     }
   }
-  linear_backward(k, dq.f32(), a.h1.f32(), P.param(p + "attn.q.weight"), P.grad(p + "attn.q.weight"),
-                  qkv_bias ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false);
-  linear_backward(k, dk.f32(), a.h1.f32(), P.param(p + "attn.k.weight"), P.grad(p + "attn.k.weight"),
-                  qkv_bias ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
-  linear_backward(k, dv.f32(), a.h1.f32(), P.param(p + "attn.v.weight"), P.grad(p + "attn.v.weight"),
-                  qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true);
+  linear_backward(k, dq.f32(), a.f32(a.h1), P.param(p + "attn.q.weight"), P.grad(p + "attn.q.weight"),
+                  qkv_bias ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false, a.b16(a.h1));
+  linear_backward(k, dk.f32(), a.f32(a.h1), P.param(p + "attn.k.weight"), P.grad(p + "attn.k.weight"),
+                  qkv_bias ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1));
+  linear_backward(k, dv.f32(), a.f32(a.h1), P.param(p + "attn.v.weight"), P.grad(p + "attn.v.weight"),
+                  qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1));
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
     k.layernorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,

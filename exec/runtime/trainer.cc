@@ -183,6 +183,8 @@ Status Trainer::Impl::setup() {
     cc.head_grad_in_forward = executor_head_grad_in_forward(l.zero) && !(in_fwd && std::string(in_fwd) == "0");
     if (const char* rows = std::getenv("LOOM_HEAD_BLOCK_ROWS"); rows && std::atoll(rows) > 0)
       cc.head_block_rows = std::atoll(rows);
+    const char* packed = std::getenv("LOOM_GEMM_PACKED");  // the A/B switch of ChunkConfig::gemm_reads_packed
+    cc.gemm_reads_packed = !(packed && std::string(packed) == "0");
     cc.moe.aux_coeff = cfg.train.moe_aux_loss_coeff;
     cc.moe.z_coeff = cfg.train.moe_z_loss_coeff;
     cc.moe.capacity_factor = cfg.train.moe_capacity_factor;

@@ -24,6 +24,7 @@ class Emulated16BitKernels final : public CpuKernels {
   }
   Precision precision() const override { return p_; }
   void gemm(const Gemm& g) override {
+    if (g.A16 || g.B16) return gemm_16bit_operands(g);  // widened exactly, then here again
     auto a = rounded(g.A, g.M * g.K), b = rounded(g.B, g.K * g.N);
     Gemm r = g;
     r.A = a.data();

@@ -63,7 +63,7 @@ class CudaKernels final : public Kernels {
   }
 
   void gemm(const Gemm& a) override {
-    const auto [ta, tb, M, N, K, alpha, A, B, beta, C] = a;
+    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16] = a;
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
       if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));
@@ -71,11 +71,12 @@ class CudaKernels final : public Kernels {
       return;
     }
     if (input_ == cuda::GemmInput::kF32) {
+      if (A16 || B16) return note(internal_error("a GEMM with a 16-bit operand on the fp32 kernel table"));
       note(cuda::gemm_f32(blas_, ta, tb, M, N, K, alpha, A, B, beta, C, s_));
       return;
     }
-    const uint16_t* a16 = half_of(A, M * K, 0);
-    const uint16_t* b16 = half_of(B, K * N, 1);
+    const uint16_t* a16 = A16 ? A16 : half_of(A, M * K, 0);
+    const uint16_t* b16 = B16 ? B16 : half_of(B, K * N, 1);
     if (!a16 || !b16) return;
     if (input_ == cuda::GemmInput::kBf16)
       note(cuda::gemm_bf16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
