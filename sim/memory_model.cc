@@ -272,7 +272,10 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const double saved = executor_layer_activation_bytes(m, l, seq, train.precision, false, top_moe);
   const double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
   // What backward adds to the layer it is in: full recompute re-runs the
-  // layer's forward in fp32 (with its output buffer); selective recomputes
+  // layer's forward in fp32, and the layer's saved input and the re-run's
+  // output buffer are freed as soon as it is done, before the backward's own
+  // buffers (exec/model/chunk.cc layer_backward), so the layer then holds
+  // its fp32 activations in place of its saved input; selective recomputes
   // the attention output and log-sum-exp; 16-bit saves are restored to fp32,
   // except those backward reads only as a weight-gradient GEMM's operand
   // (ChunkConfig::gemm_reads_packed: the norm outputs h1 and, on a dense
@@ -280,15 +283,12 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   Layout keep_all = l;
   keep_all.recompute = Recompute::kNone;
   const double fp32_layer = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, top_moe);
-  double in_backward = 0;
-  if (l.recompute == Recompute::kFull) {
-    in_backward = fp32_layer + 4 * Nl * h;
-  } else {
-    in_backward = fp32_layer - saved;
-    if (train.precision != Precision::kFp32) {
-      const double F = double(m.ffn_hidden) / l.tp;
-      in_backward -= 2 * (T * h + (top_moe ? 0.0 : T * h + T * F));
-    }
+  // Under full recompute the re-run forward rounds those same tensors to 16
+  // bits as soon as they are made (exec/model/chunk.cc layer_forward).
+  double in_backward = fp32_layer - saved;
+  if (train.precision != Precision::kFp32) {
+    const double F = double(m.ffn_hidden) / l.tp;
+    in_backward -= 2 * (T * h + (top_moe ? 0.0 : T * h + T * F));
   }
   // The head keeps from its forward to its backward the fp32 logits of the
   // padded vocabulary slice (turned into their gradient in place), the
@@ -325,12 +325,10 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // at the grouped expert GEMMs (the expert outputs freed) or at the shared
   // experts (the expert rows freed too), then its attention with the MoE
   // state gone; the largest of the three moments.
-  // Under full recompute the layer's saved input and the recomputed output
-  // are freed once the recomputed forward is done, before any of them.
   double layer_act = in_backward, layer_ws = w.layer;
   if (top_moe) {
     const double flow = w.layer - w.mlp_or_attention;  // the chunk's flowing and gathered gradients
-    const double live = in_backward - (l.recompute == Recompute::kFull ? 4 * Nl * h + saved : 0.0);
+    const double live = in_backward;
     const double moments[3][2] = {
         {live - 4 * moe.combine_elems, flow + moe.grouped_workspace},
         {live - 4 * (moe.combine_elems + moe.expert_elems), flow + moe.shared_workspace},

@@ -26,15 +26,17 @@ struct ModelChunk::LayerActs {
   DeviceBuffer s;             // SwiGLU product (N, F_l)
   MoeActsPtr moe;             // a MoE layer's MLP state (its large tensors packed as the others)
   bool packed = false;        // the large tensors above are held in 16 bits
-  std::vector<const DeviceBuffer*> kept16;  // in backward: the gemm_only ones still in 16 bits
+  unsigned kept16 = 0;        // the gemm_only tensors held in 16 bits (bits of bit16)
   // The tensors backward reads only as a weight-gradient GEMM's operand: h1
   // (q, k, v), h2 (the MLP's first GEMMs; a MoE layer's router reads it),
   // and the MLP's second GEMM input (GELU's output g, SwiGLU's product s).
   bool gemm_only(const DeviceBuffer* b, bool gpt2, bool moe_layer) const {
     return b == &h1 || (!moe_layer && (b == &h2 || b == (gpt2 ? &g : &s)));
   }
+  unsigned bit16(const DeviceBuffer* b) const { return b == &h1 ? 1u : b == &h2 ? 2u : b == &g ? 4u : b == &s ? 8u : 0u; }
+  void keep16(const DeviceBuffer& b) { kept16 |= bit16(&b); }
   // A GEMM operand: fp32, or (kept16) the packed 16 bits, the other null.
-  bool is16(const DeviceBuffer& b) const { return std::find(kept16.begin(), kept16.end(), &b) != kept16.end(); }
+  bool is16(const DeviceBuffer& b) const { return (kept16 & bit16(&b)) != 0; }
   const float* f32(const DeviceBuffer& b) const { return is16(b) ? nullptr : b.f32(); }
   const uint16_t* b16(const DeviceBuffer& b) const {
     return is16(b) ? reinterpret_cast<const uint16_t*>(b.f32()) : nullptr;
@@ -239,18 +241,30 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
                            a.rstd1.f32(), Nl, C, d.norm_eps});
   else
     k.rmsnorm_forward({x_in, P.param(p + "ln1.weight"), h_loc.f32(), a.rstd1.f32(), Nl, C, d.norm_eps});
+  // Mixed precision (ChunkConfig::gemm_reads_packed): a tensor that only
+  // GEMMs read from here on, forward and backward, is rounded to 16 bits
+  // once, as soon as it is made: its forward GEMMs read those bits (one cast
+  // where each GEMM made its own), it is saved as them (the pack it would
+  // get), and its fp32 form is freed.
+  const bool round_once = saves_16bit(backend_) && cfg_.gemm_reads_packed;
+  auto gemm16 = [&](DeviceBuffer& b) {
+    if (!round_once) return;
+    pack(backend_, b);
+    a.keep16(b);
+  };
   a.h1 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h1.f32()));
+  gemm16(a.h1);
   a.q = make(backend_, N * Hq * D);
   a.k = make(backend_, N * Hk * D);
   a.v = make(backend_, N * Hk * D);
   const bool qkv_bias = d.gpt2 || d.qkv_bias;
-  linear(k, a.h1.f32(), P.param(p + "attn.q.weight"), qkv_bias ? P.param(p + "attn.q.bias") : nullptr, a.q.f32(), N,
-         C, Hq * D);
-  linear(k, a.h1.f32(), P.param(p + "attn.k.weight"), qkv_bias ? P.param(p + "attn.k.bias") : nullptr, a.k.f32(), N,
-         C, Hk * D);
-  linear(k, a.h1.f32(), P.param(p + "attn.v.weight"), qkv_bias ? P.param(p + "attn.v.bias") : nullptr, a.v.f32(), N,
-         C, Hk * D);
+  linear(k, a.f32(a.h1), P.param(p + "attn.q.weight"), qkv_bias ? P.param(p + "attn.q.bias") : nullptr, a.q.f32(), N,
+         C, Hq * D, a.b16(a.h1));
+  linear(k, a.f32(a.h1), P.param(p + "attn.k.weight"), qkv_bias ? P.param(p + "attn.k.bias") : nullptr, a.k.f32(), N,
+         C, Hk * D, a.b16(a.h1));
+  linear(k, a.f32(a.h1), P.param(p + "attn.v.weight"), qkv_bias ? P.param(p + "attn.v.bias") : nullptr, a.v.f32(), N,
+         C, Hk * D, a.b16(a.h1));
   if (!d.gpt2) {
     if (d.qk_norm) {  // Qwen3: RMSNorm over each head's D values, before RoPE
       a.qn_in = std::move(a.q);
@@ -289,21 +303,26 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   if (d.moe.is_moe(layer)) {
     LOOM_RETURN_IF_ERROR(moe_->forward(layer, a.h2.f32(), part.f32(), N, &a.moe, keep ? nullptr : &moe_stats_));
   } else if (d.gpt2) {
+    gemm16(a.h2);
     a.a = make(backend_, N * F);
     a.g = make(backend_, N * F);
-    linear(k, a.h2.f32(), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F);
+    linear(k, a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F,
+           a.b16(a.h2));
     k.gelu_forward({a.a.f32(), a.g.f32(), N * F});
-    linear(k, a.g.f32(), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C);
+    gemm16(a.g);
+    linear(k, a.f32(a.g), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C, a.b16(a.g));
   } else {
+    gemm16(a.h2);
     a.a = make(backend_, N * F);
     a.g = make(backend_, N * F);
-    linear(k, a.h2.f32(), P.param(p + "mlp.gate.weight"), d.mlp_bias ? P.param(p + "mlp.gate.bias") : nullptr,
-           a.a.f32(), N, C, F);
-    linear(k, a.h2.f32(), P.param(p + "mlp.up.weight"), d.mlp_bias ? P.param(p + "mlp.up.bias") : nullptr, a.g.f32(),
-           N, C, F);
+    linear(k, a.f32(a.h2), P.param(p + "mlp.gate.weight"), d.mlp_bias ? P.param(p + "mlp.gate.bias") : nullptr,
+           a.a.f32(), N, C, F, a.b16(a.h2));
+    linear(k, a.f32(a.h2), P.param(p + "mlp.up.weight"), d.mlp_bias ? P.param(p + "mlp.up.bias") : nullptr, a.g.f32(),
+           N, C, F, a.b16(a.h2));
     a.s = make(backend_, N * F);
     k.swiglu_forward({a.a.f32(), a.g.f32(), a.s.f32(), N * F});
-    linear(k, a.s.f32(), P.param(p + "mlp.down.weight"), nullptr, part.f32(), N, F, C);
+    gemm16(a.s);
+    linear(k, a.f32(a.s), P.param(p + "mlp.down.weight"), nullptr, part.f32(), N, F, C, a.b16(a.s));
   }
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
   if (d.gpt2) k.add_bias({o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C});
@@ -322,7 +341,9 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
       a.lse = DeviceBuffer();
     }
     if (saves_16bit(backend_)) {
-      a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) { pack(backend_, b); });
+      a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) {
+        if (!a.is16(b)) pack(backend_, b);
+      });
       a.packed = true;
     }
   }
@@ -344,7 +365,8 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     MemoryClassScope restored(MemoryClass::kActivations);
     const bool keep16 = cfg_.gemm_reads_packed, moe_layer = d.moe.is_moe(layer);
     a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) {
-      if (keep16 && !b.empty() && a.gemm_only(&b, d.gpt2, moe_layer)) a.kept16.push_back(&b);
+      if (a.is16(b)) return;  // rounded once in forward (gemm16)
+      if (keep16 && !b.empty() && a.gemm_only(&b, d.gpt2, moe_layer)) a.keep16(b);
       else unpack(backend_, b);
     });
     a.packed = false;

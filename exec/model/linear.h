@@ -7,10 +7,11 @@
 
 namespace loom::exec {
 
-// y(N,out) = x(N,in) W(out,in)^T (+ b)
+// y(N,out) = x(N,in) W(out,in)^T (+ b). x16: x in the table's 16-bit format
+// (x then null), read as it is (Gemm::A16).
 inline void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in,
-                   int64_t out) {
-  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y});
+                   int64_t out, const uint16_t* x16 = nullptr) {
+  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y, x16, nullptr});
   if (b) k.add_bias({y, b, N, out});
 }
 // dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W.
