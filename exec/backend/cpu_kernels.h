@@ -7,6 +7,8 @@
 // tests/unit/exec/loss_scaling_test.cc rounds GEMM operands).
 #pragma once
 
+#include <algorithm>
+
 #include "exec/backend/cpu_ops.h"
 #include "exec/backend/kernels.h"
 
@@ -17,6 +19,13 @@ class CpuKernels : public Kernels {
   // A Gemm with A16 / B16: those operands widened by from_16bit (this
   // table's 16-bit format), then gemm() on the fp32 copies.
   void gemm_16bit_operands(const Gemm& a);
+  // x without a residual; else sum = x + residual (add_inplace's adds), returned.
+  static const float* residual_sum(const float* x, const float* residual, float* sum, int64_t n) {
+    if (!residual) return x;
+    if (sum != x) std::copy(x, x + n, sum);
+    cpu::add_inplace(sum, residual, n);
+    return sum;
+  }
 
  public:
   Precision precision() const override { return Precision::kFp32; }
@@ -34,17 +43,21 @@ class CpuKernels : public Kernels {
       cpu::gemm(a.trans_a, a.trans_b, x.M, x.N, x.K, a.alpha, x.A, x.B, a.beta, x.C);
     }
   }
+  // The fused residual forms: the two ops the fusion replaces, in order.
   void layernorm_forward(const LayernormForward& a) override {
-    cpu::layernorm_forward(a.x, a.w, a.b, a.y, a.mean, a.rstd, a.N, a.C, a.eps);
+    cpu::layernorm_forward(residual_sum(a.x, a.residual, a.sum, a.N * a.C), a.w, a.b, a.y, a.mean, a.rstd, a.N, a.C,
+                           a.eps);
   }
   void layernorm_backward(const LayernormBackward& a) override {
     cpu::layernorm_backward(a.dy, a.x, a.w, a.mean, a.rstd, a.dx, a.dw, a.db, a.N, a.C);
+    if (a.dx_add) cpu::add_inplace(a.dx, a.dx_add, a.N * a.C);
   }
   void rmsnorm_forward(const RmsnormForward& a) override {
-    cpu::rmsnorm_forward(a.x, a.w, a.y, a.rstd, a.N, a.C, a.eps);
+    cpu::rmsnorm_forward(residual_sum(a.x, a.residual, a.sum, a.N * a.C), a.w, a.y, a.rstd, a.N, a.C, a.eps);
   }
   void rmsnorm_backward(const RmsnormBackward& a) override {
     cpu::rmsnorm_backward(a.dy, a.x, a.w, a.rstd, a.dx, a.dw, a.N, a.C);
+    if (a.dx_add) cpu::add_inplace(a.dx, a.dx_add, a.N * a.C);
   }
   void gelu_forward(const GeluForward& a) override { cpu::gelu_forward(a.x, a.y, a.n); }
   void gelu_backward(const GeluBackward& a) override { cpu::gelu_backward(a.dy, a.x, a.dx, a.n); }

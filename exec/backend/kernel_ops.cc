@@ -63,25 +63,27 @@ KernelCall Gemm::describe(Precision p) const {
               operand * (m * k + k * n) + kF32 * m * n * (beta != 0.f ? 2 : 1));
 }
 
+// A fused residual reads one more (N,C) tensor and writes the sum; a fused
+// dx_add reads one more.
 KernelCall LayernormForward::describe(Precision) const {
   const double n = double(N), ch = double(C);
-  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (2 * n * ch + 2 * ch + 2 * n));
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * ((residual ? 4 : 2) * n * ch + 2 * ch + 2 * n));
 }
 
 KernelCall LayernormBackward::describe(Precision) const {
   const double n = double(N), ch = double(C);
   // dy, x read, dx written; w read, dw and db accumulated; mean, rstd read.
-  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (3 * n * ch + 5 * ch + 2 * n));
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * ((dx_add ? 4 : 3) * n * ch + 5 * ch + 2 * n));
 }
 
 KernelCall RmsnormForward::describe(Precision) const {
   const double n = double(N), ch = double(C);
-  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (2 * n * ch + ch + n));
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * ((residual ? 4 : 2) * n * ch + ch + n));
 }
 
 KernelCall RmsnormBackward::describe(Precision) const {
   const double n = double(N), ch = double(C);
-  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * (3 * n * ch + 3 * ch + n));
+  return call(kOp, {{"N", N}, {"C", C}}, 0, kF32 * ((dx_add ? 4 : 3) * n * ch + 3 * ch + n));
 }
 
 KernelCall GeluForward::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 2 * double(n)); }

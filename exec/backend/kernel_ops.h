@@ -147,6 +147,9 @@ struct GroupedGemm {
 };
 
 // y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N) for backward.
+// The residual add fused in (both or neither): with `residual` and `sum`
+// the row normalized is x + residual, written to sum(N,C) (float adds, as
+// add_inplace makes them: the same bits as the two ops).
 struct LayernormForward {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kLayernormForward;
@@ -154,18 +157,25 @@ struct LayernormForward {
   float *y, *mean, *rstd;
   int64_t N, C;
   float eps;
+  const float* residual = nullptr;
+  float* sum = nullptr;
   KernelCall describe(Precision p) const;
 };
+// `x` is the normalized input (the forward's sum when it had a residual).
+// dx_add: a gradient added to dx (dx = norm's dx + dx_add, as add_inplace
+// after the op would make it): the residual branch's.
 struct LayernormBackward {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kLayernormBackward;
   const float *dy, *x, *w, *mean, *rstd;
   float *dx, *dw, *db;
   int64_t N, C;
+  const float* dx_add = nullptr;
   KernelCall describe(Precision p) const;
 };
 
-// y(N,C) = x * rsqrt(mean(x^2) + eps) * w; saves rstd(N).
+// y(N,C) = x * rsqrt(mean(x^2) + eps) * w; saves rstd(N). residual / sum
+// and dx_add as LayernormForward / LayernormBackward.
 struct RmsnormForward {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kRmsnormForward;
@@ -173,6 +183,8 @@ struct RmsnormForward {
   float *y, *rstd;
   int64_t N, C;
   float eps;
+  const float* residual = nullptr;
+  float* sum = nullptr;
   KernelCall describe(Precision p) const;
 };
 struct RmsnormBackward {
@@ -181,6 +193,7 @@ struct RmsnormBackward {
   const float *dy, *x, *w, *rstd;
   float *dx, *dw;
   int64_t N, C;
+  const float* dx_add = nullptr;
   KernelCall describe(Precision p) const;
 };
 

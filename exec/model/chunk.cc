@@ -287,17 +287,16 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   DeviceBuffer o = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
   if (d.gpt2 || d.o_bias) k.add_bias({o.f32(), P.param(p + "attn.o.bias"), Nl, C});
+  // MLP block: its norm takes the residual add, x_mid = x_in + o (fused)
   a.x_mid = make(backend_, Nl * C);
-  backend_->copy(a.x_mid.f32(), x_in, size_t(Nl * C) * sizeof(float));
-  k.add_inplace({a.x_mid.f32(), o.f32(), Nl * C});
-  // MLP block
   if (d.gpt2) a.mean2 = make(backend_, Nl);
   a.rstd2 = make(backend_, Nl);
   if (d.gpt2)
-    k.layernorm_forward({a.x_mid.f32(), P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(),
-                           a.mean2.f32(), a.rstd2.f32(), Nl, C, d.norm_eps});
+    k.layernorm_forward({x_in, P.param(p + "ln2.weight"), P.param(p + "ln2.bias"), h_loc.f32(), a.mean2.f32(),
+                         a.rstd2.f32(), Nl, C, d.norm_eps, o.f32(), a.x_mid.f32()});
   else
-    k.rmsnorm_forward({a.x_mid.f32(), P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps});
+    k.rmsnorm_forward({x_in, P.param(p + "ln2.weight"), h_loc.f32(), a.rstd2.f32(), Nl, C, d.norm_eps, o.f32(),
+                       a.x_mid.f32()});
   a.h2 = make(backend_, N * C);
   LOOM_RETURN_IF_ERROR(enter_tp(h_loc.f32(), a.h2.f32()));
   if (d.moe.is_moe(layer)) {
@@ -410,13 +409,13 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   DeviceBuffer dh = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   DeviceBuffer dx_mid = make(backend_, Nl * C);
+  // dx_mid = the norm's dx + dx_out (the residual branch), fused
   if (d.gpt2)
     k.layernorm_backward({dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.mean2.f32(), a.rstd2.f32(),
-                            dx_mid.f32(), P.grad(p + "ln2.weight"), P.grad(p + "ln2.bias"), Nl, C});
+                          dx_mid.f32(), P.grad(p + "ln2.weight"), P.grad(p + "ln2.bias"), Nl, C, dx_out});
   else
     k.rmsnorm_backward({dh.f32(), a.x_mid.f32(), P.param(p + "ln2.weight"), a.rstd2.f32(), dx_mid.f32(),
-                          P.grad(p + "ln2.weight"), Nl, C});
-  k.add_inplace({dx_mid.f32(), dx_out, Nl * C});
+                        P.grad(p + "ln2.weight"), Nl, C, dx_out});
   // attention block
   if (d.gpt2 || d.o_bias) k.bias_backward({dx_mid.f32(), P.grad(p + "attn.o.bias"), Nl, C});
   LOOM_RETURN_IF_ERROR(enter_tp(dx_mid.f32(), dfull.f32()));
@@ -465,11 +464,10 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
     k.layernorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
-                            P.grad(p + "ln1.weight"), P.grad(p + "ln1.bias"), Nl, C});
+                          P.grad(p + "ln1.weight"), P.grad(p + "ln1.bias"), Nl, C, dx_mid.f32()});
   else
     k.rmsnorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.rstd1.f32(), dx_in,
-                          P.grad(p + "ln1.weight"), Nl, C});
-  k.add_inplace({dx_in, dx_mid.f32(), Nl * C});
+                        P.grad(p + "ln1.weight"), Nl, C, dx_mid.f32()});
   a = LayerActs{};
   return Status::ok();
 }

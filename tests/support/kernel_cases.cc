@@ -53,7 +53,18 @@ std::vector<Case> cases<LayernormForward>() {
     k.layernorm_forward({p.f(x), p.f(w), p.f(b), p.f(y), p.f(mean), p.f(rstd), N, C, 1e-5f});
     return std::vector<double>{};
   };
-  return {c};
+  // The fused residual add: the row normalized is x + r, written to sum.
+  Case f = make(KernelOp::kLayernormForward, "layernorm_forward + residual");
+  const int fx = f.in("x", random_vec(size_t(N * C), 5, -2, 3)), fr = f.in("r", random_vec(size_t(N * C), 25, -1, 1)),
+            fw = f.in("w", random_vec(size_t(C), 6)), fb = f.in("b", random_vec(size_t(C), 7));
+  const int fy = f.out("y", size_t(N * C), kF32), fmean = f.out("mean", size_t(N), kF32),
+            frstd = f.out("rstd", size_t(N), kF32), fsum = f.out("sum", size_t(N * C), kF32);
+  f.run = [=](Kernels& k, const Bound& p) {
+    k.layernorm_forward(
+        {p.f(fx), p.f(fw), p.f(fb), p.f(fy), p.f(fmean), p.f(frstd), N, C, 1e-5f, p.f(fr), p.f(fsum)});
+    return std::vector<double>{};
+  };
+  return {c, f};
 }
 
 template <>
@@ -71,7 +82,16 @@ std::vector<Case> cases<LayernormBackward>() {
     k.layernorm_backward({p.f(dy), p.f(x), p.f(w), p.f(mean), p.f(rstd), p.f(dx), p.f(dw), p.f(db), N, C});
     return std::vector<double>{};
   };
-  return {c};
+  // dx plus the residual branch's gradient, fused.
+  Case f = c;
+  f.label = "layernorm_backward + dx_add";
+  const int add = f.in("dx_add", random_vec(size_t(N * C), 26));
+  f.run = [=](Kernels& k, const Bound& p) {
+    k.layernorm_backward(
+        {p.f(dy), p.f(x), p.f(w), p.f(mean), p.f(rstd), p.f(dx), p.f(dw), p.f(db), N, C, p.f(add)});
+    return std::vector<double>{};
+  };
+  return {c, f};
 }
 
 template <>
@@ -84,7 +104,14 @@ std::vector<Case> cases<RmsnormForward>() {
     k.rmsnorm_forward({p.f(x), p.f(w), p.f(y), p.f(rstd), N, C, 1e-6f});
     return std::vector<double>{};
   };
-  return {c};
+  Case f = c;
+  f.label = "rmsnorm_forward + residual";
+  const int r = f.in("r", random_vec(size_t(N * C), 27, -1, 1)), sum = f.out("sum", size_t(N * C), kF32);
+  f.run = [=](Kernels& k, const Bound& p) {
+    k.rmsnorm_forward({p.f(x), p.f(w), p.f(y), p.f(rstd), N, C, 1e-6f, p.f(r), p.f(sum)});
+    return std::vector<double>{};
+  };
+  return {c, f};
 }
 
 template <>
@@ -102,7 +129,14 @@ std::vector<Case> cases<RmsnormBackward>() {
     k.rmsnorm_backward({p.f(dy), p.f(x), p.f(w), p.f(rstd), p.f(dx), p.f(dw), N, C});
     return std::vector<double>{};
   };
-  return {c};
+  Case f = c;
+  f.label = "rmsnorm_backward + dx_add";
+  const int add = f.in("dx_add", random_vec(size_t(N * C), 28));
+  f.run = [=](Kernels& k, const Bound& p) {
+    k.rmsnorm_backward({p.f(dy), p.f(x), p.f(w), p.f(rstd), p.f(dx), p.f(dw), N, C, p.f(add)});
+    return std::vector<double>{};
+  };
+  return {c, f};
 }
 
 

@@ -94,16 +94,16 @@ class CudaKernels final : public Kernels {
     }
   }
   void layernorm_forward(const LayernormForward& a) override {
-    note(cuda::layernorm_forward(a.x, a.w, a.b, a.y, a.mean, a.rstd, a.N, a.C, a.eps, s_));
+    note(cuda::layernorm_forward(a.x, a.w, a.b, a.y, a.mean, a.rstd, a.N, a.C, a.eps, s_, a.residual, a.sum));
   }
   void layernorm_backward(const LayernormBackward& a) override {
-    note(cuda::layernorm_backward(a.dy, a.x, a.w, a.mean, a.rstd, a.dx, a.dw, a.db, a.N, a.C, s_));
+    note(cuda::layernorm_backward(a.dy, a.x, a.w, a.mean, a.rstd, a.dx, a.dw, a.db, a.N, a.C, s_, a.dx_add));
   }
   void rmsnorm_forward(const RmsnormForward& a) override {
-    note(cuda::rmsnorm_forward(a.x, a.w, a.y, a.rstd, a.N, a.C, a.eps, s_));
+    note(cuda::rmsnorm_forward(a.x, a.w, a.y, a.rstd, a.N, a.C, a.eps, s_, a.residual, a.sum));
   }
   void rmsnorm_backward(const RmsnormBackward& a) override {
-    note(cuda::rmsnorm_backward(a.dy, a.x, a.w, a.rstd, a.dx, a.dw, a.N, a.C, s_));
+    note(cuda::rmsnorm_backward(a.dy, a.x, a.w, a.rstd, a.dx, a.dw, a.N, a.C, s_, a.dx_add));
   }
   void gelu_forward(const GeluForward& a) override { note(cuda::gelu_forward(a.x, a.y, a.n, s_)); }
   void gelu_backward(const GeluBackward& a) override { note(cuda::gelu_backward(a.dy, a.x, a.dx, a.n, s_)); }

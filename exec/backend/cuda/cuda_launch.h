@@ -85,4 +85,25 @@ __device__ inline float block_max(float v, float* scratch) {
   return m;
 }
 
+// A norm's fused residual add over row n of (., C): this thread's elements
+// of x + res, written to sum and passed to f; returns the row to read back
+// (each thread reads back only what it wrote: the norms' loops share this
+// stride). Without res, f sees the row of x, which is returned.
+template <typename F>
+__device__ inline const float* residual_row(const float* x, const float* res, float* sum, int64_t n, int64_t C, F&& f) {
+  const float* xn = x + n * C;
+  if (!res) {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) f(xn[c]);
+    return xn;
+  }
+  const float* rn = res + n * C;
+  float* sn = sum + n * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = xn[c] + rn[c];
+    sn[c] = v;
+    f(v);
+  }
+  return sn;
+}
+
 }  // namespace loom::cuda

@@ -10,13 +10,14 @@ namespace loom::cuda {
 
 namespace {
 
+// With `res`: the row is x + res, written to `sum` first; each thread then
+// reads back only the elements it wrote (the loops share their stride).
 __global__ void layernorm_forward_kernel(const float* x, const float* w, const float* b, float* y, float* mean,
-                                         float* rstd, int64_t C, float eps) {
+                                         float* rstd, int64_t C, float eps, const float* res, float* sum) {
   __shared__ double scratch[kThreads / 32];
   const int64_t n = blockIdx.x;
-  const float* xn = x + n * C;
   double s = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += xn[c];
+  const float* xn = residual_row(x, res, sum, n, C, [&](float v) { s += v; });
   const double mu = block_sum(s, scratch) / double(C);
   double sq = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -32,7 +33,7 @@ __global__ void layernorm_forward_kernel(const float* x, const float* w, const f
 }
 
 __global__ void layernorm_dx_kernel(const float* dy, const float* x, const float* w, const float* mean,
-                                    const float* rstd, float* dx, int64_t C) {
+                                    const float* rstd, float* dx, int64_t C, const float* dx_add) {
   __shared__ double scratch[kThreads / 32];
   const int64_t n = blockIdx.x;
   const float* dyn = dy + n * C;
@@ -49,7 +50,8 @@ __global__ void layernorm_dx_kernel(const float* dy, const float* x, const float
   float* dxn = dx + n * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const float xhat = (xn[c] - m) * r;
-    dxn[c] = r * (dyn[c] * w[c] - g_mean - xhat * gx_mean);
+    const float g = r * (dyn[c] * w[c] - g_mean - xhat * gx_mean);
+    dxn[c] = dx_add ? __fadd_rn(g, dx_add[n * C + c]) : g;  // _rn: no FMA contraction, add_inplace's bits
   }
 }
 
@@ -67,17 +69,18 @@ struct LayerNormGrads {
 }  // namespace
 
 Status layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                         int64_t N, int64_t C, float eps, cudaStream_t stream) {
+                         int64_t N, int64_t C, float eps, cudaStream_t stream, const float* residual, float* sum) {
   if (N <= 0 || C <= 0) return Status::ok();
-  layernorm_forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(x, w, b, y, mean, rstd, C, eps);
+  layernorm_forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(x, w, b, y, mean, rstd, C, eps, residual, sum);
   LOOM_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
 Status layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
-                          float* dx, float* dw, float* db, int64_t N, int64_t C, cudaStream_t stream) {
+                          float* dx, float* dw, float* db, int64_t N, int64_t C, cudaStream_t stream,
+                          const float* dx_add) {
   if (N <= 0 || C <= 0) return Status::ok();
-  layernorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, C);
+  layernorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, C, dx_add);
   LOOM_CUDA_CHECK_LAUNCH();
   return column_sums<2>(LayerNormGrads{dy, x, mean, rstd, C}, N, C, dw, db, stream);
 }

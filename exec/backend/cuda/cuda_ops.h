@@ -36,17 +36,22 @@ bool device_memory(int device, size_t* free_bytes, size_t* total_bytes);
 int device_sm_arch(int device);
 size_t device_l2_bytes(int device);
 
-// y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N).
+// y(N,C) = LayerNorm(x) * w + b; saves mean(N), rstd(N). With `residual`:
+// the row is x + residual, written to `sum` (the fused residual add,
+// kernel_ops.h LayernormForward).
 Status layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                         int64_t N, int64_t C, float eps, cudaStream_t stream);
-// dx = ..., dw += ..., db += ... (as cpu::layernorm_backward).
+                         int64_t N, int64_t C, float eps, cudaStream_t stream, const float* residual = nullptr,
+                         float* sum = nullptr);
+// dx = ... (+ dx_add), dw += ..., db += ... (as cpu::layernorm_backward).
 Status layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
-                          float* dx, float* dw, float* db, int64_t N, int64_t C, cudaStream_t stream);
+                          float* dx, float* dw, float* db, int64_t N, int64_t C, cudaStream_t stream,
+                          const float* dx_add = nullptr);
 // y = x * rsqrt(mean(x^2) + eps) * w; saves rstd(N). Backward: dx = ..., dw += ...
+// residual / sum and dx_add as for LayerNorm.
 Status rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const float* residual = nullptr, float* sum = nullptr);
 Status rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                        int64_t N, int64_t C, cudaStream_t stream);
+                        int64_t N, int64_t C, cudaStream_t stream, const float* dx_add = nullptr);
 // SwiGLU: y = silu(gate) * up; backward writes dgate, dup.
 Status swiglu_forward(const float* gate, const float* up, float* y, int64_t n, cudaStream_t stream);
 Status swiglu_backward(const float* dy, const float* gate, const float* up, float* dgate, float* dup, int64_t n,

@@ -9,12 +9,14 @@ namespace loom::cuda {
 
 namespace {
 
-__global__ void rmsnorm_forward_kernel(const float* x, const float* w, float* y, float* rstd, int64_t C, float eps) {
+// With `res`: the row is x + res, written to `sum` first (each thread reads
+// back only what it wrote).
+__global__ void rmsnorm_forward_kernel(const float* x, const float* w, float* y, float* rstd, int64_t C, float eps,
+                                       const float* res, float* sum) {
   __shared__ double scratch[kThreads / 32];
   const int64_t n = blockIdx.x;
-  const float* xn = x + n * C;
   double sq = 0;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sq += double(xn[c]) * xn[c];
+  const float* xn = residual_row(x, res, sum, n, C, [&](float v) { sq += double(v) * v; });
   const float s = float(1.0 / sqrt(block_sum(sq, scratch) / double(C) + double(eps)));
   float* yn = y + n * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yn[c] = xn[c] * s * w[c];
@@ -22,7 +24,7 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* w, float* y,
 }
 
 __global__ void rmsnorm_dx_kernel(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                                  int64_t C) {
+                                  int64_t C, const float* dx_add) {
   __shared__ double scratch[kThreads / 32];
   const int64_t n = blockIdx.x;
   const float* dyn = dy + n * C;
@@ -32,7 +34,10 @@ __global__ void rmsnorm_dx_kernel(const float* dy, const float* x, const float* 
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) gx += double(dyn[c] * w[c]) * (xn[c] * s);
   const float gx_mean = float(block_sum(gx, scratch) / double(C));
   float* dxn = dx + n * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dxn[c] = s * (dyn[c] * w[c] - (xn[c] * s) * gx_mean);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float g = s * (dyn[c] * w[c] - (xn[c] * s) * gx_mean);
+    dxn[c] = dx_add ? __fadd_rn(g, dx_add[n * C + c]) : g;  // _rn: no FMA contraction, add_inplace's bits
+  }
 }
 
 // dw += sum_n dy * x * rstd.
@@ -47,17 +52,17 @@ struct RmsNormGrad {
 }  // namespace
 
 Status rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const float* residual, float* sum) {
   if (N <= 0 || C <= 0) return Status::ok();
-  rmsnorm_forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(x, w, y, rstd, C, eps);
+  rmsnorm_forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(x, w, y, rstd, C, eps, residual, sum);
   LOOM_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }
 
 Status rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                        int64_t N, int64_t C, cudaStream_t stream) {
+                        int64_t N, int64_t C, cudaStream_t stream, const float* dx_add) {
   if (N <= 0 || C <= 0) return Status::ok();
-  rmsnorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, rstd, dx, C);
+  rmsnorm_dx_kernel<<<unsigned(N), kThreads, 0, stream>>>(dy, x, w, rstd, dx, C, dx_add);
   LOOM_CUDA_CHECK_LAUNCH();
   return column_sums<1>(RmsNormGrad{dy, x, rstd, C}, N, C, dw, nullptr, stream);
 }

@@ -123,6 +123,49 @@ TEST(KernelTable, MultiTensorOpsEqualTheirPerSegmentCallsBitForBit) {
   EXPECT_NEAR(multi, by_hand, 1e-12 * by_hand);
 }
 
+// The norms' fused residual add (forward: normalize x + r, writing the sum;
+// backward: dx plus the residual branch's gradient) are the add and the norm
+// they replace, bit for bit: the model's CPU path does not move.
+TEST(KernelTable, FusedResidualNormsEqualTheAddAndTheNormBitForBit) {
+  auto be = make_cpu_backend();
+  Kernels& k = be->kernels();
+  const int64_t N = 37, C = 96;
+  const size_t n = size_t(N * C);
+  const auto x = test::random_vec(n, 71, -2.f, 2.f), r = test::random_vec(n, 72, -1.f, 1.f),
+             w = test::random_vec(size_t(C), 73), b = test::random_vec(size_t(C), 74),
+             dy = test::random_vec(n, 75), dres = test::random_vec(n, 76);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& c) {
+    return a.size() == c.size() && std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (bool layernorm : {true, false}) {
+    SCOPED_TRACE(layernorm ? "layernorm" : "rmsnorm");
+    std::vector<float> s1 = x, y1(n), m1(static_cast<size_t>(N)), r1(static_cast<size_t>(N)), s2(n), y2(n),
+        m2(static_cast<size_t>(N)), r2(static_cast<size_t>(N));
+    k.add_inplace({s1.data(), r.data(), int64_t(n)});
+    if (layernorm) {
+      k.layernorm_forward({s1.data(), w.data(), b.data(), y1.data(), m1.data(), r1.data(), N, C, 1e-5f});
+      k.layernorm_forward({x.data(), w.data(), b.data(), y2.data(), m2.data(), r2.data(), N, C, 1e-5f, r.data(),
+                           s2.data()});
+    } else {
+      k.rmsnorm_forward({s1.data(), w.data(), y1.data(), r1.data(), N, C, 1e-6f});
+      k.rmsnorm_forward({x.data(), w.data(), y2.data(), r2.data(), N, C, 1e-6f, r.data(), s2.data()});
+    }
+    EXPECT_TRUE(same(s1, s2) && same(y1, y2) && same(r1, r2) && same(m1, m2));
+    std::vector<float> dx1(n), dx2(n), dw1(size_t(C), 0.f), dw2 = dw1, db1 = dw1, db2 = dw1;
+    if (layernorm) {
+      k.layernorm_backward({dy.data(), s1.data(), w.data(), m1.data(), r1.data(), dx1.data(), dw1.data(), db1.data(),
+                            N, C});
+      k.layernorm_backward({dy.data(), s1.data(), w.data(), m1.data(), r1.data(), dx2.data(), dw2.data(), db2.data(),
+                            N, C, dres.data()});
+    } else {
+      k.rmsnorm_backward({dy.data(), s1.data(), w.data(), r1.data(), dx1.data(), dw1.data(), N, C});
+      k.rmsnorm_backward({dy.data(), s1.data(), w.data(), r1.data(), dx2.data(), dw2.data(), N, C, dres.data()});
+    }
+    k.add_inplace({dx1.data(), dres.data(), int64_t(n)});
+    EXPECT_TRUE(same(dx1, dx2) && same(dw1, dw2) && same(db1, db2));
+  }
+}
+
 // Each op's description names its shape: the dims of a call are the op's
 // own size arguments (the profiler's rows and the sync check's messages).
 TEST(KernelTable, DescriptionsNameTheShape) {
