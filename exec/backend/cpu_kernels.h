@@ -124,7 +124,10 @@ class CpuKernels : public Kernels {
                         e[3] ? a.weight_decay : 0.f, a.step, a.grad_scale);
     }
   }
-  void add_inplace(const AddInplace& a) override { cpu::add_inplace(a.y, a.x, a.n); }
+  void add_inplace(const AddInplace& a) override {
+    if (a.base && a.base != a.y) std::copy(a.base, a.base + a.n, a.y);
+    cpu::add_inplace(a.y, a.x, a.n);
+  }
   void add_bias(const AddBias& a) override { cpu::add_bias(a.y, a.bias, a.N, a.C); }
   void bias_backward(const BiasBackward& a) override { cpu::bias_backward(a.dy, a.dbias, a.N, a.C); }
   void scale_inplace(const ScaleInplace& a) override { cpu::scale_inplace(a.y, a.s, a.n); }

@@ -173,7 +173,7 @@ KernelCall AdamwMulti::describe(Precision) const {
   return call(kOp, {{"n", total}, {"count", count}, {"step", step}}, 0, kF32 * 7 * double(total) + 32 * double(count));
 }
 
-KernelCall AddInplace::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 3 * double(n)); }
+KernelCall AddInplace::describe(Precision) const { return call(kOp, {{"n", n}}, 0, kF32 * 3 * double(n)); }  // with or without base
 
 KernelCall AddBias::describe(Precision) const {
   const double n = double(N), ch = double(C);

@@ -458,13 +458,15 @@ struct AdamwMulti {
   KernelCall describe(Precision p) const;
 };
 
-// y(n) += x(n).
+// y(n) += x(n). With `base`: y = base + x, y's old contents unread (the
+// copy and the add it replaces, the same bits).
 struct AddInplace {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kAddInplace;
   float* y;
   const float* x;
   int64_t n;
+  const float* base = nullptr;
   KernelCall describe(Precision p) const;
 };
 // y(N,C) += bias(C).

@@ -326,8 +326,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   LOOM_RETURN_IF_ERROR(leave_tp(part.f32(), o.f32()));
   if (d.gpt2) k.add_bias({o.f32(), P.param(p + "mlp.fc2.bias"), Nl, C});
   if (!d.gpt2 && d.mlp_bias) k.add_bias({o.f32(), P.param(p + "mlp.down.bias"), Nl, C});
-  backend_->copy(x_out, a.x_mid.f32(), size_t(Nl * C) * sizeof(float));
-  k.add_inplace({x_out, o.f32(), Nl * C});
+  k.add_inplace({x_out, o.f32(), Nl * C, a.x_mid.f32()});  // x_out = x_mid + o
   if (!keep) {
     // Full recompute keeps only the layer input; selective drops the
     // attention core (recomputed from q, k, v).

@@ -106,12 +106,15 @@ void check_attention(const AttentionCase& c) {
     Dev<float> q_(*be, q), k_(*be, k), v_(*be, v), do_(*be, dout), o_(*be, nans(nq)), l_(*be, nans(nl)),
         gq(*be, nans(nq)), gk(*be, nans(nk)), gv(*be, nans(nk));
     be->synchronize();
+    const int64_t cudnn_ran = cuda::cudnn_sdpa_executions();
     t0 = std::chrono::steady_clock::now();
     kt.attention_forward({q_.p(), k_.p(), v_.p(), o_.p(), l_.p(), B, T, Hq, Hk, D});
     kt.attention_backward({do_.p(), q_.p(), k_.p(), v_.p(), o_.p(), l_.p(), gq.p(), gk.p(), gv.p(), B, T, Hq, Hk, D});
     be->synchronize();
     std::printf(" %s: GPU forward + backward %.1f ms\n", var.name, 1e3 * seconds_since(t0));
     ASSERT_TRUE(kt.status().is_ok()) << kt.status().to_string();
+    if (std::string(var.attention) == "cudnn")
+      EXPECT_EQ(cuda::cudnn_sdpa_executions() - cudnn_ran, 2) << "cuDNN refused the shape: the cuBLAS fallback ran";
     const std::string at = std::string(var.name) + " ";
     expect_close(o_.get(), out, var.tol, at + "out");
     expect_close(l_.get(), lse, var.tol, at + "lse");

@@ -414,7 +414,15 @@ std::vector<Case> cases<AddInplace>() {
     k.add_inplace({p.f(y), p.f(x), n});
     return std::vector<double>{};
   };
-  return {c};
+  // Out of place: y = base + x, y's old contents unread.
+  Case o = make(KernelOp::kAddInplace, "add_inplace (base)");
+  const int oy = o.out("y", size_t(n), kExact), ox = o.in("x", random_vec(size_t(n), 41)),
+            ob = o.in("base", random_vec(size_t(n), 42));
+  o.run = [=](Kernels& k, const Bound& p) {
+    k.add_inplace({p.f(oy), p.f(ox), n, p.f(ob)});
+    return std::vector<double>{};
+  };
+  return {c, o};
 }
 
 template <>

@@ -13,9 +13,9 @@ namespace {
 
 constexpr unsigned kSumBlocks = 512;
 
-__global__ void add_kernel(float* y, const float* x, int64_t n) {
+__global__ void add_kernel(float* y, const float* x, int64_t n, const float* base) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] += x[i];
+    y[i] = (base ? base[i] : y[i]) + x[i];
 }
 
 __global__ void triad_kernel(float* z, const float* x, const float* y, float a, int64_t n) {
@@ -82,9 +82,9 @@ __global__ void sum_rows(const double* partial, unsigned width, double* out) {
 
 }  // namespace
 
-Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream, const float* base) {
   if (n <= 0) return Status::ok();
-  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n, base);
   LOOM_CUDA_CHECK_LAUNCH();
   return Status::ok();
 }

@@ -177,7 +177,7 @@ class CudaKernels final : public Kernels {
     note(cuda::adamw_update(a.param, a.grad, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
                             a.grad_scale, s_));
   }
-  void add_inplace(const AddInplace& a) override { note(cuda::add_inplace(a.y, a.x, a.n, s_)); }
+  void add_inplace(const AddInplace& a) override { note(cuda::add_inplace(a.y, a.x, a.n, s_, a.base)); }
   void add_bias(const AddBias& a) override { note(cuda::add_bias(a.y, a.bias, a.N, a.C, s_)); }
   void bias_backward(const BiasBackward& a) override { note(cuda::bias_backward(a.dy, a.dbias, a.N, a.C, s_)); }
   void scale_inplace(const ScaleInplace& a) override { note(cuda::scale_inplace(a.y, a.s, a.n, s_)); }

@@ -141,7 +141,8 @@ Status sum(const float* x, int64_t n, double* out, cudaStream_t stream);
 // acc[0] += scale * sum(x), stream-ordered (no host read).
 Status accumulate_sum(const float* x, int64_t n, double scale, double* acc, cudaStream_t stream);
 // y += x; y *= s.
-Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
+// With `base`: y = base + x (y's old contents unread).
+Status add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream, const float* base = nullptr);
 Status scale_inplace(float* y, float s, int64_t n, cudaStream_t stream);
 // x(R, ld) columns [c_begin, c_end) = value.
 Status fill_columns(float* x, int64_t R, int64_t ld, int64_t c_begin, int64_t c_end, float value,

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
+#include <atomic>
 #include <mutex>
 
 #include <cudnn_frontend.h>
@@ -28,6 +29,11 @@ namespace fe = cudnn_frontend;
 bool cudnn_sdpa_built() { return true; }
 
 namespace {
+
+std::atomic<int64_t>& executions() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
 
 // Loads libcudnn: once it has loaded, for the rest of the process; a failed
 // attempt is retried by the next call (a test or a caller may fix the path).
@@ -50,6 +56,9 @@ Status load_cudnn() {
                        "to its libcudnn.so.9");
   }
   fe::cudnn_dlhandle = h;
+  // The frontend loads a CUDA runtime of its own choosing (libcudart.so.12
+  // first when both are findable): make it the one this process runs on.
+  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(), 0);
   try {
     const int64_t v = int64_t(fe::detail::get_backend_version());
     if (v >= 90000) return Status::ok();
@@ -88,7 +97,16 @@ fe::graph::Tensor_attributes stats_attr(const SdpaShape& s) {
       .set_data_type(fe::DataType_t::FLOAT);
 }
 
-std::shared_ptr<fe::graph::Graph> make_graph(const SdpaShape& s, bool backward) {
+// LOOM_CUDNN_DETERMINISTIC=1: cuDNN's deterministic backward (dQ without
+// atomics; slower), for bit-identical reruns.
+bool deterministic_backward() {
+  const char* e = std::getenv("LOOM_CUDNN_DETERMINISTIC");
+  return e && std::string(e) == "1";
+}
+
+// `composite`: the forward through cuDNN's composite SDPA node instead of
+// the frontend's automatic choice (the retry when that choice is refused).
+std::shared_ptr<fe::graph::Graph> make_graph(const SdpaShape& s, bool backward, bool composite) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(s.bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -99,6 +117,7 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaShape& s, bool backward) 
   const float scale = float(1.0 / std::sqrt(double(s.D)));
   if (!backward) {
     auto opt = fe::graph::SDPA_attributes().set_name("loom_sdpa").set_generate_stats(true).set_attn_scale(scale);
+    if (composite) opt.set_implementation(fe::AttentionImplementation_t::COMPOSITE);
     if (s.causal)
       opt.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
     auto [o, stats] = g->sdpa(q, k, v, opt);
@@ -112,7 +131,10 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaShape& s, bool backward) 
     auto o = g->tensor(bthd("O", kO, s, s.Hq));
     auto dout = g->tensor(bthd("dO", kDO, s, s.Hq));
     auto stats = g->tensor(stats_attr(s));
-    auto opt = fe::graph::SDPA_backward_attributes().set_name("loom_sdpa_backward").set_attn_scale(scale);
+    auto opt = fe::graph::SDPA_backward_attributes()
+                   .set_name("loom_sdpa_backward")
+                   .set_attn_scale(scale)
+                   .set_deterministic_algorithm(deterministic_backward());
     if (s.causal)
       opt.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, opt);
@@ -140,26 +162,28 @@ class FrontendSdpa final : public CudnnSdpa {
     if (!slot.failure.is_ok()) return slot.failure;
     const std::string what = std::string("cuDNN attention ") + (backward ? "backward" : "forward") + " at " +
                              s.to_string();
-    try {
-      auto g = make_graph(s, backward);
-      fe::error_t e = g->validate();
-      if (e.is_good()) e = g->build_operation_graph(handle_);
-      if (e.is_good()) e = g->create_execution_plans({fe::HeurMode_t::A});
-      if (e.is_good()) e = g->check_support(handle_);
-      if (e.is_good()) e = g->build_plans(handle_);
-      int64_t ws = 0;
-      if (e.is_good()) e = g->get_workspace_size(ws);
-      if (!e.is_good()) {
-        slot.failure = unsupported(what + ": " + fe_message(e));
-        return slot.failure;
+    // The forward is tried as the frontend chooses, then (refused) through
+    // the composite node; the backward has one form.
+    std::string why;
+    for (bool composite : {false, true}) {
+      if (composite && backward) break;
+      try {
+        auto g = make_graph(s, backward, composite);
+        fe::error_t e = g->build(handle_, {fe::HeurMode_t::A});
+        int64_t ws = 0;
+        if (e.is_good()) e = g->get_workspace_size(ws);
+        if (e.is_good()) {
+          slot.graph = std::move(g);
+          slot.workspace = size_t(ws);
+          return slot.workspace;
+        }
+        why += (why.empty() ? "" : "; composite: ") + fe_message(e);
+      } catch (const std::exception& ex) {
+        why += (why.empty() ? "" : "; composite: ") + std::string(ex.what());
       }
-      slot.graph = std::move(g);
-      slot.workspace = size_t(ws);
-      return slot.workspace;
-    } catch (const std::exception& ex) {
-      slot.failure = unsupported(what + ": " + ex.what());
-      return slot.failure;
     }
+    slot.failure = unsupported(what + ": " + why);
+    return slot.failure;
   }
 
   Status forward(const SdpaShape& s, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* out,
@@ -212,6 +236,7 @@ class FrontendSdpa final : public CudnnSdpa {
     } catch (const std::exception& ex) {
       return internal_error(std::string("cuDNN attention at ") + s.to_string() + ": " + ex.what());
     }
+    executions().fetch_add(1, std::memory_order_relaxed);
     return Status::ok();
   }
 
@@ -220,6 +245,9 @@ class FrontendSdpa final : public CudnnSdpa {
 };
 
 }  // namespace
+
+int64_t cudnn_sdpa_executions() { return executions().load(std::memory_order_relaxed); }
+bool cudnn_loaded() { return fe::cudnn_dlhandle != nullptr; }
 
 Result<std::unique_ptr<CudnnSdpa>> make_cudnn_sdpa(cudaStream_t stream) {
   LOOM_RETURN_IF_ERROR(load_cudnn());

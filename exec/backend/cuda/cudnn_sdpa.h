@@ -17,8 +17,13 @@
 // fp16 as the shape says, stored as uint16); lse (B,Hq,T) fp32, natural log
 // of the row's sum of exp(scale * q.k), scale 1/sqrt(D) (the same contract
 // as kernel_ops.h AttentionForward, so ring attention's merge applies).
-// Each shape's plan is built once (heuristics mode A) and cached; workspace
-// is the caller's. Not thread-safe: one per stream, like the kernel table.
+// Each shape's plan is built once (heuristics mode A; a refused forward is
+// retried through cuDNN's composite SDPA node) and cached; workspace is the
+// caller's. The backward is cuDNN's default (dQ accumulated with atomics:
+// not bit-reproducible); LOOM_CUDNN_DETERMINISTIC=1 asks for its
+// deterministic algorithm. The frontend is pointed at this process's CUDA
+// runtime (CUDNN_FRONTEND_CUDART_LIB_NAME, unless set).
+// Not thread-safe: one per stream, like the kernel table.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -70,5 +75,10 @@ Result<std::unique_ptr<CudnnSdpa>> make_cudnn_sdpa(cudaStream_t stream);
 
 // Whether this build has the cuDNN path (the cudnn-frontend headers were found).
 bool cudnn_sdpa_built();
+// Whether libcudnn has been loaded in this process (it then stays).
+bool cudnn_loaded();
+// forward() and backward() calls that ran, in this process (tests: proof
+// that a kernel table's attention went through cuDNN, not its fallback).
+int64_t cudnn_sdpa_executions();
 
 }  // namespace loom::cuda

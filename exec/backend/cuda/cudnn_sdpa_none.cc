@@ -5,6 +5,8 @@
 namespace loom::cuda {
 
 bool cudnn_sdpa_built() { return false; }
+int64_t cudnn_sdpa_executions() { return 0; }
+bool cudnn_loaded() { return false; }
 
 Result<std::unique_ptr<CudnnSdpa>> make_cudnn_sdpa(cudaStream_t) {
   return unsupported(
