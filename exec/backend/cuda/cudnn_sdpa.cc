@@ -30,6 +30,15 @@ bool cudnn_sdpa_built() { return true; }
 
 namespace {
 
+// The frontend loads a CUDA runtime of its own choosing (libcudart.so.12
+// first when both are findable): make it the one this process runs on. Set
+// at start-up (static initialization, before any thread could read the
+// environment), unless the user set it.
+const bool cudart_pinned = [] {
+  return setenv("CUDNN_FRONTEND_CUDART_LIB_NAME",
+                ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(), 0) == 0;
+}();
+
 std::atomic<int64_t>& executions() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -56,9 +65,6 @@ Status load_cudnn() {
                        "to its libcudnn.so.9");
   }
   fe::cudnn_dlhandle = h;
-  // The frontend loads a CUDA runtime of its own choosing (libcudart.so.12
-  // first when both are findable): make it the one this process runs on.
-  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", ("libcudart.so." + std::to_string(CUDART_VERSION / 1000)).c_str(), 0);
   try {
     const int64_t v = int64_t(fe::detail::get_backend_version());
     if (v >= 90000) return Status::ok();
