@@ -328,11 +328,10 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   double layer_act = in_backward, layer_ws = w.layer;
   if (top_moe) {
     const double flow = w.layer - w.mlp_or_attention;  // the chunk's flowing and gathered gradients
-    const double live = in_backward;
     const double moments[3][2] = {
-        {live - 4 * moe.combine_elems, flow + moe.grouped_workspace},
-        {live - 4 * (moe.combine_elems + moe.expert_elems), flow + moe.shared_workspace},
-        {live - moe.saved(4), flow + w.attention}};
+        {in_backward - 4 * moe.combine_elems, flow + moe.grouped_workspace},
+        {in_backward - 4 * (moe.combine_elems + moe.expert_elems), flow + moe.shared_workspace},
+        {in_backward - moe.saved(4), flow + w.attention}};
     layer_act = moments[0][0];
     layer_ws = moments[0][1];
     for (const auto& mo : moments)

@@ -26,13 +26,12 @@ struct ModelChunk::LayerActs {
   DeviceBuffer s;             // SwiGLU product (N, F_l)
   MoeActsPtr moe;             // a MoE layer's MLP state (its large tensors packed as the others)
   bool packed = false;        // the large tensors above are held in 16 bits
-  unsigned kept16 = 0;        // the gemm_only tensors held in 16 bits (bits of bit16)
-  // The tensors backward reads only as a weight-gradient GEMM's operand: h1
-  // (q, k, v), h2 (the MLP's first GEMMs; a MoE layer's router reads it),
-  // and the MLP's second GEMM input (GELU's output g, SwiGLU's product s).
-  bool gemm_only(const DeviceBuffer* b, bool gpt2, bool moe_layer) const {
-    return b == &h1 || (!moe_layer && (b == &h2 || b == (gpt2 ? &g : &s)));
-  }
+  // The tensors only GEMMs read, forward and backward, held in 16 bits from
+  // the moment layer_forward makes them (gemm16): h1 (q, k, v), a dense
+  // layer's h2 (its MLP's first GEMMs; a MoE layer's router reads h2 in
+  // fp32) and its MLP's second GEMM input (GELU's output g, SwiGLU's
+  // product s). Bits of bit16; backward never restores them.
+  unsigned kept16 = 0;
   unsigned bit16(const DeviceBuffer* b) const { return b == &h1 ? 1u : b == &h2 ? 2u : b == &g ? 4u : b == &s ? 8u : 0u; }
   void keep16(const DeviceBuffer& b) { kept16 |= bit16(&b); }
   // A GEMM operand: fp32, or (kept16) the packed 16 bits, the other null.
@@ -361,11 +360,8 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   const bool qkv_bias = d.gpt2 || d.qkv_bias;
   if (a.packed) {
     MemoryClassScope restored(MemoryClass::kActivations);
-    const bool keep16 = cfg_.gemm_reads_packed, moe_layer = d.moe.is_moe(layer);
     a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) {
-      if (a.is16(b)) return;  // rounded once in forward (gemm16)
-      if (keep16 && !b.empty() && a.gemm_only(&b, d.gpt2, moe_layer)) a.keep16(b);
-      else unpack(backend_, b);
+      if (!a.is16(b)) unpack(backend_, b);  // the kept16 ones stay 16-bit
     });
     a.packed = false;
   }
