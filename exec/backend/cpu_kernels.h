@@ -36,6 +36,9 @@ class CpuKernels : public Kernels {
   void gemm(const Gemm& a) override {
     if (a.A16 || a.B16) return gemm_16bit_operands(a);
     cpu::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, a.A, a.B, a.beta, a.C);
+    // The epilogue: the ops it replaces, in order (their bits).
+    if (a.bias) cpu::add_bias(a.C, a.bias, a.M, a.N);
+    if (a.gelu_out) cpu::gelu_forward(a.C, a.gelu_out, a.M * a.N);
   }
   void grouped_gemm(const GroupedGemm& a) override {
     for (int64_t g = 0; g < a.count; ++g) {

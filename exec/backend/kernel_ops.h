@@ -112,6 +112,11 @@ const char* kernel_op_name(KernelOp op);
 // already in the table's 16-bit format (as to_16bit writes it; a saved
 // activation held packed), read in place of A / B (which may then be null).
 // The product equals the one from the fp32 operand those 16 bits round.
+// The epilogue (a GPU table fuses it into the GEMM; the CPU tables run the
+// ops it replaces, in order, so their bits are those of the separate ops):
+//   bias      C(i, :) += bias(N) after the product (add_bias's adds)
+//   gelu_out  gelu_out(M,N) = GELU(C) after the bias, C keeping the
+//             pre-activation (gelu_forward's math); its own buffer
 struct Gemm {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kGemm;
@@ -124,6 +129,8 @@ struct Gemm {
   float* C;
   const uint16_t* A16 = nullptr;
   const uint16_t* B16 = nullptr;
+  const float* bias = nullptr;
+  float* gelu_out = nullptr;
   KernelCall describe(Precision p) const;
 };
 

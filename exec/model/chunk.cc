@@ -305,8 +305,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
     a.a = make(backend_, N * F);
     a.g = make(backend_, N * F);
     linear(k, a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.param(p + "mlp.fc1.bias"), a.a.f32(), N, C, F,
-           a.b16(a.h2));
-    k.gelu_forward({a.a.f32(), a.g.f32(), N * F});
+           a.b16(a.h2), a.g.f32());  // g = GELU(a), the GEMM's epilogue
     gemm16(a.g);
     linear(k, a.f32(a.g), P.param(p + "mlp.fc2.weight"), nullptr, part.f32(), N, F, C, a.b16(a.g));
   } else {

@@ -8,11 +8,12 @@
 namespace loom::exec {
 
 // y(N,out) = x(N,in) W(out,in)^T (+ b). x16: x in the table's 16-bit format
-// (x then null), read as it is (Gemm::A16).
+// (x then null), read as it is (Gemm::A16). The bias is the GEMM's epilogue,
+// and so is GELU when gelu_out is given: gelu_out = GELU(y), y keeping the
+// pre-activation.
 inline void linear(Kernels& k, const float* x, const float* W, const float* b, float* y, int64_t N, int64_t in,
-                   int64_t out, const uint16_t* x16 = nullptr) {
-  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y, x16, nullptr});
-  if (b) k.add_bias({y, b, N, out});
+                   int64_t out, const uint16_t* x16 = nullptr, float* gelu_out = nullptr) {
+  k.gemm({false, true, N, out, in, 1.f, x, W, 0.f, y, x16, nullptr, b, gelu_out});
 }
 // dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W.
 // x16: x held in the table's 16-bit format (a packed saved activation; x is

@@ -25,14 +25,15 @@ float round_bf16(float f) {
 }
 
 // Every case of every op (tests/support/kernel_cases.h) on the fp32 CUDA
-// table, with attention through the cuBLAS path and through the fused kernel,
-// against the CPU reference table; the profiler in front of the table counts
-// the calls, and every op of the list must have been called and timed.
+// table, with attention through the cuBLAS path and through the fused kernel
+// (the second run with the GEMM epilogues fused by cuBLASLt), against the CPU
+// reference table; the profiler in front of the table counts the calls, and
+// every op of the list must have been called and timed.
 TEST(CudaTableCoverage, EveryOpMatchesTheCpuTable) {
   SKIP_WITHOUT_GPU();
   for (bool fused : {false, true}) {
-    SCOPED_TRACE(fused ? "fused attention" : "cuBLAS attention");
-    auto be = cuda_backend(Precision::kFp32, fused ? "fused" : "gemm");
+    SCOPED_TRACE(fused ? "fused attention, cuBLASLt epilogues" : "cuBLAS attention, separate epilogues");
+    auto be = cuda_backend(Precision::kFp32, fused ? "fused" : "gemm", fused ? "cublaslt" : "separate");
     auto prof = install_kernel_profiler(*be);
     ASSERT_TRUE(prof.is_ok()) << prof.status().to_string();
     Kernels& k = be->kernels();
@@ -57,6 +58,41 @@ TEST(CudaTableCoverage, EveryOpMatchesTheCpuTable) {
     double total = 0;
     for (const OpProfileRow& r : rows) total += r.seconds;
     EXPECT_GT(total, 0) << "CUDA events timed the ops";
+  }
+}
+
+// The GEMM epilogue fused by cuBLASLt in bf16 (the model's linears: x
+// (N, in) times W^T, bias, GELU) against the CPU table on the same bf16-rounded
+// operands; and an unknown LOOM_GEMM_EPILOGUE refused by name.
+TEST(CudaTableCoverage, Bf16CublasLtEpilogueMatchesTheSeparateOps) {
+  SKIP_WITHOUT_GPU();
+  {
+    ScopedEnv bad("LOOM_GEMM_EPILOGUE", "fused");
+    auto made = make_cuda_backend(0, Precision::kBf16);
+    ASSERT_FALSE(made.is_ok());
+    EXPECT_NE(made.status().message().find("LOOM_GEMM_EPILOGUE='fused'"), std::string::npos)
+        << made.status().to_string();
+  }
+  auto cpu = make_cpu_kernels();
+  const int64_t M = 1024, N = 3072, K = 768;  // GPT-2 124M's fc1 at 1,024 tokens
+  auto x = random_vec(size_t(M * K), 61), w = random_vec(size_t(N * K), 62, -0.05f, 0.05f),
+       bias = random_vec(size_t(N), 63, -1, 1);
+  std::vector<float> xr(x.size()), wr(w.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = round_bf16(x[i]);
+  for (size_t i = 0; i < w.size(); ++i) wr[i] = round_bf16(w[i]);
+  std::vector<float> pre(size_t(M * N)), gelu(pre.size());
+  cpu->gemm({false, true, M, N, K, 1.f, xr.data(), wr.data(), 0.f, pre.data(), nullptr, nullptr, bias.data(),
+             gelu.data()});
+  for (const char* epilogue : {"separate", "cublaslt"}) {
+    SCOPED_TRACE(epilogue);
+    auto be = cuda_backend(Precision::kBf16, "gemm", epilogue);
+    Dev<float> dx(*be, x), dw(*be, w), db(*be, bias), dpre(*be, pre.size()), dgelu(*be, pre.size());
+    be->kernels().gemm(
+        {false, true, M, N, K, 1.f, dx.p(), dw.p(), 0.f, dpre.p(), nullptr, nullptr, db.p(), dgelu.p()});
+    be->synchronize();
+    ASSERT_TRUE(be->kernels().status().is_ok()) << be->kernels().status().to_string();
+    expect_close(dpre.get(), pre, Tol{1e-4, 1e-5, 0}, "pre-activation");
+    expect_close(dgelu.get(), gelu, Tol{2e-4, 1e-4, 0}, "GELU");
   }
 }
 

@@ -77,8 +77,11 @@ class ScopedEnv {
 // A CUDA backend on device 0; attention through the cuBLAS path or the fused
 // reference kernel.
 // `attention`: LOOM_CUDA_ATTENTION's value for the backend (gemm, cudnn, fused).
-inline std::unique_ptr<ComputeBackend> cuda_backend(Precision precision, const char* attention = "gemm") {
+// `epilogue`: LOOM_GEMM_EPILOGUE's (separate, cublaslt).
+inline std::unique_ptr<ComputeBackend> cuda_backend(Precision precision, const char* attention = "gemm",
+                                                    const char* epilogue = "separate") {
   ScopedEnv path("LOOM_CUDA_ATTENTION", attention);
+  ScopedEnv epi("LOOM_GEMM_EPILOGUE", epilogue);
   auto be = make_cuda_backend(0, precision);
   LOOM_CHECK(be.is_ok(), be.status().to_string());
   return std::move(be).value();

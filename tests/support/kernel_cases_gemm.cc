@@ -1,5 +1,6 @@
 // The GEMM ops' cases (kernel_cases.h): every operand order with and
-// without beta, K = 0, and grouped GEMMs with an empty group.
+// without beta, the bias / GELU epilogues, K = 0, and grouped GEMMs with an
+// empty group.
 #include <algorithm>
 
 #include "tests/support/kernel_cases.h"
@@ -26,6 +27,42 @@ std::vector<Case> cases<Gemm>() {
         };
         all.push_back(std::move(c));
       }
+  // The epilogues (Gemm::bias, Gemm::gelu_out) as the model's linears use
+  // them, N a multiple of 8 (cuBLASLt's fused path) and not (its fallback).
+  // GELU's output has its own tolerance: a fused epilogue may compute tanh
+  // another way than the CPU's tanhf.
+  constexpr Tol kGelu{2e-4, 1e-4, 0};
+  struct Epi {
+    bool ta, tb, bias, gelu;
+    int64_t N;
+  };
+  for (const Epi e : {Epi{false, true, true, false, 136}, Epi{false, true, true, true, 136},
+                      Epi{false, false, false, true, 136}, Epi{true, true, true, true, 136},
+                      Epi{false, true, true, true, 129}}) {
+    const int64_t M = 67, N = e.N, K = 96;
+    Case c = make(KernelOp::kGemm, std::string("gemm (") + (e.ta ? "T" : "N") + (e.tb ? "T" : "N") + ", N " +
+                                       std::to_string(N) + ")" + (e.bias ? " + bias" : "") +
+                                       (e.gelu ? " + GELU" : ""));
+    const int a = c.in("A", random_vec(size_t(M * K), 11)), b = c.in("B", random_vec(size_t(K * N), 12));
+    const int bias = e.bias ? c.in("bias", random_vec(size_t(N), 13, -2, 2)) : -1;
+    const int o = c.out("C", size_t(M * N), kF32), g = e.gelu ? c.out("gelu", size_t(M * N), kGelu) : -1;
+    c.run = [=](Kernels& k, const Bound& p) {
+      k.gemm({e.ta, e.tb, M, N, K, 1.f, p.f(a), p.f(b), 0.f, p.f(o), nullptr, nullptr, bias >= 0 ? p.f(bias) : nullptr,
+              g >= 0 ? p.f(g) : nullptr});
+      return std::vector<double>{};
+    };
+    all.push_back(std::move(c));
+  }
+  {  // K = 0 with the epilogue: C = bias, gelu = GELU(bias)
+    Case c = make(KernelOp::kGemm, "gemm (K = 0) + bias + GELU");
+    const int bias = c.in("bias", random_vec(10, 14, -2, 2));
+    const int o = c.out("C", 50, kExact), g = c.out("gelu", 50, kGelu);
+    c.run = [=](Kernels& k, const Bound& p) {
+      k.gemm({false, false, 5, 10, 0, 1.f, nullptr, nullptr, 0.f, p.f(o), nullptr, nullptr, p.f(bias), p.f(g)});
+      return std::vector<double>{};
+    };
+    all.push_back(std::move(c));
+  }
   for (float beta : {0.f, 0.5f}) {  // K = 0: C = beta C (C = 0 for beta 0, even over NaN)
     Case c = make(KernelOp::kGemm, beta != 0 ? "gemm (K = 0: C = beta C)" : "gemm (K = 0, beta 0: C = 0)");
     const int o = beta != 0 ? c.inout("C", random_vec(50, 4), kExact) : c.out("C", 50, kExact);

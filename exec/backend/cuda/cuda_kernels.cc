@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/backend/cuda/cuda_check.h"
+#include "exec/backend/cuda/cuda_gemm_lt.h"
 #include "exec/backend/cuda/cuda_ops.h"
 #include "exec/backend/cuda/cudnn_sdpa.h"
 #include "exec/backend/memory_ledger.h"
@@ -35,10 +36,23 @@ Result<AttentionPath> attention_path_from_env() {
   return invalid_argument("LOOM_CUDA_ATTENTION='" + v + "' is not one of gemm (the default), cudnn, fused");
 }
 
+// LOOM_GEMM_EPILOGUE: how a GEMM's bias / GELU epilogue (kernel_ops.h Gemm)
+// runs. separate (default): the GEMM, then the add_bias and gelu_forward
+// kernels; cublaslt: fused into one cuBLASLt call (cuda_gemm_lt.h), shapes
+// it refuses falling back to separate with a one-line notice.
+Result<bool> epilogue_lt_from_env() {
+  const char* e = std::getenv("LOOM_GEMM_EPILOGUE");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "separate") return false;
+  if (v == "cublaslt") return true;
+  return invalid_argument("LOOM_GEMM_EPILOGUE='" + v + "' is not one of separate (the default), cublaslt");
+}
+
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels(ComputeBackend* be, cudaStream_t stream, cublasHandle_t handle, Precision p, AttentionPath path)
-      : be_(be), s_(stream), blas_(handle), precision_(p), path_(path) {}
+  CudaKernels(ComputeBackend* be, cudaStream_t stream, cublasHandle_t handle, Precision p, AttentionPath path,
+              bool epilogue_lt)
+      : be_(be), s_(stream), blas_(handle), precision_(p), path_(path), epilogue_lt_(epilogue_lt) {}
   ~CudaKernels() override {
     cudaStreamSynchronize(s_);
     if (host_sum_) cudaFreeHost(host_sum_);
@@ -63,25 +77,59 @@ class CudaKernels final : public Kernels {
   }
 
   void gemm(const Gemm& a) override {
-    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16] = a;
+    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16, bias, gelu_out] = a;
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
       if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));
       else if (beta != 1.f) note(cuda::scale_inplace(C, beta, M * N, s_));
-      return;
+      return epilogue_ops(a);
     }
-    if (input_ == cuda::GemmInput::kF32) {
-      if (A16 || B16) return note(internal_error("a GEMM with a 16-bit operand on the fp32 kernel table"));
+    if (input_ == cuda::GemmInput::kF32 && (A16 || B16))
+      return note(internal_error("a GEMM with a 16-bit operand on the fp32 kernel table"));
+    const void* a_op = A;
+    const void* b_op = B;
+    if (input_ != cuda::GemmInput::kF32) {
+      a_op = A16 ? A16 : half_of(A, M * K, 0);
+      b_op = B16 ? B16 : half_of(B, K * N, 1);
+      if (!a_op || !b_op) return;
+    }
+    if ((bias || gelu_out) && beta == 0.f && fused_epilogue(a, a_op, b_op)) return;
+    if (input_ == cuda::GemmInput::kF32)
       note(cuda::gemm_f32(blas_, ta, tb, M, N, K, alpha, A, B, beta, C, s_));
-      return;
-    }
-    const uint16_t* a16 = A16 ? A16 : half_of(A, M * K, 0);
-    const uint16_t* b16 = B16 ? B16 : half_of(B, K * N, 1);
-    if (!a16 || !b16) return;
-    if (input_ == cuda::GemmInput::kBf16)
-      note(cuda::gemm_bf16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
+    else if (input_ == cuda::GemmInput::kBf16)
+      note(cuda::gemm_bf16(blas_, ta, tb, M, N, K, alpha, static_cast<const uint16_t*>(a_op),
+                           static_cast<const uint16_t*>(b_op), beta, C, s_));
     else
-      note(cuda::gemm_fp16(blas_, ta, tb, M, N, K, alpha, a16, b16, beta, C, s_));
+      note(cuda::gemm_fp16(blas_, ta, tb, M, N, K, alpha, static_cast<const uint16_t*>(a_op),
+                           static_cast<const uint16_t*>(b_op), beta, C, s_));
+    epilogue_ops(a);
+  }
+  // The epilogue as the separate ops it replaces (add_bias, gelu_forward).
+  void epilogue_ops(const Gemm& a) {
+    if (a.bias) note(cuda::add_bias(a.C, a.bias, a.M, a.N, s_));
+    if (a.gelu_out) note(cuda::gelu_forward(a.C, a.gelu_out, a.M * a.N, s_));
+  }
+  // LOOM_GEMM_EPILOGUE=cublaslt: the GEMM and its epilogue as one cuBLASLt
+  // call. False (nothing enqueued) where the switch is off or cuBLASLt
+  // refuses the shape; the first refusal prints one line.
+  bool fused_epilogue(const Gemm& g, const void* a_op, const void* b_op) {
+    if (!epilogue_lt_) return false;
+    if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
+    auto r = lt_->run({input_, g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, a_op, b_op, g.C, g.bias, g.gelu_out}, s_);
+    if (!r.is_ok()) {
+      note(r.status());
+      return true;  // the error stands; nothing to fall back to
+    }
+    if (*r == cuda::LtOutcome::kDone) return true;
+    if (!lt_refusal_printed_) {
+      lt_refusal_printed_ = true;
+      std::fprintf(stderr,
+                   "loom: cuBLASLt epilogue unavailable for a GEMM (%lld x %lld x %lld): %s; that shape runs the "
+                   "GEMM, then the bias and GELU kernels\n",
+                   static_cast<long long>(g.M), static_cast<long long>(g.N), static_cast<long long>(g.K),
+                   lt_->last_refusal().c_str());
+    }
+    return false;
   }
   // The groups as cuBLAS calls on the table's stream, each through gemm()
   // (its 16-bit operand casts and K = 0 rule); one op for the profile and
@@ -405,6 +453,10 @@ class CudaKernels final : public Kernels {
   // The cuDNN path: made on first use; its 16-bit staging buffers (q, k, v,
   // out, dout, dq, dk, dv) and workspace.
   std::unique_ptr<cuda::CudnnSdpa> sdpa_;
+  // The cuBLASLt epilogue GEMMs (LOOM_GEMM_EPILOGUE=cublaslt), made on first use.
+  const bool epilogue_lt_;
+  std::unique_ptr<cuda::LtGemm> lt_;
+  bool lt_refusal_printed_ = false;
   bool sdpa_tried_ = false;
   std::set<std::pair<cuda::SdpaShape, bool>> sdpa_refused_;
   DeviceBuffer sdpa_buf_[9];
@@ -418,13 +470,14 @@ class CudaKernels final : public Kernels {
 
 Result<std::unique_ptr<Kernels>> make_cuda_kernels(ComputeBackend* backend, cudaStream_t stream, Precision precision) {
   LOOM_ASSIGN_OR_RETURN(const AttentionPath path, attention_path_from_env());
+  LOOM_ASSIGN_OR_RETURN(const bool epilogue_lt, epilogue_lt_from_env());
   cublasHandle_t handle = nullptr;
   LOOM_CUBLAS_CHECK(cublasCreate(&handle));
   if (cublasStatus_t e = cublasSetStream(handle, stream); e != CUBLAS_STATUS_SUCCESS) {
     cublasDestroy(handle);
     return cuda::cublas_status(e, "cublasSetStream", __FILE__, __LINE__);
   }
-  return std::unique_ptr<Kernels>(std::make_unique<CudaKernels>(backend, stream, handle, precision, path));
+  return std::unique_ptr<Kernels>(std::make_unique<CudaKernels>(backend, stream, handle, precision, path, epilogue_lt));
 }
 
 }  // namespace loom::exec

@@ -14,6 +14,7 @@
 #include "exec/backend/kernel_profile.h"
 #include "exec/backend/kernel_sync_check.h"
 #include "tests/support/close.h"
+#include "tests/support/emulated_16bit_backend.h"
 #include "tests/support/kernel_cases.h"
 
 namespace loom::exec {
@@ -164,6 +165,42 @@ TEST(KernelTable, FusedResidualNormsEqualTheAddAndTheNormBitForBit) {
     k.add_inplace({dx1.data(), dres.data(), int64_t(n)});
     EXPECT_TRUE(same(dx1, dx2) && same(dw1, dw2) && same(db1, db2));
   }
+}
+
+// The GEMM's epilogue (Gemm::bias, Gemm::gelu_out) on the CPU tables is the
+// GEMM, add_bias and gelu_forward in that order, bit for bit: on the CPU
+// table and on the GPU-emulating 16-bit one (whose operands are rounded
+// first), for the model's linear (N, T) and another operand order.
+TEST(KernelTable, GemmEpilogueEqualsTheGemmThenTheBiasThenGeluBitForBit) {
+  auto be = make_cpu_backend();
+  test_support::Emulated16BitKernels bf16(Precision::kBf16);
+  const int64_t M = 37, N = 72, K = 40;
+  const auto A = test::random_vec(size_t(M * K), 81), B = test::random_vec(size_t(K * N), 82),
+             bias = test::random_vec(size_t(N), 83, -2.f, 2.f);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& c) {
+    return a.size() == c.size() && std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (Kernels* k : {&be->kernels(), static_cast<Kernels*>(&bf16)})
+    for (bool ta : {false, true}) {
+      SCOPED_TRACE(std::string(k == &bf16 ? "emulated bf16" : "cpu") + (ta ? ", T" : ", N"));
+      std::vector<float> c1(size_t(M * N)), g1(c1.size()), c2(c1.size()), g2(c1.size()), c3(c1.size());
+      k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, c1.data()});
+      k->add_bias({c1.data(), bias.data(), M, N});
+      k->gelu_forward({c1.data(), g1.data(), M * N});
+      k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, c2.data(), nullptr, nullptr, bias.data(), g2.data()});
+      EXPECT_TRUE(same(c1, c2)) << "the pre-activation";
+      EXPECT_TRUE(same(g1, g2)) << "GELU's output";
+      k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, c3.data(), nullptr, nullptr, bias.data()});
+      EXPECT_TRUE(same(c1, c3)) << "bias only";
+    }
+  const Gemm plain{false, true, 3, 5, 7, 1.f, nullptr, nullptr, 0.f, nullptr};
+  std::vector<float> out(15);
+  Gemm fused = plain;
+  fused.bias = bias.data();
+  fused.gelu_out = out.data();
+  EXPECT_EQ(fused.describe(Precision::kBf16).to_string(), "gemm (M=3, N=5, K=7, trans_a=0, trans_b=1, epilogue=3)");
+  EXPECT_DOUBLE_EQ(fused.describe(Precision::kBf16).bytes - plain.describe(Precision::kBf16).bytes, 4.0 * (5 + 3 * 5))
+      << "the bias read and GELU's output written";
 }
 
 // Each op's description names its shape: the dims of a call are the op's
