@@ -21,6 +21,7 @@
 
 #include "exec/backend/compute_backend.h"
 #include "exec/backend/cuda/cuda_backend.h"
+#include "exec/backend/cuda/cuda_gemm_lt.h"
 #include "exec/backend/cuda/cuda_ops.h"
 #include "exec/backend/cuda/cudnn_sdpa.h"
 #include "exec/backend/kernel_profile.h"

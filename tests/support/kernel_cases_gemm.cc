@@ -30,8 +30,10 @@ std::vector<Case> cases<Gemm>() {
   // The epilogues (Gemm::bias, Gemm::gelu_out) as the model's linears use
   // them, N a multiple of 8 (cuBLASLt's fused path) and not (its fallback).
   // GELU's output has its own tolerance: a fused epilogue may compute tanh
-  // another way than the CPU's tanhf.
-  constexpr Tol kGelu{2e-4, 1e-4, 0};
+  // another way than the CPU's tanhf (CUTLASS's GELU epilogue uses
+  // tanh.approx.f32, relative error up to 2^-11: about 2.6e-4 of the largest
+  // value and 3.4e-4 in L2 on these cases).
+  constexpr Tol kGelu{6e-4, 4e-4, 0};
   struct Epi {
     bool ta, tb, bias, gelu;
     int64_t N;

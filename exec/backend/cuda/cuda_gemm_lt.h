@@ -2,12 +2,13 @@
 // pre-activation kept (CUBLASLT_EPILOGUE_BIAS / GELU_AUX / GELU_AUX_BIAS),
 // row-major as cuda_gemm.cc computes them (cuBLASLt gets (B, A)).
 //
-// One LtGemm per kernel table: its cuBLASLt handle, a 32 MiB workspace (the
-// size NVIDIA recommends for Hopper; like cuBLAS's own workspace it is
-// outside the memory ledger, inside the simulator's runtime reserve), and the
-// heuristic's algorithm per shape, asked once. A shape no algorithm takes is
-// refused (kUnsupported) and remembered, so the caller runs the separate ops
-// for it from then on.
+// One LtGemm per kernel table: its cuBLASLt handle and the heuristic's
+// algorithm per shape (and per alignment of each operand and vector), asked
+// once. The caller passes the workspace (kLtWorkspaceBytes, the size NVIDIA
+// recommends for Hopper, from its allocator). What cuBLASLt refuses — no
+// handle, no algorithm, an attribute or launch it rejects — comes back as
+// kUnsupported with nothing enqueued, and a refused shape is remembered, so
+// the caller runs the separate ops for it from then on.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,19 +38,24 @@ struct LtGemmArgs {
 
 enum class LtOutcome { kDone, kUnsupported };
 
+inline constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+
+// cuBLASLt epilogue GEMMs launched by this process (tests: proof that the
+// fused path ran, not a silent fallback).
+int64_t lt_gemm_executions();
+
 class LtGemm {
  public:
-  // Made on first use: a failure to create the handle is kept and returned
-  // by every run().
+  // A failure to create the handle makes every run() kUnsupported, naming it.
   LtGemm();
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // kUnsupported: cuBLASLt has no algorithm for this shape and epilogue (or
-  // a pointer is not 16-byte aligned); nothing was enqueued. An error
-  // Status: a call failed after the heuristic accepted the shape.
-  Result<LtOutcome> run(const LtGemmArgs& a, cudaStream_t stream);
+  // kUnsupported: cuBLASLt cannot run this shape and epilogue (or a vector
+  // is not 16-byte aligned); nothing was enqueued. An error Status: a call
+  // failed that cuBLASLt had accepted.
+  Result<LtOutcome> run(const LtGemmArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
   // Why the last kUnsupported was refused, for the table's one-line notice.
   const std::string& last_refusal() const { return refusal_; }

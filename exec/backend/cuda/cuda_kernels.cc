@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -115,17 +116,25 @@ class CudaKernels final : public Kernels {
   bool fused_epilogue(const Gemm& g, const void* a_op, const void* b_op) {
     if (!epilogue_lt_) return false;
     if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
-    auto r = lt_->run({input_, g.trans_a, g.trans_b, g.M, g.N, g.K, g.alpha, a_op, b_op, g.C, g.bias, g.gelu_out}, s_);
+    {
+      // The workspace, from the backend's allocator (its out-of-memory
+      // retry; the ledger sees it).
+      MemoryClassScope workspace(MemoryClass::kWorkspace);
+      if (lt_workspace_.empty()) lt_workspace_ = DeviceBuffer(be_, cuda::kLtWorkspaceBytes);
+    }
+    const cuda::LtGemmArgs x{input_, g.trans_a, g.trans_b, g.M,     g.N,         g.K,
+                             g.alpha, a_op,      b_op,      g.C,     g.bias,      g.gelu_out};
+    auto r = lt_->run(x, lt_workspace_.f32(), cuda::kLtWorkspaceBytes, s_);
     if (!r.is_ok()) {
       note(r.status());
       return true;  // the error stands; nothing to fall back to
     }
     if (*r == cuda::LtOutcome::kDone) return true;
-    if (!lt_refusal_printed_) {
-      lt_refusal_printed_ = true;
+    // One line per refused shape (the first eight).
+    if (lt_refused_.size() < 8 && lt_refused_.insert({g.M, g.N, g.K}).second) {
       std::fprintf(stderr,
                    "loom: cuBLASLt epilogue unavailable for a GEMM (%lld x %lld x %lld): %s; that shape runs the "
-                   "GEMM, then the bias and GELU kernels\n",
+                   "GEMM, then its epilogue's kernels\n",
                    static_cast<long long>(g.M), static_cast<long long>(g.N), static_cast<long long>(g.K),
                    lt_->last_refusal().c_str());
     }
@@ -456,7 +465,8 @@ class CudaKernels final : public Kernels {
   // The cuBLASLt epilogue GEMMs (LOOM_GEMM_EPILOGUE=cublaslt), made on first use.
   const bool epilogue_lt_;
   std::unique_ptr<cuda::LtGemm> lt_;
-  bool lt_refusal_printed_ = false;
+  DeviceBuffer lt_workspace_;
+  std::set<std::array<int64_t, 3>> lt_refused_;  // shapes whose refusal was printed
   bool sdpa_tried_ = false;
   std::set<std::pair<cuda::SdpaShape, bool>> sdpa_refused_;
   DeviceBuffer sdpa_buf_[9];
