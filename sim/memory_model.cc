@@ -121,6 +121,28 @@ double executor_layer_activation_bytes(const ModelSpec& m, const Layout& l, int6
   return bytes;
 }
 
+// A dense layer's forward at its largest (exec/model/chunk.cc layer_forward):
+// every tensor it makes is live, fp32 until the layer's end, and the MLP's
+// second GEMM input is being rounded to 16 bits beside its fp32 form (in
+// bf16 / fp16; h1 and h2 already are). Its temporaries too: the norm output
+// before the TP gather, the row-parallel output and its reduction.
+double executor_layer_forward_peak_bytes(const ModelSpec& m, const Layout& l, int64_t seq, Precision precision) {
+  const bool half = precision != Precision::kFp32;
+  const double f = 4, t = l.tp, N = double(l.micro_batch) * double(seq), C = double(m.hidden);
+  const double Nl = l.sequence_parallel ? N / t : N;
+  const double hq = double(m.num_heads) / t, hk = double(m.num_kv_heads) / t, D = double(m.head_dim);
+  const double F = double(m.ffn_hidden) / t;
+  const bool gelu = m.norm == NormKind::kLayerNorm;
+  double bytes = f * 4 * Nl * C;                        // x_in, the norm output, the reduced output o, x_mid
+  bytes += 4 * (gelu ? 4 : 2) * Nl;                     // norm statistics
+  bytes += (half ? 2 : 4) * 2 * N * C + f * N * C;      // h1, h2; the row-parallel partial output
+  bytes += f * N * (hq + 2 * hk) * D;                   // q, k, v
+  if (m.qk_norm) bytes += f * N * (hq + hk) * D + 4 * N * (hq + hk);
+  bytes += f * N * hq * D + 4 * N * hq;                 // ctx, lse
+  bytes += f * (gelu ? 2 : 3) * N * F + (half ? 2 * N * F : 0.0);  // the MLP's, its last being rounded
+  return bytes;
+}
+
 namespace {
 
 // executor_p2p_buffers for every stage, from the program of `config`.
@@ -349,6 +371,25 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   } else {
     sm->activations_bytes = held_layers + std::max(0.0, held_heads - 1) * head_keep + layer_act;
     sm->workspace_bytes = layer_ws;
+  }
+  // Two moments inside a dense layer's forward, when it holds its whole
+  // working set in fp32 (executor_layer_forward_peak_bytes): the forward
+  // itself, beside the chunk's input and output buffers (activations); and
+  // under full recompute its re-run in backward, beside the restored input,
+  // the re-run's output buffer and the backward's flowing gradients
+  // (workspace). Under bf16 / fp16 they can pass the backward's peak, since
+  // the saved tensors are 16-bit and the working set is not. (MoE stages:
+  // their layers' forward is not modelled here.)
+  if (moe_layers == 0 && layers > 0) {
+    const double fwd = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
+    const double flow = 4 * 2 * Nl * h, others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
+    double moments[2][2] = {{others + fwd + flow, 0.0}, {0.0, 0.0}};
+    if (l.recompute == Recompute::kFull) moments[1][0] = others + fwd + flow, moments[1][1] = flow;
+    for (const auto& mo : moments)
+      if (mo[0] + mo[1] > sm->activations_bytes + sm->workspace_bytes) {
+        sm->activations_bytes = mo[0];
+        sm->workspace_bytes = mo[1];
+      }
   }
   // The step's token ids and targets (int32), on the stages that embed or
   // take the loss.

@@ -106,6 +106,12 @@ double executor_moe_load(const Layout& layout, const SimOptions& opt);
 double executor_layer_activation_bytes(const ModelSpec& model, const Layout& layout, int64_t seq,
                                        Precision precision, bool fp32 = false, const ExecutorMoeMlp* moe = nullptr);
 
+// A dense layer's forward at its largest in Loom's executor: its whole
+// working set, fp32 until the layer's end (bf16 / fp16 pack the saved
+// tensors only then), with the MLP's second GEMM input being rounded.
+double executor_layer_forward_peak_bytes(const ModelSpec& model, const Layout& layout, int64_t seq,
+                                         Precision precision);
+
 // Micro-batches (interleaved: chunk-micro-batches) whose activations a stage
 // holds at its peak under the schedule.
 int64_t in_flight_micro_batches(const Layout& layout, int64_t micro_batches, int stage);
