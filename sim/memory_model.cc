@@ -375,16 +375,17 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // Two moments inside a dense layer's forward, when it holds its whole
   // working set in fp32 (executor_layer_forward_peak_bytes): the forward
   // itself, beside the chunk's input and output buffers (activations); and
-  // under full recompute its re-run in backward, beside the restored input,
-  // the re-run's output buffer and the backward's flowing gradients
-  // (workspace). Under bf16 / fp16 they can pass the backward's peak, since
+  // under full recompute its re-run in backward, beside the restored input
+  // and the re-run's output buffer (the same two (Nl, h) tensors) and the
+  // backward's flowing gradients dx, dy (workspace, as large again). Under bf16 / fp16 they can pass the backward's peak, since
   // the saved tensors are 16-bit and the working set is not. (MoE stages:
   // their layers' forward is not modelled here.)
   if (moe_layers == 0 && layers > 0) {
     const double fwd = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
-    const double flow = 4 * 2 * Nl * h, others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
-    double moments[2][2] = {{others + fwd + flow, 0.0}, {0.0, 0.0}};
-    if (l.recompute == Recompute::kFull) moments[1][0] = others + fwd + flow, moments[1][1] = flow;
+    const double in_out = 4 * 2 * Nl * h, flowing = in_out;
+    const double others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
+    double moments[2][2] = {{others + fwd + in_out, 0.0}, {0.0, 0.0}};
+    if (l.recompute == Recompute::kFull) moments[1][0] = others + fwd + in_out, moments[1][1] = flowing;
     for (const auto& mo : moments)
       if (mo[0] + mo[1] > sm->activations_bytes + sm->workspace_bytes) {
         sm->activations_bytes = mo[0];

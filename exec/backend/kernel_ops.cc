@@ -63,11 +63,9 @@ KernelCall Gemm::describe(Precision p) const {
   const double operand = p == Precision::kFp32 ? 4 : 2;  // 16-bit operands on mixed-precision tables
   const double bytes = operand * (m * k + k * n) + kF32 * m * n * (beta != 0.f ? 2 : 1) + (bias ? kF32 * n : 0) +
                        (gelu_out ? kF32 * m * n : 0);
-  const int64_t epilogue = (bias ? 1 : 0) + (gelu_out ? 2 : 0);
-  if (epilogue)
-    return call(kOp, {{"M", M}, {"N", N}, {"K", K}, {"trans_a", trans_a}, {"trans_b", trans_b}, {"epilogue", epilogue}},
-                2 * m * n * k, bytes);
-  return call(kOp, {{"M", M}, {"N", N}, {"K", K}, {"trans_a", trans_a}, {"trans_b", trans_b}}, 2 * m * n * k, bytes);
+  KernelCall c = call(kOp, {{"M", M}, {"N", N}, {"K", K}, {"trans_a", trans_a}, {"trans_b", trans_b}}, 2 * m * n * k, bytes);
+  if (const int64_t epilogue = (bias ? 1 : 0) + (gelu_out ? 2 : 0)) c.dims[size_t(c.num_dims++)] = {"epilogue", epilogue};
+  return c;
 }
 
 // A fused residual reads one more (N,C) tensor and writes the sum; a fused

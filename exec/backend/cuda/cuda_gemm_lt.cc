@@ -14,6 +14,8 @@
 #include <cublasLt.h>
 
 #include <atomic>
+#include <map>
+#include <tuple>
 
 #include "exec/backend/cuda/cuda_check.h"
 

@@ -14,10 +14,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 
 #include "core/status.h"
 #include "exec/backend/cuda/cuda_ops.h"

@@ -112,7 +112,7 @@ class CudaKernels final : public Kernels {
   }
   // LOOM_GEMM_EPILOGUE=cublaslt: the GEMM and its epilogue as one cuBLASLt
   // call. False (nothing enqueued) where the switch is off or cuBLASLt
-  // refuses the shape; the first refusal prints one line.
+  // refuses the shape; each refused shape prints one line (the first eight).
   bool fused_epilogue(const Gemm& g, const void* a_op, const void* b_op) {
     if (!epilogue_lt_) return false;
     if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
