@@ -120,6 +120,34 @@ Status parse_gemm_table(const Json& acc, const std::string& where, GemmEfficienc
   return Status::ok();
 }
 
+// {"bf16": T, "fp8": T}: a large GEMM's throughput sustained at the power
+// cap, each at most its precision's peak (fp8 only on a device with an FP8
+// rate). Call after the peaks are parsed.
+Status parse_sustained_gemm(const Json& a, const std::string& where, AcceleratorSpec& acc) {
+  const std::string w = where + ".sustained_gemm_tflops";
+  const Json& o = a["sustained_gemm_tflops"];
+  if (!o.is_object() || o.empty())
+    return invalid_argument(w + " must be an object {\"bf16\": TFLOP/s, \"fp8\": TFLOP/s} (either key or both)");
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    if (it.key() != "bf16" && it.key() != "fp8")
+      return invalid_argument(w + " has an unknown key '" + it.key() + "'; the keys are bf16 (serves fp16 too) and fp8");
+  }
+  const char* unit = "TFLOP/s a large GEMM sustains for minutes at the power cap";
+  LOOM_ASSIGN_OR_RETURN(double bf16, positive_or(o, "bf16", 0, w, unit));
+  LOOM_ASSIGN_OR_RETURN(double fp8, positive_or(o, "fp8", 0, w, unit));
+  if (bf16 * kTera > acc.peak_bf16_flops)
+    return invalid_argument(w + ".bf16 (" + o["bf16"].dump() + ") is above peak_bf16_tflops; a sustained rate "
+                            "cannot beat the peak");
+  if (fp8 > 0 && acc.peak_fp8_flops <= 0)
+    return invalid_argument(w + ".fp8 needs peak_fp8_tflops: the device has no FP8 rate");
+  if (fp8 * kTera > acc.peak_fp8_flops)
+    return invalid_argument(w + ".fp8 (" + o["fp8"].dump() + ") is above peak_fp8_tflops; a sustained rate "
+                            "cannot beat the peak");
+  acc.sustained_gemm_bf16_flops = bf16 * kTera;
+  acc.sustained_gemm_fp8_flops = fp8 * kTera;
+  return Status::ok();
+}
+
 Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpec& acc) {
   LOOM_ASSIGN_OR_RETURN(acc.name, json_string(a, "name", where));
   LOOM_ASSIGN_OR_RETURN(acc.sm_arch, count(a, "sm_arch", where, -1, 0));
@@ -153,6 +181,9 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
     if (fp8 <= 0)
       return invalid_argument(where + ".fp8_gemm_best_efficiency needs peak_fp8_tflops: the device has no FP8 rate");
     LOOM_ASSIGN_OR_RETURN(acc.fp8_gemm_best_efficiency, fraction(a, "fp8_gemm_best_efficiency", where));
+  }
+  if (a.contains("sustained_gemm_tflops")) {
+    LOOM_RETURN_IF_ERROR(parse_sustained_gemm(a, where, acc));
   }
   if (a.contains("attention_efficiency")) {
     LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.attention_efficiency, "attention_efficiency"));
@@ -335,6 +366,14 @@ bool AcceleratorSpec::supports(Precision p) const {
   return false;
 }
 
+double AcceleratorSpec::sustained_gemm_efficiency(Precision p) const {
+  const bool fp8 = p == Precision::kFp8 && peak_fp8_flops > 0;
+  const double sustained = fp8 ? sustained_gemm_fp8_flops
+                               : (p == Precision::kFp32 ? 0.0 : sustained_gemm_bf16_flops);
+  const double peak = peak_flops(p);
+  return sustained > 0 && peak > 0 ? std::min(1.0, sustained / peak) : 1.0;
+}
+
 double AcceleratorSpec::peak_flops(Precision p) const {
   // A precision the device lacks runs at the next wider one it has.
   switch (p) {
@@ -406,6 +445,12 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   if (a.optimizer_bw_efficiency > 0) acc["optimizer_bw_efficiency"] = a.optimizer_bw_efficiency;
   acc["gemm_efficiency"] = gemm_table_json(a.gemm_efficiency);
   if (a.fp8_gemm_best_efficiency > 0) acc["fp8_gemm_best_efficiency"] = a.fp8_gemm_best_efficiency;
+  if (a.sustained_gemm_bf16_flops > 0 || a.sustained_gemm_fp8_flops > 0) {
+    OrderedJson sus;
+    if (a.sustained_gemm_bf16_flops > 0) sus["bf16"] = a.sustained_gemm_bf16_flops / kTera;
+    if (a.sustained_gemm_fp8_flops > 0) sus["fp8"] = a.sustained_gemm_fp8_flops / kTera;
+    acc["sustained_gemm_tflops"] = sus;
+  }
   if (!a.attention_efficiency.flops.empty()) acc["attention_efficiency"] = gemm_table_json(a.attention_efficiency);
   if (!a.head_gemm_efficiency.flops.empty()) acc["head_gemm_efficiency"] = gemm_table_json(a.head_gemm_efficiency);
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;

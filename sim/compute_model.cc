@@ -60,7 +60,8 @@ struct GemmSum {
   // The LM head priced on its own measured table (`loom calibrate`).
   void measured(const GemmEfficiencyTable& t, double peak, double m, double n, double k) {
     const double flops = 2 * m * n * k;
-    split_passes(t, 3 * flops / (peak * t.lookup(flops)), flops, &fwd_s, &bwd_s);
+    const double eff = std::min(t.lookup(flops), hw.accel.sustained_gemm_efficiency(sixteen_bit(p)));
+    split_passes(t, 3 * flops / (peak * eff), flops, &fwd_s, &bwd_s);
     fwd_flops += flops;
   }
   // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n) as one
@@ -176,7 +177,10 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
     if (tiles >= a.sm_count && output_tiles(a, side, side) >= a.sm_count)
       wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.wave_efficiency(side, side);
   }
-  const double cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
+  const double best_cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
+  // The power cap: no GEMM runs above what a large one sustains (the table
+  // is short microbenchmarks, at boost clocks).
+  const double cap = std::min(best_cap, a.sustained_gemm_efficiency(precision));
   const double eff = std::min(cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
   return flops / (a.peak_flops(precision) * eff);
 }

@@ -44,14 +44,19 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
       const double f = 2 * x.m * x.n * x.k;
       const bool below = f < g.flops.front(), above = f > g.flops.back();
       if (!below && !above) continue;
-      char b[320];
+      // The head stays 16-bit under FP8; the power cap bounds either.
+      const Precision p = x.head && train.precision == Precision::kFp8 ? Precision::kBf16 : train.precision;
+      const double e = below ? g.efficiency.front() : g.efficiency.back(), cap = a.sustained_gemm_efficiency(p);
+      char capped[96] = "";
+      if (cap < e) std::snprintf(capped, sizeof capped, ", capped at the %.2f a large GEMM sustains", cap);
+      char b[420];
       std::snprintf(b, sizeof b,
                     "gemm: %s (%.0f x %.0f x %.0f, %s) is %s the %sGEMMs %s measured (%s to %s): its efficiency is "
-                    "the table's %s point's, %.2f",
+                    "the table's %s point's, %.2f%s",
                     x.name, x.m, x.n, x.k, gflop(f).c_str(), below ? "below" : "above", own ? "head " : "",
                     hw.name.c_str(),
-                    gflop(g.flops.front()).c_str(), gflop(g.flops.back()).c_str(), below ? "first" : "last",
-                    below ? g.efficiency.front() : g.efficiency.back());
+                    gflop(g.flops.front()).c_str(), gflop(g.flops.back()).c_str(), below ? "first" : "last", e,
+                    capped);
       notes.push_back(b);
     }
   }

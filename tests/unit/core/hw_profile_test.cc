@@ -201,6 +201,8 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
   near(a.accel.peak_bf16_flops, b.accel.peak_bf16_flops);
   near(a.accel.peak_fp16_flops, b.accel.peak_fp16_flops);
   near(a.accel.peak_fp8_flops, b.accel.peak_fp8_flops);
+  near(a.accel.sustained_gemm_bf16_flops, b.accel.sustained_gemm_bf16_flops);
+  near(a.accel.sustained_gemm_fp8_flops, b.accel.sustained_gemm_fp8_flops);
   near(a.accel.memory_bytes, b.accel.memory_bytes);
   near(a.accel.memory_bw_bytes_per_s, b.accel.memory_bw_bytes_per_s);
   near(a.accel.memory_bw_efficiency, b.accel.memory_bw_efficiency);
@@ -252,6 +254,32 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
                {"optimizer_bw_efficiency", "(0, 1]"});
   expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.1}, {"gflop": 0.5, "efficiency": 0.2}])"),
                StatusCode::kInvalidArgument, {"attention_efficiency[1].gflop", "sort"});
+}
+
+TEST(HwProfile, SustainedGemmRatesParseCheckAndRoundTrip) {
+  auto r = parse_hw_profile(minimal_profile(R"(, "peak_fp8_tflops": 200, "sustained_gemm_tflops": {"bf16": 60, "fp8": 150})"), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->accel.sustained_gemm_efficiency(Precision::kBf16), 0.6);
+  EXPECT_DOUBLE_EQ(r->accel.sustained_gemm_efficiency(Precision::kFp16), 0.6);  // same tensor rate
+  EXPECT_DOUBLE_EQ(r->accel.sustained_gemm_efficiency(Precision::kFp8), 0.75);
+  EXPECT_DOUBLE_EQ(r->accel.sustained_gemm_efficiency(Precision::kFp32), 1.0);  // CUDA cores: no figure
+  auto back = parse_hw_profile(hw_profile_to_json(*r), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->accel.sustained_gemm_bf16_flops, 60e12);
+  EXPECT_DOUBLE_EQ(back->accel.sustained_gemm_fp8_flops, 150e12);
+  auto plain = parse_hw_profile(minimal_profile(), "t");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_DOUBLE_EQ(plain->accel.sustained_gemm_efficiency(Precision::kBf16), 1.0);
+  expect_error(minimal_profile(R"(, "sustained_gemm_tflops": {"bf16": 120})"), StatusCode::kInvalidArgument,
+               {"sustained_gemm_tflops.bf16", "above peak_bf16_tflops"});
+  expect_error(minimal_profile(R"(, "sustained_gemm_tflops": {"fp8": 50})"), StatusCode::kInvalidArgument,
+               {"sustained_gemm_tflops.fp8", "peak_fp8_tflops"});
+  expect_error(minimal_profile(R"(, "sustained_gemm_tflops": {"fp16": 50})"), StatusCode::kInvalidArgument,
+               {"sustained_gemm_tflops", "unknown key 'fp16'"});
+  expect_error(minimal_profile(R"(, "sustained_gemm_tflops": 50)"), StatusCode::kInvalidArgument,
+               {"sustained_gemm_tflops", "must be an object"});
+  expect_error(minimal_profile(R"(, "sustained_gemm_tflops": {"bf16": -5})"), StatusCode::kInvalidArgument,
+               {"sustained_gemm_tflops.bf16"});
 }
 
 TEST(HwProfile, GemmForwardSharesParseCheckAndRoundTrip) {

@@ -233,6 +233,8 @@ TEST(ComputeModel, MeasuredForwardSharesSplitTheGemmPasses) {
 
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  // The short-run table alone (PowerCapBoundsLargeGemms checks the cap).
+  hw.accel.sustained_gemm_bf16_flops = 0;
   // The measurements the H100 table comes from (XLA's sm_90 matmul table,
   // bf16, near-square): 1024^3 236 TFLOP/s, 2048^3 632, 4096^3 783. A cube is
   // the shape measured, so its time comes back as measured: no second wave
@@ -260,6 +262,28 @@ TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   // Small GEMMs run far from the peak (the table's fixed cost per GEMM).
   double small = gemm_time_s(hw, Precision::kBf16, 64, 64, 64);
   EXPECT_GT(small / (2.0 * 64 * 64 * 64), 5 * gemm_time_s(hw, Precision::kBf16, 4096, 4096, 4096) / (2.0 * 4096 * 4096 * 4096));
+}
+
+TEST(ComputeModel, PowerCapBoundsLargeGemms) {
+  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  // huggingface/gpu-fryer's README: an 8192^3 bf16 cuBLASLt GEMM sustains
+  // ~730 TFLOP/s on H100 SXM over a whole run, where the short-run table
+  // gives 0.80 x 989 = 791. The cap takes the measured long-run rate.
+  const double n = 8192;
+  EXPECT_NEAR(2 * n * n * n / gemm_time_s(hw, Precision::kBf16, n, n, n) / 730e12, 1.0, 1e-9);
+  // A GEMM the table already puts below it is untouched: 1024^3 at 236 TFLOP/s.
+  EXPECT_NEAR(2 * 1024.0 * 1024 * 1024 / gemm_time_s(hw, Precision::kBf16, 1024, 1024, 1024) / 236e12, 1.0, 0.02);
+  // FP8 sustains 1530 TFLOP/s there, above the best FP8 GEMM mamf-finder
+  // measured (1402.6): the FP8 rate stays at that best.
+  EXPECT_NEAR(2 * n * n * n / gemm_time_s(hw, Precision::kFp8, n, n, n) / 1402.6e12, 1.0, 0.002);
+  // The same GEMM without the cap runs at the table's plateau.
+  HwProfile burst = hw;
+  burst.accel.sustained_gemm_bf16_flops = 0;
+  EXPECT_NEAR(2 * n * n * n / gemm_time_s(burst, Precision::kBf16, n, n, n) / (0.80 * 989e12), 1.0, 1e-9);
+  // A100 sustains its short-run rate (gpu-fryer: ~270 TFLOP/s, the table's
+  // best is 0.859 x 312 = 268): no change there.
+  const HwProfile a100 = testing::load_hw_or_die("dgx-a100-80gb");
+  EXPECT_NEAR(2 * n * n * n / gemm_time_s(a100, Precision::kBf16, n, n, n) / (0.859 * 312e12), 1.0, 0.01);
 }
 
 TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
