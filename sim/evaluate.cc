@@ -6,13 +6,32 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <unordered_map>
 #include <cmath>
 
 namespace loom {
 
 namespace {
 std::atomic<uint64_t> g_next_evaluator_id{1};
+
+// The slot of a direct-mapped cache for a key of small integers: every field
+// mixed through splitmix64's finalizer, so that keys differing in any field
+// spread over the slots (a linear sum of the fields made many layouts of a
+// search share a slot and evict each other).
+size_t cache_slot(std::initializer_list<int64_t> fields, size_t slots) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (int64_t f : fields) {
+    h ^= uint64_t(f) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+  }
+  return size_t(h % slots);
+}
 }  // namespace
 
 const char* comm_kind_name(CommKind k) {
@@ -140,15 +159,14 @@ struct PieceKey {
 }  // namespace
 
 const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
-  constexpr int kSlots = 256;
+  constexpr int kSlots = 1024;
   thread_local PieceKey keys[kSlots];
   thread_local Pieces values[kSlots];
   const bool default_order = l.rank_order == Layout{}.rank_order;  // tp, ep innermost: placement fixed by tp, ep
   PieceKey k{id_, l.tp, l.ep, l.expert_tp(), l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
              default_order ? 0 : l.dp, default_order ? 0 : l.pp, 0, l.rank_order};
   k.head_fwd = executor_head_grad_in_forward(l.zero) ? 1 : 0;
-  size_t h = (size_t(l.tp) * 131 + size_t(l.ep) * 31 + size_t(l.micro_batch) * 11 + size_t(k.sp) * 5 +
-              size_t(k.recompute) * 2 + size_t(l.cp) * 17) % kSlots;
+  const size_t h = cache_slot({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd}, kSlots);
   if (!(keys[h] == k)) {
     values[h] = compute_pieces(l);
     keys[h] = k;
@@ -157,13 +175,11 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
 }
 
 const StageSplit& Evaluator::split(const Layout& l) const {
-  constexpr int kSlots = 16;
+  constexpr int kSlots = 256;
   thread_local uint64_t key_id[kSlots] = {};
   thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {}, key_first[kSlots] = {}, key_last[kSlots] = {};
   thread_local StageSplit value[kSlots];
-  const size_t h =
-      (size_t(l.pp) * 7 + size_t(l.virtual_stages) + size_t(l.last_stage_layers) * 3 + size_t(l.first_stage_layers) * 5) %
-      kSlots;
+  const size_t h = cache_slot({l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers}, kSlots);
   if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != l.virtual_stages || key_first[h] != l.first_stage_layers ||
       key_last[h] != l.last_stage_layers) {
     value[h] = split_layers(model_, l);
@@ -269,12 +285,13 @@ struct DpKey {
 }  // namespace
 
 DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) const {
-  constexpr int kSlots = 256;
+  constexpr int kSlots = 1024;
   thread_local DpKey keys[kSlots];
   thread_local DpCollectives values[kSlots];
   DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
-  const size_t h = (std::hash<double>{}(sc.grad_bytes) ^ (size_t(l.dp) * 131 + size_t(l.tp) * 31 + size_t(l.pp) * 17 +
-                                                           size_t(l.ep) * 7 + size_t(l.zero))) % kSlots;
+  const size_t h = cache_slot({int64_t(std::hash<double>{}(sc.grad_bytes)), int64_t(std::hash<double>{}(sc.expert_grad_bytes)),
+                               l.dp, l.cp, l.tp, l.pp, l.ep, k.etp, l.zero, sc.layers, sc.moe_layers},
+                              kSlots);
   if (!(keys[h] == k)) {
     values[h] = compute_dp_collectives(l, sc);
     keys[h] = k;
@@ -282,16 +299,49 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   return values[h];
 }
 
+namespace {
+
+// The gradient (DP x CP) and expert-DP group shapes depend on the layout's
+// sizes, its order and the node size only, so every stage and every
+// micro-batch, schedule or recompute variant of a layout shares them. They
+// enumerate the group's members (thousands at 16k ranks), so they are
+// memoized per thread (a search meets a few hundred distinct groups).
+struct ShapeKey {
+  int dp = 0, cp = 0, tp = 0, pp = 0, ep = 0, etp = 0, dpn = 0;
+  std::string order;
+  bool operator==(const ShapeKey&) const = default;
+};
+struct ShapeKeyHash {
+  size_t operator()(const ShapeKey& k) const {
+    size_t h = std::hash<std::string>{}(k.order);
+    for (int v : {k.dp, k.cp, k.tp, k.pp, k.ep, k.etp, k.dpn}) h = h * 1000003u ^ size_t(v);
+    return h;
+  }
+};
+
+std::pair<GroupShape, GroupShape> gradient_shapes(const Layout& l, int dpn) {
+  thread_local std::unordered_map<ShapeKey, std::pair<GroupShape, GroupShape>, ShapeKeyHash> memo;
+  ShapeKey k{l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), dpn, l.rank_order};
+  auto it = memo.find(k);
+  if (it != memo.end()) return it->second;
+  if (memo.size() > 8192) memo.clear();
+  const GroupShape dp = gradient_group_shape(l, dpn);
+  // Without EP the expert-DP group is the DP x CP group itself.
+  const GroupShape edp = l.ep <= 1 && !l.folded_experts() ? dp : expert_dp_group_shape(l, dpn);
+  return memo.emplace(std::move(k), std::make_pair(dp, edp)).first->second;
+}
+
+}  // namespace
+
 DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCosts& sc) const {
   DpCollectives d;
   if (l.dp * l.cp <= 1) return d;
   const int dpn = hw_.node.devices_per_node;
-  // Gradients sum over DP x CP (Megatron's dp-cp group).
-  GroupShape dp_shape = gradient_group_shape(l, dpn);
+  // Gradients sum over DP x CP (Megatron's dp-cp group). Expert gradients
+  // are reduced over the expert-DP group: dp cp/ep ranks (x tp under
+  // parallel folding).
+  const auto [dp_shape, edp_shape] = gradient_shapes(l, dpn);
   d.crosses_nodes = dp_shape.nodes > 1;
-  // Expert gradients are reduced over the expert-DP group: dp cp/ep ranks
-  // (x tp under parallel folding).
-  GroupShape edp_shape = expert_dp_group_shape(l, dpn);
   const double w_over_g = gathered_weight_bytes(train_.precision, opt_) / reduce_elem_bytes(train_, opt_);
   // ZeRO-3 gathers and reduce-scatters one layer at a time (FSDP2 wraps each
   // transformer block, DeepSpeed stage 3 fetches per submodule, Megatron's
@@ -331,7 +381,7 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
 double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
   if (l.pp <= 1) return 0;
   // The transfer depends on the PP group's placement and the micro-batch.
-  constexpr int kSlots = 64;
+  constexpr int kSlots = 256;
   struct Key {
     uint64_t evaluator = 0;
     int dp = 0, tp = 0, pp = 0, ep = 0, cp = 0, micro = 0;
@@ -341,7 +391,7 @@ double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
   thread_local Key keys[kSlots];
   thread_local CollectiveCost values[kSlots];
   Key k{id_, l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.rank_order};
-  const size_t h = (size_t(l.pp) * 31 + size_t(l.tp) * 7 + size_t(l.micro_batch) * 3 + size_t(l.dp)) % kSlots;
+  const size_t h = cache_slot({l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch}, kSlots);
   if (!(keys[h] == k)) {
     values[h] = p2p_cost(l);
     keys[h] = k;

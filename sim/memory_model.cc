@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <tuple>
 
 #include "core/program.h"
@@ -267,13 +268,35 @@ P2pBuffers executor_p2p_buffers(const Layout& l, int64_t global_batch, int stage
   c.zero = 0;
   c.micro_batches = std::min<int64_t>(c.micro_batches, 4LL * l.pp * std::max(1, l.virtual_stages));
   const auto key = std::make_tuple(c.pp, c.virtual_stages, int(c.schedule), c.micro_batches, c.grad_buckets);
-  thread_local std::map<std::tuple<int, int, int, int64_t, int>, std::vector<P2pBuffers>> memo;
-  auto it = memo.find(key);
-  if (it == memo.end()) {
-    if (memo.size() > 4096) memo.clear();
-    it = memo.emplace(key, p2p_buffers_per_stage(c)).first;
+  // Shared by the search's threads (each schedule is worked out once), and
+  // never cleared: map nodes stay put, so a thread keeps a pointer to the
+  // answer its layout's stages ask for one after another. Past kMax distinct
+  // schedules (far more than a search meets) an answer is not kept.
+  using Key = std::tuple<int, int, int, int64_t, int>;
+  constexpr size_t kMax = 1 << 16;
+  static std::mutex mu;
+  static std::map<Key, std::vector<P2pBuffers>> memo;
+  thread_local Key last_key;
+  thread_local const std::vector<P2pBuffers>* last = nullptr;
+  if (last && key == last_key) return (*last)[size_t(stage)];
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = memo.find(key);
+    if (it != memo.end()) {
+      last_key = key;
+      last = &it->second;
+      return it->second[size_t(stage)];
+    }
   }
-  return it->second[size_t(stage)];
+  std::vector<P2pBuffers> fresh = p2p_buffers_per_stage(c);
+  const P2pBuffers answer = fresh[size_t(stage)];
+  std::lock_guard<std::mutex> lock(mu);
+  if (memo.size() < kMax) {
+    auto it = memo.emplace(key, std::move(fresh)).first;  // another thread's equal answer may be there first
+    last_key = key;
+    last = &it->second;
+  }
+  return answer;
 }
 
 namespace {
