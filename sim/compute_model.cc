@@ -559,6 +559,37 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       c.ep_calls += 2;
       c.ep_comm_total_s += c.fwd_ep_s;
     }
+  } else if (sh.recompute == Recompute::kSelective && opt.selective_recompute == SelectiveRecompute::kEveryOtherMatmul &&
+             !moe_layer && !m.mla.enabled && p != Precision::kFp8) {
+    // torchtitan's selective op AC (parallelize_llama.py, _custom_policy):
+    // the outputs of aten.mm, the attention kernel and reduce-scatters are
+    // kept, except every second mm of the layer, and every other op re-runs.
+    // A layer's mms in forward order are q, k, v, o, then gate (w1), up (w3),
+    // down (w2), or fc1, fc2: k, o and up (GELU: fc2) re-run, with every
+    // memory-bound op and the forward's all-gathers (SP) or all-reduces; the
+    // attention core does not.
+    const double f = double(m.ffn_hidden);
+    const double mms[3][3] = {{T, kv_heads * d / t, h},
+                              {T, h, a * v_dim / t},
+                              {T, m.mlp == MlpKind::kSwiGlu ? f / t : h, m.mlp == MlpKind::kSwiGlu ? h : f / t}};
+    double mm_s = 0, mm_flops = 0;
+    for (const auto& g : mms) {
+      mm_s += gemm_time_s(hw, p, g[0], g[1], g[2]);
+      mm_flops += 2 * g[0] * g[1] * g[2];
+    }
+    if (sh.tp_group.ranks > 1) {
+      LinkBytes fwd_only;
+      if (sh.sp) {
+        c.recompute_tp_s = collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &fwd_only, 2);
+      } else {
+        c.recompute_tp_s = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &fwd_only, 2);
+      }
+      c.tp_bytes.add(fwd_only);
+      c.tp_calls += 2;
+      c.tp_comm_total_s += c.recompute_tp_s;
+    }
+    c.recompute_s = mm_s + elem_fwd_s + c.recompute_tp_s;
+    c.recompute_flops = mm_flops;
   } else if (sh.recompute == Recompute::kSelective) {
     // Only the attention core is recomputed (Korthikanti et al. 2022); under
     // CP with its ring.

@@ -93,6 +93,9 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     if (!r.is_ok()) return invalid_argument(wl + ".recompute: " + r.status().message());
     f.recompute.push_back(*r);
   }
+  LOOM_ASSIGN_OR_RETURN(std::string sel, json_string_or(*l, "selective_recompute", "attention_core", wl));
+  if (!parse_selective_recompute(sel, &f.selective_recompute))
+    return invalid_argument(wl + ".selective_recompute must be attention_core or every_other_matmul, got '" + sel + "'");
   LOOM_ASSIGN_OR_RETURN(std::string spr, json_string(*l, "sequence_parallel", wl));
   if (spr == "optional") f.sequence_parallel = SequenceParallelRule::kOptional;
   else if (spr == "always") f.sequence_parallel = SequenceParallelRule::kAlways;
@@ -127,6 +130,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->pp_overlap_p2p_comm = f.pp_overlap_p2p_comm;
   opt->fp8_scaling = f.fp8_scaling;
   opt->fp8_attention = f.fp8_attention;
+  opt->selective_recompute = f.selective_recompute;
   opt->dropout = f.dropout;
 }
 

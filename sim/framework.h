@@ -38,6 +38,7 @@ struct Framework {
   std::vector<int> zero_stages;
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;
+  SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;  // what recompute=selective re-runs
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;

@@ -438,6 +438,21 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
   // weight gradient as its FP8 copy (1 byte; on Hopper the transposed copy
   // the TN-only FP8 GEMM needs), not the 16-bit tensor.
   const double e8 = precision == Precision::kFp8 ? 1.0 : e;
+  if (l.recompute == Recompute::kSelective && opt.selective_recompute == SelectiveRecompute::kEveryOtherMatmul &&
+      !moe_layer && !m.mla.enabled && precision != Precision::kFp8) {
+    // torchtitan's selective op AC keeps what its policy saves and re-runs the
+    // rest (sim/compute_model.cc): the layer's input (the checkpoint's), the
+    // outputs of mms 1, 3, 5, 7 of q, k, v, o, gate, up, down (q, v, gate and
+    // down's unreduced output; GELU: q, v, fc1), the attention kernel's output
+    // and log-sum-exp, and the reduce-scatters' outputs (SP).
+    const double f = double(m.ffn_hidden);
+    double kept = T * h * e * r;
+    kept += T * a * qk_dim * e / t + T * kv_heads * v_dim * e / t;
+    kept += T * a * v_dim * e / t + T * (a / t) * 4;
+    kept += T * f * e / t + (m.mlp == MlpKind::kSwiGlu ? T * h * e : 0.0);
+    if (l.sequence_parallel && t > 1) kept += 2 * T * h * e * r;
+    return kept;
+  }
   double bytes = 0;
   bytes += 2 * T * h * e * r;  // inputs of the two norms
   // attention
@@ -583,6 +598,16 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
       sm.activations_bytes += std::max(act_dense, act_moe);
     } else {
       sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
+      // torchtitan's selective op AC re-runs a dense layer's unsaved ops in
+      // its backward: that layer's tensors are whole again for a moment.
+      if (l.recompute == Recompute::kSelective && opt.selective_recompute == SelectiveRecompute::kEveryOtherMatmul &&
+          dense_layers > 0) {
+        Layout whole = l;
+        whole.recompute = Recompute::kNone;
+        const int64_t seq = train.seq_len / std::max(1, l.cp);
+        sm.activations_bytes +=
+            std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - act_dense);
+      }
     }
     if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
     if (stage == l.pp - 1) {

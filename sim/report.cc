@@ -130,6 +130,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["fp8_scaling"] = fp8_scaling_name(o.fp8_scaling);
   j["fp8_attention"] = o.fp8_attention;
   j["fp8_params"] = o.fp8_params;
+  j["selective_recompute"] = selective_recompute_name(o.selective_recompute);
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
@@ -164,6 +165,11 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
     return invalid_argument(w + ".fp8_scaling must be \"delayed\" or \"current\", got \"" + scaling + "\"");
   LOOM_ASSIGN_OR_RETURN(o.fp8_attention, json_bool_or(j, "fp8_attention", o.fp8_attention, w));
   LOOM_ASSIGN_OR_RETURN(o.fp8_params, json_bool_or(j, "fp8_params", o.fp8_params, w));
+  LOOM_ASSIGN_OR_RETURN(std::string selective,
+                        json_string_or(j, "selective_recompute", selective_recompute_name(o.selective_recompute), w));
+  if (!parse_selective_recompute(selective, &o.selective_recompute))
+    return invalid_argument(w + ".selective_recompute must be \"attention_core\" or \"every_other_matmul\", got \"" +
+                            selective + "\"");
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

@@ -15,6 +15,11 @@ namespace loom {
 // history, and the cast kernel records the new amax as it goes (one pass).
 // Current: each tensor's amax is reduced first, then it is cast (two passes).
 enum class Fp8Scaling { kDelayed, kCurrent };
+// What recompute=selective re-runs in backward (SimOptions::selective_recompute).
+enum class SelectiveRecompute { kAttentionCore, kEveryOtherMatmul };
+const char* selective_recompute_name(SelectiveRecompute s);
+// "attention_core" or "every_other_matmul"; false for anything else.
+bool parse_selective_recompute(const std::string& text, SelectiveRecompute* out);
 const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
@@ -79,6 +84,14 @@ struct SimOptions {
   // instead of 16-bit + FP8 copy), the fp32 master lives in the optimizer,
   // and the distributed optimizer gathers 1 byte a parameter.
   bool fp8_params = false;
+  // What recompute=selective re-runs. kAttentionCore: Megatron's selective
+  // recompute (Korthikanti et al. 2022), the attention core only.
+  // kEveryOtherMatmul: torchtitan's selective op AC (PyTorch selective
+  // activation checkpointing with torchtitan's policy: keep the outputs of
+  // the matmuls, the attention kernel and the reduce-scatters, except every
+  // second matmul of a layer; every other op is re-run), on dense layers in
+  // 16 bits; MoE, MLA and FP8 layers keep the attention-core rule.
+  SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;
   // MoE routing: tokens of the busiest rank's experts over the balanced
   // share (1 = balanced, as Megatron-Bridge's MoE benchmarks force it; an
   // auxiliary-loss-balanced router in training runs above 1). The expert

@@ -69,6 +69,43 @@ TEST(ComputeModel, RecomputeCostsWhatItRecomputes) {
   EXPECT_NEAR(sel.recompute_flops, m.attention_flops_per_token_fwd(4096, true) * 4096, 0.01 * sel.recompute_flops);
 }
 
+// torchtitan's selective op AC (parallelize_llama.py _custom_policy at
+// 1ea476e9f): the outputs of aten.mm and of the SDPA kernel are kept "except
+// every second mm", and every other op re-runs. A Llama block's mms in
+// forward order are wq, wk, wv, wo, w1 (gate), w3 (up), w2 (down), so wk, wo
+// and w3 re-run, with the elementwise ops, and the attention kernel does not.
+TEST(ComputeModel, SelectiveOpCheckpointingRerunsEverySecondMatmul) {
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  const double T = 8192, h = 4096, kv = 1024, f = 14336;
+  Layout l;
+  SimOptions opt;
+  const PieceCost none = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 8192, hw), false);
+  l.recompute = Recompute::kSelective;
+  opt.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
+  const PieceCost op = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 8192, hw), false);
+  auto mm = [&](double n, double k) { return gemm_time_s(hw, Precision::kBf16, T, n, k); };
+  // The forward is its GEMMs (the fused QKV, o, gate+up, down), the attention
+  // core and the memory-bound ops; the last are what the recompute re-runs
+  // beside wk, wo and w3.
+  const double core = none.fwd_s - (mm(h + 2 * kv, h) + mm(h, h) + mm(2 * f, h) + mm(h, f));
+  const double rerun_mms = mm(kv, h) + mm(h, h) + mm(f, h);
+  EXPECT_NEAR(op.recompute_flops, 2 * T * (kv * h + h * h + f * h), 1e-6 * op.recompute_flops);
+  EXPECT_GT(op.recompute_s, rerun_mms);
+  EXPECT_LT(op.recompute_s, rerun_mms + core);  // not the attention core
+  // Megatron's selective re-runs the attention core alone.
+  opt.selective_recompute = SelectiveRecompute::kAttentionCore;
+  const PieceCost megatron = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 8192, hw), false);
+  EXPECT_NEAR(megatron.recompute_flops, m.attention_flops_per_token_fwd(8192, true) * 8192,
+              0.01 * megatron.recompute_flops);
+  EXPECT_LT(megatron.recompute_s, core);
+  // The memory-bound part the op policy re-runs is the forward's own: the
+  // recompute minus its three mms equals the forward minus its GEMMs and its
+  // attention core, so the two differences agree.
+  const double elementwise = op.recompute_s - rerun_mms;
+  EXPECT_NEAR(elementwise + megatron.recompute_s, core, 1e-3 * core);
+}
+
 TEST(ComputeModel, TensorParallelSplitsTheGemmsAndAddsCollectives) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   ModelSpec m = testing::load_model_or_die("llama-3-70b");

@@ -35,6 +35,10 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_FALSE(tt.tp_async_backward);
   EXPECT_EQ(tt.fp8_scaling, Fp8Scaling::kCurrent);
   EXPECT_EQ(tt.sequence_parallel, SequenceParallelRule::kAlways);
+  // Selective means selective op AC there (every second mm re-run), the
+  // attention core in Megatron (Korthikanti et al.).
+  EXPECT_EQ(tt.selective_recompute, SelectiveRecompute::kEveryOtherMatmul);
+  EXPECT_EQ(mc.selective_recompute, SelectiveRecompute::kAttentionCore);
   const Framework ds = load_or_die("deepspeed");
   // communication_data_type falls back to the model dtype (bf16); overlap_comm
   // defaults to stage == 3.
@@ -51,6 +55,12 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(back->framework, "megatron-core");
   EXPECT_EQ(back->fp8_scaling, Fp8Scaling::kDelayed);
+  SimOptions titan;
+  apply_framework(tt, &titan);
+  auto titan_back = parse_sim_options(sim_options_json(titan));
+  ASSERT_TRUE(titan_back.is_ok()) << titan_back.status().to_string();
+  EXPECT_EQ(titan_back->selective_recompute, SelectiveRecompute::kEveryOtherMatmul);
+  EXPECT_FALSE(parse_sim_options(R"({"selective_recompute": "half"})").is_ok());
 }
 
 TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
@@ -119,6 +129,8 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("schedules": ["1f1b"])", R"("schedules": ["zb-v"])", "layouts.schedules");
   expect_error(R"("sequence_parallel": "optional")", R"("sequence_parallel": "maybe")", "sequence_parallel must be");
   expect_error(R"("scaling": "delayed")", R"("scaling": "mx")", "fp8.scaling");
+  expect_error(R"("recompute": ["none"])", R"("recompute": ["none"], "selective_recompute": "some")",
+               "layouts.selective_recompute must be attention_core or every_other_matmul");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": 1)", "pipeline.blocking_p2p must be true or false");
   expect_error(R"("gradients": {"fp32_main_grads": true, "source": "s"})", R"("gradients": {"fp32_main_grads": true})",
                "gradients.source");

@@ -32,6 +32,27 @@ double korthikanti(double s, double b, double h, double a, double t, bool sp, Re
   return s * b * h * (10 + 24 / t + attn);
 }
 
+// What torchtitan's selective op AC keeps of a Llama block, by its policy
+// (parallelize_llama.py _custom_policy): the block's input, the outputs of
+// mms 1, 3, 5, 7 (wq, wv, w1, w2: q, v, the gate and the down projection's
+// output), the flash SDPA's output and log-sum-exp. Llama-3-8B, one
+// sequence of 8192 tokens, bf16, no TP: per token 2 bytes x (4096 input +
+// 4096 q + 1024 v + 4096 attention out + 14336 gate + 4096 down) + 4 x 32
+// log-sum-exp.
+TEST(MemoryModel, SelectiveOpCheckpointingKeepsWhatItsPolicySaves) {
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  Layout l;
+  l.recompute = Recompute::kSelective;
+  SimOptions opt;
+  opt.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
+  const double per_token = 2.0 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4.0 * 32;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, opt, 8192, Precision::kBf16, false), 8192 * per_token);
+  // Less than Megatron's selective recompute keeps (every GEMM input, the
+  // SwiGLU intermediates).
+  opt.selective_recompute = SelectiveRecompute::kAttentionCore;
+  EXPECT_GT(layer_activation_bytes(m, l, opt, 8192, Precision::kBf16, false), 8192 * per_token);
+}
+
 TEST(MemoryModel, KorthikantiTable2AllSettings) {
   SimOptions opt = korthikanti_options();
   for (int64_t h : {2304, 12288}) {
