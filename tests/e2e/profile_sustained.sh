@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# gpu-validate's stage 6c hands its long-run GEMM rate to the calibrated
+# profile (scripts/gpu-profile-sustained.py): the rate lands in
+# sustained_gemm_tflops, the source names the run, loom reads the profile and
+# caps its large GEMMs there; a rate above the peak or for a precision the
+# profile has no peak for is not taken; no 8192^3 figure changes nothing.
+# usage: profile_sustained.sh LOOM SOURCE_DIR
+set -euo pipefail
+loom=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "profile_sustained: FAIL: $*" >&2; exit 1; }
+script=$src/scripts/gpu-profile-sustained.py
+
+# A calibrated-style profile: the H100 one without its cap and its FP8 peak.
+python3 - "$src/hwprofiles/dgx-h100.json" "$tmp/cal.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+a = p["accelerator"]
+for k in ("sustained_gemm_tflops", "peak_fp8_tflops", "fp8_gemm_best_efficiency"):
+    a.pop(k, None)
+json.dump(p, open(sys.argv[2], "w"), indent=1)
+PY
+cat > "$tmp/sus.json" <<'J'
+{"device": "NVIDIA H200", "torch": "2.9.0", "sustain_s": 40,
+ "gemms": [{"shape": [8192, 8192, 8192], "dtype": "bf16", "burst_tflops": 790.0, "sustained_tflops": 700.0},
+           {"shape": [8192, 6144, 4096], "dtype": "bf16", "burst_tflops": 700.0, "sustained_tflops": 650.0},
+           {"shape": [8192, 8192, 8192], "dtype": "fp8", "burst_tflops": 1500.0, "sustained_tflops": 1400.0}]}
+J
+out=$(python3 "$script" "$tmp/cal.json" "$tmp/sus.json")
+echo "$out"
+grep -q "not taken, fp8: the profile has no fp8 peak" <<<"$out" || fail "an fp8 rate without an fp8 peak was not refused"
+python3 - "$tmp/cal.json" <<'PY' || fail "the profile does not carry the rate and its source"
+import json, sys
+a = json.load(open(sys.argv[1]))["accelerator"]
+assert a["sustained_gemm_tflops"] == {"bf16": 700.0}, a.get("sustained_gemm_tflops")
+assert "gpu-validate stage 6c" in a["source"] and "NVIDIA H200" in a["source"], a["source"]
+PY
+plan=$("$loom" plan --model llama-3-8b --hw "$tmp/cal.json" --gpus 8 --global-batch 64 --seq 2048 \
+       --layout dp=8,zero=3,micro=1,recompute=full 2>&1) || { echo "$plan"; fail "loom plan on the profile failed"; }
+grep -q "capped at the 0.71 a large GEMM sustains" <<<"$plan" || { echo "$plan"; fail "the plan does not cap at 700/989"; }
+
+# Above the peak: not taken, the file unchanged.
+sed 's/"sustained_tflops": 700.0/"sustained_tflops": 1200.0/' "$tmp/sus.json" > "$tmp/over.json"
+python3 - "$tmp/cal.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["accelerator"].pop("sustained_gemm_tflops")
+json.dump(p, open(sys.argv[1], "w"), indent=1)
+PY
+cp "$tmp/cal.json" "$tmp/before.json"
+out=$(python3 "$script" "$tmp/cal.json" "$tmp/over.json")
+grep -q "bf16: 1200.0 TFLOP/s is above the profile's peak" <<<"$out" || { echo "$out"; fail "a rate above the peak was taken"; }
+cmp -s "$tmp/cal.json" "$tmp/before.json" || fail "the profile changed though nothing was taken"
+# No 8192^3 figure: nothing to take.
+echo '{"gemms": []}' > "$tmp/none.json"
+python3 "$script" "$tmp/cal.json" "$tmp/none.json" | grep -q "no 8192^3 sustained rate" || fail "an empty run was not reported"
+echo "profile_sustained: ok"
