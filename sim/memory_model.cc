@@ -57,7 +57,10 @@ BackwardWorkspace executor_backward_workspace(const ModelSpec& m, const Layout& 
   const double flowing = 2 * Nl * C;  // the chunk's dx and dy
   const double gathered = 2 * N * C;   // dfull, dh_part: the whole layer
   const bool gelu = m.norm == NormKind::kLayerNorm;  // the executor's GPT-2 block; RMSNorm blocks use SwiGLU
-  const double mlp = (gelu ? 2 : 3) * N * F;
+  // The MLP's backward: GELU's input gradient (fc2's GEMM applies GELU's
+  // backward in place, Gemm::dgelu_pre); SwiGLU's down-projection gradient and
+  // the gate and up gradients.
+  const double mlp = (gelu ? 1 : 3) * N * F;
   double attention = 2 * Nl * C + N * (2 * q + 2 * kv);  // dh, dx_mid, dctx, dq, dk, dv
   if (m.qk_norm) attention += N * (q + kv);                // the normed q, k gradients
   BackwardWorkspace w;
@@ -385,6 +388,9 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const double head_moment = last ? held_heads * head_keep + w.head : 0;
   const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + layer_act + layer_ws;
   const double forward_moment = last && fused ? held_heads * head_keep + head_fwd_act + head_fwd_ws : 0;
+  // Every candidate moment as (activations, workspace); the stage's peak is
+  // the largest.
+  std::vector<std::pair<double, double>> moments;
   if (last && fused && forward_moment >= head_moment && forward_moment >= layer_moment) {
     sm->activations_bytes = held_layers + held_heads * head_keep + head_fwd_act;
     sm->workspace_bytes = head_fwd_ws;
@@ -395,6 +401,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
     sm->activations_bytes = held_layers + std::max(0.0, held_heads - 1) * head_keep + layer_act;
     sm->workspace_bytes = layer_ws;
   }
+  moments.push_back({sm->activations_bytes, sm->workspace_bytes});
   // Two moments inside a dense layer's forward, when it holds its whole
   // working set in fp32 (executor_layer_forward_peak_bytes): the forward
   // itself, beside the chunk's input and output buffers (activations); and
@@ -407,12 +414,26 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
     const double fwd = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
     const double in_out = 4 * 2 * Nl * h, flowing = in_out;
     const double others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
-    double moments[2][2] = {{others + fwd + in_out, 0.0}, {0.0, 0.0}};
-    if (l.recompute == Recompute::kFull) moments[1][0] = others + fwd + in_out, moments[1][1] = flowing;
-    for (const auto& mo : moments)
-      if (mo[0] + mo[1] > sm->activations_bytes + sm->workspace_bytes) {
-        sm->activations_bytes = mo[0];
-        sm->workspace_bytes = mo[1];
+    moments.push_back({others + fwd + in_out, 0.0});
+    if (l.recompute == Recompute::kFull) moments.push_back({others + fwd + in_out, flowing});
+  }
+  auto total = [](const std::pair<double, double>& mo) { return mo.first + mo.second; };
+  size_t best = 0;
+  for (size_t i = 1; i < moments.size(); ++i)
+    if (total(moments[i]) > total(moments[best])) best = i;
+  sm->activations_bytes = moments[best].first;
+  sm->workspace_bytes = moments[best].second;
+  // Another moment within the pipeline's pending sends of the peak: which of
+  // the two a run meets depends on how far the peer has got (the sends a
+  // stage holds at each), so both are this stage's peak breakdown.
+  if (l.pp > 1) {
+    const P2pBuffers p2p = executor_p2p_buffers(l, train.global_batch, stage);
+    const double margin = double(p2p.at_most - p2p.surely) * 4 * Nl * h;
+    for (size_t i = 0; i < moments.size(); ++i)
+      if (i != best && moments[i] != moments[best] && total(moments[i]) >= total(moments[best]) - margin &&
+          total(moments[i]) > sm->alt_activations_bytes + sm->alt_workspace_bytes) {
+        sm->alt_activations_bytes = moments[i].first;
+        sm->alt_workspace_bytes = moments[i].second;
       }
   }
   // The step's token ids and targets (int32), on the stages that embed or

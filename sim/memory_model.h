@@ -130,6 +130,12 @@ struct StageMemory {
   double workspace_bytes = 0;
   double inputs_bytes = 0;
   double overhead_bytes = 0;   // runtime reserve + fragmentation allowance
+  // Loom's executor, pipelined: another moment whose total comes within the
+  // stage's possibly pending sends of the peak's (executor_p2p_buffers), so a
+  // run may meet either as its peak; its activations and workspace (the
+  // other classes are the same). Both 0 when there is none. Not in
+  // total_bytes(): the peak is the larger.
+  double alt_activations_bytes = 0, alt_workspace_bytes = 0;
   double total_bytes() const {
     return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + comm_buffer_bytes + workspace_bytes +
            inputs_bytes + overhead_bytes;

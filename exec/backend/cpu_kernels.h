@@ -39,6 +39,7 @@ class CpuKernels : public Kernels {
     // The epilogue: the ops it replaces, in order (their bits).
     if (a.bias) cpu::add_bias(a.C, a.bias, a.M, a.N);
     if (a.gelu_out) cpu::gelu_forward(a.C, a.gelu_out, a.M * a.N);
+    if (a.dgelu_pre) cpu::gelu_backward(a.C, a.dgelu_pre, a.C, a.M * a.N);  // elementwise: in place
   }
   void grouped_gemm(const GroupedGemm& a) override {
     for (int64_t g = 0; g < a.count; ++g) {

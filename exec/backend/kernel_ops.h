@@ -117,6 +117,11 @@ const char* kernel_op_name(KernelOp op);
 //   bias      C(i, :) += bias(N) after the product (add_bias's adds)
 //   gelu_out  gelu_out(M,N) = GELU(C) after the bias, C keeping the
 //             pre-activation (gelu_forward's math); its own buffer
+//   dgelu_pre C = C * GELU'(dgelu_pre) after the product, in place
+//             (gelu_backward's math with dy = C, x = dgelu_pre(M,N), the
+//             forward's pre-activation): GELU's backward fused into the
+//             GEMM that makes its incoming gradient. Only with beta 0 and
+//             neither bias nor gelu_out.
 struct Gemm {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kGemm;
@@ -131,6 +136,7 @@ struct Gemm {
   const uint16_t* B16 = nullptr;
   const float* bias = nullptr;
   float* gelu_out = nullptr;
+  const float* dgelu_pre = nullptr;
   KernelCall describe(Precision p) const;
 };
 

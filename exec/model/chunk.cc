@@ -382,11 +382,11 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   if (d.moe.is_moe(layer)) {
     LOOM_RETURN_IF_ERROR(moe_->backward(layer, a.h2.f32(), dfull.f32(), dh_part.f32(), &a.moe, grad_scale_));
   } else if (d.gpt2) {
-    DeviceBuffer dg = make(backend_, N * F);
-    linear_backward(k, dfull.f32(), a.f32(a.g), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
-                    dg.f32(), N, F, C, false, a.b16(a.g));
+    // fc2's input gradient goes through GELU's backward in its GEMM (one
+    // (N, F) buffer, not two).
     DeviceBuffer da = make(backend_, N * F);
-    k.gelu_backward({dg.f32(), a.a.f32(), da.f32(), N * F});
+    linear_backward(k, dfull.f32(), a.f32(a.g), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
+                    da.f32(), N, F, C, false, a.b16(a.g), a.a.f32());
     linear_backward(k, da.f32(), a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
                     P.grad(p + "mlp.fc1.bias"), dh_part.f32(), N, C, F, false, a.b16(a.h2));
   } else {

@@ -18,12 +18,16 @@ inline void linear(Kernels& k, const float* x, const float* W, const float* b, f
 // dW += dy^T x; db += colsum(dy); dx (=, or += when accumulate) dy W.
 // x16: x held in the table's 16-bit format (a packed saved activation; x is
 // then null), read by the weight-gradient GEMM as it is (Gemm::B16).
+// dgelu_pre: the input gradient goes on through GELU's backward in the same
+// GEMM (Gemm::dgelu_pre), dx = (dy W) * GELU'(dgelu_pre); not with accumulate.
 inline void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db,
                             float* dx, int64_t N, int64_t in, int64_t out, bool accumulate_dx,
-                            const uint16_t* x16 = nullptr) {
+                            const uint16_t* x16 = nullptr, const float* dgelu_pre = nullptr) {
   k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW, nullptr, x16});
   if (db) k.bias_backward({dy, db, N, out});
-  if (dx) k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx});
+  if (dx)
+    k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx, nullptr, nullptr, nullptr, nullptr,
+            accumulate_dx ? nullptr : dgelu_pre});
 }
 
 }  // namespace loom::exec

@@ -98,6 +98,24 @@ TEST(CudaTableCoverage, Bf16CublasLtEpilogueMatchesTheSeparateOps) {
     expect_close(dgelu.get(), gelu, Tol{6e-4, 4e-4, 0}, "GELU");
     EXPECT_EQ(cuda::lt_gemm_executions() - before, std::string(epilogue) == "cublaslt" ? 1 : 0);
   }
+  // GELU's backward in the GEMM that makes its incoming gradient
+  // (Gemm::dgelu_pre, CUBLASLT_EPILOGUE_DGELU), that pre-activation as its
+  // input: the CPU's GEMM, then gelu_backward.
+  std::vector<float> dpre_ref(pre.size());
+  cpu->gemm({false, true, M, N, K, 1.f, xr.data(), wr.data(), 0.f, dpre_ref.data()});
+  cpu->gelu_backward({dpre_ref.data(), pre.data(), dpre_ref.data(), M * N});
+  for (const char* epilogue : {"separate", "cublaslt"}) {
+    SCOPED_TRACE(std::string("dGELU, ") + epilogue);
+    const int64_t before = cuda::lt_gemm_executions();
+    auto be = cuda_backend(Precision::kBf16, "gemm", epilogue);
+    Dev<float> dx(*be, x), dw(*be, w), dpre(*be, pre), dout(*be, pre.size());
+    be->kernels().gemm(
+        {false, true, M, N, K, 1.f, dx.p(), dw.p(), 0.f, dout.p(), nullptr, nullptr, nullptr, nullptr, dpre.p()});
+    be->synchronize();
+    ASSERT_TRUE(be->kernels().status().is_ok()) << be->kernels().status().to_string();
+    expect_close(dout.get(), dpre_ref, Tol{6e-4, 4e-4, 0}, "dGELU");
+    EXPECT_EQ(cuda::lt_gemm_executions() - before, std::string(epilogue) == "cublaslt" ? 1 : 0);
+  }
 }
 
 // Under bf16 the table keeps one bf16 copy of the parameters named by

@@ -170,23 +170,30 @@ Result<LtOutcome> LtGemm::run(const LtGemmArgs& x, void* workspace, size_t works
     refusal_ = impl_->init_refusal;
     return LtOutcome::kUnsupported;
   }
-  if (!x.bias && !x.gelu_out) return invalid_argument("cuBLASLt epilogue GEMM without a bias or GELU");
+  if (!x.bias && !x.gelu_out && !x.dgelu_pre) return invalid_argument("cuBLASLt epilogue GEMM without a bias or GELU");
+  if (x.dgelu_pre && (x.bias || x.gelu_out))
+    return invalid_argument("cuBLASLt dGELU epilogue with a bias or a GELU output: the backward has neither");
   // The bias and the aux matrix: 16-byte aligned (every epilogue kernel
   // handles that), the aux's leading dimension a multiple of 8; else the
   // separate ops.
-  if ((x.bias && alignment_of(x.bias) < 16) || (x.gelu_out && (alignment_of(x.gelu_out) < 16 || alignment_of(x.C) < 16))) {
+  const bool aux = x.gelu_out || x.dgelu_pre;
+  if ((x.bias && alignment_of(x.bias) < 16) || (x.gelu_out && (alignment_of(x.gelu_out) < 16 || alignment_of(x.C) < 16)) ||
+      (x.dgelu_pre && (alignment_of(x.dgelu_pre) < 16 || alignment_of(x.C) < 16))) {
     refusal_ = "the bias or a GELU operand is not 16-byte aligned";
     return LtOutcome::kUnsupported;
   }
-  if (x.gelu_out && x.N % 8 != 0) {
+  if (aux && x.N % 8 != 0) {
     refusal_ = "GELU's rows are not a multiple of 8 values";
     return LtOutcome::kUnsupported;
   }
-  const cublasLtEpilogue_t epilogue = x.gelu_out ? (x.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                                 : CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue =
+      x.dgelu_pre  ? CUBLASLT_EPILOGUE_DGELU
+      : x.gelu_out ? (x.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                   : CUBLASLT_EPILOGUE_BIAS;
   float* d = x.gelu_out ? x.gelu_out : x.C;  // D; with GELU, C gets the pre-activation (aux)
   const void* bias_ptr = x.bias;
-  const void* aux_ptr = x.gelu_out ? x.C : nullptr;  // the pre-activation, written
+  // The aux matrix: the pre-activation GELU writes, or the one dGELU reads.
+  const void* aux_ptr = x.gelu_out ? static_cast<const void*>(x.C) : static_cast<const void*>(x.dgelu_pre);
   const Impl::Key key{int(x.input),          x.trans_a,           x.trans_b,      x.M, x.N, x.K, int(epilogue),
                       alignment_of(x.A),     alignment_of(x.B),   alignment_of(d), alignment_of(bias_ptr),
                       alignment_of(aux_ptr)};

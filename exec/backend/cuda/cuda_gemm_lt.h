@@ -1,5 +1,6 @@
-// GEMMs with a fused epilogue on cuBLASLt: the bias add, and GELU with the
+// GEMMs with a fused epilogue on cuBLASLt: the bias add, GELU with the
 // pre-activation kept (CUBLASLT_EPILOGUE_BIAS / GELU_AUX / GELU_AUX_BIAS),
+// and GELU's backward from that pre-activation (CUBLASLT_EPILOGUE_DGELU),
 // row-major as cuda_gemm.cc computes them (cuBLASLt gets (B, A)).
 //
 // One LtGemm per kernel table: its cuBLASLt handle and the heuristic's
@@ -32,6 +33,7 @@ struct LtGemmArgs {
   float* C;               // beta 0: written, not read
   const float* bias;      // N values, or null
   float* gelu_out;        // (M,N) = GELU(C), C the pre-activation; or null
+  const float* dgelu_pre = nullptr;  // C = product * GELU'(dgelu_pre(M,N)); alone, or null
 };
 
 enum class LtOutcome { kDone, kUnsupported };

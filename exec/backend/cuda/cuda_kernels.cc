@@ -78,7 +78,7 @@ class CudaKernels final : public Kernels {
   }
 
   void gemm(const Gemm& a) override {
-    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16, bias, gelu_out] = a;
+    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16, bias, gelu_out, dgelu_pre] = a;
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
       if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));
@@ -94,7 +94,7 @@ class CudaKernels final : public Kernels {
       b_op = B16 ? B16 : half_of(B, K * N, 1);
       if (!a_op || !b_op) return;
     }
-    if ((bias || gelu_out) && beta == 0.f && fused_epilogue(a, a_op, b_op)) return;
+    if ((bias || gelu_out || dgelu_pre) && beta == 0.f && fused_epilogue(a, a_op, b_op)) return;
     if (input_ == cuda::GemmInput::kF32)
       note(cuda::gemm_f32(blas_, ta, tb, M, N, K, alpha, A, B, beta, C, s_));
     else if (input_ == cuda::GemmInput::kBf16)
@@ -105,10 +105,12 @@ class CudaKernels final : public Kernels {
                            static_cast<const uint16_t*>(b_op), beta, C, s_));
     epilogue_ops(a);
   }
-  // The epilogue as the separate ops it replaces (add_bias, gelu_forward).
+  // The epilogue as the separate ops it replaces (add_bias, gelu_forward,
+  // gelu_backward in place: elementwise).
   void epilogue_ops(const Gemm& a) {
     if (a.bias) note(cuda::add_bias(a.C, a.bias, a.M, a.N, s_));
     if (a.gelu_out) note(cuda::gelu_forward(a.C, a.gelu_out, a.M * a.N, s_));
+    if (a.dgelu_pre) note(cuda::gelu_backward(a.C, a.dgelu_pre, a.C, a.M * a.N, s_));
   }
   // LOOM_GEMM_EPILOGUE=cublaslt: the GEMM and its epilogue as one cuBLASLt
   // call. False (nothing enqueued) where the switch is off or cuBLASLt
@@ -123,7 +125,7 @@ class CudaKernels final : public Kernels {
       if (lt_workspace_.empty()) lt_workspace_ = DeviceBuffer(be_, cuda::kLtWorkspaceBytes);
     }
     const cuda::LtGemmArgs x{input_, g.trans_a, g.trans_b, g.M,     g.N,         g.K,
-                             g.alpha, a_op,      b_op,      g.C,     g.bias,      g.gelu_out};
+                             g.alpha, a_op,      b_op,      g.C,     g.bias,      g.gelu_out, g.dgelu_pre};
     auto r = lt_->run(x, lt_workspace_.f32(), cuda::kLtWorkspaceBytes, s_);
     if (!r.is_ok()) {
       note(r.status());

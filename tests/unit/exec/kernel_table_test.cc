@@ -192,6 +192,13 @@ TEST(KernelTable, GemmEpilogueEqualsTheGemmThenTheBiasThenGeluBitForBit) {
       EXPECT_TRUE(same(g1, g2)) << "GELU's output";
       k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, c3.data(), nullptr, nullptr, bias.data()});
       EXPECT_TRUE(same(c1, c3)) << "bias only";
+      // GELU's backward in the GEMM that makes its incoming gradient: the
+      // GEMM, then gelu_backward with that pre-activation (c1).
+      std::vector<float> d1(c1.size()), d2(c1.size()), d3(c1.size());
+      k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, d1.data()});
+      k->gelu_backward({d1.data(), c1.data(), d2.data(), M * N});
+      k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, d3.data(), nullptr, nullptr, nullptr, nullptr, c1.data()});
+      EXPECT_TRUE(same(d2, d3)) << "dGELU";
     }
   const Gemm plain{false, true, 3, 5, 7, 1.f, nullptr, nullptr, 0.f, nullptr};
   std::vector<float> out(15);
@@ -201,6 +208,11 @@ TEST(KernelTable, GemmEpilogueEqualsTheGemmThenTheBiasThenGeluBitForBit) {
   EXPECT_EQ(fused.describe(Precision::kBf16).to_string(), "gemm (M=3, N=5, K=7, trans_a=0, trans_b=1, epilogue=3)");
   EXPECT_DOUBLE_EQ(fused.describe(Precision::kBf16).bytes - plain.describe(Precision::kBf16).bytes, 4.0 * (5 + 3 * 5))
       << "the bias read and GELU's output written";
+  Gemm backward = plain;
+  backward.dgelu_pre = out.data();
+  EXPECT_EQ(backward.describe(Precision::kBf16).to_string(), "gemm (M=3, N=5, K=7, trans_a=0, trans_b=1, epilogue=4)");
+  EXPECT_DOUBLE_EQ(backward.describe(Precision::kBf16).bytes - plain.describe(Precision::kBf16).bytes, 4.0 * 3 * 5)
+      << "the pre-activation read";
 }
 
 // Each op's description names its shape: the dims of a call are the op's
