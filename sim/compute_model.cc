@@ -529,7 +529,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
 
   // --- recompute ---------------------------------------------------------------
-  if (cp > 1 && sh.recompute != Recompute::kNone) {  // the recomputed forward's ring again
+  const bool op_ac = sh.recompute == Recompute::kSelective && every_other_matmul(opt, p, moe_layer, m.mla.enabled);
+  if (cp > 1 && sh.recompute != Recompute::kNone && !op_ac) {  // the recomputed forward's ring again
     c.cp_bytes.add(c.cp_bytes, (cp - 1) / (3 * cp - 2));
     c.cp_calls += sh.cp - 1;
     c.cp_comm_total_s += c.cp_comm_total_s * (cp - 1) / (3 * cp - 2);
@@ -559,8 +560,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       c.ep_calls += 2;
       c.ep_comm_total_s += c.fwd_ep_s;
     }
-  } else if (sh.recompute == Recompute::kSelective && opt.selective_recompute == SelectiveRecompute::kEveryOtherMatmul &&
-             !moe_layer && !m.mla.enabled && p != Precision::kFp8) {
+  } else if (op_ac) {
     // torchtitan's selective op AC (parallelize_llama.py, _custom_policy):
     // the outputs of aten.mm, the attention kernel and reduce-scatters are
     // kept, except every second mm of the layer, and every other op re-runs.

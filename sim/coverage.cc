@@ -44,9 +44,13 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
       const double f = 2 * x.m * x.n * x.k;
       const bool below = f < g.flops.front(), above = f > g.flops.back();
       if (!below && !above) continue;
-      // The head stays 16-bit under FP8; the power cap bounds either.
+      // The power cap, said of the 16-bit GEMMs (the head under FP8 too):
+      // an FP8 GEMM's efficiency is the table's at half its FLOPs under its
+      // own best, which the FP8 cap lies above on every shipped profile.
+      const bool fp8 = train.precision == Precision::kFp8 && !x.head;
       const Precision p = x.head && train.precision == Precision::kFp8 ? Precision::kBf16 : train.precision;
-      const double e = below ? g.efficiency.front() : g.efficiency.back(), cap = a.sustained_gemm_efficiency(p);
+      const double e = below ? g.efficiency.front() : g.efficiency.back();
+      const double cap = fp8 ? 1.0 : a.sustained_gemm_efficiency(p);
       char capped[96] = "";
       if (cap < e) std::snprintf(capped, sizeof capped, ", capped at the %.2f a large GEMM sustains", cap);
       char b[420];

@@ -3,6 +3,7 @@
 #include "core/executor_head.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -385,23 +386,15 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
     for (const auto& mo : moments)
       if (mo[0] + mo[1] > layer_act + layer_ws) layer_act = mo[0], layer_ws = mo[1];
   }
-  const double head_moment = last ? held_heads * head_keep + w.head : 0;
-  const double layer_moment = (held_heads - (last ? 1 : 0)) * head_keep + layer_act + layer_ws;
-  const double forward_moment = last && fused ? held_heads * head_keep + head_fwd_act + head_fwd_ws : 0;
   // Every candidate moment as (activations, workspace); the stage's peak is
-  // the largest.
-  std::vector<std::pair<double, double>> moments;
-  if (last && fused && forward_moment >= head_moment && forward_moment >= layer_moment) {
-    sm->activations_bytes = held_layers + held_heads * head_keep + head_fwd_act;
-    sm->workspace_bytes = head_fwd_ws;
-  } else if (last && head_moment >= layer_moment) {
-    sm->activations_bytes = held_layers + held_heads * head_keep;
-    sm->workspace_bytes = w.head;
-  } else {
-    sm->activations_bytes = held_layers + std::max(0.0, held_heads - 1) * head_keep + layer_act;
-    sm->workspace_bytes = layer_ws;
-  }
-  moments.push_back({sm->activations_bytes, sm->workspace_bytes});
+  // the largest, the first of equals in this order: the fused head's
+  // forward, the head's backward, the top layer's backward, then a dense
+  // layer's forward (below).
+  std::array<std::pair<double, double>, 5> moments;
+  size_t count = 0;
+  if (last && fused) moments[count++] = {held_layers + held_heads * head_keep + head_fwd_act, head_fwd_ws};
+  if (last) moments[count++] = {held_layers + held_heads * head_keep, w.head};
+  moments[count++] = {held_layers + std::max(0.0, held_heads - 1) * head_keep + layer_act, layer_ws};
   // Two moments inside a dense layer's forward, when it holds its whole
   // working set in fp32 (executor_layer_forward_peak_bytes): the forward
   // itself, beside the chunk's input and output buffers (activations); and
@@ -414,12 +407,12 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
     const double fwd = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
     const double in_out = 4 * 2 * Nl * h, flowing = in_out;
     const double others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
-    moments.push_back({others + fwd + in_out, 0.0});
-    if (l.recompute == Recompute::kFull) moments.push_back({others + fwd + in_out, flowing});
+    moments[count++] = {others + fwd + in_out, 0.0};
+    if (l.recompute == Recompute::kFull) moments[count++] = {others + fwd + in_out, flowing};
   }
   auto total = [](const std::pair<double, double>& mo) { return mo.first + mo.second; };
   size_t best = 0;
-  for (size_t i = 1; i < moments.size(); ++i)
+  for (size_t i = 1; i < count; ++i)
     if (total(moments[i]) > total(moments[best])) best = i;
   sm->activations_bytes = moments[best].first;
   sm->workspace_bytes = moments[best].second;
@@ -429,7 +422,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   if (l.pp > 1) {
     const P2pBuffers p2p = executor_p2p_buffers(l, train.global_batch, stage);
     const double margin = double(p2p.at_most - p2p.surely) * 4 * Nl * h;
-    for (size_t i = 0; i < moments.size(); ++i)
+    for (size_t i = 0; i < count; ++i)
       if (i != best && moments[i] != moments[best] && total(moments[i]) >= total(moments[best]) - margin &&
           total(moments[i]) > sm->alt_activations_bytes + sm->alt_workspace_bytes) {
         sm->alt_activations_bytes = moments[i].first;
@@ -459,8 +452,7 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
   // weight gradient as its FP8 copy (1 byte; on Hopper the transposed copy
   // the TN-only FP8 GEMM needs), not the 16-bit tensor.
   const double e8 = precision == Precision::kFp8 ? 1.0 : e;
-  if (l.recompute == Recompute::kSelective && opt.selective_recompute == SelectiveRecompute::kEveryOtherMatmul &&
-      !moe_layer && !m.mla.enabled && precision != Precision::kFp8) {
+  if (l.recompute == Recompute::kSelective && every_other_matmul(opt, precision, moe_layer, m.mla.enabled)) {
     // torchtitan's selective op AC keeps what its policy saves and re-runs the
     // rest (sim/compute_model.cc): the layer's input (the checkpoint's), the
     // outputs of mms 1, 3, 5, 7 of q, k, v, o, gate, up, down (q, v, gate and
@@ -621,8 +613,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
       sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
       // torchtitan's selective op AC re-runs a dense layer's unsaved ops in
       // its backward: that layer's tensors are whole again for a moment.
-      if (l.recompute == Recompute::kSelective && opt.selective_recompute == SelectiveRecompute::kEveryOtherMatmul &&
-          dense_layers > 0) {
+      if (l.recompute == Recompute::kSelective && dense_layers > 0 &&
+          every_other_matmul(opt, train.precision, false, m.mla.enabled)) {
         Layout whole = l;
         whole.recompute = Recompute::kNone;
         const int64_t seq = train.seq_len / std::max(1, l.cp);

@@ -132,6 +132,15 @@ struct SimOptions {
   double kernel_overhead_s = 4e-6;
 };
 
+// Whether recompute=selective is torchtitan's selective op AC for a layer:
+// the option set by a named framework (Loom's executor has its own), and a
+// dense 16-bit layer without MLA (the policy names aten.mm, which FP8's
+// _scaled_mm and grouped GEMMs are not; MLA keeps the attention-core rule).
+inline bool every_other_matmul(const SimOptions& o, Precision p, bool moe_layer, bool mla) {
+  return o.selective_recompute == SelectiveRecompute::kEveryOtherMatmul && !o.framework.empty() && !moe_layer && !mla &&
+         p != Precision::kFp8;
+}
+
 // Whether a stage's compute waits for its pipeline sends under `schedule`.
 inline bool blocking_p2p(const SimOptions& o, Schedule schedule) {
   return o.pp_blocking_p2p && !(schedule == Schedule::kInterleaved && o.pp_overlap_p2p_comm);

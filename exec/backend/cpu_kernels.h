@@ -35,6 +35,8 @@ class CpuKernels : public Kernels {
 
   void gemm(const Gemm& a) override {
     if (a.A16 || a.B16) return gemm_16bit_operands(a);
+    LOOM_CHECK(!a.dgelu_pre || (a.beta == 0.f && !a.bias && !a.gelu_out),
+               "Gemm::dgelu_pre needs beta 0 and neither bias nor gelu_out (kernel_ops.h)");
     cpu::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, a.A, a.B, a.beta, a.C);
     // The epilogue: the ops it replaces, in order (their bits).
     if (a.bias) cpu::add_bias(a.C, a.bias, a.M, a.N);

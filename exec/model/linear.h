@@ -25,9 +25,10 @@ inline void linear_backward(Kernels& k, const float* dy, const float* x, const f
                             const uint16_t* x16 = nullptr, const float* dgelu_pre = nullptr) {
   k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW, nullptr, x16});
   if (db) k.bias_backward({dy, db, N, out});
+  LOOM_CHECK(!(accumulate_dx && dgelu_pre), "linear_backward: GELU's backward cannot fuse into an accumulating dx");
   if (dx)
     k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx, nullptr, nullptr, nullptr, nullptr,
-            accumulate_dx ? nullptr : dgelu_pre});
+            dgelu_pre});
 }
 
 }  // namespace loom::exec

@@ -36,6 +36,9 @@ a = json.load(open(sys.argv[1]))["accelerator"]
 assert a["sustained_gemm_tflops"] == {"bf16": 700.0}, a.get("sustained_gemm_tflops")
 assert "gpu-validate stage 6c" in a["source"] and "NVIDIA H200" in a["source"], a["source"]
 PY
+# A second run replaces its sentence in the source instead of adding one.
+python3 "$script" "$tmp/cal.json" "$tmp/sus.json" >/dev/null
+[ "$(grep -o 'gpu-validate stage 6c' "$tmp/cal.json" | wc -l)" = 1 ] || fail "the source names the run twice"
 plan=$("$loom" plan --model llama-3-8b --hw "$tmp/cal.json" --gpus 8 --global-batch 64 --seq 2048 \
        --layout dp=8,zero=3,micro=1,recompute=full 2>&1) || { echo "$plan"; fail "loom plan on the profile failed"; }
 grep -q "capped at the 0.71 a large GEMM sustains" <<<"$plan" || { echo "$plan"; fail "the plan does not cap at 700/989"; }

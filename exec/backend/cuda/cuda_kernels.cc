@@ -79,6 +79,8 @@ class CudaKernels final : public Kernels {
 
   void gemm(const Gemm& a) override {
     const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16, bias, gelu_out, dgelu_pre] = a;
+    if (dgelu_pre && (beta != 0.f || bias || gelu_out))
+      return note(invalid_argument("Gemm::dgelu_pre needs beta 0 and neither bias nor gelu_out (kernel_ops.h)"));
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
       if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));

@@ -80,6 +80,7 @@ TEST(ComputeModel, SelectiveOpCheckpointingRerunsEverySecondMatmul) {
   const double T = 8192, h = 4096, kv = 1024, f = 14336;
   Layout l;
   SimOptions opt;
+  opt.framework = "torchtitan";  // a framework's option: Loom's executor has its own
   const PieceCost none = layer_cost(m, hw, opt, Precision::kBf16, shape_for(l, 8192, hw), false);
   l.recompute = Recompute::kSelective;
   opt.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
@@ -104,6 +105,22 @@ TEST(ComputeModel, SelectiveOpCheckpointingRerunsEverySecondMatmul) {
   // attention core, so the two differences agree.
   const double elementwise = op.recompute_s - rerun_mms;
   EXPECT_NEAR(elementwise + megatron.recompute_s, core, 1e-3 * core);
+  // Without a framework (Loom's executor) the option does not apply.
+  SimOptions loom = opt;
+  loom.framework.clear();
+  loom.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, loom, Precision::kBf16, shape_for(l, 8192, hw), false).recompute_s,
+                   megatron.recompute_s);
+  // Under context parallelism the op policy re-runs no ring (the attention
+  // kernel's outputs are kept): no second ring's traffic.
+  Layout cp = l;
+  cp.cp = 2;
+  SimOptions titan = opt;
+  titan.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
+  Layout cp_none = cp;
+  cp_none.recompute = Recompute::kNone;
+  EXPECT_EQ(layer_cost(m, hw, titan, Precision::kBf16, shape_for(cp, 8192, hw), false).cp_calls,
+            layer_cost(m, hw, titan, Precision::kBf16, shape_for(cp_none, 8192, hw), false).cp_calls);
 }
 
 TEST(ComputeModel, TensorParallelSplitsTheGemmsAndAddsCollectives) {

@@ -44,6 +44,7 @@ TEST(MemoryModel, SelectiveOpCheckpointingKeepsWhatItsPolicySaves) {
   Layout l;
   l.recompute = Recompute::kSelective;
   SimOptions opt;
+  opt.framework = "torchtitan";
   opt.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
   const double per_token = 2.0 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4.0 * 32;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, opt, 8192, Precision::kBf16, false), 8192 * per_token);
