@@ -308,7 +308,8 @@ namespace {
 // Loom's executor's transient memory at a stage's peak: activations,
 // backward workspace, the step's inputs (sim/memory_model.h).
 void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt, int stage,
-                         int layers, int moe_layers, double in_flight_units, int64_t micro_batches, StageMemory* sm) {
+                         int layers, int moe_layers, double in_flight_units, int64_t micro_batches, const P2pBuffers& p2p,
+                         StageMemory* sm) {
   const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence
   const double T = double(l.micro_batch) * double(seq), h = double(m.hidden);
   const double Nl = l.sequence_parallel ? T / l.tp : T;
@@ -420,7 +421,6 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // the two a run meets depends on how far the peer has got (the sends a
   // stage holds at each), so both are this stage's peak breakdown.
   if (l.pp > 1) {
-    const P2pBuffers p2p = executor_p2p_buffers(l, train.global_batch, stage);
     const double margin = double(p2p.at_most - p2p.surely) * 4 * Nl * h;
     for (size_t i = 0; i < count; ++i)
       if (i != best && moments[i] != moments[best] && total(moments[i]) >= total(moments[best]) - margin &&
@@ -592,6 +592,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
     if (l.zero == 3) sm.weights_bytes = sharded(sb.weights, 3) + full_weights / chunks * (1 - 1.0 / n_dense);
   }
 
+  // The pipeline's send / receive buffers of Loom's executor at this stage.
+  const P2pBuffers p2p = loom_executor && l.pp > 1 ? executor_p2p_buffers(l, train.global_batch, stage) : P2pBuffers{};
   // Activations held at the stage's peak.
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
   const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage);
@@ -602,7 +604,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
   const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
   if (loom_executor) {
-    executor_transients(m, l, train, opt, stage, layers, moe_layers, double(in_flight) * per_unit, micro_batches, &sm);
+    executor_transients(m, l, train, opt, stage, layers, moe_layers, double(in_flight) * per_unit, micro_batches, p2p,
+                        &sm);
   } else {
     const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
     if (l.recompute == Recompute::kFull) {
@@ -643,7 +646,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // gathers SP's into the saved activations themselves.
   double comm = 0;
   if (l.pp > 1)  // p2p send / recv buffers
-    comm += (loom_executor ? executor_p2p_buffers(l, train.global_batch, stage).at_most * 4.0 : 2 * e) * T * h * r;
+    comm += (loom_executor ? p2p.at_most * 4.0 : 2 * e) * T * h * r;
   if (l.tp > 1 && l.sequence_parallel && !loom_executor) comm += T * h * e;  // all-gathered activation
   if (l.zero == 3 && !loom_executor) {
     // Two layers of gathered (unsharded) weights: the one in use and the prefetch.
