@@ -20,7 +20,7 @@ std::atomic<uint64_t> g_next_evaluator_id{1};
 // mixed through splitmix64's finalizer, so that keys differing in any field
 // spread over the slots (a linear sum of the fields made many layouts of a
 // search share a slot and evict each other).
-size_t cache_slot(std::initializer_list<int64_t> fields, size_t slots) {
+uint64_t mix_fields(std::initializer_list<int64_t> fields) {
   uint64_t h = 0x9e3779b97f4a7c15ull;
   for (int64_t f : fields) {
     h ^= uint64_t(f) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -30,8 +30,9 @@ size_t cache_slot(std::initializer_list<int64_t> fields, size_t slots) {
     h *= 0x94d049bb133111ebull;
     h ^= h >> 31;
   }
-  return size_t(h % slots);
+  return h;
 }
+size_t cache_slot(std::initializer_list<int64_t> fields, size_t slots) { return size_t(mix_fields(fields) % slots); }
 }  // namespace
 
 const char* comm_kind_name(CommKind k) {
@@ -313,9 +314,7 @@ struct ShapeKey {
 };
 struct ShapeKeyHash {
   size_t operator()(const ShapeKey& k) const {
-    size_t h = std::hash<std::string>{}(k.order);
-    for (int v : {k.dp, k.cp, k.tp, k.pp, k.ep, k.etp, k.dpn}) h = h * 1000003u ^ size_t(v);
-    return h;
+    return size_t(mix_fields({int64_t(std::hash<std::string>{}(k.order)), k.dp, k.cp, k.tp, k.pp, k.ep, k.etp, k.dpn}));
   }
 };
 

@@ -547,6 +547,11 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
   a.dense = layer_activation_bytes(m, l, opt, seq, train.precision, false);
   a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, seq, train.precision, true) : 0;
   a.checkpoint = layer_checkpoint_bytes(m, l, seq, train.precision);
+  if (l.recompute == Recompute::kSelective && every_other_matmul(opt, train.precision, false, m.mla.enabled)) {
+    Layout whole = l;
+    whole.recompute = Recompute::kNone;
+    a.rerun = std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - a.dense);
+  }
   return a;
 }
 
@@ -616,14 +621,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
       sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
       // torchtitan's selective op AC re-runs a dense layer's unsaved ops in
       // its backward: that layer's tensors are whole again for a moment.
-      if (l.recompute == Recompute::kSelective && dense_layers > 0 &&
-          every_other_matmul(opt, train.precision, false, m.mla.enabled)) {
-        Layout whole = l;
-        whole.recompute = Recompute::kNone;
-        const int64_t seq = train.seq_len / std::max(1, l.cp);
-        sm.activations_bytes +=
-            std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - act_dense);
-      }
+      if (dense_layers > 0) sm.activations_bytes += act.rerun;
     }
     if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
     if (stage == l.pp - 1) {

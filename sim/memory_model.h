@@ -155,6 +155,10 @@ struct MemoryReport {
 // Per-layer activation terms of a layout (the same for every stage).
 struct ActivationTerms {
   double dense = 0, moe = 0, checkpoint = 0;
+  // torchtitan's selective op AC: what a dense layer's backward re-runs and
+  // so holds again for a moment (its no-recompute activations - dense); 0
+  // for other recompute rules.
+  double rerun = 0;
 };
 ActivationTerms activation_terms(const ModelSpec& model, const Layout& layout, const TrainSpec& train,
                                  const SimOptions& opt);

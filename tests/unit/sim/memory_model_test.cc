@@ -52,6 +52,22 @@ TEST(MemoryModel, SelectiveOpCheckpointingKeepsWhatItsPolicySaves) {
   // SwiGLU intermediates).
   opt.selective_recompute = SelectiveRecompute::kAttentionCore;
   EXPECT_GT(layer_activation_bytes(m, l, opt, 8192, Precision::kBf16, false), 8192 * per_token);
+  // A stage holds every layer's kept tensors, and during one layer's backward
+  // that layer's re-run ones too: the stage's activations are its 32 layers
+  // at the kept size plus one whole layer less one kept (the logits and the
+  // rest beside them are the same with or without the policy).
+  TrainSpec t;
+  t.global_batch = 1;
+  t.seq_len = 8192;
+  t.precision = Precision::kBf16;
+  const StageSplit split = split_layers(m, 1, 1);
+  Layout none = l;
+  none.recompute = Recompute::kNone;
+  const double whole = layer_activation_bytes(m, none, opt, 8192, Precision::kBf16, false);
+  opt.selective_recompute = SelectiveRecompute::kEveryOtherMatmul;
+  const double with_policy = stage_memory(m, l, t, opt, split, 0).activations_bytes;
+  const double without = stage_memory(m, none, t, opt, split, 0).activations_bytes;
+  EXPECT_NEAR(without - with_policy, 31 * (whole - 8192 * per_token), 1.0);
 }
 
 TEST(MemoryModel, KorthikantiTable2AllSettings) {
