@@ -16,20 +16,23 @@ namespace loom {
 namespace {
 std::atomic<uint64_t> g_next_evaluator_id{1};
 
-// The slot of a direct-mapped cache for a key of small integers: every field
-// mixed through splitmix64's finalizer, so that keys differing in any field
-// spread over the slots (a linear sum of the fields made many layouts of a
-// search share a slot and evict each other).
+// The slot of a direct-mapped cache for a key of small integers: each field
+// folded in by a multiply (high bits folded down), then the whole mixed
+// through splitmix64's finalizer, so that keys differing in any field spread
+// over the slots (a linear sum of the fields made many layouts of a search
+// share a slot and evict each other). One multiply per field: the search
+// hashes a few keys per layout.
 uint64_t mix_fields(std::initializer_list<int64_t> fields) {
   uint64_t h = 0x9e3779b97f4a7c15ull;
   for (int64_t f : fields) {
-    h ^= uint64_t(f) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebull;
-    h ^= h >> 31;
+    h = (h ^ uint64_t(f)) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
   }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
   return h;
 }
 size_t cache_slot(std::initializer_list<int64_t> fields, size_t slots) { return size_t(mix_fields(fields) % slots); }
@@ -522,26 +525,44 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // without per-call allocation: the buffer is reused by this thread.
   const ActivationTerms act = activation_terms(model_, l, train_, opt_);
   thread_local std::vector<StageCosts> stages;
+  thread_local std::vector<int> kind;  // stage -> the stage whose costs it shares
   stages.resize(l.pp);
+  kind.resize(l.pp);
   est.fits = true;
   // Interior stages with the same layer counts cost the same: compute each
-  // kind once. Memory is taken for every stage (the executor's pipeline
-  // buffers differ from stage to stage, sim/memory_model.h).
+  // kind once. Their memory differs only by the micro-batches in flight and
+  // the executor's pipeline buffers (sim/memory_model.h), and grows with
+  // both: an interior stage that has no more of either than an earlier one
+  // of its kind cannot hold more, nor become the (first) worst stage.
   int prev_layers = -1, prev_moe = -1;
+  int64_t mem_in_flight = -1;
+  int mem_p2p = -1, mem_layers = -1, mem_moe = -1;
+  const int64_t micro_batches = l.num_micro_batches(train_.global_batch);
+  const std::vector<P2pBuffers>* p2p = act.executor.p2p;
   for (int s = 0; s < l.pp; ++s) {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
     const bool ends = s == 0 || s == l.pp - 1;
     StageCosts& sc = stages[s];
-    double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
-    if (total > est.peak_memory_bytes) {
-      est.peak_memory_bytes = total;
-      est.worst_stage = s;
+    const int64_t in_flight = in_flight_micro_batches(l, micro_batches, s);
+    const int p2p_most = p2p ? (*p2p)[size_t(s)].at_most : 0;
+    if (ends || layers != mem_layers || moe != mem_moe || in_flight > mem_in_flight || p2p_most > mem_p2p) {
+      const double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
+      if (total > est.peak_memory_bytes) {
+        est.peak_memory_bytes = total;
+        est.worst_stage = s;
+      }
+      if (!ends) {
+        mem_layers = layers;
+        mem_moe = moe;
+        mem_in_flight = in_flight;
+        mem_p2p = p2p_most;
+      }
     }
     if (!ends && s > 1 && layers == prev_layers && moe == prev_moe) {
-      sc = stages[s - 1];
-      sc.stage = s;
+      kind[s] = kind[s - 1];
       continue;
     }
+    kind[s] = s;
     prev_layers = ends ? -1 : layers;
     prev_moe = ends ? -1 : moe;
     sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.cp_s = sc.flops_per_micro = sc.weight_cast_s = 0;
@@ -554,13 +575,14 @@ Estimate Evaluator::estimate(const Layout& l) const {
   const int p = l.pp, v = l.virtual_stages;
   double t_max = 0, t_sum = 0, flops_micro = 0;
   int crit = 0;
-  for (const StageCosts& sc : stages) {
+  for (int s = 0; s < p; ++s) {
+    const StageCosts& sc = stages[kind[s]];
     double t = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     t_sum += t;
     flops_micro += sc.flops_per_micro;
     if (t > t_max) {
       t_max = t;
-      crit = sc.stage;
+      crit = s;
     }
   }
   const double t_p2p = p2p_time_s(l);
@@ -591,7 +613,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
   int memo_layers = -1, memo_moe = -1;  // ZeRO-3 prices its collectives per layer
-  for (const StageCosts& sc : stages) {
+  for (int s = 0; s < p; ++s) {
+    const StageCosts& sc = stages[kind[s]];
     opt_s = std::max(opt_s, sc.optimizer_s);
     if (l.dp * l.cp <= 1) continue;
     if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers ||
@@ -605,7 +628,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     const double b_last = sc.bwd_s + sc.recompute_s;
     const double nb = std::max(1, opt_.grad_buckets) * double(v);
-    const double drain = double(sc.stage) * (b_last / v);
+    const double drain = double(s) * (b_last / v);
     double window = l.overlap_grad_reduce ? b_last * (1.0 - 1.0 / nb) : 0.0;
     double exposed = 0;
     if (l.zero <= 1) {
@@ -653,7 +676,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
 
   // Split the critical stage's time into its parts (tp_s / ep_s are the
   // exposed collectives of fwd + bwd + recompute, already inside those times).
-  const StageCosts& c = stages[crit];
+  const StageCosts& c = stages[kind[crit]];
   StepBreakdown& tb = est.time;
   split_compute(c, m, &tb);
   tb.pp_comm_s =

@@ -260,8 +260,8 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
 
 }  // namespace
 
-P2pBuffers executor_p2p_buffers(const Layout& l, int64_t global_batch, int stage) {
-  if (l.pp <= 1 || stage < 0 || stage >= l.pp) return {};
+const std::vector<P2pBuffers>* executor_p2p_buffers_per_stage(const Layout& l, int64_t global_batch) {
+  if (l.pp <= 1) return nullptr;
   // The transfers depend on the schedule only (no data-parallel ops), and
   // the moments that tell come within the first micro-batches: the warm-up
   // holds at most 2*pp*v - 1 and the steady state repeats after it, so a
@@ -271,55 +271,59 @@ P2pBuffers executor_p2p_buffers(const Layout& l, int64_t global_batch, int stage
   c.dp_comm = false;
   c.zero = 0;
   c.micro_batches = std::min<int64_t>(c.micro_batches, 4LL * l.pp * std::max(1, l.virtual_stages));
-  const auto key = std::make_tuple(c.pp, c.virtual_stages, int(c.schedule), c.micro_batches, c.grad_buckets);
-  // Shared by the search's threads (each schedule is worked out once), and
-  // never cleared: map nodes stay put, so a thread keeps a pointer to the
-  // answer its layout's stages ask for one after another. Past kMax distinct
-  // schedules (far more than a search meets) an answer is not kept.
-  using Key = std::tuple<int, int, int, int64_t, int>;
-  constexpr size_t kMax = 1 << 16;
+  using Key = std::tuple<int, int, int, int64_t>;
+  const Key key = std::make_tuple(c.pp, c.virtual_stages, int(c.schedule), c.micro_batches);
+  // Shared by the search's threads (each schedule is worked out once) and
+  // never cleared, so an answer's address stays valid: the keys are bounded
+  // by the pipeline sizes, chunk counts and micro-batch counts a process
+  // asks for (pp entries each). A thread's recent answers are at hand
+  // without the lock.
   static std::mutex mu;
   static std::map<Key, std::vector<P2pBuffers>> memo;
-  thread_local Key last_key;
-  thread_local const std::vector<P2pBuffers>* last = nullptr;
-  if (last && key == last_key) return (*last)[size_t(stage)];
+  constexpr size_t kSlots = 64;  // this thread's recent answers, direct-mapped
+  struct Slot {
+    Key key;
+    const std::vector<P2pBuffers>* answer = nullptr;
+  };
+  thread_local Slot recent[kSlots];
+  Slot& slot = recent[size_t(c.pp * 131 + c.virtual_stages * 31 + int(c.schedule) * 7 + c.micro_batches) % kSlots];
+  if (slot.answer && slot.key == key) return slot.answer;
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = memo.find(key);
     if (it != memo.end()) {
-      last_key = key;
-      last = &it->second;
-      return it->second[size_t(stage)];
+      slot.key = key;
+      return slot.answer = &it->second;
     }
   }
   std::vector<P2pBuffers> fresh = p2p_buffers_per_stage(c);
-  const P2pBuffers answer = fresh[size_t(stage)];
   std::lock_guard<std::mutex> lock(mu);
-  if (memo.size() < kMax) {
-    auto it = memo.emplace(key, std::move(fresh)).first;  // another thread's equal answer may be there first
-    last_key = key;
-    last = &it->second;
-  }
-  return answer;
+  slot.key = key;
+  return slot.answer = &memo.emplace(key, std::move(fresh)).first->second;  // another thread's may be there first
+}
+
+P2pBuffers executor_p2p_buffers(const Layout& l, int64_t global_batch, int stage) {
+  if (l.pp <= 1 || stage < 0 || stage >= l.pp) return {};
+  return (*executor_p2p_buffers_per_stage(l, global_batch))[size_t(stage)];
 }
 
 namespace {
 
 // Loom's executor's transient memory at a stage's peak: activations,
 // backward workspace, the step's inputs (sim/memory_model.h).
-void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt, int stage,
-                         int layers, int moe_layers, double in_flight_units, int64_t micro_batches, const P2pBuffers& p2p,
-                         StageMemory* sm) {
+void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train,
+                         const ActivationTerms::Executor& ex, int stage, int layers, int moe_layers,
+                         double in_flight_units, int64_t micro_batches, const P2pBuffers& p2p, StageMemory* sm) {
   const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence
   const double T = double(l.micro_batch) * double(seq), h = double(m.hidden);
   const double Nl = l.sequence_parallel ? T / l.tp : T;
   // MoE layers save their routing and expert rows in place of the dense MLP's
   // intermediates. The stage's top layer, whose backward comes first, is MoE
   // when the stage has any (every MoE model Loom ships puts its dense layers first).
-  const ExecutorMoeMlp moe = moe_layers > 0 ? executor_moe_mlp(m, l, seq, executor_moe_load(l, opt)) : ExecutorMoeMlp{};
-  const ExecutorMoeMlp* top_moe = moe_layers > 0 ? &moe : nullptr;
-  const double saved_dense = executor_layer_activation_bytes(m, l, seq, train.precision);
-  const double saved = executor_layer_activation_bytes(m, l, seq, train.precision, false, top_moe);
+  const ExecutorMoeMlp& moe = ex.moe;
+  const bool top_moe = moe_layers > 0;
+  const double saved_dense = ex.saved_dense;
+  const double saved = top_moe ? ex.saved_moe : ex.saved_dense;
   const double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
   // What backward adds to the layer it is in: full recompute re-runs the
   // layer's forward in fp32, and the layer's saved input and the re-run's
@@ -330,9 +334,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // except those backward reads only as a weight-gradient GEMM's operand
   // (ChunkConfig::gemm_reads_packed: the norm outputs h1 and, on a dense
   // layer, h2 and the MLP's second GEMM input), which stay in 16 bits.
-  Layout keep_all = l;
-  keep_all.recompute = Recompute::kNone;
-  const double fp32_layer = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, top_moe);
+  const double fp32_layer = top_moe ? ex.fp32_moe : ex.fp32_dense;
   // Under full recompute the re-run forward rounds those same tensors to 16
   // bits as soon as they are made (exec/model/chunk.cc layer_forward).
   double in_backward = fp32_layer - saved;
@@ -370,7 +372,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // temporaries beside them) or of the top layer (that micro-batch's head
   // buffers freed, the layer's temporaries and restored tensors live),
   // whichever needs more.
-  const BackwardWorkspace w = executor_backward_workspace(m, l, seq);
+  const BackwardWorkspace& w = ex.workspace;
   // A MoE top layer's backward: its MLP first (exec/model/moe_layer.cc),
   // at the grouped expert GEMMs (the expert outputs freed) or at the shared
   // experts (the expert rows freed too), then its attention with the MoE
@@ -405,7 +407,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // the saved tensors are 16-bit and the working set is not. (MoE stages:
   // their layers' forward is not modelled here.)
   if (moe_layers == 0 && layers > 0) {
-    const double fwd = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
+    const double fwd = ex.forward_peak;
     const double in_out = 4 * 2 * Nl * h, flowing = in_out;
     const double others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
     moments[count++] = {others + fwd + in_out, 0.0};
@@ -552,6 +554,22 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
     whole.recompute = Recompute::kNone;
     a.rerun = std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - a.dense);
   }
+  if (opt.framework.empty() && opt.loom_executor) {
+    ActivationTerms::Executor& ex = a.executor;
+    ex.valid = true;
+    Layout keep_all = l;
+    keep_all.recompute = Recompute::kNone;
+    ex.saved_dense = executor_layer_activation_bytes(m, l, seq, train.precision);
+    ex.fp32_dense = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true);
+    if (m.is_moe()) {
+      ex.moe = executor_moe_mlp(m, l, seq, executor_moe_load(l, opt));
+      ex.saved_moe = executor_layer_activation_bytes(m, l, seq, train.precision, false, &ex.moe);
+      ex.fp32_moe = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, &ex.moe);
+    }
+    ex.forward_peak = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
+    ex.workspace = executor_backward_workspace(m, l, seq);
+    ex.p2p = executor_p2p_buffers_per_stage(l, train.global_batch);
+  }
   return a;
 }
 
@@ -598,7 +616,9 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   }
 
   // The pipeline's send / receive buffers of Loom's executor at this stage.
-  const P2pBuffers p2p = loom_executor && l.pp > 1 ? executor_p2p_buffers(l, train.global_batch, stage) : P2pBuffers{};
+  // `act` computed for the executor: with a pipeline, its buffers per stage.
+  if (loom_executor && !act.executor.valid) return stage_memory(m, l, train, opt, split, stage);
+  const P2pBuffers p2p = loom_executor && l.pp > 1 ? (*act.executor.p2p)[size_t(stage)] : P2pBuffers{};
   // Activations held at the stage's peak.
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
   const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage);
@@ -609,8 +629,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
   const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
   if (loom_executor) {
-    executor_transients(m, l, train, opt, stage, layers, moe_layers, double(in_flight) * per_unit, micro_batches, p2p,
-                        &sm);
+    executor_transients(m, l, train, act.executor, stage, layers, moe_layers, double(in_flight) * per_unit,
+                        micro_batches, p2p, &sm);
   } else {
     const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
     if (l.recompute == Recompute::kFull) {

@@ -82,6 +82,9 @@ struct P2pBuffers {
   int at_most = 0;  // and every send the program does not order before the peak still pending
 };
 P2pBuffers executor_p2p_buffers(const Layout& layout, int64_t global_batch, int stage);
+// The same for every stage (index: stage); null without a pipeline. Kept
+// for the process's life (one entry per distinct schedule).
+const std::vector<P2pBuffers>* executor_p2p_buffers_per_stage(const Layout& layout, int64_t global_batch);
 // A MoE layer's MLP in the executor (exec/model/moe_layer.cc), one
 // micro-batch, in bytes. Rows: the N gathered rows of the layer (folded
 // experts: this TP rank's 1/tp of them) route M = N k token copies
@@ -159,6 +162,18 @@ struct ActivationTerms {
   // so holds again for a moment (its no-recompute activations - dense); 0
   // for other recompute rules.
   double rerun = 0;
+  // Loom's executor (no framework named): a layer's terms and the pipeline's
+  // buffers per stage, the same for every stage of the layout, so a stage's
+  // memory only adds up (the search prices up to pp stages per layout).
+  struct Executor {
+    bool valid = false;
+    double saved_dense = 0, saved_moe = 0;  // executor_layer_activation_bytes, dense / MoE top layer
+    double fp32_dense = 0, fp32_moe = 0;    // the same, no recompute, fp32
+    double forward_peak = 0;                // executor_layer_forward_peak_bytes
+    BackwardWorkspace workspace;
+    ExecutorMoeMlp moe;                     // when the model has MoE layers
+    const std::vector<P2pBuffers>* p2p = nullptr;  // per stage; null without a pipeline
+  } executor;
 };
 ActivationTerms activation_terms(const ModelSpec& model, const Layout& layout, const TrainSpec& train,
                                  const SimOptions& opt);
