@@ -60,6 +60,7 @@ struct PlanArgs {
   double moe_z_loss_coeff = 0;
   bool pp_overlap_p2p_comm = false;
   std::string fp8_scaling;  // empty: the framework's, else current
+  std::string cross_entropy;  // empty: the framework's, else fused
   bool fp8_attention = false;
   bool fp8_params = false;
   std::string framework;    // frameworks/<name>.json; empty: none
@@ -191,6 +192,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.moe_z_loss_coeff = a.moe_z_loss_coeff;
   req.pp_overlap_p2p_comm = a.pp_overlap_p2p_comm;
   req.fp8_scaling = a.fp8_scaling;
+  req.cross_entropy = a.cross_entropy;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
   req.fp8_attention = a.fp8_attention;
@@ -423,6 +425,11 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--fp8-scaling", a.fp8_scaling,
                  "fp8 recipe: current (per-tensor amax each step, an extra read of every cast tensor; the default "
                  "without --framework) or delayed (amax history)");
+  app.add_option("--cross-entropy", a.cross_entropy,
+                 "the loss's implementation, priced as its passes over the logits: fused (one read, an fp32 softmax "
+                 "written and read back; the default without --framework), megatron (Megatron's unfused "
+                 "vocab_parallel_cross_entropy), megatron_fused (--cross-entropy-loss-fusion), te (Transformer "
+                 "Engine's Triton kernel) or torch (F.cross_entropy on fp32 logits)");
   app.add_flag("--fp8-attention", a.fp8_attention,
                "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
   app.add_flag("--fp8-params", a.fp8_params,

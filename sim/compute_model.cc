@@ -637,11 +637,12 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
     // its three GEMMs, split between the passes by its measured forward share.
     gemm.measured(head_table, hw.accel.peak_flops(sixteen_bit(p)), T, V / t, h);
   }
-  // Final norm; cross-entropy over the local vocab slice in fp32
-  // (read logits, write/read fp32 softmax, write gradients).
+  // Final norm; cross-entropy over the local vocab slice: the passes over
+  // the logits of the stack's implementation (SimOptions::cross_entropy).
   double norm_bytes = 2 * T * h * e * r;
-  double ce_fwd_bytes = T * (V / t) * (e + 4 + 4);
-  double ce_bwd_bytes = T * (V / t) * (4 + e);
+  const CrossEntropyBytes ce = cross_entropy_bytes(opt.cross_entropy, e);
+  double ce_fwd_bytes = T * (V / t) * ce.forward;
+  double ce_bwd_bytes = T * (V / t) * ce.backward;
   double comm = 0, bwd_comm = 0, bwd_exposed = 0;
   if (sh.tp_group.ranks > 1) {
     // Max and sum-exp all-reduces of the vocab-parallel loss (fp32 per token),
@@ -665,7 +666,8 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   // are forward time there; otherwise the loss is memory traffic, the
   // gradient in the backward.
   const double logits = T * (V / t);
-  double ce_fwd_s = mem_time_s(hw, opt, ce_fwd_bytes, 2), ce_bwd_s = mem_time_s(hw, opt, ce_bwd_bytes, 2);
+  double ce_fwd_s = mem_time_s(hw, opt, ce_fwd_bytes, ce.forward_kernels),
+         ce_bwd_s = mem_time_s(hw, opt, ce_bwd_bytes, ce.backward_kernels);
   if (hw.accel.xent_fwd_ns_per_logit > 0) {
     ce_fwd_s = logits * (hw.accel.xent_fwd_ns_per_logit + hw.accel.xent_bwd_ns_per_logit) * 1e-9;
     ce_bwd_s = 0;

@@ -108,6 +108,16 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     return invalid_argument(w + ".fp8.scaling must be delayed or current, got '" + scaling + "'");
   LOOM_ASSIGN_OR_RETURN(f.fp8_attention, json_bool_or(*e, "attention", false, w + ".fp8"));
 
+  // Optional: the loss's implementation, with its source.
+  if (j.contains("loss")) {
+    LOOM_ASSIGN_OR_RETURN(const Json* lo, section(j, "loss", w));
+    LOOM_ASSIGN_OR_RETURN(std::string ce, json_string(*lo, "cross_entropy", w + ".loss"));
+    if (!parse_cross_entropy(ce, &f.cross_entropy))
+      return invalid_argument(w + ".loss.cross_entropy must be fused, megatron, megatron_fused, te or torch, got '" + ce +
+                              "'");
+    if (!lo->contains("source") || !(*lo)["source"].is_string())
+      return invalid_argument(w + ".loss.source is missing: name the code the loss's implementation was read from");
+  }
   LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", -1, w));
   if (dropout < -1 || dropout > 1) return invalid_argument(w + ".dropout must be -1 (from the model), 0 or 1");
   f.dropout = int(dropout);
@@ -131,6 +141,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->fp8_scaling = f.fp8_scaling;
   opt->fp8_attention = f.fp8_attention;
   opt->selective_recompute = f.selective_recompute;
+  opt->cross_entropy = f.cross_entropy;
   opt->dropout = f.dropout;
 }
 

@@ -39,6 +39,7 @@ struct Framework {
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;  // what recompute=selective re-runs
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::kFused;  // loss.cross_entropy (optional section)
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;

@@ -131,6 +131,8 @@ std::string sim_options_json(const SimOptions& o) {
   j["fp8_attention"] = o.fp8_attention;
   j["fp8_params"] = o.fp8_params;
   j["selective_recompute"] = selective_recompute_name(o.selective_recompute);
+  // Written only when not the default, so plans made before it keep their hash.
+  if (o.cross_entropy != CrossEntropyImpl::kFused) j["cross_entropy"] = cross_entropy_name(o.cross_entropy);
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
@@ -170,6 +172,10 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   if (!parse_selective_recompute(selective, &o.selective_recompute))
     return invalid_argument(w + ".selective_recompute must be \"attention_core\" or \"every_other_matmul\", got \"" +
                             selective + "\"");
+  LOOM_ASSIGN_OR_RETURN(std::string ce, json_string_or(j, "cross_entropy", cross_entropy_name(o.cross_entropy), w));
+  if (!parse_cross_entropy(ce, &o.cross_entropy))
+    return invalid_argument(w + ".cross_entropy must be \"fused\", \"megatron\", \"megatron_fused\", \"te\" or \"torch\", got \"" +
+                            ce + "\"");
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

@@ -20,6 +20,67 @@ bool parse_selective_recompute(const std::string& text, SelectiveRecompute* out)
   return false;
 }
 
+namespace {
+constexpr struct {
+  CrossEntropyImpl impl;
+  const char* name;
+} kCrossEntropyNames[] = {{CrossEntropyImpl::kFused, "fused"},
+                          {CrossEntropyImpl::kMegatron, "megatron"},
+                          {CrossEntropyImpl::kMegatronFused, "megatron_fused"},
+                          {CrossEntropyImpl::kTe, "te"},
+                          {CrossEntropyImpl::kTorch, "torch"}};
+}  // namespace
+
+const char* cross_entropy_name(CrossEntropyImpl c) {
+  for (const auto& n : kCrossEntropyNames)
+    if (n.impl == c) return n.name;
+  return "?";
+}
+
+bool parse_cross_entropy(const std::string& text, CrossEntropyImpl* out) {
+  for (const auto& n : kCrossEntropyNames)
+    if (text == n.name) {
+      *out = n.impl;
+      return true;
+    }
+  return false;
+}
+
+CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {
+  // Per logit, e bytes each, fp32 = 4 bytes (docs/simulator.md §3.6 lists
+  // each kernel and the code it is read from). `cast`: a 16-bit tensor's
+  // fp32 copy (read e, write 4), and backward's cast of the fp32 gradient
+  // to the logits' dtype (read 4, write e); none for fp32 logits.
+  const double cast = e < 4 ? e + 4 : 0;
+  switch (c) {
+    case CrossEntropyImpl::kFused:
+      // Read the logits, write the fp32 softmax and read it back; backward
+      // reads it and writes the gradient.
+      return {e + 4 + 4, 4 + e, 2, 2};
+    case CrossEntropyImpl::kMegatron:
+      // .float(), max (4), sub_ (8), exp in place (8), sum (4), div_ (8);
+      // backward: mul_ by the loss's gradient (8), the cast.
+      return {cast + 4 + 8 + 8 + 4 + 8, 8 + cast, cast > 0 ? 6 : 5, cast > 0 ? 2 : 1};
+    case CrossEntropyImpl::kMegatronFused:
+      // Three compiled functions: the fp32 copy with its max (e + 4; 4 for
+      // fp32 logits); the shift, exp and sum, written over it (8); the
+      // division (8). Backward: the compiled mul (8), the cast.
+      return {(e < 4 ? e + 4 : 4) + 8 + 8, 8 + cast, 3, cast > 0 ? 2 : 1};
+    case CrossEntropyImpl::kTe:
+      // online_softmax_kernel reads the row (e); cross_entropy_kernel reads
+      // it again and writes the gradient over it (2e); backward's
+      // element_mul_kernel scales it in place (2e).
+      return {3 * e, 2 * e, 2, 1};
+    case CrossEntropyImpl::kTorch:
+      // .float(); log_softmax over a row larger than shared memory: max,
+      // sum-exp and output passes (3 reads + 1 write, 16). Backward:
+      // nll_loss's zeroed gradient (4), log_softmax's backward (a sum pass
+      // and a read-read-write pass, 16), the cast.
+      return {cast + 16, 4 + 16 + cast, cast > 0 ? 2 : 1, cast > 0 ? 3 : 2};
+  }
+  return {e + 8, 4 + e, 2, 2};
+}
+
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out) {
   if (text == "delayed") {
     *out = Fp8Scaling::kDelayed;

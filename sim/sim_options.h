@@ -20,6 +20,30 @@ enum class SelectiveRecompute { kAttentionCore, kEveryOtherMatmul };
 const char* selective_recompute_name(SelectiveRecompute s);
 // "attention_core" or "every_other_matmul"; false for anything else.
 bool parse_selective_recompute(const std::string& text, SelectiveRecompute* out);
+// How the training stack computes the loss over the vocabulary (the memory
+// passes over the logits, docs/simulator.md §3.6): each names the code it
+// reads.
+//   fused          one read of the logits, an fp32 softmax written and read
+//                  back, the gradient written (the default where no stack
+//                  says otherwise)
+//   megatron       Megatron's vocab_parallel_cross_entropy, unfused
+//   megatron_fused Megatron-core's cross_entropy_loss_fusion, its functions
+//                  under torch.compile (jit_fuser)
+//   te             Transformer Engine's Triton cross entropy (online softmax,
+//                  the gradient written in place in the logits' dtype)
+//   torch          torch.nn.functional.cross_entropy on fp32-cast logits, eager
+enum class CrossEntropyImpl { kFused, kMegatron, kMegatronFused, kTe, kTorch };
+const char* cross_entropy_name(CrossEntropyImpl c);
+// One of the names above; false for anything else.
+bool parse_cross_entropy(const std::string& text, CrossEntropyImpl* out);
+// Bytes the loss moves per logit, forward and backward, for logits of
+// `logit_bytes` each (2 under bf16 / fp16 / fp8, whose output layer stays
+// 16-bit; 4 under fp32).
+struct CrossEntropyBytes {
+  double forward = 0, backward = 0;
+  int forward_kernels = 2, backward_kernels = 2;  // those over the logits
+};
+CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double logit_bytes);
 const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
@@ -92,6 +116,8 @@ struct SimOptions {
   // second matmul of a layer; every other op is re-run), on dense layers in
   // 16 bits; MoE, MLA and FP8 layers keep the attention-core rule.
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;
+  // The loss's implementation (frameworks/<name>.json loss.cross_entropy).
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::kFused;
   // MoE routing: tokens of the busiest rank's experts over the balanced
   // share (1 = balanced, as Megatron-Bridge's MoE benchmarks force it; an
   // auxiliary-loss-balanced router in training runs above 1). The expert

@@ -100,6 +100,13 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
     p.dropout = int(dropout);
     LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
+    LOOM_ASSIGN_OR_RETURN(p.cross_entropy, json_string_or(r, "cross_entropy", "", w));
+    CrossEntropyImpl ce;
+    if (!p.cross_entropy.empty() && !parse_cross_entropy(p.cross_entropy, &ce))
+      return invalid_argument(w + ".cross_entropy must be fused, megatron, megatron_fused, te or torch, got '" +
+                              p.cross_entropy + "'");
+    if (!p.cross_entropy.empty() && !(r.contains("cross_entropy_source") && r["cross_entropy_source"].is_string()))
+      return invalid_argument(w + ".cross_entropy_source is missing: name the code the row's loss was read from");
     LOOM_ASSIGN_OR_RETURN(p.layout, json_string_or(r, "layout", "", w));
     LOOM_ASSIGN_OR_RETURN(p.fix, json_string_or(r, "fix", "", w));
     if (p.layout.empty() == p.fix.empty())
@@ -166,6 +173,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.moe_capacity_factor >= 0) opt.moe_capacity_factor = run.moe_capacity_factor;
   if (!run.fp8_scaling.empty() && !parse_fp8_scaling(run.fp8_scaling, &opt.fp8_scaling))
     return fail(invalid_argument(run.id + ": fp8_scaling must be delayed or current"));
+  if (!run.cross_entropy.empty()) parse_cross_entropy(run.cross_entropy, &opt.cross_entropy);  // checked on load
   Evaluator eval(*model, *hw, *train, opt);
 
   SimResult result;

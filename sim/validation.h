@@ -43,6 +43,7 @@ struct PublishedRun {
       pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1, moe_dedup_dispatch = -1, moe_fp8_dispatch = -1;
   double moe_load_imbalance = -1, moe_capacity_factor = -1;  // < 0: the default
   std::string fp8_scaling;
+  std::string cross_entropy;  // the loss's implementation (SimOptions::cross_entropy); empty: the framework's
   std::string layout;      // a whole layout, or empty
   std::string fix;         // pinned dimensions (loom plan --fix syntax) when the layout is searched
   RunMetric metric = RunMetric::kTokensPerSecPerGpu;

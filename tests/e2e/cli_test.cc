@@ -206,6 +206,7 @@ TEST_F(LoomCli, BadInputsExitTwoWithTheReason) {
       {"fp8 without fp8 cores", {"--precision", "fp8", "--hw", "dgx-a100-80gb", "--gpus", "8"}, {"fp8", "bf16"}},
       {"unknown export", {"--gpus", "8", "--export", "foo"}, {"'foo'", "megatron", "deepspeed"}},
       {"unknown fix key", {"--gpus", "8", "--fix", "bogus=1"}, {"'bogus'"}},
+      {"unknown loss implementation", {"--gpus", "8", "--cross-entropy", "liger"}, {"--cross-entropy liger", "megatron"}},
   };
   for (const BadInput& c : cases) {
     SCOPED_TRACE(c.name);

@@ -201,6 +201,61 @@ TEST(ComputeModel, TheHeadAllReducesItsInputGradientInBackward) {
   EXPECT_EQ(head_cost(m, hw, async, Precision::kBf16, sh).bwd_tp_s, 0.0);
 }
 
+// The loss's passes over the logits, counted from each implementation's code
+// (sim/sim_options.h), bf16 logits (e = 2) and fp32 (4, no cast):
+//  megatron (megatron/core/tensor_parallel/cross_entropy.py): .float() 2+4,
+//    max 4, sub_ 8, exp 8, sum 4, div_ 8 = 38; backward mul_ 8, cast 4+2 = 14.
+//    fp32: 32 and 8.
+//  megatron_fused (fused_cross_entropy.py under torch.compile): the copy with
+//    its max 6, shift+exp+sum 8, div 8 = 22; backward 14. fp32: 20 and 8.
+//  te (TE's triton/cross_entropy.py): two reads and a write of the row,
+//    3 x 2 = 6; backward element_mul 4.
+//  torch (F.cross_entropy on .float()): cast 6, log_softmax 3 reads + 1 write
+//    16 = 22; backward nll's zeroed gradient 4, softmax backward 16, cast 6
+//    = 26. fp32: 16 and 20.
+//  fused: 2+4+4 = 10 and 4+2 = 6.
+TEST(ComputeModel, CrossEntropyPassesFollowTheImplementation) {
+  struct Row {
+    CrossEntropyImpl impl;
+    double fwd16, bwd16, fwd32, bwd32;
+  } rows[] = {{CrossEntropyImpl::kMegatron, 38, 14, 32, 8},
+              {CrossEntropyImpl::kMegatronFused, 22, 14, 20, 8},
+              {CrossEntropyImpl::kTe, 6, 4, 12, 8},
+              {CrossEntropyImpl::kTorch, 22, 26, 16, 20},
+              {CrossEntropyImpl::kFused, 10, 6, 12, 8}};
+  for (const Row& r : rows) {
+    const CrossEntropyBytes b16 = cross_entropy_bytes(r.impl, 2), b32 = cross_entropy_bytes(r.impl, 4);
+    EXPECT_EQ(b16.forward, r.fwd16) << cross_entropy_name(r.impl);
+    EXPECT_EQ(b16.backward, r.bwd16) << cross_entropy_name(r.impl);
+    EXPECT_EQ(b32.forward, r.fwd32) << cross_entropy_name(r.impl);
+    EXPECT_EQ(b32.backward, r.bwd32) << cross_entropy_name(r.impl);
+    CrossEntropyImpl back;
+    ASSERT_TRUE(parse_cross_entropy(cross_entropy_name(r.impl), &back));
+    EXPECT_EQ(back, r.impl);
+  }
+  CrossEntropyImpl unused;
+  EXPECT_FALSE(parse_cross_entropy("liger", &unused));
+
+  // In the head: Megatron's unfused loss over Llama-3-8B's 128,256 logits a
+  // token, 4096 tokens, bf16 on an H100, costs (38 - 10) bytes a logit and
+  // 4 kernels more than the fused default in forward, (14 - 6) bytes in
+  // backward, and nothing else.
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  Layout l;
+  const ComputeShape sh = shape_for(l, 4096, hw);
+  SimOptions fused, megatron;
+  megatron.cross_entropy = CrossEntropyImpl::kMegatron;
+  const PieceCost a = head_cost(m, hw, fused, Precision::kBf16, sh), b = head_cost(m, hw, megatron, Precision::kBf16, sh);
+  const double logits = 4096.0 * 128256, bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  EXPECT_NEAR(b.fwd_s - a.fwd_s, logits * 28 / bw + 4 * fused.kernel_overhead_s, 1e-12);
+  EXPECT_NEAR(b.bwd_s - a.bwd_s, logits * 8 / bw, 1e-12);
+  EXPECT_EQ(b.fwd_flops, a.fwd_flops);
+  // About 8.4 ms a micro-batch more at 3.35 TB/s: not a rounding error next
+  // to the head's ~12 ms of GEMMs.
+  EXPECT_GT(b.fwd_s + b.bwd_s - a.fwd_s - a.bwd_s, 5e-3);
+}
+
 // #17: a profile that measured the executor's cross-entropy prices the loss
 // per logit, forward and backward parts both in the forward pass (Loom's
 // executor writes the logits' gradient there): GPT-2's vocabulary, 512 tokens

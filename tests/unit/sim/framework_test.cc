@@ -39,6 +39,10 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   // attention core in Megatron (Korthikanti et al.).
   EXPECT_EQ(tt.selective_recompute, SelectiveRecompute::kEveryOtherMatmul);
   EXPECT_EQ(mc.selective_recompute, SelectiveRecompute::kAttentionCore);
+  // The loss: Megatron's unfused vocab_parallel_cross_entropy (the fusion
+  // flag is off by default); torchtitan's F.cross_entropy on fp32 logits.
+  EXPECT_EQ(mc.cross_entropy, CrossEntropyImpl::kMegatron);
+  EXPECT_EQ(tt.cross_entropy, CrossEntropyImpl::kTorch);
   const Framework ds = load_or_die("deepspeed");
   // communication_data_type falls back to the model dtype (bf16); overlap_comm
   // defaults to stage == 3.
@@ -60,6 +64,11 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   auto titan_back = parse_sim_options(sim_options_json(titan));
   ASSERT_TRUE(titan_back.is_ok()) << titan_back.status().to_string();
   EXPECT_EQ(titan_back->selective_recompute, SelectiveRecompute::kEveryOtherMatmul);
+  EXPECT_EQ(titan_back->cross_entropy, CrossEntropyImpl::kTorch);
+  EXPECT_EQ(parse_sim_options(sim_options_json(SimOptions{}))->cross_entropy, CrossEntropyImpl::kFused);
+  // The default is not written (plans made before it keep their hash).
+  EXPECT_EQ(sim_options_json(SimOptions{}).find("cross_entropy"), std::string::npos);
+  EXPECT_FALSE(parse_sim_options(R"({"cross_entropy": "liger"})").is_ok());
   EXPECT_FALSE(parse_sim_options(R"({"selective_recompute": "half"})").is_ok());
 }
 
@@ -132,6 +141,9 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("recompute": ["none"])", R"("recompute": ["none"], "selective_recompute": "some")",
                "layouts.selective_recompute must be attention_core or every_other_matmul");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": 1)", "pipeline.blocking_p2p must be true or false");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "loss": {"cross_entropy": "liger", "source": "s"})",
+               "loss.cross_entropy must be");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "loss": {"cross_entropy": "te"})", "loss.source is missing");
   expect_error(R"("gradients": {"fp32_main_grads": true, "source": "s"})", R"("gradients": {"fp32_main_grads": true})",
                "gradients.source");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());

@@ -83,6 +83,9 @@ TEST(ValidationTable, BadRowsNameTheField) {
   expect_error(R"("layout": "dp=8")", R"("layout": "dp=8", "fix": "tp=1")", "either \"layout\"");
   expect_error(R"("published": 1.0)", R"("published": -1)", "published");
   expect_error(R"("source": "s")", R"("src": "s")", "source");
+  expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "liger", "cross_entropy_source": "s")",
+               "cross_entropy must be");
+  expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "te")", "cross_entropy_source is missing");
   // A row that cannot be predicted says why instead of a number.
   auto runs = parse_published_runs(good, ".");
   PublishedRun bad = (*runs)[0];
