@@ -37,11 +37,13 @@ class CpuKernels : public Kernels {
     if (a.A16 || a.B16) return gemm_16bit_operands(a);
     LOOM_CHECK(!a.dgelu_pre || (a.beta == 0.f && !a.bias && !a.gelu_out),
                "Gemm::dgelu_pre needs beta 0 and neither bias nor gelu_out (kernel_ops.h)");
+    LOOM_CHECK(!a.dbias || a.dgelu_pre, "Gemm::dbias needs dgelu_pre (kernel_ops.h)");
     cpu::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, a.A, a.B, a.beta, a.C);
     // The epilogue: the ops it replaces, in order (their bits).
     if (a.bias) cpu::add_bias(a.C, a.bias, a.M, a.N);
     if (a.gelu_out) cpu::gelu_forward(a.C, a.gelu_out, a.M * a.N);
     if (a.dgelu_pre) cpu::gelu_backward(a.C, a.dgelu_pre, a.C, a.M * a.N);  // elementwise: in place
+    if (a.dbias) cpu::bias_backward(a.C, a.dbias, a.M, a.N);
   }
   void grouped_gemm(const GroupedGemm& a) override {
     for (int64_t g = 0; g < a.count; ++g) {

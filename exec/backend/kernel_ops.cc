@@ -57,15 +57,16 @@ KernelCall GroupedGemm::describe(Precision p) const {
 }
 
 // An epilogue reads the bias and writes GELU's output, or reads GELU's
-// pre-activation (dGELU); its shape names it (1 bias, 2 GELU, 3 both, 4
-// dGELU), so a profile keeps fused and plain GEMMs apart.
+// pre-activation (dGELU) and adds into the bias gradient; its shape names it
+// (1 bias, 2 GELU, 3 both, 4 dGELU, 12 dGELU with the bias gradient), so a
+// profile keeps fused and plain GEMMs apart.
 KernelCall Gemm::describe(Precision p) const {
   const double m = double(M), n = double(N), k = double(K);
   const double operand = p == Precision::kFp32 ? 4 : 2;  // 16-bit operands on mixed-precision tables
   const double bytes = operand * (m * k + k * n) + kF32 * m * n * (beta != 0.f ? 2 : 1) + (bias ? kF32 * n : 0) +
-                       (gelu_out ? kF32 * m * n : 0) + (dgelu_pre ? kF32 * m * n : 0);
+                       (gelu_out ? kF32 * m * n : 0) + (dgelu_pre ? kF32 * m * n : 0) + (dbias ? 2 * kF32 * n : 0);
   KernelCall c = call(kOp, {{"M", M}, {"N", N}, {"K", K}, {"trans_a", trans_a}, {"trans_b", trans_b}}, 2 * m * n * k, bytes);
-  if (const int64_t epilogue = (bias ? 1 : 0) + (gelu_out ? 2 : 0) + (dgelu_pre ? 4 : 0))
+  if (const int64_t epilogue = (bias ? 1 : 0) + (gelu_out ? 2 : 0) + (dgelu_pre ? 4 : 0) + (dbias ? 8 : 0))
     c.dims[size_t(c.num_dims++)] = {"epilogue", epilogue};
   return c;
 }

@@ -122,6 +122,10 @@ const char* kernel_op_name(KernelOp op);
 //             forward's pre-activation): GELU's backward fused into the
 //             GEMM that makes its incoming gradient. Only with beta 0 and
 //             neither bias nor gelu_out.
+//   dbias     dbias(N) += the sum of C's rows after dgelu_pre's epilogue
+//             (bias_backward's adds): the bias gradient of the layer whose
+//             pre-activation dgelu_pre is (cuBLASLt's DGELU_BGRAD). Only
+//             with dgelu_pre.
 struct Gemm {
   using Result = void;
   static constexpr KernelOp kOp = KernelOp::kGemm;
@@ -137,6 +141,7 @@ struct Gemm {
   const float* bias = nullptr;
   float* gelu_out = nullptr;
   const float* dgelu_pre = nullptr;
+  float* dbias = nullptr;
   KernelCall describe(Precision p) const;
 };
 

@@ -383,12 +383,12 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     LOOM_RETURN_IF_ERROR(moe_->backward(layer, a.h2.f32(), dfull.f32(), dh_part.f32(), &a.moe, grad_scale_));
   } else if (d.gpt2) {
     // fc2's input gradient goes through GELU's backward in its GEMM (one
-    // (N, F) buffer, not two).
+    // (N, F) buffer, not two), which sums fc1's bias gradient too.
     DeviceBuffer da = make(backend_, N * F);
     linear_backward(k, dfull.f32(), a.f32(a.g), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
-                    da.f32(), N, F, C, false, a.b16(a.g), a.a.f32());
-    linear_backward(k, da.f32(), a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"),
-                    P.grad(p + "mlp.fc1.bias"), dh_part.f32(), N, C, F, false, a.b16(a.h2));
+                    da.f32(), N, F, C, false, a.b16(a.g), a.a.f32(), P.grad(p + "mlp.fc1.bias"));
+    linear_backward(k, da.f32(), a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"), nullptr,
+                    dh_part.f32(), N, C, F, false, a.b16(a.h2));
   } else {
     DeviceBuffer ds = make(backend_, N * F);
     linear_backward(k, dfull.f32(), a.f32(a.s), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"),

@@ -20,15 +20,20 @@ inline void linear(Kernels& k, const float* x, const float* W, const float* b, f
 // then null), read by the weight-gradient GEMM as it is (Gemm::B16).
 // dgelu_pre: the input gradient goes on through GELU's backward in the same
 // GEMM (Gemm::dgelu_pre), dx = (dy W) * GELU'(dgelu_pre); not with accumulate.
+// dgelu_db (with dgelu_pre): the previous layer's bias gradient, += the sum
+// of dx's rows, in that GEMM too (Gemm::dbias): that layer's backward then
+// takes no db of its own.
 inline void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db,
                             float* dx, int64_t N, int64_t in, int64_t out, bool accumulate_dx,
-                            const uint16_t* x16 = nullptr, const float* dgelu_pre = nullptr) {
+                            const uint16_t* x16 = nullptr, const float* dgelu_pre = nullptr,
+                            float* dgelu_db = nullptr) {
   k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW, nullptr, x16});
   if (db) k.bias_backward({dy, db, N, out});
   LOOM_CHECK(!(accumulate_dx && dgelu_pre), "linear_backward: GELU's backward cannot fuse into an accumulating dx");
+  LOOM_CHECK(!dgelu_db || (dgelu_pre && dx), "linear_backward: the fused bias gradient needs GELU's backward in dx");
   if (dx)
     k.gemm({false, false, N, in, out, 1.f, dy, W, accumulate_dx ? 1.f : 0.f, dx, nullptr, nullptr, nullptr, nullptr,
-            dgelu_pre});
+            dgelu_pre, dgelu_db});
 }
 
 }  // namespace loom::exec

@@ -104,18 +104,26 @@ TEST(CudaTableCoverage, Bf16CublasLtEpilogueMatchesTheSeparateOps) {
   std::vector<float> dpre_ref(pre.size());
   cpu->gemm({false, true, M, N, K, 1.f, xr.data(), wr.data(), 0.f, dpre_ref.data()});
   cpu->gelu_backward({dpre_ref.data(), pre.data(), dpre_ref.data(), M * N});
-  for (const char* epilogue : {"separate", "cublaslt"}) {
-    SCOPED_TRACE(std::string("dGELU, ") + epilogue);
-    const int64_t before = cuda::lt_gemm_executions();
-    auto be = cuda_backend(Precision::kBf16, "gemm", epilogue);
-    Dev<float> dx(*be, x), dw(*be, w), dpre(*be, pre), dout(*be, pre.size());
-    be->kernels().gemm(
-        {false, true, M, N, K, 1.f, dx.p(), dw.p(), 0.f, dout.p(), nullptr, nullptr, nullptr, nullptr, dpre.p()});
-    be->synchronize();
-    ASSERT_TRUE(be->kernels().status().is_ok()) << be->kernels().status().to_string();
-    expect_close(dout.get(), dpre_ref, Tol{6e-4, 4e-4, 0}, "dGELU");
-    EXPECT_EQ(cuda::lt_gemm_executions() - before, std::string(epilogue) == "cublaslt" ? 1 : 0);
-  }
+  // With the bias gradient (Gemm::dbias, CUBLASLT_EPILOGUE_DGELU_BGRAD): the
+  // column sums of that, added to what the gradient held.
+  const auto db_held = random_vec(size_t(N), 64, -1, 1);
+  std::vector<float> db_ref = db_held;
+  cpu->bias_backward({dpre_ref.data(), db_ref.data(), M, N});
+  for (const bool with_db : {false, true})
+    for (const char* epilogue : {"separate", "cublaslt"}) {
+      SCOPED_TRACE(std::string(with_db ? "dGELU + bias gradient, " : "dGELU, ") + epilogue);
+      const int64_t before = cuda::lt_gemm_executions();
+      auto be = cuda_backend(Precision::kBf16, "gemm", epilogue);
+      Dev<float> dx(*be, x), dw(*be, w), dpre(*be, pre), dout(*be, pre.size()), ddb(*be, db_held);
+      be->kernels().gemm({false, true, M, N, K, 1.f, dx.p(), dw.p(), 0.f, dout.p(), nullptr, nullptr, nullptr, nullptr,
+                          dpre.p(), with_db ? ddb.p() : nullptr});
+      be->synchronize();
+      ASSERT_TRUE(be->kernels().status().is_ok()) << be->kernels().status().to_string();
+      expect_close(dout.get(), dpre_ref, Tol{6e-4, 4e-4, 0}, "dGELU");
+      // A sum of 1,024 bf16-product rows: its rounding grows with the rows.
+      if (with_db) expect_close(ddb.get(), db_ref, Tol{2e-3, 2e-3, 0}, "the bias gradient");
+      EXPECT_EQ(cuda::lt_gemm_executions() - before, std::string(epilogue) == "cublaslt" ? 1 : 0);
+    }
 }
 
 // Under bf16 the table keeps one bf16 copy of the parameters named by

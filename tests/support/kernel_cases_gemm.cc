@@ -56,19 +56,25 @@ std::vector<Case> cases<Gemm>() {
     all.push_back(std::move(c));
   }
   // GELU's backward fused into the GEMM (Gemm::dgelu_pre), as fc2's input
-  // gradient uses it; N a multiple of 8 (cuBLASLt's DGELU) and not.
-  for (const int64_t N : {int64_t(136), int64_t(129)}) {
-    const int64_t M = 67, K = 96;
-    Case c = make(KernelOp::kGemm, "gemm (NN, N " + std::to_string(N) + ") + dGELU");
-    const int a = c.in("A", random_vec(size_t(M * K), 15)), b = c.in("B", random_vec(size_t(K * N), 16));
-    const int pre = c.in("pre", random_vec(size_t(M * N), 17, -3, 3));
-    const int o = c.out("C", size_t(M * N), kGelu);
-    c.run = [=](Kernels& k, const Bound& p) {
-      k.gemm({false, false, M, N, K, 1.f, p.f(a), p.f(b), 0.f, p.f(o), nullptr, nullptr, nullptr, nullptr, p.f(pre)});
-      return std::vector<double>{};
-    };
-    all.push_back(std::move(c));
-  }
+  // gradient uses it, alone and with fc1's bias gradient summed in it
+  // (Gemm::dbias, added to what it held); N a multiple of 8 (cuBLASLt's
+  // DGELU / DGELU_BGRAD) and not.
+  for (const bool with_db : {false, true})
+    for (const int64_t N : {int64_t(136), int64_t(129)}) {
+      const int64_t M = 67, K = 96;
+      Case c = make(KernelOp::kGemm,
+                    "gemm (NN, N " + std::to_string(N) + ") + dGELU" + (with_db ? " + bias gradient" : ""));
+      const int a = c.in("A", random_vec(size_t(M * K), 15)), b = c.in("B", random_vec(size_t(K * N), 16));
+      const int pre = c.in("pre", random_vec(size_t(M * N), 17, -3, 3));
+      const int o = c.out("C", size_t(M * N), kGelu);
+      const int db = with_db ? c.inout("dbias", random_vec(size_t(N), 18), kGelu) : -1;
+      c.run = [=](Kernels& k, const Bound& p) {
+        k.gemm({false, false, M, N, K, 1.f, p.f(a), p.f(b), 0.f, p.f(o), nullptr, nullptr, nullptr, nullptr, p.f(pre),
+                db >= 0 ? p.f(db) : nullptr});
+        return std::vector<double>{};
+      };
+      all.push_back(std::move(c));
+    }
   {  // K = 0 with the epilogue: C = bias, gelu = GELU(bias)
     Case c = make(KernelOp::kGemm, "gemm (K = 0) + bias + GELU");
     const int bias = c.in("bias", random_vec(10, 14, -2, 2));

@@ -173,11 +173,12 @@ Result<LtOutcome> LtGemm::run(const LtGemmArgs& x, void* workspace, size_t works
   if (!x.bias && !x.gelu_out && !x.dgelu_pre) return invalid_argument("cuBLASLt epilogue GEMM without a bias or GELU");
   if (x.dgelu_pre && (x.bias || x.gelu_out))
     return invalid_argument("cuBLASLt dGELU epilogue with a bias or a GELU output: the backward has neither");
+  if (x.dbias && !x.dgelu_pre) return invalid_argument("cuBLASLt bias gradient without dGELU (DGELU_BGRAD only)");
   // The bias and the aux matrix: 16-byte aligned (every epilogue kernel
   // handles that), the aux's leading dimension a multiple of 8; else the
   // separate ops.
   const bool aux = x.gelu_out || x.dgelu_pre;
-  if ((x.bias && alignment_of(x.bias) < 16) || (x.gelu_out && (alignment_of(x.gelu_out) < 16 || alignment_of(x.C) < 16)) ||
+  if ((x.bias && alignment_of(x.bias) < 16) || (x.dbias && alignment_of(x.dbias) < 16) || (x.gelu_out && (alignment_of(x.gelu_out) < 16 || alignment_of(x.C) < 16)) ||
       (x.dgelu_pre && (alignment_of(x.dgelu_pre) < 16 || alignment_of(x.C) < 16))) {
     refusal_ = "the bias or a GELU operand is not 16-byte aligned";
     return LtOutcome::kUnsupported;
@@ -187,11 +188,14 @@ Result<LtOutcome> LtGemm::run(const LtGemmArgs& x, void* workspace, size_t works
     return LtOutcome::kUnsupported;
   }
   const cublasLtEpilogue_t epilogue =
-      x.dgelu_pre  ? CUBLASLT_EPILOGUE_DGELU
+      x.dgelu_pre  ? (x.dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU)
       : x.gelu_out ? (x.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                    : CUBLASLT_EPILOGUE_BIAS;
   float* d = x.gelu_out ? x.gelu_out : x.C;  // D; with GELU, C gets the pre-activation (aux)
-  const void* bias_ptr = x.bias;
+  // The bias vector: read (BIAS), or the bias gradient written (BGRAD: one
+  // value per row of cuBLASLt's column-major D, i.e. per column of our C,
+  // summed over our rows).
+  const void* bias_ptr = x.dbias ? static_cast<const void*>(x.dbias) : static_cast<const void*>(x.bias);
   // The aux matrix: the pre-activation GELU writes, or the one dGELU reads.
   const void* aux_ptr = x.gelu_out ? static_cast<const void*>(x.C) : static_cast<const void*>(x.dgelu_pre);
   const Impl::Key key{int(x.input),          x.trans_a,           x.trans_b,      x.M, x.N, x.K, int(epilogue),

@@ -1,6 +1,7 @@
 // GEMMs with a fused epilogue on cuBLASLt: the bias add, GELU with the
 // pre-activation kept (CUBLASLT_EPILOGUE_BIAS / GELU_AUX / GELU_AUX_BIAS),
-// and GELU's backward from that pre-activation (CUBLASLT_EPILOGUE_DGELU),
+// and GELU's backward from that pre-activation (CUBLASLT_EPILOGUE_DGELU, with
+// the bias gradient DGELU_BGRAD),
 // row-major as cuda_gemm.cc computes them (cuBLASLt gets (B, A)).
 //
 // One LtGemm per kernel table: its cuBLASLt handle and the heuristic's
@@ -34,6 +35,7 @@ struct LtGemmArgs {
   const float* bias;      // N values, or null
   float* gelu_out;        // (M,N) = GELU(C), C the pre-activation; or null
   const float* dgelu_pre = nullptr;  // C = product * GELU'(dgelu_pre(M,N)); alone, or null
+  float* dbias = nullptr;  // with dgelu_pre: written with the sum of C's rows (DGELU_BGRAD), N values; or null
 };
 
 enum class LtOutcome { kDone, kUnsupported };

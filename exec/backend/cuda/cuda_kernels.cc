@@ -78,9 +78,10 @@ class CudaKernels final : public Kernels {
   }
 
   void gemm(const Gemm& a) override {
-    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16, bias, gelu_out, dgelu_pre] = a;
+    const auto& [ta, tb, M, N, K, alpha, A, B, beta, C, A16, B16, bias, gelu_out, dgelu_pre, dbias] = a;
     if (dgelu_pre && (beta != 0.f || bias || gelu_out))
       return note(invalid_argument("Gemm::dgelu_pre needs beta 0 and neither bias nor gelu_out (kernel_ops.h)"));
+    if (dbias && !dgelu_pre) return note(invalid_argument("Gemm::dbias needs dgelu_pre (kernel_ops.h)"));
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // C = beta C, as the CPU GEMM does (cuBLAS rejects K = 0 leading dimensions)
       if (beta == 0.f) be_->fill_zero(C, size_t(M * N) * sizeof(float));
@@ -108,11 +109,12 @@ class CudaKernels final : public Kernels {
     epilogue_ops(a);
   }
   // The epilogue as the separate ops it replaces (add_bias, gelu_forward,
-  // gelu_backward in place: elementwise).
+  // gelu_backward in place: elementwise, bias_backward).
   void epilogue_ops(const Gemm& a) {
     if (a.bias) note(cuda::add_bias(a.C, a.bias, a.M, a.N, s_));
     if (a.gelu_out) note(cuda::gelu_forward(a.C, a.gelu_out, a.M * a.N, s_));
     if (a.dgelu_pre) note(cuda::gelu_backward(a.C, a.dgelu_pre, a.C, a.M * a.N, s_));
+    if (a.dbias) note(cuda::bias_backward(a.C, a.dbias, a.M, a.N, s_));
   }
   // LOOM_GEMM_EPILOGUE=cublaslt: the GEMM and its epilogue as one cuBLASLt
   // call. False (nothing enqueued) where the switch is off or cuBLASLt
@@ -126,9 +128,17 @@ class CudaKernels final : public Kernels {
       MemoryClassScope workspace(MemoryClass::kWorkspace);
       if (lt_workspace_.empty()) lt_workspace_ = DeviceBuffer(be_, cuda::kLtWorkspaceBytes);
     }
-    const cuda::LtGemmArgs x{input_, g.trans_a, g.trans_b, g.M,     g.N,         g.K,
-                             g.alpha, a_op,      b_op,      g.C,     g.bias,      g.gelu_out, g.dgelu_pre};
+    // cuBLASLt writes the bias gradient (DGELU_BGRAD); Gemm::dbias adds it:
+    // into a buffer of its own, then added.
+    if (g.dbias && lt_dbias_.bytes() < size_t(g.N) * sizeof(float)) {
+      MemoryClassScope workspace(MemoryClass::kWorkspace);
+      lt_dbias_ = DeviceBuffer(be_, size_t(g.N) * sizeof(float));
+    }
+    const cuda::LtGemmArgs x{input_, g.trans_a, g.trans_b, g.M,        g.N,         g.K,
+                             g.alpha, a_op,      b_op,      g.C,        g.bias,      g.gelu_out,
+                             g.dgelu_pre, g.dbias ? lt_dbias_.f32() : nullptr};
     auto r = lt_->run(x, lt_workspace_.f32(), cuda::kLtWorkspaceBytes, s_);
+    if (r.is_ok() && *r == cuda::LtOutcome::kDone && g.dbias) note(cuda::add_inplace(g.dbias, lt_dbias_.f32(), g.N, s_));
     if (!r.is_ok()) {
       note(r.status());
       return true;  // the error stands; nothing to fall back to
@@ -470,6 +480,7 @@ class CudaKernels final : public Kernels {
   const bool epilogue_lt_;
   std::unique_ptr<cuda::LtGemm> lt_;
   DeviceBuffer lt_workspace_;
+  DeviceBuffer lt_dbias_;  // cuBLASLt's bias gradient, before it is added into Gemm::dbias
   std::set<std::array<int64_t, 3>> lt_refused_;  // shapes whose refusal was printed
   bool sdpa_tried_ = false;
   std::set<std::pair<cuda::SdpaShape, bool>> sdpa_refused_;

@@ -199,6 +199,15 @@ TEST(KernelTable, GemmEpilogueEqualsTheGemmThenTheBiasThenGeluBitForBit) {
       k->gelu_backward({d1.data(), c1.data(), d2.data(), M * N});
       k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, d3.data(), nullptr, nullptr, nullptr, nullptr, c1.data()});
       EXPECT_TRUE(same(d2, d3)) << "dGELU";
+      // And the bias gradient of the layer behind GELU summed in that GEMM
+      // too (Gemm::dbias): bias_backward's adds on the dGELU output, added
+      // to what the gradient held.
+      std::vector<float> db1(size_t(N), 0.25f), db2 = db1, d4(c1.size());
+      k->bias_backward({d2.data(), db1.data(), M, N});
+      k->gemm({ta, true, M, N, K, 1.f, A.data(), B.data(), 0.f, d4.data(), nullptr, nullptr, nullptr, nullptr, c1.data(),
+               db2.data()});
+      EXPECT_TRUE(same(d2, d4)) << "dGELU with the bias gradient";
+      EXPECT_TRUE(same(db1, db2)) << "the bias gradient";
     }
   const Gemm plain{false, true, 3, 5, 7, 1.f, nullptr, nullptr, 0.f, nullptr};
   std::vector<float> out(15);
@@ -213,6 +222,12 @@ TEST(KernelTable, GemmEpilogueEqualsTheGemmThenTheBiasThenGeluBitForBit) {
   EXPECT_EQ(backward.describe(Precision::kBf16).to_string(), "gemm (M=3, N=5, K=7, trans_a=0, trans_b=1, epilogue=4)");
   EXPECT_DOUBLE_EQ(backward.describe(Precision::kBf16).bytes - plain.describe(Precision::kBf16).bytes, 4.0 * 3 * 5)
       << "the pre-activation read";
+  std::vector<float> db(5);
+  backward.dbias = db.data();
+  EXPECT_EQ(backward.describe(Precision::kBf16).to_string(), "gemm (M=3, N=5, K=7, trans_a=0, trans_b=1, epilogue=12)");
+  EXPECT_DOUBLE_EQ(backward.describe(Precision::kBf16).bytes - plain.describe(Precision::kBf16).bytes,
+                   4.0 * 3 * 5 + 2 * 4.0 * 5)
+      << "the pre-activation read, the bias gradient read and written";
 }
 
 // Each op's description names its shape: the dims of a call are the op's
