@@ -141,6 +141,7 @@ struct Measured {
   OrderedJson gemm_table = OrderedJson::array();
   OrderedJson head_table = OrderedJson::array();  // the LM head's GEMMs
   double triad_bw = 0, elem_bw = 0, opt_bw = 0;
+  double discard_bw = 0;  // bytes / extra second of writing discarded memory; 0 = no extra time seen
   OrderedJson att_table = OrderedJson::array();
   double att_bwd_ratio = 0;
   double xent_fwd = 0, xent_bwd = 0;  // seconds per logit (median over the vocabularies)
@@ -316,6 +317,13 @@ class Calibrator {
     const int64_t np = a_.quick ? (1 << 20) : (1 << 22);
     LOOM_ASSIGN_OR_RETURN(double t_opt, timed(bench_.optimizer_step(np), min_s_ / 2));
     m->opt_bw = 32.0 * double(np) / t_opt;
+    // What a discard costs when the memory is written again (ZeRO-2/3's
+    // gradient after its reduce-scatter, exec/runtime/data_parallel.cc):
+    // the write after a discard against the same write without one.
+    const size_t db = size_t(a_.quick ? 16 : 64) << 20;
+    LOOM_ASSIGN_OR_RETURN(double t_dw, timed(bench_.discard_and_write(db), min_s_ / 2));
+    LOOM_ASSIGN_OR_RETURN(double t_w, timed(bench_.write(db), min_s_ / 2));
+    m->discard_bw = t_dw > t_w ? double(db) / (t_dw - t_w) : 0;
     return Status::ok();
   }
 
@@ -479,6 +487,7 @@ OrderedJson profile_json(const Measured& m, const exec::KernelBench& bench, cons
     j["accelerator"]["attention_backward_ratio"] = m.att_bwd_ratio;
   }
   if (!gpu) j["accelerator"]["cpu_threads"] = a.threads;
+  if (m.discard_bw > 0) j["accelerator"]["discard_gb_per_s"] = m.discard_bw / 1e9;
   j["accelerator"]["cross_entropy_fwd_ns_per_logit"] = m.xent_fwd * 1e9;
   j["accelerator"]["cross_entropy_bwd_ns_per_logit"] = m.xent_bwd * 1e9;
   j["accelerator"]["cross_entropy_vocab_measured"] = {m.xent_vocab_min, m.xent_vocab_max};

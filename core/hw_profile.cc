@@ -176,6 +176,9 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   if (a.contains("optimizer_bw_efficiency")) {
     LOOM_ASSIGN_OR_RETURN(acc.optimizer_bw_efficiency, fraction(a, "optimizer_bw_efficiency", where));
   }
+  LOOM_ASSIGN_OR_RETURN(double discard, positive_or(a, "discard_gb_per_s", 0, where,
+                                                   "GB/s at which discarded memory is written again (loom calibrate)"));
+  acc.discard_bytes_per_s = discard * kGiga;
   LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.gemm_efficiency));
   if (a.contains("fp8_gemm_best_efficiency")) {
     if (fp8 <= 0)
@@ -443,6 +446,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   acc["memory_bw_gb_per_s"] = a.memory_bw_bytes_per_s / kGiga;
   acc["memory_bw_efficiency"] = a.memory_bw_efficiency;
   if (a.optimizer_bw_efficiency > 0) acc["optimizer_bw_efficiency"] = a.optimizer_bw_efficiency;
+  if (a.discard_bytes_per_s > 0) acc["discard_gb_per_s"] = a.discard_bytes_per_s / kGiga;
   acc["gemm_efficiency"] = gemm_table_json(a.gemm_efficiency);
   if (a.fp8_gemm_best_efficiency > 0) acc["fp8_gemm_best_efficiency"] = a.fp8_gemm_best_efficiency;
   if (a.sustained_gemm_bf16_flops > 0 || a.sustained_gemm_fp8_flops > 0) {

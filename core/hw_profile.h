@@ -60,6 +60,13 @@ struct AcceleratorSpec {
   // 0 = as memory_bw_efficiency. `loom calibrate` measures it on CPUs, where
   // AdamW's sqrt and division keep it below the memory rate.
   double optimizer_bw_efficiency = 0;
+  // The rate at which memory the executor discarded (ComputeBackend::discard:
+  // ZeRO-2/3's full gradient after its reduce-scatter) is written again, over
+  // what the same write costs undiscarded: bytes / extra second. `loom
+  // calibrate` measures it (a CPU: the OS takes the pages back and zero-fills
+  // each on its next touch). 0 = not measured: a discard is one memset pass
+  // at memory_bw x memory_bw_efficiency, as the CUDA backend's is.
+  double discard_bytes_per_s = 0;
   GemmEfficiencyTable gemm_efficiency;
   // The best FP8 GEMM efficiency measured (achieved / peak_fp8), e.g. the
   // maximum achievable matmul FLOPS of torch._scaled_mm (cuBLASLt). An FP8

@@ -716,6 +716,13 @@ double memory_pass_time_s(const HwProfile& hw, double bytes) {
   return bytes / (hw.accel.memory_bw_bytes_per_s * eff);
 }
 
+double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes) {
+  if (bytes <= 0) return 0;
+  const double rate = hw.accel.discard_bytes_per_s > 0 ? hw.accel.discard_bytes_per_s
+                                                       : hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  return bytes / rate + opt.kernel_overhead_s;
+}
+
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
   // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
   // gradient, write the 16-bit weights; one more gradient read for the norm.

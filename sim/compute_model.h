@@ -110,6 +110,11 @@ PieceCost mtp_projection_cost(const ModelSpec& model, const HwProfile& hw, const
 // plus the gradient-norm pass: memory bound.
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision precision, double local_params);
 // One pass writing (or reading) `bytes` at the profile's memory rate (a memset).
+// What Loom's executor pays to discard `bytes` it writes again later
+// (ComputeBackend::discard): at the profile's measured discard rate
+// (discard_bytes_per_s; a CPU's page faults), else one memset pass (the
+// CUDA backend's), plus one call.
+double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes);
 double memory_pass_time_s(const HwProfile& hw, double bytes);
 
 // Contention: an NCCL collective keeps one thread block (an SM) per channel

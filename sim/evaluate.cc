@@ -235,6 +235,22 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   double local_params =
       l.zero >= 1 ? params.dense / (l.dp * l.cp) + params.expert / (double(l.dp * l.cp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
+  // Loom's executor under ZeRO-2/3 discards a chunk's full fp32 gradient
+  // after each micro-batch's reduce-scatter, and the next backward writes it
+  // again (exec/runtime/data_parallel.cc Zero2::after_reduce): every
+  // micro-batch. ZeRO-3 also discards the parameters it does not own after
+  // the update (trainer_state.cc: back to the own shards), which the next
+  // step's gathers write again: once a step. (The releases between a
+  // multi-chunk stage's ops under ZeRO-3 are not counted.)
+  if (opt_.framework.empty() && opt_.loom_executor && l.zero >= 2 && l.dp * l.cp > 1) {
+    const double grads = 4 * params.total();
+    const double per_micro = discard_time_s(hw_, opt_, grads);
+    sc.bwd_s += per_micro;
+    for (size_t c = 0; c < sc.chunk_bwd_s.size(); ++c)
+      sc.chunk_bwd_s[c] += per_micro * (sc.chunk_grad_fraction.empty() ? 1.0 / sc.chunk_bwd_s.size()
+                                                                       : sc.chunk_grad_fraction[c]);
+    if (l.zero == 3) sc.optimizer_s += discard_time_s(hw_, opt_, grads * (1 - 1.0 / (l.dp * l.cp)));
+  }
   // Loom's executor zeroes its fp32 gradients for the next step inside the
   // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
   // (ZeRO-2/3 gave it back after its reduce-scatter: nothing to zero) and,

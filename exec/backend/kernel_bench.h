@@ -76,6 +76,14 @@ class KernelBench {
   // The optimizer step over `params` fp32 parameters: gradient norm, AdamW,
   // gradient zeroing.
   virtual Run optimizer_step(int64_t params) = 0;
+  // `bytes` of a buffer written again after the backend discarded them
+  // (ZeRO-2/3 give a gradient's memory back after its reduce-scatter and the
+  // next backward writes it: ComputeBackend::discard), and the same write
+  // without the discard; the difference is what a discard costs (the CPU:
+  // the pages the OS takes back and zero-fills on the next touch; a GPU: the
+  // discard's memset).
+  virtual Run discard_and_write(size_t bytes) = 0;
+  virtual Run write(size_t bytes) = 0;
   // Causal attention (fused softmax) over batch x seq x heads x head_dim;
   // backends without an attention kernel yet say so (the profile then keeps
   // the GEMM table for attention).

@@ -110,6 +110,21 @@ class TableKernelBench final : public KernelBench {
 
   // As the executor's optimizer op: the gradient's sum of squares (taken to
   // the host), AdamW, then the gradients zeroed for the next step.
+  Run discard_and_write(size_t bytes) override {
+    ComputeBackend* be = be_.get();
+    auto x = filled(be, bytes / sizeof(float), 1.f);
+    return [=] {
+      be->discard(x->f32(), x->bytes());
+      be->reclaim(x->f32(), x->bytes());
+      be->fill_zero(x->f32(), x->bytes());
+    };
+  }
+  Run write(size_t bytes) override {
+    ComputeBackend* be = be_.get();
+    auto x = filled(be, bytes / sizeof(float), 1.f);
+    return [=] { be->fill_zero(x->f32(), x->bytes()); };
+  }
+
   Run optimizer_step(int64_t np) override {
     ComputeBackend* be = be_.get();
     auto p = filled(be, size_t(np), 0.1f), g = filled(be, size_t(np), 0.01f), m1 = filled(be, size_t(np), 0.f),

@@ -230,7 +230,7 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
 }
 
 TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
-  const std::string extra = R"(, "optimizer_bw_efficiency": 0.25, "attention_backward_ratio": 1.3,
+  const std::string extra = R"(, "optimizer_bw_efficiency": 0.25, "attention_backward_ratio": 1.3, "discard_gb_per_s": 3.5,
       "attention_efficiency": [{"gflop": 0.001, "efficiency": 0.1}, {"gflop": 0.1, "efficiency": 0.4}])";
   auto r = parse_hw_profile(minimal_profile(extra), "t");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -241,6 +241,7 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_DOUBLE_EQ(back->accel.optimizer_bw_efficiency, 0.25);
   EXPECT_DOUBLE_EQ(back->accel.attention_backward_ratio, 1.3);
+  EXPECT_DOUBLE_EQ(back->accel.discard_bytes_per_s, 3.5e9);
   EXPECT_EQ(back->accel.attention_efficiency.efficiency, r->accel.attention_efficiency.efficiency);
   // Absent: no table, optimizer at the memory efficiency (0 = unset).
   auto plain = parse_hw_profile(minimal_profile(), "t");
@@ -248,6 +249,8 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   EXPECT_TRUE(plain->accel.attention_efficiency.flops.empty());
   EXPECT_EQ(plain->accel.optimizer_bw_efficiency, 0);
   EXPECT_EQ(plain->accel.attention_backward_ratio, 0);
+  EXPECT_EQ(plain->accel.discard_bytes_per_s, 0);
+  expect_error(minimal_profile(R"(, "discard_gb_per_s": -3)"), StatusCode::kInvalidArgument, {"discard_gb_per_s"});
   expect_error(minimal_profile(R"(, "attention_backward_ratio": -1)"), StatusCode::kInvalidArgument,
                {"attention_backward_ratio", "backward / forward"});
   expect_error(minimal_profile(R"(, "optimizer_bw_efficiency": 2)"), StatusCode::kInvalidArgument,
