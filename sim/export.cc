@@ -5,6 +5,7 @@
 
 #include "core/json_util.h"
 #include "core/stage_split.h"
+#include "sim/report.h"
 
 namespace loom {
 
@@ -59,6 +60,16 @@ Result<std::string> export_megatron_args(const Plan& p) {
   // where Loom's executor sums what arrives in fp32 (docs/executor.md).
   if (t.grad_reduce == GradReduce::kBf16) o << "--grad-reduce-in-bf16\n";
   if (l.overlap_param_gather && l.zero == 1) o << "--overlap-param-gather\n";
+  // The loss the plan priced (SimOptions::cross_entropy): Megatron's fused
+  // one (its functions under torch.compile, the native implementation) is a
+  // flag; Transformer Engine's kernel Megatron-LM refuses since 168cb15d70
+  // (2026-06). Any other runs as Megatron's default, the unfused one.
+  LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(p.sim_options_json));
+  if (opt.cross_entropy == CrossEntropyImpl::kMegatronFused) o << "--cross-entropy-loss-fusion\n";
+  if (opt.cross_entropy == CrossEntropyImpl::kTe)
+    return unsupported("export megatron: --cross-entropy te: Megatron-LM refuses Transformer Engine's cross-entropy "
+                       "fusion since its commit 168cb15d70 (2026-06, 'stability issues'); plan with --cross-entropy "
+                       "megatron_fused (--cross-entropy-loss-fusion, the native implementation) or megatron");
   if (l.recompute == Recompute::kFull)
     o << "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   if (l.recompute == Recompute::kSelective) o << "--recompute-granularity selective\n";

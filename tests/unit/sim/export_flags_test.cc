@@ -68,8 +68,9 @@ void expect_accepted(const std::string& args, const std::map<std::string, std::s
   EXPECT_GT(n, 20) << what;
 }
 
-Plan plan_of(const std::string& model, const std::string& hw, const std::string& layout, int world, TrainSpec t) {
-  Evaluator eval(testing::load_model_or_die(model), testing::load_hw_or_die(hw), t, SimOptions{});
+Plan plan_of(const std::string& model, const std::string& hw, const std::string& layout, int world, TrainSpec t,
+             const SimOptions& opt = SimOptions{}) {
+  Evaluator eval(testing::load_model_or_die(model), testing::load_hw_or_die(hw), t, opt);
   auto l = parse_layout(layout);
   LOOM_CHECK(l.is_ok(), l.status().to_string());
   auto r = simulate_layout(eval, *l);
@@ -118,6 +119,31 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       EXPECT_NE(args->find("--cp-comm-type p2p\n"), std::string::npos) << *args;
     }
   }
+}
+
+// The loss the plan priced: Megatron's fused one is its flag (accepted by
+// Megatron-LM's parser); Transformer Engine's, which Megatron-LM now refuses,
+// is refused here with the fix; the unfused one is Megatron's default.
+TEST(ExportMegatron, TheLossFusionFollowsThePlan) {
+  const auto flags = megatron_flags();
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  SimOptions fused, te, unfused;
+  fused.cross_entropy = CrossEntropyImpl::kMegatronFused;
+  te.cross_entropy = CrossEntropyImpl::kTe;
+  unfused.cross_entropy = CrossEntropyImpl::kMegatron;
+  auto args = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", "dp=8,zero=1,micro=1", 8, t, fused));
+  ASSERT_TRUE(args.is_ok()) << args.status().to_string();
+  expect_accepted(*args, flags, "megatron_fused");
+  EXPECT_NE(args->find("--cross-entropy-loss-fusion\n"), std::string::npos) << *args;
+  auto plain = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", "dp=8,zero=1,micro=1", 8, t, unfused));
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->find("cross-entropy"), std::string::npos) << *plain;
+  auto refused = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", "dp=8,zero=1,micro=1", 8, t, te));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("--cross-entropy megatron_fused"), std::string::npos)
+      << refused.status().to_string();
 }
 
 // Context parallelism: torchtitan states its degree; DeepSpeed has none and
