@@ -718,9 +718,8 @@ double memory_pass_time_s(const HwProfile& hw, double bytes) {
 
 double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes) {
   if (bytes <= 0) return 0;
-  const double rate = hw.accel.discard_bytes_per_s > 0 ? hw.accel.discard_bytes_per_s
-                                                       : hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
-  return bytes / rate + opt.kernel_overhead_s;
+  const double t = hw.accel.discard_bytes_per_s > 0 ? bytes / hw.accel.discard_bytes_per_s : memory_pass_time_s(hw, bytes);
+  return t + opt.kernel_overhead_s;
 }
 
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {

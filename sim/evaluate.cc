@@ -128,7 +128,7 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
 
 Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   ComputeShape shape = compute_shape(l, train_.seq_len, hw_);
-  shape.head_grad_in_forward = opt_.framework.empty() && opt_.loom_executor && executor_head_grad_in_forward(l.zero);
+  shape.head_grad_in_forward = opt_.for_loom_executor() && executor_head_grad_in_forward(l.zero);
   const Precision p = train_.precision;
   Pieces pc;
   pc.dense = layer_cost(model_, hw_, opt_, p, shape, false);
@@ -242,7 +242,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // the update (trainer_state.cc: back to the own shards), which the next
   // step's gathers write again: once a step. (The releases between a
   // multi-chunk stage's ops under ZeRO-3 are not counted.)
-  if (opt_.framework.empty() && opt_.loom_executor && l.zero >= 2 && l.dp * l.cp > 1) {
+  if (opt_.for_loom_executor() && l.zero >= 2 && l.dp * l.cp > 1) {
     const double grads = 4 * params.total();
     const double per_micro = discard_time_s(hw_, opt_, grads);
     sc.bwd_s += per_micro;
@@ -255,7 +255,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
   // (ZeRO-2/3 gave it back after its reduce-scatter: nothing to zero) and,
   // under ZeRO, the owned shard's buffer.
-  if (opt_.framework.empty() && opt_.loom_executor)
+  if (opt_.for_loom_executor())
     sc.optimizer_s +=
         memory_pass_time_s(hw_, 4 * ((l.zero >= 2 ? 0.0 : params.total()) + (l.zero >= 1 ? local_params : 0.0)));
   // A tied embedding split over the pipeline: the first and the last stage

@@ -113,8 +113,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     LOOM_ASSIGN_OR_RETURN(const Json* lo, section(j, "loss", w));
     LOOM_ASSIGN_OR_RETURN(std::string ce, json_string(*lo, "cross_entropy", w + ".loss"));
     if (!parse_cross_entropy(ce, &f.cross_entropy))
-      return invalid_argument(w + ".loss.cross_entropy must be fused, megatron, megatron_fused, te or torch, got '" + ce +
-                              "'");
+      return invalid_argument(w + ".loss.cross_entropy must be " + cross_entropy_names() + ", got '" + ce + "'");
     if (!lo->contains("source") || !(*lo)["source"].is_string())
       return invalid_argument(w + ".loss.source is missing: name the code the loss's implementation was read from");
   }

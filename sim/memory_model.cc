@@ -554,7 +554,7 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
     whole.recompute = Recompute::kNone;
     a.rerun = std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - a.dense);
   }
-  if (opt.framework.empty() && opt.loom_executor) {
+  if (opt.for_loom_executor()) {
     ActivationTerms::Executor& ex = a.executor;
     ex.valid = true;
     Layout keep_all = l;
@@ -587,7 +587,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   sm.params = params.total();
   // Loom's executor keeps fp32 weights, gradients and Adam moments in every
   // precision (16-bit copies are made per GEMM, and of saved activations).
-  const bool loom_executor = opt.framework.empty() && opt.loom_executor;
+  const bool loom_executor = opt.for_loom_executor();
   StateBytes sb = state_bytes_per_param(loom_executor ? Precision::kFp32 : train.precision, opt);
   // ZeRO shards over DP x CP; expert states over the expert-DP group (x TP folded).
   const double n_dense = l.dp * l.cp, n_expert = double(l.dp * l.cp) * (l.tp / l.expert_tp()) / l.ep;

@@ -174,8 +174,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
                             selective + "\"");
   LOOM_ASSIGN_OR_RETURN(std::string ce, json_string_or(j, "cross_entropy", cross_entropy_name(o.cross_entropy), w));
   if (!parse_cross_entropy(ce, &o.cross_entropy))
-    return invalid_argument(w + ".cross_entropy must be \"fused\", \"megatron\", \"megatron_fused\", \"te\" or \"torch\", got \"" +
-                            ce + "\"");
+    return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got \"" + ce + "\"");
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

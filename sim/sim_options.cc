@@ -1,5 +1,7 @@
 #include "sim/sim_options.h"
 
+#include <iterator>
+
 namespace loom {
 
 const char* fp8_scaling_name(Fp8Scaling s) { return s == Fp8Scaling::kDelayed ? "delayed" : "current"; }
@@ -46,8 +48,15 @@ bool parse_cross_entropy(const std::string& text, CrossEntropyImpl* out) {
   return false;
 }
 
+std::string cross_entropy_names() {
+  std::string s;
+  const size_t n = std::size(kCrossEntropyNames);
+  for (size_t i = 0; i < n; ++i) s += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + kCrossEntropyNames[i].name;
+  return s;
+}
+
 CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {
-  // Per logit, e bytes each, fp32 = 4 bytes (docs/simulator.md §3.6 lists
+  // Per logit, e bytes each, fp32 = 4 bytes (docs/simulator.md §3.5 lists
   // each kernel and the code it is read from). `cast`: a 16-bit tensor's
   // fp32 copy (read e, write 4), and backward's cast of the fp32 gradient
   // to the logits' dtype (read 4, write e); none for fp32 logits.

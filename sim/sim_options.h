@@ -21,7 +21,7 @@ const char* selective_recompute_name(SelectiveRecompute s);
 // "attention_core" or "every_other_matmul"; false for anything else.
 bool parse_selective_recompute(const std::string& text, SelectiveRecompute* out);
 // How the training stack computes the loss over the vocabulary (the memory
-// passes over the logits, docs/simulator.md §3.6): each names the code it
+// passes over the logits, docs/simulator.md §3.5): each names the code it
 // reads.
 //   fused          one read of the logits, an fp32 softmax written and read
 //                  back, the gradient written (the default where no stack
@@ -36,6 +36,8 @@ enum class CrossEntropyImpl { kFused, kMegatron, kMegatronFused, kTe, kTorch };
 const char* cross_entropy_name(CrossEntropyImpl c);
 // One of the names above; false for anything else.
 bool parse_cross_entropy(const std::string& text, CrossEntropyImpl* out);
+// The names, for an error message: "fused, megatron, megatron_fused, te or torch".
+std::string cross_entropy_names();
 // Bytes the loss moves per logit, forward and backward, for logits of
 // `logit_bytes` each (2 under bf16 / fp16 / fp8, whose output layer stays
 // 16-bit; 4 under fp32).
@@ -58,6 +60,9 @@ struct SimOptions {
   // program). False: the papers' accounting of an unnamed stack (the
   // validation's published runs that name none).
   bool loom_executor = true;
+  // Loom's executor's buffers and costs apply: no framework named and
+  // loom_executor set.
+  bool for_loom_executor() const { return framework.empty() && loom_executor; }
   // The DP collectives progress only while the host calls into the
   // communicator: Open MPI's non-blocking collectives (libnbc) on CPU ranks,
   // without an asynchronous progress thread, move data inside MPI calls, so

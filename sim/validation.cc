@@ -103,8 +103,7 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(p.cross_entropy, json_string_or(r, "cross_entropy", "", w));
     CrossEntropyImpl ce;
     if (!p.cross_entropy.empty() && !parse_cross_entropy(p.cross_entropy, &ce))
-      return invalid_argument(w + ".cross_entropy must be fused, megatron, megatron_fused, te or torch, got '" +
-                              p.cross_entropy + "'");
+      return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got '" + p.cross_entropy + "'");
     if (!p.cross_entropy.empty() && !(r.contains("cross_entropy_source") && r["cross_entropy_source"].is_string()))
       return invalid_argument(w + ".cross_entropy_source is missing: name the code the row's loss was read from");
     LOOM_ASSIGN_OR_RETURN(p.layout, json_string_or(r, "layout", "", w));
