@@ -309,6 +309,11 @@ Result<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::load(const std::stri
   } catch (const nlohmann::json::parse_error& e) {
     return parse_error(vocab_path + ":" + std::to_string(line_of(vocab_text, e.byte)) + ": not valid JSON (" +
                        e.what() + "); vocab.json is one object mapping each token to its id");
+  } catch (const nlohmann::json::exception& e) {
+    // Not a syntax error: a number beyond a double's range ("9999999e9999",
+    // out_of_range.406). Found by fuzzing: it ended the process.
+    return parse_error(vocab_path + ": not valid JSON (" + e.what() +
+                       "); vocab.json maps each token to an integer id");
   }
   if (!vocab_json.is_object())
     return parse_error(vocab_path + ": not a JSON object; vocab.json maps each token to its id, {\"!\": 0, ...}");

@@ -233,6 +233,11 @@ TEST(Gpt2Bpe, MalformedVocabularies) {
     write(d / "merges.txt", "");
     expect_error(Gpt2BpeTokenizer::load((d / "vocab.json").string(), (d / "merges.txt").string(), "x"),
                  StatusCode::kParseError, {"vocab.json:3:", "not valid JSON"});
+    // A number beyond a double's range is no syntax error to the parser
+    // (out_of_range.406): found by fuzzing, it ended the process.
+    write(d / "vocab.json", "{\"a\": 9999999e9999}");
+    expect_error(Gpt2BpeTokenizer::load((d / "vocab.json").string(), (d / "merges.txt").string(), "x"),
+                 StatusCode::kParseError, {"vocab.json", "not valid JSON"});
     write(d / "vocab.json", "[1, 2]");
     expect_error(Gpt2BpeTokenizer::load((d / "vocab.json").string(), (d / "merges.txt").string(), "x"),
                  StatusCode::kParseError, {"not a JSON object"});
