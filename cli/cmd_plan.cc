@@ -61,6 +61,7 @@ struct PlanArgs {
   bool pp_overlap_p2p_comm = false;
   std::string fp8_scaling;  // empty: the framework's, else current
   std::string cross_entropy;  // empty: the framework's, else fused
+  std::string layer_ops;      // empty: the framework's, else fused
   bool fp8_attention = false;
   bool fp8_params = false;
   std::string framework;    // frameworks/<name>.json; empty: none
@@ -193,6 +194,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.pp_overlap_p2p_comm = a.pp_overlap_p2p_comm;
   req.fp8_scaling = a.fp8_scaling;
   req.cross_entropy = a.cross_entropy;
+  req.layer_ops = a.layer_ops;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
   req.fp8_attention = a.fp8_attention;
@@ -430,6 +432,11 @@ int cmd_plan(int argc, char** argv) {
                  "written and read back; the default without --framework), megatron (Megatron's unfused "
                  "vocab_parallel_cross_entropy), megatron_fused (--cross-entropy-loss-fusion), te (Transformer "
                  "Engine's Triton kernel) or torch (F.cross_entropy on fp32 logits)");
+  app.add_option("--layer-ops", a.layer_ops,
+                 "how the stack writes a dense layer's non-GEMM work: fused (a fused QKV projection, one RoPE and one "
+                 "SwiGLU kernel; the default without --framework) or torch_eager (torchtitan's Llama block in eager "
+                 "PyTorch: separate q/k/v projections, RoPE through fp32 complex numbers, repeat_kv copies for GQA, "
+                 "SiLU and the multiply apart)");
   app.add_flag("--fp8-attention", a.fp8_attention,
                "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
   app.add_flag("--fp8-params", a.fp8_params,

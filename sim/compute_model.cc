@@ -231,6 +231,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   const double r = sh.sp ? 1.0 / t : 1.0;  // share of replicated elementwise work with SP
   const bool dropout = uses_dropout(m, opt);
   GemmSum gemm{hw, p, opt};
+  // torchtitan's eager Llama block (SimOptions::layer_ops): dense layers
+  // without MLA.
+  const bool eager = opt.layer_ops == LayerOps::kTorchEager && !moe_layer && !m.mla.enabled;
 
   // --- attention projections ---------------------------------------------
   double qk_dim = d, v_dim = d, kv_heads = g;
@@ -248,6 +251,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     }
     gemm.weight(T, kvl + double(m.mla.qk_rope_head_dim), h);
     gemm.weight(T, a * (double(m.mla.qk_nope_head_dim) + v_dim) / t, kvl);
+  } else if (eager) {
+    gemm.weight(T, a * d / t, h);     // wq, wk, wv apart (nn.Linear each)
+    gemm.weight(T, g * d / t, h, 2);
   } else {
     gemm.weight(T, (a + 2 * g) * d / t, h);  // fused QKV, column-parallel
   }
@@ -386,9 +392,50 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     elem_bytes += 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
     kernels += 2;
   }
+  double elem_bwd_bytes = 2 * elem_bytes;
+  int elem_bwd_kernels = 2 * kernels;
+  if (eager) {
+    // Eager PyTorch's extra passes over the fused count above (each op reads
+    // its inputs and writes its output; fp32 = 4 bytes):
+    // * RoPE (apply_rotary_emb): x.float() (e + 4), the complex multiply
+    //   (4 + 4), .type_as(x) (4 + e): 16 + 2e a q/k element, three kernels
+    //   per tensor, against the fused 2e; backward runs the same three in
+    //   reverse (fused: 4e).
+    // * repeat_kv: K and V expanded to the query heads and copied (read the
+    //   kv heads, write the query heads); backward sums them back.
+    // * SwiGLU: F.silu (2e) and the multiply (3e) against one 3e kernel;
+    //   backward the multiply's two products (3e each) and silu's (3e),
+    //   against 6e.
+    double fwd = 0, bwd = 0;
+    int k_fwd = 0, k_bwd = 0;
+    if (m.position == PositionKind::kRope) {
+      const double qk = T * (heads_local + kv_heads / t) * qk_dim;
+      fwd += qk * (16 + 2 * e - 2 * e);
+      bwd += qk * (16 + 2 * e - 4 * e);
+      k_fwd += 5;
+      k_bwd += 5;
+    }
+    if (heads_local > kv_heads / t) {
+      const double copy = 2 * T * (heads_local + kv_heads / t) * d * e;  // K and V
+      fwd += copy;
+      bwd += copy;
+      k_fwd += 2;
+      k_bwd += 2;
+    }
+    if (m.mlp == MlpKind::kSwiGlu) {
+      fwd += act_elem_fwd * 2 * e;
+      bwd += act_elem_fwd * 3 * e;
+      k_fwd += 1;
+      k_bwd += 1;
+    }
+    elem_bytes += fwd;
+    kernels += k_fwd;
+    elem_bwd_bytes += bwd;
+    elem_bwd_kernels += k_bwd;
+  }
   double elem_fwd_s = mem_time_s(hw, opt, elem_bytes + moe_bytes + moe_fp8_quant_bytes,
                                  kernels + moe_kernels + (moe_fp8_quant_bytes > 0 ? 1 : 0));
-  double elem_bwd_s = mem_time_s(hw, opt, 2 * elem_bytes + moe_bytes, 2 * kernels + moe_kernels);
+  double elem_bwd_s = mem_time_s(hw, opt, elem_bwd_bytes + moe_bytes, elem_bwd_kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------
   // Forward collectives are exposed. In backward, with opt.tp_async_backward

@@ -251,6 +251,25 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
                                                                        : sc.chunk_grad_fraction[c]);
     if (l.zero == 3) sc.optimizer_s += discard_time_s(hw_, opt_, grads * (1 - 1.0 / (l.dp * l.cp)));
   }
+  // FSDP2's copies (SimOptions::fsdp_copies) under ZeRO-3, per micro-batch:
+  // each all-gather's flat output is copied into the parameters' own tensors
+  // on the compute stream (foreach_all_gather_copy_out: read and write the
+  // gathered weights), in forward and again in backward; each
+  // reduce-scatter's input is copied in from the 16-bit gradients and cast to
+  // the reduction dtype (foreach_reduce's copy-in, which the compute stream
+  // waits for before it frees the gradients).
+  if (opt_.fsdp_copies && l.zero == 3 && l.dp * l.cp > 1) {
+    const double n = params.total(), sixteen = p == Precision::kFp8 ? 2.0 : element_bytes(p);
+    const double copy_out = memory_pass_time_s(hw_, 2 * n * gathered_weight_bytes(p, opt_)) + opt_.kernel_overhead_s;
+    const double copy_in = memory_pass_time_s(hw_, n * (sixteen + reduce_elem_bytes(train_, opt_))) + opt_.kernel_overhead_s;
+    sc.fwd_s += copy_out;
+    sc.bwd_s += copy_out + copy_in;
+    for (size_t c = 0; c < sc.chunk_bwd_s.size(); ++c) {
+      const double share = sc.chunk_grad_fraction.empty() ? 1.0 / sc.chunk_bwd_s.size() : sc.chunk_grad_fraction[c];
+      sc.chunk_fwd_s[c] += copy_out * share;
+      sc.chunk_bwd_s[c] += (copy_out + copy_in) * share;
+    }
+  }
   // Loom's executor zeroes its fp32 gradients for the next step inside the
   // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
   // (ZeRO-2/3 gave it back after its reduce-scatter: nothing to zero) and,

@@ -117,6 +117,15 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     if (!lo->contains("source") || !(*lo)["source"].is_string())
       return invalid_argument(w + ".loss.source is missing: name the code the loss's implementation was read from");
   }
+  // Optional: how the stack writes a layer's non-GEMM work, and FSDP2's
+  // copies, with their source.
+  if (j.contains("layer")) {
+    LOOM_ASSIGN_OR_RETURN(const Json* ly, section(j, "layer", w));
+    LOOM_ASSIGN_OR_RETURN(std::string ops, json_string_or(*ly, "ops", "fused", w + ".layer"));
+    if (!parse_layer_ops(ops, &f.layer_ops))
+      return invalid_argument(w + ".layer.ops must be fused or torch_eager, got '" + ops + "'");
+    LOOM_ASSIGN_OR_RETURN(f.fsdp_copies, json_bool_or(*ly, "fsdp_copies", false, w + ".layer"));
+  }
   LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", -1, w));
   if (dropout < -1 || dropout > 1) return invalid_argument(w + ".dropout must be -1 (from the model), 0 or 1");
   f.dropout = int(dropout);
@@ -141,6 +150,8 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->fp8_attention = f.fp8_attention;
   opt->selective_recompute = f.selective_recompute;
   opt->cross_entropy = f.cross_entropy;
+  opt->layer_ops = f.layer_ops;
+  opt->fsdp_copies = f.fsdp_copies;
   opt->dropout = f.dropout;
 }
 

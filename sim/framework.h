@@ -40,6 +40,8 @@ struct Framework {
   std::vector<Recompute> recompute;
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;  // what recompute=selective re-runs
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::kFused;  // loss.cross_entropy (optional section)
+  LayerOps layer_ops = LayerOps::kFused;  // layer.ops (optional section)
+  bool fsdp_copies = false;               // layer.fsdp_copies
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;

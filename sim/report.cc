@@ -133,6 +133,8 @@ std::string sim_options_json(const SimOptions& o) {
   j["selective_recompute"] = selective_recompute_name(o.selective_recompute);
   // Written only when not the default, so plans made before it keep their hash.
   if (o.cross_entropy != CrossEntropyImpl::kFused) j["cross_entropy"] = cross_entropy_name(o.cross_entropy);
+  if (o.layer_ops != LayerOps::kFused) j["layer_ops"] = layer_ops_name(o.layer_ops);
+  if (o.fsdp_copies) j["fsdp_copies"] = true;
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
@@ -175,6 +177,10 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(std::string ce, json_string_or(j, "cross_entropy", cross_entropy_name(o.cross_entropy), w));
   if (!parse_cross_entropy(ce, &o.cross_entropy))
     return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got \"" + ce + "\"");
+  LOOM_ASSIGN_OR_RETURN(std::string ops, json_string_or(j, "layer_ops", layer_ops_name(o.layer_ops), w));
+  if (!parse_layer_ops(ops, &o.layer_ops))
+    return invalid_argument(w + ".layer_ops must be \"fused\" or \"torch_eager\", got \"" + ops + "\"");
+  LOOM_ASSIGN_OR_RETURN(o.fsdp_copies, json_bool_or(j, "fsdp_copies", o.fsdp_copies, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

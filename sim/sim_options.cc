@@ -55,6 +55,15 @@ std::string cross_entropy_names() {
   return s;
 }
 
+const char* layer_ops_name(LayerOps o) { return o == LayerOps::kTorchEager ? "torch_eager" : "fused"; }
+
+bool parse_layer_ops(const std::string& text, LayerOps* out) {
+  if (text == "fused") *out = LayerOps::kFused;
+  else if (text == "torch_eager") *out = LayerOps::kTorchEager;
+  else return false;
+  return true;
+}
+
 CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {
   // Per logit, e bytes each, fp32 = 4 bytes (docs/simulator.md §3.5 lists
   // each kernel and the code it is read from). `cast`: a 16-bit tensor's

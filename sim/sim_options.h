@@ -46,6 +46,20 @@ struct CrossEntropyBytes {
   int forward_kernels = 2, backward_kernels = 2;  // those over the logits
 };
 CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double logit_bytes);
+// How the stack writes a dense layer's non-GEMM work (docs/simulator.md §3.3):
+//   fused        fused kernels (Transformer Engine, Megatron's fusions, Loom's
+//                executor): a fused QKV projection, one RoPE pass, one
+//                SwiGLU kernel (the default)
+//   torch_eager  torchtitan's Llama block in eager PyTorch
+//                (torchtitan/models/llama/model.py): separate q, k and v
+//                projections; RoPE through fp32 complex numbers (cast, complex
+//                multiply, cast back); repeat_kv materializing the K and V
+//                heads for GQA; F.silu and the multiply as two kernels. The
+//                norms stay one kernel (the shipped configs' fused_rmsnorm).
+enum class LayerOps { kFused, kTorchEager };
+const char* layer_ops_name(LayerOps o);
+// "fused" or "torch_eager"; false for anything else.
+bool parse_layer_ops(const std::string& text, LayerOps* out);
 const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
@@ -123,6 +137,16 @@ struct SimOptions {
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;
   // The loss's implementation (frameworks/<name>.json loss.cross_entropy).
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::kFused;
+  // The dense layer's non-GEMM kernels (frameworks/<name>.json layer.ops).
+  LayerOps layer_ops = LayerOps::kFused;
+  // FSDP2's copies around its per-layer collectives (frameworks/<name>.json
+  // fsdp.copies; torch/distributed/_composable/fsdp/_fsdp_collectives.py):
+  // under ZeRO-3, each all-gather's output is copied out into the
+  // parameters' own tensors, and each reduce-scatter's input is copied in
+  // from the 16-bit gradients, cast to the reduction dtype; both on the
+  // compute stream's path, once per layer per micro-batch (the gather twice:
+  // forward and backward).
+  bool fsdp_copies = false;
   // MoE routing: tokens of the busiest rank's experts over the balanced
   // share (1 = balanced, as Megatron-Bridge's MoE benchmarks force it; an
   // auxiliary-loss-balanced router in training runs above 1). The expert

@@ -52,6 +52,44 @@ TEST(ComputeModel, QkNormAddsItsMemoryBoundPass) {
   EXPECT_EQ(with.fwd_flops, base.fwd_flops);
 }
 
+TEST(ComputeModel, EagerLayerOpsAddTheirPasses) {
+  // torchtitan's eager Llama block against the fused one, Llama-3-8B, 8192
+  // tokens, no TP (q: 32 heads, k: 8, head dim 128; FFN 14336), bf16:
+  // * the q, k and v projections run as three GEMMs, not one;
+  // * RoPE: cast to fp32, complex multiply, cast back = 2+4 + 4+4 + 4+2 = 20
+  //   bytes a q/k element against the fused 4 (backward: 20 against 8):
+  //   8192 x 40 x 128 = 41,943,040 elements, +16 (+12) bytes each;
+  // * repeat_kv: K and V copied from 8 to 32 heads (read 8, write 32 heads,
+  //   2 bytes): 2 x 8192 x 40 x 128 x 2 = 167,772,160 bytes, and the same
+  //   summed back in backward;
+  // * SwiGLU: silu (4 bytes) and the multiply (6) against one 6-byte kernel,
+  //   backward 18 against 12: 8192 x 14336 = 117,440,512 elements, +4 (+6).
+  // Forward: 671,088,640 + 167,772,160 + 469,762,048 = 1,308,622,848 bytes
+  // and 8 more kernels; backward: 503,316,480 + 167,772,160 + 704,643,072 =
+  // 1,375,731,712 bytes and 8 more kernels.
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions fused;
+  SimOptions eager;
+  eager.layer_ops = LayerOps::kTorchEager;
+  Layout l;
+  const ComputeShape sh = shape_for(l, 8192, hw);
+  const PieceCost a = layer_cost(m, hw, fused, Precision::kBf16, sh, false);
+  const PieceCost b = layer_cost(m, hw, eager, Precision::kBf16, sh, false);
+  const double T = 8192, bw = 2039e9 * 0.88, launch = fused.kernel_overhead_s;
+  // This profile measures no forward share: a GEMM's backward is twice its forward.
+  const double qkv = gemm_time_s(hw, Precision::kBf16, T, 4096, 4096) +
+                     2 * gemm_time_s(hw, Precision::kBf16, T, 1024, 4096) -
+                     gemm_time_s(hw, Precision::kBf16, T, 6144, 4096);
+  EXPECT_NEAR(b.fwd_s - a.fwd_s, qkv + 1308622848.0 / bw + 8 * launch, 1e-9);
+  EXPECT_NEAR(b.bwd_s - a.bwd_s, 2 * qkv + 1375731712.0 / bw + 8 * launch, 1e-9);
+  EXPECT_EQ(b.fwd_flops, a.fwd_flops);
+  // MoE layers keep their own (fused) path.
+  ModelSpec moe = testing::load_model_or_die("mixtral-8x7b");
+  EXPECT_DOUBLE_EQ(layer_cost(moe, hw, fused, Precision::kBf16, sh, true).fwd_s,
+                   layer_cost(moe, hw, eager, Precision::kBf16, sh, true).fwd_s);
+}
+
 TEST(ComputeModel, RecomputeCostsWhatItRecomputes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   ModelSpec m = testing::load_model_or_die("llama-3-8b");

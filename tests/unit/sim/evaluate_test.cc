@@ -459,5 +459,40 @@ TEST(Evaluate, ZeroTwoAndThreeRewriteTheirDiscardedGradients) {
   EXPECT_DOUBLE_EQ(fa.stage_costs(z2)[0].bwd_s, fb.stage_costs(z2)[0].bwd_s);
 }
 
+TEST(Evaluate, FsdpCopiesCostTheirPassesPerMicroBatch) {
+  // FSDP2 (torchtitan) under ZeRO-3 copies each all-gather's output into the
+  // parameters (read + write 2 bytes a bf16 weight), in forward and again in
+  // backward, and copies the bf16 gradients into an fp32 reduce-scatter
+  // input (read 2, write 4). Llama-3-8B, one stage: P = 8.03e9 parameters,
+  // so forward pays 4P = 32.1 GB and backward 4P + 6P = 80.3 GB more, at
+  // the A100 profile's streaming rate (2039 GB/s x 0.88 = 1794 GB/s): 17.9 ms
+  // and 44.8 ms a micro-batch, plus one launch each.
+  TrainSpec t;
+  t.global_batch = 128;
+  t.seq_len = 2048;
+  const ModelSpec m = load_model_or_die("llama-3-8b");
+  const HwProfile hw = load_hw_or_die("dgx-a100-80gb");
+  SimOptions off;
+  off.framework = "torchtitan";
+  off.fp32_main_grads = true;  // fp32 reduction, as torchtitan's mixed_precision_reduce
+  SimOptions on = off;
+  on.fsdp_copies = true;
+  const Evaluator a(m, hw, t, off), b(m, hw, t, on);
+  const Layout l = L("dp=64,micro=1,zero=3");
+  const StageCosts x = a.stage_costs(l)[0], y = b.stage_costs(l)[0];
+  const double P = stage_params(m, l, split_layers(m, l), 0).total();
+  EXPECT_NEAR(P, 8.03e9, 0.01e9);
+  const double bw = 2039e9 * 0.88;
+  EXPECT_NEAR(y.fwd_s - x.fwd_s, 4 * P / bw + on.kernel_overhead_s, 1e-9);
+  EXPECT_NEAR(y.bwd_s - x.bwd_s, 10 * P / bw + 2 * on.kernel_overhead_s, 1e-9);
+  EXPECT_NEAR(y.fwd_s - x.fwd_s, 0.0179, 0.0002);
+  // Not without ZeRO-3's per-layer gathers, nor on one rank.
+  for (const char* other : {"dp=64,micro=1,zero=1", "dp=1,micro=1,zero=3"}) {
+    const Layout o = L(other);
+    EXPECT_DOUBLE_EQ(a.stage_costs(o)[0].fwd_s, b.stage_costs(o)[0].fwd_s) << other;
+    EXPECT_DOUBLE_EQ(a.stage_costs(o)[0].bwd_s, b.stage_costs(o)[0].bwd_s) << other;
+  }
+}
+
 }  // namespace
 }  // namespace loom

@@ -43,6 +43,12 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   // flag is off by default); torchtitan's F.cross_entropy on fp32 logits.
   EXPECT_EQ(mc.cross_entropy, CrossEntropyImpl::kMegatron);
   EXPECT_EQ(tt.cross_entropy, CrossEntropyImpl::kTorch);
+  // torchtitan's Llama block runs eager (compile = false in its configs), and
+  // FSDP2 copies around its collectives; Megatron's layers are fused.
+  EXPECT_EQ(tt.layer_ops, LayerOps::kTorchEager);
+  EXPECT_TRUE(tt.fsdp_copies);
+  EXPECT_EQ(mc.layer_ops, LayerOps::kFused);
+  EXPECT_FALSE(mc.fsdp_copies);
   const Framework ds = load_or_die("deepspeed");
   // communication_data_type falls back to the model dtype (bf16); overlap_comm
   // defaults to stage == 3.
@@ -65,6 +71,10 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   ASSERT_TRUE(titan_back.is_ok()) << titan_back.status().to_string();
   EXPECT_EQ(titan_back->selective_recompute, SelectiveRecompute::kEveryOtherMatmul);
   EXPECT_EQ(titan_back->cross_entropy, CrossEntropyImpl::kTorch);
+  EXPECT_EQ(titan_back->layer_ops, LayerOps::kTorchEager);
+  EXPECT_TRUE(titan_back->fsdp_copies);
+  EXPECT_EQ(sim_options_json(SimOptions{}).find("layer_ops"), std::string::npos);
+  EXPECT_FALSE(parse_sim_options(R"({"layer_ops": "compiled"})").is_ok());
   EXPECT_EQ(parse_sim_options(sim_options_json(SimOptions{}))->cross_entropy, CrossEntropyImpl::kFused);
   // The default is not written (plans made before it keep their hash).
   EXPECT_EQ(sim_options_json(SimOptions{}).find("cross_entropy"), std::string::npos);
@@ -146,6 +156,8 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("source": "s"})", R"("source": "s"}, "loss": {"cross_entropy": "te"})", "loss.source is missing");
   expect_error(R"("gradients": {"fp32_main_grads": true, "source": "s"})", R"("gradients": {"fp32_main_grads": true})",
                "gradients.source");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "jit", "source": "s"})", "layer.ops must be");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "fused"})", "layer.source");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());
 }
 
