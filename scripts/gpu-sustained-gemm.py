@@ -13,8 +13,19 @@ the same shapes, so a profile can take its numbers from the sustained rate
              every 200 ms during it
 
 Shapes: 8192^3 and the Llama-3-8B layer GEMMs at 8192 tokens (bf16; fp8 via
-torch._scaled_mm when the device has it). Prints one JSON object; exits 2
-without PyTorch or a GPU. usage: gpu-sustained-gemm.py [OUT.json]
+torch._scaled_mm when the device has it).
+
+Then a burst-only sweep ("waves") of the shapes that decide the simulator's
+wave-quantization model (docs/simulator.md 3.1), which no published table
+covers: outputs of one to two waves of 256x128 tiles on 132 SMs (e.g.
+512 x 9216 = 144 tiles, the model's 55% cliff, against 512 x 8192 = 128),
+and Transformer Engine's userbuffers chunks against their whole GEMM (a
+ring-exchanged all-gather runs t GEMMs of T/t rows; a pipelined
+reduce-scatter 4 GEMMs of a quarter of the columns). Each: 5 warm-up, 20
+timed iterations.
+
+Prints one JSON object; exits 2 without PyTorch or a GPU.
+usage: gpu-sustained-gemm.py [OUT.json]
 """
 import json
 import os
@@ -94,6 +105,25 @@ def measure(m, n, k, dtype):
             "sustained_over_burst": round(sustained / burst, 4), "during_sustained": summarize(out)}
 
 
+# (m, n, k): whole GEMMs and their userbuffers chunks (MC9: h 18432, TP 8, T
+# 4096; D2: h 8192, TP 4, T 4096 after CP 2), and outputs near one wave.
+WAVE_SHAPES = [(4096, 6912, 18432), (512, 6912, 18432), (4096, 9216, 18432), (512, 9216, 18432),
+               (4096, 18432, 2304), (4096, 4608, 2304), (4096, 2304, 18432), (512, 2304, 18432),
+               (4096, 2560, 8192), (1024, 2560, 8192), (4096, 14336, 8192), (1024, 14336, 8192),
+               (4096, 8192, 7168), (4096, 2048, 7168), (1024, 7168, 8192),
+               (512, 8192, 8192), (512, 8448, 8192), (512, 9216, 8192), (1024, 4352, 8192), (1024, 4096, 8192),
+               (2048, 2176, 8192), (2048, 2048, 8192), (256, 16896, 8192), (256, 16384, 8192)]
+
+
+def burst_only(m, n, k):
+    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    bt = torch.randn(n, k, device=dev, dtype=torch.bfloat16).t()
+    fn = lambda: a @ bt
+    for _ in range(5):
+        fn()
+    return {"shape": [m, n, k], "dtype": "bf16", "burst_tflops": round(rate(fn, 2.0 * m * n * k, 20), 1)}
+
+
 results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "sustain_s": SUSTAIN_S, "gemms": []}
 results["gemms"].append(measure(*SHAPES[0], "bf16"))
 for s in SHAPES[1:]:
@@ -106,6 +136,10 @@ if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8
         results["gemms"].append(measure(*SHAPES[0], "fp8"))
     except Exception as e:  # an older torch without _scaled_mm's signature
         results["fp8_error"] = str(e)[:200]
+try:
+    results["waves"] = [burst_only(*s) for s in WAVE_SHAPES]
+except Exception as e:  # keep the sustained figures whatever happens here
+    results["waves_error"] = str(e)[:200]
 text = json.dumps(results, indent=1)
 print(text)
 if len(sys.argv) > 1:
