@@ -532,12 +532,26 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) + fwd_hidden_tp * contention;
   double bwd_compute = gemm.bwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) + bwd_hidden_tp * contention;
   if (opt.ep_comm_overlap && c.ep_calls > 0) {
-    // DualPipe-style: a forward and a backward micro-batch chunk run
-    // together, each one's dispatch / combine behind the other's compute.
-    // The pair exposes what the pair's compute cannot cover, shared in
-    // proportion; the hidden part slows that compute (contention).
+    // A forward and a backward micro-batch's layer run together, each one's
+    // all-to-alls behind the other's compute, in three windows one after the
+    // other (Megatron-core's --overlap-moe-expert-parallel-comm,
+    // models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run;
+    // DeepSeek-V3's DualPipe pairs them alike, report Figure 4):
+    //   comm: combine_bwd   | dispatch_fwd -> dispatch_bwd | combine_fwd
+    //   comp: attention_fwd | mlp_bwd -> mlp_fwd           | attention_bwd
+    // (attention = the pre-dispatch part: the attention block, norms, router
+    // and permutation; mlp = the experts). In the middle window mlp_fwd waits
+    // for dispatch_fwd and dispatch_bwd for mlp_bwd. The pair exposes what
+    // its windows take beyond its compute, shared in proportion; the hidden
+    // part slows that compute (contention).
+    const double attn_gemm_fwd = attn_column_s + attn_row_s;
+    const double attn_gemm_bwd = gemm.fwd_s > 0 ? attn_gemm_fwd * gemm.bwd_s / gemm.fwd_s : 0;
+    const double a_f = std::min(fwd_compute, attn_gemm_fwd + core_fwd_s + elem_fwd_s), m_f = fwd_compute - a_f;
+    const double a_b = std::min(bwd_compute, attn_gemm_bwd + core_bwd_s + elem_bwd_s), m_b = bwd_compute - a_b;
+    const double d_f = dispatch.time_s, c_f = combine.time_s, d_b = combine.time_s, c_b = combine.time_s;
     const double comm = c.fwd_ep_s + c.bwd_ep_s, compute = fwd_compute + bwd_compute;
-    const double exposed = std::max(0.0, comm - compute), hidden = comm - exposed;
+    const double pair = std::max(c_b, a_f) + std::max(m_b, d_f) + std::max(m_f, d_b) + std::max(c_f, a_b);
+    const double exposed = std::clamp(pair - compute, 0.0, comm), hidden = comm - exposed;
     c.fwd_ep_s = exposed * fwd_compute / compute;
     c.bwd_ep_s = exposed - c.fwd_ep_s;
     fwd_compute += hidden * contention * fwd_compute / compute;
