@@ -9,6 +9,30 @@
 
 namespace loom {
 
+Status megatron_split_status(const ModelSpec& m, const Layout& l) {
+  if (l.schedule == Schedule::kInterleaved) {
+    if (l.first_stage_layers > 0 || l.last_stage_layers > 0)
+      return unsupported("first=/last= with the interleaved schedule; Loom pins the first and last model chunks, "
+                         "which --num-layers-per-virtual-pipeline-stage cannot express; use schedule=1f1b or drop "
+                         "first=/last=");
+    if (m.num_layers % (l.pp * l.virtual_stages) != 0)
+      return invalid_argument("v=" + std::to_string(l.virtual_stages) + " with pp=" + std::to_string(l.pp) +
+                              " splits " + std::to_string(m.num_layers) +
+                              " layers unevenly, which Megatron-LM cannot express; choose v so that pp*v divides " +
+                              std::to_string(m.num_layers));
+    return Status::ok();
+  }
+  if (l.pp > 2 && (m.num_layers % l.pp != 0 || l.first_stage_layers > 0 || l.last_stage_layers > 0)) {
+    const StageSplit split = split_layers(m, l);
+    for (int s = 1; s + 1 < l.pp; ++s)
+      if (split.chunk_layers[s] != split.chunk_layers[1])
+        return unsupported("pp=" + std::to_string(l.pp) + " splits " + std::to_string(m.num_layers) +
+                           " layers into middle stages of unequal size, which Megatron-LM cannot express; choose pp "
+                           "so that the layers left after the first and last stages divide evenly");
+  }
+  return Status::ok();
+}
+
 Result<std::string> export_megatron_args(const Plan& p) {
   const Layout& l = p.layout;
   const ModelSpec& m = p.model;
@@ -22,30 +46,17 @@ Result<std::string> export_megatron_args(const Plan& p) {
   std::ostringstream o;
   o << "--tensor-model-parallel-size " << l.tp << "\n";
   o << "--pipeline-model-parallel-size " << l.pp << "\n";
+  if (Status s = megatron_split_status(m, l); !s.is_ok())
+    return Status(s.code(), "export megatron: " + s.message());
   if (l.schedule == Schedule::kInterleaved) {
-    if (l.first_stage_layers > 0 || l.last_stage_layers > 0)
-      return unsupported("export megatron: first=/last= with the interleaved schedule; Loom pins the first and last "
-                         "model chunks, which --num-layers-per-virtual-pipeline-stage cannot express; use "
-                         "schedule=1f1b or drop first=/last=");
-    if (m.num_layers % (l.pp * l.virtual_stages) != 0)
-      return invalid_argument("export megatron: v=" + std::to_string(l.virtual_stages) + " with pp=" +
-                              std::to_string(l.pp) + " splits " + std::to_string(m.num_layers) +
-                              " layers unevenly, which Megatron-LM cannot express; choose v so that pp*v divides " +
-                              std::to_string(m.num_layers));
     o << "--num-layers-per-virtual-pipeline-stage " << m.num_layers / (l.pp * l.virtual_stages) << "\n";
   } else if (l.pp > 1 && (m.num_layers % l.pp != 0 || l.first_stage_layers > 0 || l.last_stage_layers > 0)) {
     // An uneven split (core/stage_split.h: the extra layers on the middle
     // stages, or the first / last pinned): Megatron-core's
-    // --decoder-first/last-pipeline-num-layers, which need the middle
-    // stages equal.
+    // --decoder-first/last-pipeline-num-layers, with the middle stages equal.
     const StageSplit split = split_layers(m, l);
-    const int first = split.chunk_layers.front(), last = split.chunk_layers.back();
-    for (int s = 1; s + 1 < l.pp; ++s)
-      if (split.chunk_layers[s] != split.chunk_layers[1])
-        return unsupported("export megatron: pp=" + std::to_string(l.pp) + " splits " + std::to_string(m.num_layers) +
-                           " layers into middle stages of unequal size, which Megatron-LM cannot express; choose pp "
-                           "so that the layers left after the first and last stages divide evenly");
-    o << "--decoder-first-pipeline-num-layers " << first << "\n--decoder-last-pipeline-num-layers " << last << "\n";
+    o << "--decoder-first-pipeline-num-layers " << split.chunk_layers.front()
+      << "\n--decoder-last-pipeline-num-layers " << split.chunk_layers.back() << "\n";
   }
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
   // Megatron-Core defaults the experts' TP size to tp; parallel folding states 1.

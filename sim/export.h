@@ -17,6 +17,15 @@ namespace loom {
 // kUnsupported when the layout has no equivalent in that dialect (e.g. ZeRO-2
 // in Megatron-LM), with the alternative.
 Result<std::string> export_megatron_args(const Plan& plan);
+// Whether Megatron-LM can state the layout's layer split (its pp, schedule,
+// v, first / last): --num-layers-per-virtual-pipeline-stage needs pp*v to
+// divide the layers and pins no chunk; a non-interleaved split is even, or
+// --decoder-first/last-pipeline-num-layers with equal middle stages. The
+// error says which and what to choose instead. The megatron-core framework's
+// search enumerates only these (SearchSpace::megatron_splits).
+struct ModelSpec;
+struct Layout;
+Status megatron_split_status(const ModelSpec& model, const Layout& layout);
 Result<std::string> export_deepspeed_config(const Plan& plan);
 Result<std::string> export_torchtitan_toml(const Plan& plan);
 // By dialect name: "megatron", "deepspeed" or "torchtitan".

@@ -173,6 +173,9 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   if (f.export_kind == "deepspeed") sp->max_cp = 1;
   sp->try_uneven_ends = f.export_kind != "deepspeed";
   sp->uneven_ends_interleaved = f.export_kind == "torchtitan";
+  // Megatron states a split by layers per virtual stage or by the first and
+  // last stage's layers (the rest equal): other splits cannot be run there.
+  sp->megatron_splits = f.export_kind == "megatron";
 }
 
 Status check_layout_for_framework(const Framework& f, const Layout& l) {

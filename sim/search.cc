@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/stage_split.h"
+#include "sim/export.h"
 
 namespace loom {
 
@@ -76,7 +77,16 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                 int per_stage = m.num_layers / pp;
                 // Any v with at least one layer per chunk: an uneven split puts
                 // the extra layers on the middle chunks (core/stage_split.h).
-                for (int v = 2; v <= std::max(sp.max_virtual_stages, sp.fix_v) && v <= per_stage; ++v) vs.push_back(v);
+                // Megatron's splits: every v whose chunks hold whole, equal
+                // layer counts (--num-layers-per-virtual-pipeline-stage), up
+                // to one layer a chunk.
+                if (sp.megatron_splits) {
+                  if (m.num_layers % pp == 0)
+                    for (int v = 2; v <= per_stage; ++v)
+                      if (per_stage % v == 0) vs.push_back(v);
+                } else {
+                  for (int v = 2; v <= std::max(sp.max_virtual_stages, sp.fix_v) && v <= per_stage; ++v) vs.push_back(v);
+                }
               }
               for (int v : vs) {
                 if (sp.fix_v && v != sp.fix_v) continue;
@@ -114,14 +124,18 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                              sp.overlap_grad_zero_stages.end());
                     l.overlap_param_gather = sp.overlap_param_gather;
                     if (!validate_layout(l, m, t, world).is_ok()) continue;
-                    out.push_back(l);
+                    // The stack's splits only (the megatron-core framework).
+                    auto runnable = [&](const Layout& x) {
+                      return !sp.megatron_splits || megatron_split_status(m, x).is_ok();
+                    };
+                    if (runnable(l)) out.push_back(l);
                     if (!ends || even_last < 2) continue;
                     Layout u = l;
                     u.last_stage_layers = even_last - 1;
-                    if (validate_layout(u, m, t, world).is_ok()) out.push_back(u);
+                    if (validate_layout(u, m, t, world).is_ok() && runnable(u)) out.push_back(u);
                     if (even_first < 2) continue;
                     u.first_stage_layers = even_first - 1;
-                    if (validate_layout(u, m, t, world).is_ok()) out.push_back(u);
+                    if (validate_layout(u, m, t, world).is_ok() && runnable(u)) out.push_back(u);
                   }
                 }
               }

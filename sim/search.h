@@ -37,6 +37,10 @@ struct SearchSpace {
   // The same for interleaved layouts (Megatron's export cannot pin the first
   // and last chunk of an interleaved split).
   bool uneven_ends_interleaved = true;
+  // Only layer splits Megatron-LM can state (megatron_split_status,
+  // sim/export.h): interleaved with pp*v dividing the layers, otherwise even
+  // or with equal middle stages. Set by the megatron-core framework.
+  bool megatron_splits = false;
   bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Context parallelism: cp from 1 to max_cp (powers of two dividing the

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "core/plan.h"
+#include "core/stage_split.h"
 #include "sim/export.h"
 #include "sim/framework.h"
 #include "sim/report.h"
@@ -124,6 +126,49 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   EXPECT_TRUE(check_layout_for_framework(load_or_die("torchtitan"), pinned).is_ok());
   s = check_layout_for_framework(load_or_die("deepspeed"), pinned);
   EXPECT_NE(s.message().find("cannot pin the first and last pipeline chunk"), std::string::npos) << s.message();
+}
+
+TEST(Framework, MegatronSearchesOnlySplitsMegatronCanState) {
+  // 92 layers over pp=4 is 23 a stage: Megatron-LM's
+  // --num-layers-per-virtual-pipeline-stage can only make v = 23 (one layer a
+  // chunk) of that, where Loom's own split also tries v = 2..8 with some
+  // chunks a layer longer. Over pp=8 (11.5 a stage) no interleaved split
+  // exists, and 1F1B needs the first and last stage pinned so that the six
+  // middle stages are equal (--decoder-first/last-pipeline-num-layers).
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  m.num_layers = 92;
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 4096;
+  Evaluator eval(m, hw, t, SimOptions{});
+  auto vs_at = [](const std::vector<Layout>& ls, int pp) {
+    std::set<int> vs;
+    for (const Layout& l : ls)
+      if (l.pp == pp && l.schedule == Schedule::kInterleaved) vs.insert(l.virtual_stages);
+    return vs;
+  };
+  SearchSpace free;
+  free.world = 32;
+  const std::vector<Layout> any = enumerate_layouts(eval, free);
+  EXPECT_TRUE(vs_at(any, 4).count(8)) << "Loom's own split tries uneven chunks";
+  const Framework f = load_or_die("megatron-core");
+  SearchSpace sp;
+  sp.world = 32;
+  apply_framework(f, &sp);
+  const std::vector<Layout> mc = enumerate_layouts(eval, sp);
+  EXPECT_EQ(vs_at(mc, 4), std::set<int>{23});
+  EXPECT_TRUE(vs_at(mc, 8).empty());
+  bool plain8 = false;
+  for (const Layout& l : mc) {
+    EXPECT_TRUE(megatron_split_status(m, l).is_ok()) << l.to_string();
+    if (l.pp == 8 && l.schedule != Schedule::kInterleaved) {
+      plain8 = true;
+      const StageSplit split = split_layers(m, l);
+      for (int s = 2; s + 1 < 8; ++s) EXPECT_EQ(split.chunk_layers[s], split.chunk_layers[1]) << l.to_string();
+    }
+  }
+  EXPECT_TRUE(plain8);
 }
 
 TEST(Framework, BadFilesNameTheKey) {
