@@ -140,7 +140,7 @@ struct SimOptions {
   // The dense layer's non-GEMM kernels (frameworks/<name>.json layer.ops).
   LayerOps layer_ops = LayerOps::kFused;
   // FSDP2's copies around its per-layer collectives (frameworks/<name>.json
-  // fsdp.copies; torch/distributed/_composable/fsdp/_fsdp_collectives.py):
+  // layer.fsdp_copies; torch/distributed/_composable/fsdp/_fsdp_collectives.py):
   // under ZeRO-3, each all-gather's output is copied out into the
   // parameters' own tensors, and each reduce-scatter's input is copied in
   // from the 16-bit gradients, cast to the reduction dtype; both on the
