@@ -256,14 +256,9 @@ int plan_one(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
   if (!layout.is_ok()) return fail("plan", layout.status());
   if (Status s = validate_layout(*layout, in.model, in.train, a.gpus); !s.is_ok()) return fail("plan", s);
   if (in.framework) {
-    if (Status s = check_layout_for_framework(*in.framework, *layout); !s.is_ok())
+    if (Status s = check_layout_for_framework(*in.framework, in.model, *layout); !s.is_ok())
       return fail("plan", invalid_argument("--layout " + a.layout + ": " + s.message() + " (--framework " +
                                            in.framework->name + ")"));
-    // Megatron states a layer split only one way (sim/export.h).
-    if (in.framework->export_kind == "megatron")
-      if (Status s = megatron_split_status(in.model, *layout); !s.is_ok())
-        return fail("plan", invalid_argument("--layout " + a.layout + ": " + s.message() + " (--framework " +
-                                             in.framework->name + ")"));
     apply_framework_overlap(*in.framework, a.layout, &*layout);
   }
   auto r = simulate_layout(eval, *layout);

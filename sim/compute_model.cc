@@ -7,8 +7,9 @@
 
 namespace loom {
 
-namespace {
+Precision sixteen_bit(Precision p) { return p == Precision::kFp8 ? Precision::kBf16 : p; }
 
+namespace {
 
 // Memory-bound time of moving `bytes` through HBM, plus kernel overheads.
 double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int kernels) {
@@ -16,9 +17,6 @@ double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int 
   return bytes / bw + kernels * opt.kernel_overhead_s;
 }
 
-// The precision of work that FP8 training keeps in 16 bits (attention core,
-// LM head, router): bf16 under fp8, otherwise the training precision.
-Precision sixteen_bit(Precision p) { return p == Precision::kFp8 ? Precision::kBf16 : p; }
 
 // Bytes one FP8 cast moves per element of a 16-bit tensor: read it, write
 // the FP8 copy and its transpose (Hopper's FP8 tensor cores take only the

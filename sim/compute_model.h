@@ -117,6 +117,11 @@ double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision pr
 double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes);
 double memory_pass_time_s(const HwProfile& hw, double bytes);
 
+// The precision of work that FP8 training keeps in 16 bits (attention core,
+// LM head, router, parameters and gradients outside the FP8 GEMMs): bf16
+// under fp8, otherwise the training precision.
+Precision sixteen_bit(Precision p);
+
 // Contention: an NCCL collective keeps one thread block (an SM) per channel
 // resident for its whole duration, so compute that overlaps it runs on the
 // remaining SMs. The share of compute throughput one overlapped collective

@@ -259,7 +259,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // the reduction dtype (foreach_reduce's copy-in, which the compute stream
   // waits for before it frees the gradients).
   if (opt_.fsdp_copies && l.zero == 3 && l.dp * l.cp > 1) {
-    const double n = params.total(), sixteen = p == Precision::kFp8 ? 2.0 : element_bytes(p);
+    const double n = params.total(), sixteen = element_bytes(sixteen_bit(p));
     const double copy_out = memory_pass_time_s(hw_, 2 * n * gathered_weight_bytes(p, opt_)) + opt_.kernel_overhead_s;
     const double copy_in = memory_pass_time_s(hw_, n * (sixteen + reduce_elem_bytes(train_, opt_))) + opt_.kernel_overhead_s;
     sc.fwd_s += copy_out;

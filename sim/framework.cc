@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/json_util.h"
+#include "sim/export.h"
 
 namespace loom {
 
@@ -178,7 +179,7 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   sp->megatron_splits = f.export_kind == "megatron";
 }
 
-Status check_layout_for_framework(const Framework& f, const Layout& l) {
+Status check_layout_for_framework(const Framework& f, const ModelSpec& model, const Layout& l) {
   auto names = [](const auto& v, auto name_of) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : ", ") + std::string(name_of(x));
@@ -205,6 +206,8 @@ Status check_layout_for_framework(const Framework& f, const Layout& l) {
     return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk" +
                             (f.export_kind == "megatron" ? " of an interleaved split; use schedule=1f1b" : "") +
                             "; drop first=/last=");
+  // Megatron states a layer split only one way (sim/export.h).
+  if (f.export_kind == "megatron") return megatron_split_status(model, l);
   return Status::ok();
 }
 

@@ -59,9 +59,11 @@ void apply_framework(const Framework& f, SimOptions* opt);
 // The layouts the stack can run: ZeRO stages, schedules, recompute modes,
 // sequence parallelism, and which layouts overlap their gradient reduction.
 void apply_framework(const Framework& f, SearchSpace* space);
-// Whether a layout is one the stack can run; the error says which setting
-// it lacks and what it offers instead.
-Status check_layout_for_framework(const Framework& f, const Layout& l);
+// Whether a layout is one the stack can run (with Megatron's export, also
+// its layer split of `model`: megatron_split_status, sim/export.h); the error
+// says which setting it lacks and what it offers instead.
+struct ModelSpec;
+Status check_layout_for_framework(const Framework& f, const ModelSpec& model, const Layout& l);
 // The layout's overlap flags as the stack sets them, unless `layout_text`
 // (the --layout string it was parsed from) names its own overlap_grad /
 // overlap_param.

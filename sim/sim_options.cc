@@ -58,10 +58,12 @@ std::string cross_entropy_names() {
 const char* layer_ops_name(LayerOps o) { return o == LayerOps::kTorchEager ? "torch_eager" : "fused"; }
 
 bool parse_layer_ops(const std::string& text, LayerOps* out) {
-  if (text == "fused") *out = LayerOps::kFused;
-  else if (text == "torch_eager") *out = LayerOps::kTorchEager;
-  else return false;
-  return true;
+  for (LayerOps o : {LayerOps::kFused, LayerOps::kTorchEager})
+    if (text == layer_ops_name(o)) {
+      *out = o;
+      return true;
+    }
+  return false;
 }
 
 CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {

@@ -105,7 +105,7 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
     });
     EXPECT_EQ(pinned, std::string(name) != "deepspeed") << name;
     for (const Layout& l : layouts) {
-      EXPECT_TRUE(check_layout_for_framework(f, l).is_ok()) << name << " " << l.to_string();
+      EXPECT_TRUE(check_layout_for_framework(f, m, l).is_ok()) << name << " " << l.to_string();
       const bool overlap = std::count(f.grad_reduce_overlap_zero_stages.begin(),
                                       f.grad_reduce_overlap_zero_stages.end(), l.zero) > 0;
       EXPECT_EQ(l.overlap_grad_reduce, overlap) << name << " " << l.to_string();
@@ -115,16 +115,16 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   Layout z2;
   z2.dp = 16;
   z2.zero = 2;
-  Status s = check_layout_for_framework(load_or_die("megatron-core"), z2);
+  Status s = check_layout_for_framework(load_or_die("megatron-core"), m, z2);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("offers ZeRO 0, 1"), std::string::npos) << s.message();
   Layout pinned = *parse_layout("dp=4,pp=4,schedule=interleaved,v=2,last=2");
-  s = check_layout_for_framework(load_or_die("megatron-core"), pinned);
+  s = check_layout_for_framework(load_or_die("megatron-core"), m, pinned);
   EXPECT_NE(s.message().find("of an interleaved split"), std::string::npos) << s.message();
   pinned = *parse_layout("dp=4,pp=4,last=2");
-  EXPECT_TRUE(check_layout_for_framework(load_or_die("megatron-core"), pinned).is_ok());
-  EXPECT_TRUE(check_layout_for_framework(load_or_die("torchtitan"), pinned).is_ok());
-  s = check_layout_for_framework(load_or_die("deepspeed"), pinned);
+  EXPECT_TRUE(check_layout_for_framework(load_or_die("megatron-core"), m, pinned).is_ok());
+  EXPECT_TRUE(check_layout_for_framework(load_or_die("torchtitan"), m, pinned).is_ok());
+  s = check_layout_for_framework(load_or_die("deepspeed"), m, pinned);
   EXPECT_NE(s.message().find("cannot pin the first and last pipeline chunk"), std::string::npos) << s.message();
 }
 
