@@ -178,6 +178,11 @@ class RemoteBlockFile final : public RemoteFile {
   Status init_locked(bool* published) {
     *published = false;
     if (::access(final_.c_str(), F_OK) == 0) {
+      // Published by another process (it renamed .part and removed the map
+      // after init opened the path, which created it again): the map is
+      // ours and empty, and nothing needs it. Without this a rank that
+      // starts while its node's downloader publishes leaves a stray .map.
+      if (same_file(map_path_, map_fd_)) ::unlink(map_path_.c_str());
       *published = true;
       return Status::ok();
     }
