@@ -1199,6 +1199,37 @@ TEST_F(RemoteFileTest, FirstReadReturnsBeforeTheObjectHasArrived) {
   EXPECT_EQ(server.requests(), before);
 }
 
+// Deterministic "another rank of the node publishes while this one opens":
+// the object is absent when this open looks, and the node's downloader
+// publishes it (the file in place, its .part renamed and its .map removed)
+// while this open's size probe is in flight. The open then maps the published
+// file and leaves no .map or .part of its own behind (it did before
+// 3db5647: init opened the map path with O_CREAT after the other process had
+// removed it, and kept the empty file).
+TEST_F(RemoteFileTest, OpenRacingAnotherPublisherLeavesNoMapBehind) {
+  const std::string data = random_bytes(3 * 64 * 1024 + 11, 25);
+  std::string published;
+  std::atomic<int> probes{0};
+  FakeHttpServer server([&](const std::string& req) {
+    if (probes++ == 0) {  // the other process publishes now
+      std::ofstream(published, std::ios::binary) << data;
+    }
+    return serve_object(req, data, "\"v1\"");
+  });
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/race/s.bin";
+  published = cache_path_for(url, opts_.cache_dir);
+  fs::create_directories(opts_.cache_dir);
+  ASSERT_FALSE(fs::exists(published));
+  auto src = open_remote_source(url, opts_, xxh64_hex(data), ReadMode::kMmap, /*prefetch=*/true);
+  ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+  EXPECT_EQ(std::dynamic_pointer_cast<RemoteFile>(*src), nullptr);  // the published file, mapped
+  ASSERT_NE((*src)->data(), nullptr);
+  EXPECT_TRUE(std::string(reinterpret_cast<const char*>((*src)->data()), data.size()) == data);
+  EXPECT_EQ(server.requests(), 1);  // the probe only: nothing downloaded again
+  EXPECT_FALSE(fs::exists(published + ".map"));
+  EXPECT_FALSE(fs::exists(published + ".part"));
+}
+
 // An interrupted download resumes: blocks marked in the map are not fetched
 // again; a replaced object (another ETag) starts over, and one replaced while
 // being read fails (If-Match, HTTP 412) instead of mixing versions.
