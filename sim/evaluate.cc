@@ -56,8 +56,9 @@ double Traffic::link_bytes(LinkClass l) const {
 }
 
 Evaluator::Evaluator(const ModelSpec& model, const HwProfile& hw, const TrainSpec& train, const SimOptions& opt)
-    : model_(model), hw_(hw), train_(train), opt_(opt), id_(g_next_evaluator_id.fetch_add(1)),
-      palm_flops_per_token_(model_.model_flops_per_token_palm(train_.seq_len)) {}
+    : model_(model), hw_(hw), train_(train), opt_(opt),
+      palm_flops_per_token_(model_.model_flops_per_token_palm(train_.seq_len)),
+      id_(g_next_evaluator_id.fetch_add(1)) {}
 
 namespace {
 
@@ -132,7 +133,14 @@ Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   const Precision p = train_.precision;
   Pieces pc;
   pc.dense = layer_cost(model_, hw_, opt_, p, shape, false);
-  if (model_.is_moe()) pc.moe = layer_cost(model_, hw_, opt_, p, shape, true);
+  if (model_.is_moe()) {
+    pc.moe = layer_cost(model_, hw_, opt_, p, shape, true);
+    if (opt_.ep_comm_overlap) {
+      SimOptions alone = opt_;
+      alone.ep_comm_overlap = false;
+      pc.moe_unpaired = layer_cost(model_, hw_, alone, p, shape, true);
+    }
+  }
   pc.emb = embedding_cost(model_, hw_, opt_, p, shape);
   pc.head = head_cost(model_, hw_, opt_, p, shape);
   pc.tp_net = shape.tp_group.nodes > 1;
@@ -202,12 +210,20 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   int total_layers = split.stage_layers(s);
   sc.layers = total_layers;
   sc.moe_layers = split.stage_moe_layers(s);
+  // The all-to-all overlap pairs a forward with another micro-batch's
+  // backward; the schedule's warmup forwards and cooldown backwards run alone.
+  const double alone = opt_.ep_comm_overlap && sc.moe_layers > 0
+                           ? ep_unpaired_fraction(l, l.num_micro_batches(train_.global_batch), s)
+                           : 0.0;
   for (int c = 0; c < l.virtual_stages; ++c) {
     int g = c * l.pp + s;
     int moe_layers = split.chunk_moe_layers[g];
     int dense_layers = split.chunk_layers[g] - moe_layers;
     add_piece(sc, pc.dense, dense_layers, c);
-    if (moe_layers) add_piece(sc, pc.moe, moe_layers, c);
+    if (moe_layers) {
+      add_piece(sc, pc.moe, moe_layers * (1 - alone), c);
+      if (alone > 0) add_piece(sc, pc.moe_unpaired, moe_layers * alone, c);
+    }
     if (g == 0) add_piece(sc, pc.emb, 1, c);
     if (g == l.pp * l.virtual_stages - 1) {
       add_piece(sc, pc.head, 1, c);
@@ -481,6 +497,11 @@ Figures Evaluator::figures(const Layout& l, double step_time_s, double executed_
   return f;
 }
 
+double ep_unpaired_fraction(const Layout& l, int64_t micro_batches, int stage) {
+  const double chunks = double(micro_batches) * l.virtual_stages;
+  return chunks > 0 ? std::min(1.0, double(in_flight_micro_batches(l, micro_batches, stage)) / chunks) : 0.0;
+}
+
 Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& stages) const {
   // Report the busiest stage's rank (stage 0 carries the embedding).
   Traffic t;
@@ -578,7 +599,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
     const bool ends = s == 0 || s == l.pp - 1;
     StageCosts& sc = stages[s];
-    const int64_t in_flight = in_flight_micro_batches(l, micro_batches, s);
+    const int64_t in_flight = in_flight_micro_batches(l, micro_batches, s, ep_overlap_applies(model_, opt_));
     const int p2p_most = p2p ? (*p2p)[size_t(s)].at_most : 0;
     if (ends || layers != mem_layers || moe != mem_moe || in_flight > mem_in_flight || p2p_most > mem_p2p) {
       const double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
@@ -593,7 +614,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
         mem_p2p = p2p_most;
       }
     }
-    if (!ends && s > 1 && layers == prev_layers && moe == prev_moe) {
+    // (Under the all-to-all overlap each stage has its own unpaired share.)
+    if (!ends && s > 1 && layers == prev_layers && moe == prev_moe && !(opt_.ep_comm_overlap && moe > 0)) {
       kind[s] = kind[s - 1];
       continue;
     }

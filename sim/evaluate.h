@@ -105,6 +105,15 @@ struct StageCosts {
 // rule for the closed form (Evaluator) and the event engine (simulate.cc).
 void split_compute(const StageCosts& critical, int64_t micro_batches, StepBreakdown* breakdown);
 
+// Under ep_comm_overlap (Megatron-core's --overlap-moe-expert-parallel-comm)
+// the share of a stage's chunk executions that have no partner to hide their
+// all-to-alls behind: the schedule's warmup forwards, one more than plain
+// 1F1B's, and as many cooldown backwards (schedules.py
+// get_pp_rank_microbatches; without a pipeline, the first forward and the
+// last backward of combined_1f1b_schedule_for_no_pipelining). That count is
+// the stage's micro-batches in flight; over micro_batches x v chunks.
+double ep_unpaired_fraction(const Layout& layout, int64_t micro_batches, int stage);
+
 struct DpCollectives {
   double grad_sync_s = 0;    // all-reduce (ZeRO 0) or reduce-scatter of the stage's grads
   double param_gather_s = 0; // all-gather of the stage's weights (ZeRO 1/2 per step, 3 per use)
@@ -137,6 +146,10 @@ class Evaluator {
   // Per-layer / model-end costs of one micro-batch under a layout.
   struct Pieces {
     PieceCost dense, moe, emb, head;
+    // With ep_comm_overlap: a MoE layer that runs without a partner
+    // micro-batch (the schedule's warmup forwards and cooldown backwards),
+    // its all-to-alls exposed (ep_unpaired_fraction).
+    PieceCost moe_unpaired;
     PieceCost mtp_block, mtp_projection;  // a multi-token-prediction module's block and its own work
     bool tp_net = false, ep_net = false, cp_net = false;  // the TP / EP / CP group spans nodes
   };

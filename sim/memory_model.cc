@@ -514,14 +514,14 @@ double layer_checkpoint_bytes(const ModelSpec& m, const Layout& l, int64_t seq, 
   return double(l.micro_batch) * double(seq) * double(m.hidden) * element_bytes(precision) * r;
 }
 
-int64_t in_flight_micro_batches(const Layout& l, int64_t m, int stage) {
+int64_t in_flight_micro_batches(const Layout& l, int64_t m, int stage, bool ep_overlap) {
   const int64_t p = l.pp;
   switch (l.schedule) {
     case Schedule::kGpipe: return m;
     case Schedule::k1F1B: return std::min<int64_t>(p - stage, m);
     case Schedule::kInterleaved: {
       int64_t v = l.virtual_stages;
-      return std::min<int64_t>(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1);
+      return std::min<int64_t>(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1 + (ep_overlap ? 1 : 0));
     }
   }
   return m;
@@ -621,7 +621,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const P2pBuffers p2p = loom_executor && l.pp > 1 ? (*act.executor.p2p)[size_t(stage)] : P2pBuffers{};
   // Activations held at the stage's peak.
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
-  const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage);
+  const int64_t in_flight = in_flight_micro_batches(l, micro_batches, stage, ep_overlap_applies(m, opt));
   const double e = element_bytes(train.precision);
   const double T = double(l.micro_batch) * double(train.seq_len / std::max(1, l.cp)), h = double(m.hidden);
   const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;

@@ -116,8 +116,13 @@ double executor_layer_forward_peak_bytes(const ModelSpec& model, const Layout& l
                                          Precision precision);
 
 // Micro-batches (interleaved: chunk-micro-batches) whose activations a stage
-// holds at its peak under the schedule.
-int64_t in_flight_micro_batches(const Layout& layout, int64_t micro_batches, int stage);
+// holds at its peak under the schedule. `ep_overlap`: Megatron-core's
+// all-to-all overlap runs one more warmup forward before the interleaved
+// steady state (schedules.py get_pp_rank_microbatches), held as well.
+int64_t in_flight_micro_batches(const Layout& layout, int64_t micro_batches, int stage, bool ep_overlap = false);
+
+// Whether the all-to-all overlap applies: the option, on a MoE model.
+inline bool ep_overlap_applies(const ModelSpec& m, const SimOptions& opt) { return opt.ep_comm_overlap && m.is_moe(); }
 
 struct StageMemory {
   int stage = 0;

@@ -496,3 +496,52 @@ TEST(Evaluate, FsdpCopiesCostTheirPassesPerMicroBatch) {
 
 }  // namespace
 }  // namespace loom
+
+// Megatron-core's all-to-all overlap (--overlap-moe-expert-parallel-comm)
+// pairs a forward with another micro-batch's backward only in the steady
+// state. The warmup forwards (get_pp_rank_microbatches: (pp - r - 1)·2 +
+// (v - 1)·pp, plus one more with the overlap) and as many cooldown backwards
+// run alone, their all-to-alls exposed. Qwen3-235B as Megatron-Bridge ran it
+// (pp 8, v 4, 128 micro-batches): stage 0 has 7·2 + 3·8 + 1 = 39 of its 512
+// chunk executions alone, stage 7 has 0 + 24 + 1 = 25. Without a pipeline
+// (combined_1f1b_schedule_for_no_pipelining) the first forward and the last
+// backward: 1 of m.
+namespace loom {
+namespace {
+
+TEST(Evaluate, EpOverlapLeavesTheWarmupAndCooldownUnpaired) {
+  Layout b6 = L("dp=16,tp=2,pp=8,ep=32,schedule=interleaved,v=4,sp=1");
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(b6, 128, 0), 39.0 / 512);
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(b6, 128, 7), 25.0 / 512);
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(L("dp=64,ep=8"), 32, 0), 1.0 / 32);
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(L("dp=16,pp=4,ep=8,schedule=gpipe"), 8, 1), 1.0);  // no steady state
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(b6, 2, 0), 1.0);  // fewer micro-batches than the warmup
+
+  // A stage's MoE layers cost the blend: that share at the no-overlap price,
+  // the rest paired.
+  SimOptions on;
+  on.ep_comm_overlap = true;
+  const Evaluator off_eval = make_eval("mixtral-8x7b", "dgx-h100", 64, 4096);
+  const Evaluator on_eval = make_eval("mixtral-8x7b", "dgx-h100", 64, 4096, on);
+  const Layout l = L("dp=4,pp=4,ep=4,schedule=interleaved,v=2,zero=1");
+  const int64_t m = l.num_micro_batches(64);
+  ASSERT_EQ(m, 16);
+  const Evaluator::Pieces paired = on_eval.compute_pieces(l);
+  const std::vector<StageCosts> alone = off_eval.stage_costs(l), mixed = on_eval.stage_costs(l);
+  for (int s = 0; s < 4; ++s) {
+    const double u = ep_unpaired_fraction(l, m, s);
+    EXPECT_DOUBLE_EQ(u, ((4 - s - 1) * 2 + 4 + 1) / 32.0) << s;
+    const int layers = split_layers(on_eval.model(), l).stage_layers(s);
+    const double ep_paired = (paired.moe.fwd_ep_s + paired.moe.bwd_ep_s) * layers;
+    EXPECT_NEAR(mixed[s].ep_s, (1 - u) * ep_paired + u * alone[s].ep_s, 1e-12) << s;
+    EXPECT_LT(mixed[s].ep_s, alone[s].ep_s) << s;
+  }
+  EXPECT_GT(mixed[0].ep_s, mixed[3].ep_s);  // the first stage warms up longest
+  // The closed form and the engine see the same stages.
+  auto r = simulate_layout(on_eval, l);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_NEAR(r->closed_form.time.step_time_s / r->time.step_time_s, 1.0, 0.10);
+}
+
+}  // namespace
+}  // namespace loom
