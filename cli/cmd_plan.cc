@@ -255,12 +255,10 @@ int plan_one(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) {
   auto layout = parse_layout(a.layout);
   if (!layout.is_ok()) return fail("plan", layout.status());
   if (Status s = validate_layout(*layout, in.model, in.train, a.gpus); !s.is_ok()) return fail("plan", s);
-  if (in.framework) {
-    if (Status s = check_layout_for_framework(*in.framework, in.model, *layout); !s.is_ok())
-      return fail("plan", invalid_argument("--layout " + a.layout + ": " + s.message() + " (--framework " +
-                                           in.framework->name + ")"));
-    apply_framework_overlap(*in.framework, a.layout, &*layout);
-  }
+  if (Status s = check_layout_for_stack(in.framework ? &*in.framework : nullptr, in.model, *layout); !s.is_ok())
+    return fail("plan", invalid_argument("--layout " + a.layout + ": " + s.message() +
+                                         (in.framework ? " (--framework " + in.framework->name + ")" : "")));
+  if (in.framework) apply_framework_overlap(*in.framework, a.layout, &*layout);
   auto r = simulate_layout(eval, *layout);
   if (!r.is_ok()) return fail("plan", r.status());
   if (a.json) {
@@ -308,6 +306,11 @@ int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) 
   space.threads = a.threads;
   space.refine_top = std::max(8, a.pick + 1);
   if (Status s = apply_search_fix(a.fix, &space); !s.is_ok()) return fail("plan", s);
+  if (space.fix_recompute_layers > 0 && !space.partial_recompute)
+    return fail("plan", invalid_argument("--fix recompute_layers=" + std::to_string(space.fix_recompute_layers) +
+                                         ": " + (in.framework ? in.framework->name : std::string("Loom's executor")) +
+                                         " recomputes every layer or none; recompute_layers is Megatron's "
+                                         "--recompute-method block (--framework megatron-core)"));
   auto res = search_layouts(eval, space);
   if (!res.is_ok()) return fail("plan", res.status());
   if (res->ranked.empty()) {

@@ -68,6 +68,7 @@ std::string Layout::to_string() const {
      << ",micro=" << micro_batch << ",schedule=" << schedule_name(schedule) << ",v=" << virtual_stages
      << ",sp=" << (sequence_parallel ? 1 : 0) << ",recompute=" << recompute_name(recompute);
   if (etp > 0 && etp != tp) ss << ",etp=" << etp;
+  if (recompute_layers > 0) ss << ",recompute_layers=" << recompute_layers;
   if (first_stage_layers > 0) ss << ",first=" << first_stage_layers;
   if (last_stage_layers > 0) ss << ",last=" << last_stage_layers;
   if (!overlap_grad_reduce) ss << ",overlap_grad=0";
@@ -141,6 +142,7 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
       v_given = true;
     }
     else if (key == "sp") LOOM_RETURN_IF_ERROR(set_bool(l.sequence_parallel));
+    else if (key == "recompute_layers") LOOM_RETURN_IF_ERROR(set_int(l.recompute_layers));
     else if (key == "first") LOOM_RETURN_IF_ERROR(set_int(l.first_stage_layers));
     else if (key == "last") LOOM_RETURN_IF_ERROR(set_int(l.last_stage_layers));
     else if (key == "overlap_grad") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_grad_reduce));
@@ -155,7 +157,7 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     } else {
       return invalid_argument("layout: unknown key '" + key +
                               "'; known keys: dp, tp, pp, ep, cp, etp, zero, micro, schedule, v, sp, recompute, "
-                              "first, last, overlap_grad, overlap_param, order");
+                              "recompute_layers, first, last, overlap_grad, overlap_param, order");
     }
   }
   // dp*tp*pp*cp is formed in int everywhere (Layout::world()): refuse a

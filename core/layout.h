@@ -48,6 +48,10 @@ struct Layout {
   int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved only)
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
+  // With recompute=full: recompute only the first N layers of each model
+  // chunk and keep the others' activations (Megatron's --recompute-method
+  // block --recompute-num-layers N); 0 = every layer.
+  int recompute_layers = 0;
   // Layers of the first and the last model chunk (Megatron's
   // --decoder-first/last-pipeline-num-layers); 0 = the even split's.
   int first_stage_layers = 0, last_stage_layers = 0;

@@ -1,8 +1,10 @@
 // validate_layout: every impossible layout is rejected with a message that
 // names the field and the fix.
+#include <algorithm>
 #include <sstream>
 
 #include "core/layout.h"
+#include "core/stage_split.h"
 
 namespace loom {
 
@@ -145,6 +147,23 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
     if (int64_t(l.pp) * l.virtual_stages > m.num_layers)
       return invalid_argument("layout: pp*v = " + std::to_string(int64_t(l.pp) * l.virtual_stages) + " chunks but only " +
                               std::to_string(m.num_layers) + " layers; lower v or pp");
+  }
+
+  // Partial recompute: the first N layers of each chunk (Megatron's block method).
+  if (l.recompute_layers < 0)
+    return invalid_argument("layout: recompute_layers must be >= 0 (0 = every layer under recompute=full)");
+  if (l.recompute_layers > 0) {
+    if (l.recompute != Recompute::kFull)
+      return invalid_argument("layout: recompute_layers=" + std::to_string(l.recompute_layers) +
+                              " recomputes whole layers; it needs recompute=full (set recompute=full or drop "
+                              "recompute_layers)");
+    const StageSplit split = split_layers(m, l);
+    const int most = *std::max_element(split.chunk_layers.begin(), split.chunk_layers.end());
+    if (l.recompute_layers >= most)
+      return invalid_argument("layout: recompute_layers=" + std::to_string(l.recompute_layers) +
+                              " covers every layer of each model chunk (at most " + std::to_string(most) +
+                              "); drop recompute_layers for full recompute, or use fewer than " +
+                              std::to_string(most));
   }
 
   // Batch: B = dp * micro * m.

@@ -65,6 +65,7 @@ OrderedJson layout_json(const Layout& l) {
   if (l.last_stage_layers > 0) j["last_stage_layers"] = l.last_stage_layers;
   j["sequence_parallel"] = l.sequence_parallel;
   j["recompute"] = recompute_name(l.recompute);
+  if (l.recompute_layers > 0) j["recompute_layers"] = l.recompute_layers;  // written only when partial
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["rank_order"] = l.rank_order;
@@ -133,6 +134,7 @@ Result<Layout> parse_layout_json(const Json& j) {
   LOOM_RETURN_IF_ERROR(get_int("micro_batch", l.micro_batch));
   LOOM_RETURN_IF_ERROR(get_int("virtual_stages", l.virtual_stages));
   LOOM_RETURN_IF_ERROR(get_int("first_stage_layers", l.first_stage_layers));
+  LOOM_RETURN_IF_ERROR(get_int("recompute_layers", l.recompute_layers));
   LOOM_RETURN_IF_ERROR(get_int("last_stage_layers", l.last_stage_layers));
   LOOM_ASSIGN_OR_RETURN(std::string sched, json_string_or(j, "schedule", "1f1b", w));
   LOOM_ASSIGN_OR_RETURN(l.schedule, parse_schedule(sched));

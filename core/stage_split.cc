@@ -20,6 +20,32 @@ StageSplit split_layers(const ModelSpec& model, const Layout& l) {
   return split_layers(model, l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers);
 }
 
+RecomputedLayers chunk_recomputed_layers(const ModelSpec& model, const Layout& l, const StageSplit& split, int g) {
+  RecomputedLayers r;
+  if (l.recompute != Recompute::kFull) return r;
+  const int layers = split.chunk_layers[g];
+  if (l.recompute_layers <= 0 || l.recompute_layers >= layers) {
+    r.moe = split.chunk_moe_layers[g];
+    r.dense = layers - r.moe;
+    return r;
+  }
+  for (int i = 0; i < l.recompute_layers; ++i) {
+    if (model.is_moe_layer(split.chunk_first_layer[g] + i)) ++r.moe;
+    else ++r.dense;
+  }
+  return r;
+}
+
+RecomputedLayers stage_recomputed_layers(const ModelSpec& model, const Layout& l, const StageSplit& split, int stage) {
+  RecomputedLayers r;
+  for (int c = 0; c < l.virtual_stages; ++c) {
+    const RecomputedLayers x = chunk_recomputed_layers(model, l, split, c * l.pp + stage);
+    r.dense += x.dense;
+    r.moe += x.moe;
+  }
+  return r;
+}
+
 StageSplit split_layers(const ModelSpec& model, int pp, int v, int first, int last) {
   StageSplit s;
   s.pp = pp;

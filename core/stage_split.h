@@ -28,4 +28,17 @@ StageSplit split_layers(const ModelSpec& model, int pp, int v, int first = 0, in
 struct Layout;
 StageSplit split_layers(const ModelSpec& model, const Layout& layout);
 
+// Layers of a chunk that recompute under the layout: all of them with
+// recompute=full, the first recompute_layers of them when that is set
+// (Megatron's --recompute-method block), none otherwise (selective
+// recompute is a part of every layer, not whole layers).
+struct RecomputedLayers {
+  int dense = 0, moe = 0;
+  int total() const { return dense + moe; }
+};
+RecomputedLayers chunk_recomputed_layers(const ModelSpec& model, const Layout& layout, const StageSplit& split,
+                                         int global_chunk);
+RecomputedLayers stage_recomputed_layers(const ModelSpec& model, const Layout& layout, const StageSplit& split,
+                                         int stage);
+
 }  // namespace loom

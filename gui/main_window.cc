@@ -236,6 +236,10 @@ void MainWindow::build_inputs() {
   schedule_->addItems({"gpipe", "1f1b", "interleaved"});
   recompute_ = new QComboBox();
   recompute_->addItems({"none", "selective", "full"});
+  recompute_layers_ = spin(0, 1 << 16, 0);
+  recompute_layers_->setSpecialValueText("all");
+  recompute_layers_->setToolTip("With full recompute: recompute only the first N layers of each model chunk "
+                                "(Megatron's --recompute-method block; --framework megatron-core)");
   sp_ = new QCheckBox("sequence parallel");
   overlap_grad_ = new QCheckBox("overlap gradient reduce");
   overlap_param_ = new QCheckBox("overlap parameter gather");
@@ -251,6 +255,7 @@ void MainWindow::build_inputs() {
   form->addRow("Virtual stages (v)", v_);
   form->addRow(sp_);
   form->addRow("Recompute", recompute_);
+  form->addRow("Recomputed layers per chunk", recompute_layers_);
   form->addRow(overlap_grad_);
   form->addRow(overlap_param_);
   status_ = new QLabel();
@@ -269,7 +274,7 @@ void MainWindow::build_inputs() {
     read_controls();
     reevaluate();
   };
-  for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, etp_, cp_, micro_, v_})
+  for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, etp_, cp_, micro_, v_, recompute_layers_})
     connect(s, &QSpinBox::valueChanged, this, changed);
   for (QComboBox* c : {precision_, grad_reduce_, framework_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
@@ -346,6 +351,8 @@ void MainWindow::write_controls() {
   zero_->setCurrentIndex(l.zero);
   schedule_->setCurrentText(QString::fromStdString(schedule_name(l.schedule)));
   recompute_->setCurrentText(QString::fromStdString(recompute_name(l.recompute)));
+  recompute_layers_->setValue(l.recompute_layers);
+  recompute_layers_->setEnabled(l.recompute == Recompute::kFull);
   sp_->setChecked(l.sequence_parallel);
   overlap_grad_->setChecked(l.overlap_grad_reduce);
   overlap_param_->setChecked(l.overlap_param_gather);
@@ -375,6 +382,9 @@ void MainWindow::read_controls() {
   l.zero = zero_->currentIndex();
   if (auto s = parse_schedule(schedule_->currentText().toStdString()); s.is_ok()) l.schedule = *s;
   if (auto rc = parse_recompute(recompute_->currentText().toStdString()); rc.is_ok()) l.recompute = *rc;
+  // A count of recomputed layers means something under full recompute only.
+  l.recompute_layers = l.recompute == Recompute::kFull ? recompute_layers_->value() : 0;
+  recompute_layers_->setEnabled(l.recompute == Recompute::kFull);
   l.sequence_parallel = sp_->isChecked();
   l.overlap_grad_reduce = overlap_grad_->isChecked();
   l.overlap_param_gather = overlap_param_->isChecked();

@@ -85,7 +85,7 @@ class MainWindow : public QMainWindow {
   bool updating_ = false;
   QComboBox *model_box_, *hw_box_, *precision_, *grad_reduce_, *framework_, *zero_, *schedule_, *recompute_;
   QDoubleSpinBox *moe_aux_ = nullptr, *moe_z_ = nullptr, *moe_capacity_ = nullptr;  // MoE options
-  QSpinBox *gpus_, *batch_, *seq_, *dp_, *tp_, *pp_, *ep_, *etp_, *cp_, *micro_, *v_;
+  QSpinBox *gpus_, *batch_, *seq_, *dp_, *tp_, *pp_, *ep_, *etp_, *cp_, *micro_, *v_, *recompute_layers_;
   QCheckBox *sp_, *overlap_grad_, *overlap_param_;
   QLabel* status_;
   QTabWidget* tabs_;

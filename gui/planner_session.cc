@@ -1,7 +1,9 @@
 #include "gui/planner_session.h"
 
+#include <optional>
 #include <thread>
 
+#include "sim/framework.h"
 #include "sim/report.h"
 
 namespace loom::gui {
@@ -50,6 +52,12 @@ Status PlannerSession::evaluate() {
     return s;
   }
   LOOM_RETURN_IF_ERROR(validate_layout(layout_, model_, eval_->train(), req_.gpus));
+  // What the chosen stack can run (Megatron's splits, recompute_layers only there).
+  std::optional<Framework> fw;
+  if (!req_.framework.empty()) {
+    LOOM_ASSIGN_OR_RETURN(fw, load_framework(req_.framework));
+  }
+  LOOM_RETURN_IF_ERROR(check_layout_for_stack(fw ? &*fw : nullptr, model_, layout_));
   LOOM_ASSIGN_OR_RETURN(SimResult r, simulate_layout(*eval_, layout_));
   result_ = std::move(r);
   return Status::ok();

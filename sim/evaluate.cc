@@ -133,12 +133,19 @@ Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   const Precision p = train_.precision;
   Pieces pc;
   pc.dense = layer_cost(model_, hw_, opt_, p, shape, false);
+  SimOptions alone = opt_;
+  alone.ep_comm_overlap = false;
   if (model_.is_moe()) {
     pc.moe = layer_cost(model_, hw_, opt_, p, shape, true);
-    if (opt_.ep_comm_overlap) {
-      SimOptions alone = opt_;
-      alone.ep_comm_overlap = false;
-      pc.moe_unpaired = layer_cost(model_, hw_, alone, p, shape, true);
+    if (opt_.ep_comm_overlap) pc.moe_unpaired = layer_cost(model_, hw_, alone, p, shape, true);
+  }
+  if (l.recompute_layers > 0) {
+    ComputeShape kept = shape;
+    kept.recompute = Recompute::kNone;
+    pc.dense_kept = layer_cost(model_, hw_, opt_, p, kept, false);
+    if (model_.is_moe()) {
+      pc.moe_kept = layer_cost(model_, hw_, opt_, p, kept, true);
+      if (opt_.ep_comm_overlap) pc.moe_unpaired_kept = layer_cost(model_, hw_, alone, p, kept, true);
     }
   }
   pc.emb = embedding_cost(model_, hw_, opt_, p, shape);
@@ -165,6 +172,7 @@ struct PieceKey {
   int dp = 0, pp = 0;  // the TP / EP groups' placement depends on them under a non-default rank order
   int head_fwd = 0;    // Loom's executor's fused head (ZeRO 0-1)
   std::string order;
+  int partial = 0;  // recompute_layers set: the kept layers' pieces too
   bool operator==(const PieceKey&) const = default;
 };
 
@@ -178,7 +186,9 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   PieceKey k{id_, l.tp, l.ep, l.expert_tp(), l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
              default_order ? 0 : l.dp, default_order ? 0 : l.pp, 0, l.rank_order};
   k.head_fwd = executor_head_grad_in_forward(l.zero) ? 1 : 0;
-  const size_t h = cache_slot({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd}, kSlots);
+  k.partial = l.recompute_layers > 0 ? 1 : 0;
+  const size_t h =
+      cache_slot({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd, k.partial}, kSlots);
   if (!(keys[h] == k)) {
     values[h] = compute_pieces(l);
     keys[h] = k;
@@ -219,10 +229,24 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     int g = c * l.pp + s;
     int moe_layers = split.chunk_moe_layers[g];
     int dense_layers = split.chunk_layers[g] - moe_layers;
-    add_piece(sc, pc.dense, dense_layers, c);
+    // Partial recompute: the first recompute_layers of the chunk recompute,
+    // the rest keep their activations.
+    int dense_kept = 0, moe_kept = 0;
+    if (l.recompute_layers > 0) {
+      const RecomputedLayers rc = chunk_recomputed_layers(model_, l, split, g);
+      dense_kept = dense_layers - rc.dense;
+      moe_kept = moe_layers - rc.moe;
+    }
+    add_piece(sc, pc.dense, dense_layers - dense_kept, c);
+    if (dense_kept) add_piece(sc, pc.dense_kept, dense_kept, c);
     if (moe_layers) {
-      add_piece(sc, pc.moe, moe_layers * (1 - alone), c);
-      if (alone > 0) add_piece(sc, pc.moe_unpaired, moe_layers * alone, c);
+      const int moe_rc = moe_layers - moe_kept;
+      add_piece(sc, pc.moe, moe_rc * (1 - alone), c);
+      if (alone > 0) add_piece(sc, pc.moe_unpaired, moe_rc * alone, c);
+      if (moe_kept) {
+        add_piece(sc, pc.moe_kept, moe_kept * (1 - alone), c);
+        if (alone > 0) add_piece(sc, pc.moe_unpaired_kept, moe_kept * alone, c);
+      }
     }
     if (g == 0) add_piece(sc, pc.emb, 1, c);
     if (g == l.pp * l.virtual_stages - 1) {
@@ -590,18 +614,26 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // the executor's pipeline buffers (sim/memory_model.h), and grows with
   // both: an interior stage that has no more of either than an earlier one
   // of its kind cannot hold more, nor become the (first) worst stage.
-  int prev_layers = -1, prev_moe = -1;
+  // (Partial recompute: the stage's recomputed layers too, which chunks of
+  // different sizes can make differ between stages of equal layers.)
+  int prev_layers = -1, prev_moe = -1, prev_rec = -1;
   int64_t mem_in_flight = -1;
-  int mem_p2p = -1, mem_layers = -1, mem_moe = -1;
+  int mem_p2p = -1, mem_layers = -1, mem_moe = -1, mem_rec = -1;
   const int64_t micro_batches = l.num_micro_batches(train_.global_batch);
   const std::vector<P2pBuffers>* p2p = act.executor.p2p;
   for (int s = 0; s < l.pp; ++s) {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
+    int rec = 0;
+    if (l.recompute_layers > 0) {
+      const RecomputedLayers r = stage_recomputed_layers(model_, l, split, s);
+      rec = r.dense * (model_.num_layers + 1) + r.moe;
+    }
     const bool ends = s == 0 || s == l.pp - 1;
     StageCosts& sc = stages[s];
     const int64_t in_flight = in_flight_micro_batches(l, micro_batches, s, ep_overlap_applies(model_, opt_));
     const int p2p_most = p2p ? (*p2p)[size_t(s)].at_most : 0;
-    if (ends || layers != mem_layers || moe != mem_moe || in_flight > mem_in_flight || p2p_most > mem_p2p) {
+    if (ends || layers != mem_layers || moe != mem_moe || rec != mem_rec || in_flight > mem_in_flight ||
+        p2p_most > mem_p2p) {
       const double total = stage_memory(model_, l, train_, opt_, split, s, act).total_bytes();
       if (total > est.peak_memory_bytes) {
         est.peak_memory_bytes = total;
@@ -610,18 +642,21 @@ Estimate Evaluator::estimate(const Layout& l) const {
       if (!ends) {
         mem_layers = layers;
         mem_moe = moe;
+        mem_rec = rec;
         mem_in_flight = in_flight;
         mem_p2p = p2p_most;
       }
     }
     // (Under the all-to-all overlap each stage has its own unpaired share.)
-    if (!ends && s > 1 && layers == prev_layers && moe == prev_moe && !(opt_.ep_comm_overlap && moe > 0)) {
+    if (!ends && s > 1 && layers == prev_layers && moe == prev_moe && rec == prev_rec &&
+        !(opt_.ep_comm_overlap && moe > 0)) {
       kind[s] = kind[s - 1];
       continue;
     }
     kind[s] = s;
     prev_layers = ends ? -1 : layers;
     prev_moe = ends ? -1 : moe;
+    prev_rec = ends ? -1 : rec;
     sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.cp_s = sc.flops_per_micro = sc.weight_cast_s = 0;
     sc.traffic_per_micro = Traffic{};
     fill_stage(l, pc, split, s, sc);

@@ -150,6 +150,9 @@ class Evaluator {
     // micro-batch (the schedule's warmup forwards and cooldown backwards),
     // its all-to-alls exposed (ep_unpaired_fraction).
     PieceCost moe_unpaired;
+    // With recompute_layers (partial full recompute): the layers past the
+    // recomputed ones, at the price without recompute.
+    PieceCost dense_kept, moe_kept, moe_unpaired_kept;
     PieceCost mtp_block, mtp_projection;  // a multi-token-prediction module's block and its own work
     bool tp_net = false, ep_net = false, cp_net = false;  // the TP / EP / CP group spans nodes
   };

@@ -81,7 +81,13 @@ Result<std::string> export_megatron_args(const Plan& p) {
     return unsupported("export megatron: --cross-entropy te: Megatron-LM refuses Transformer Engine's cross-entropy "
                        "fusion since its commit 168cb15d70 (2026-06, 'stability issues'); plan with --cross-entropy "
                        "megatron_fused (--cross-entropy-loss-fusion, the native implementation) or megatron");
-  if (l.recompute == Recompute::kFull)
+  // Every layer its own checkpoint (uniform, 1), or the first N layers of
+  // each model chunk (block: TransformerBlock._checkpointed_forward loops
+  // over its own layers, so N counts per virtual stage).
+  if (l.recompute == Recompute::kFull && l.recompute_layers > 0)
+    o << "--recompute-granularity full\n--recompute-method block\n--recompute-num-layers " << l.recompute_layers
+      << "\n";
+  else if (l.recompute == Recompute::kFull)
     o << "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   if (l.recompute == Recompute::kSelective) o << "--recompute-granularity selective\n";
   o << "--micro-batch-size " << l.micro_batch << "\n";
@@ -256,6 +262,10 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
 
 Result<std::string> export_plan(const Plan& plan, const std::string& dialect) {
   if (dialect == "megatron") return export_megatron_args(plan);
+  if ((dialect == "deepspeed" || dialect == "torchtitan") && plan.layout.recompute_layers > 0)
+    return unsupported("export " + dialect + ": recompute_layers=" + std::to_string(plan.layout.recompute_layers) +
+                       " is Megatron's --recompute-method block; " + dialect +
+                       " checkpoints every block or none: use --export megatron, or plan without recompute_layers");
   if (dialect == "deepspeed") return export_deepspeed_config(plan);
   if (dialect == "torchtitan") return export_torchtitan_toml(plan);
   return invalid_argument("--export '" + dialect + "' is unknown; use megatron, deepspeed, torchtitan or framework");

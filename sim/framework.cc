@@ -177,6 +177,9 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   // Megatron states a split by layers per virtual stage or by the first and
   // last stage's layers (the rest equal): other splits cannot be run there.
   sp->megatron_splits = f.export_kind == "megatron";
+  // Megatron recomputes the first N layers of each chunk (--recompute-method
+  // block --recompute-num-layers N); the other stacks whole blocks or none.
+  sp->partial_recompute = f.export_kind == "megatron" && contains(f.recompute, Recompute::kFull);
 }
 
 Status check_layout_for_framework(const Framework& f, const ModelSpec& model, const Layout& l) {
@@ -206,8 +209,21 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
     return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk" +
                             (f.export_kind == "megatron" ? " of an interleaved split; use schedule=1f1b" : "") +
                             "; drop first=/last=");
+  if (l.recompute_layers > 0 && f.export_kind != "megatron")
+    return invalid_argument("recompute_layers=" + std::to_string(l.recompute_layers) + ": " + f.name +
+                            " recomputes every layer or none (recompute_layers is Megatron's --recompute-method "
+                            "block); drop recompute_layers");
   // Megatron states a layer split only one way (sim/export.h).
   if (f.export_kind == "megatron") return megatron_split_status(model, l);
+  return Status::ok();
+}
+
+Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
+  if (f) return check_layout_for_framework(*f, model, l);
+  if (l.recompute_layers > 0)
+    return invalid_argument("recompute_layers is Megatron's --recompute-method block; a plan without a framework is "
+                            "for Loom's executor, which recomputes every layer or none: drop recompute_layers, or "
+                            "plan with --framework megatron-core");
   return Status::ok();
 }
 

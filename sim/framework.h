@@ -64,6 +64,9 @@ void apply_framework(const Framework& f, SearchSpace* space);
 // says which setting it lacks and what it offers instead.
 struct ModelSpec;
 Status check_layout_for_framework(const Framework& f, const ModelSpec& model, const Layout& l);
+// The stack a plan is for: the framework's rules, or without one Loom's
+// executor's (which recomputes every layer of a chunk or none).
+Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l);
 // The layout's overlap flags as the stack sets them, unless `layout_text`
 // (the --layout string it was parsed from) names its own overlap_grad /
 // overlap_param.

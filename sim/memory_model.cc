@@ -554,6 +554,13 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
     whole.recompute = Recompute::kNone;
     a.rerun = std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - a.dense);
   }
+  if (l.recompute_layers > 0) {
+    Layout kept = l;
+    kept.recompute = Recompute::kNone;
+    kept.recompute_layers = 0;
+    a.kept_dense = layer_activation_bytes(m, kept, opt, seq, train.precision, false);
+    a.kept_moe = m.is_moe() ? layer_activation_bytes(m, kept, opt, seq, train.precision, true) : 0;
+  }
   if (opt.for_loom_executor()) {
     ActivationTerms::Executor& ex = a.executor;
     ex.valid = true;
@@ -634,9 +641,14 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   } else {
     const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
     if (l.recompute == Recompute::kFull) {
-      sm.activations_bytes = double(in_flight) * per_unit * layers * act.checkpoint;
+      // The recomputed layers keep their input only, the others (partial
+      // recompute: past the first recompute_layers of a chunk) everything.
+      const RecomputedLayers rc = stage_recomputed_layers(m, l, split, stage);
+      sm.activations_bytes = double(in_flight) * per_unit *
+                             (rc.total() * act.checkpoint + (dense_layers - rc.dense) * act.kept_dense +
+                              (moe_layers - rc.moe) * act.kept_moe);
       // Backward of one layer re-materializes that layer's activations.
-      sm.activations_bytes += std::max(act_dense, act_moe);
+      sm.activations_bytes += std::max(rc.dense > 0 ? act_dense : 0.0, rc.moe > 0 ? act_moe : 0.0);
     } else {
       sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
       // torchtitan's selective op AC re-runs a dense layer's unsaved ops in

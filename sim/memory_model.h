@@ -167,6 +167,9 @@ struct ActivationTerms {
   // so holds again for a moment (its no-recompute activations - dense); 0
   // for other recompute rules.
   double rerun = 0;
+  // Partial recompute (recompute_layers): a kept layer's activations, as
+  // without recompute.
+  double kept_dense = 0, kept_moe = 0;
   // Loom's executor (no framework named): a layer's terms and the pipeline's
   // buffers per stage, the same for every stage of the layout, so a stage's
   // memory only adds up (the search prices up to pp stages per layout).

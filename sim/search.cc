@@ -117,6 +117,10 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     l.virtual_stages = v;
                     l.sequence_parallel = spar;
                     l.recompute = rc;
+                    if (sp.fix_recompute_layers > 0) {
+                      if (rc != Recompute::kFull) continue;
+                      l.recompute_layers = sp.fix_recompute_layers;
+                    }
                     l.overlap_grad_reduce =
                         sp.overlap_grad_reduce &&
                         (sp.overlap_grad_zero_stages.empty() ||
@@ -184,6 +188,30 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   }
 
   std::vector<Estimate> est(layouts.size());
+  // Partial recompute: per recompute=full layout that fits, the fewest
+  // recomputed layers a chunk that still fit (memory is monotone in the
+  // count), as an extra candidate beside it.
+  std::vector<std::optional<Candidate>> partial(sp.partial_recompute ? layouts.size() : 0);
+  auto fewest_recomputed = [&](size_t i) {
+    const Layout& full = layouts[i];
+    if (full.recompute != Recompute::kFull || full.recompute_layers > 0 || !est[i].fits) return;
+    const StageSplit split = split_layers(eval.model(), full);
+    const int most = *std::max_element(split.chunk_layers.begin(), split.chunk_layers.end());
+    int lo = 1, hi = most - 1;  // the answer lies in [lo, hi] when any fits
+    std::optional<Candidate> best;
+    while (lo <= hi) {
+      Layout x = full;
+      x.recompute_layers = lo + (hi - lo) / 2;
+      Estimate e = eval.estimate(x);
+      if (e.fits) {
+        best = Candidate{x, e, false};
+        hi = x.recompute_layers - 1;
+      } else {
+        lo = x.recompute_layers + 1;
+      }
+    }
+    partial[i] = best;
+  };
   int threads = sp.threads > 0 ? sp.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min<int>(threads, int(layouts.size()));
   std::atomic<size_t> next{0}, done{0};
@@ -194,7 +222,10 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
       size_t begin = next.fetch_add(block);
       if (begin >= layouts.size()) return;
       size_t end = std::min(layouts.size(), begin + block);
-      for (size_t i = begin; i < end; ++i) est[i] = eval.estimate(layouts[i]);
+      for (size_t i = begin; i < end; ++i) {
+        est[i] = eval.estimate(layouts[i]);
+        if (!partial.empty()) fewest_recomputed(i);
+      }
       size_t d = done.fetch_add(end - begin) + (end - begin);
       if (progress) progress(double(d) / layouts.size());
     }
@@ -211,6 +242,7 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   bool have_closest = false;
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (est[i].figures.step_time_s <= 0) continue;  // not evaluated (cancelled)
+    if (!partial.empty() && partial[i]) fitting.push_back(*partial[i]);
     if (est[i].fits) {
       fitting.push_back({layouts[i], est[i], false});
     } else if (!have_closest || est[i].peak_memory_bytes < closest_peak) {
@@ -304,6 +336,7 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
     else if (k == "micro") LOOM_RETURN_IF_ERROR(to_int(sp.fix_micro));
     else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
     else if (k == "v") LOOM_RETURN_IF_ERROR(to_int(sp.fix_v));
+    else if (k == "recompute_layers") LOOM_RETURN_IF_ERROR(to_int(sp.fix_recompute_layers));
     else if (k == "sp" || k == "overlap_grad" || k == "overlap_param") {
       bool on;
       if (v == "1" || v == "true" || v == "on") on = true;
@@ -325,7 +358,8 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
       sp.fix_recompute = r;
     } else {
-      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, etp, cp, micro, zero, v, sp, split, schedule, recompute, overlap_grad, overlap_param");
+      return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, etp, cp, micro, zero, v, sp, split, schedule, recompute, "
+                              "recompute_layers, overlap_grad, overlap_param");
     }
   }
   return Status::ok();

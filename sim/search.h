@@ -42,6 +42,14 @@ struct SearchSpace {
   // or with equal middle stages. Set by the megatron-core framework.
   bool megatron_splits = false;
   bool sequence_parallel_required = false;  // tp > 1 layouts only with SP (torchtitan)
+  // Partial full recompute (Layout::recompute_layers, Megatron's
+  // --recompute-method block): for each recompute=full layout that fits, also
+  // the one recomputing the fewest layers a chunk that still fits (memory
+  // falls and time rises with the count, so that one is the fastest that
+  // fits). Set by the megatron-core framework; Loom's executor recomputes
+  // all layers or none.
+  bool partial_recompute = false;
+  int fix_recompute_layers = 0;  // --fix recompute_layers=N: recompute=full layouts with that N only
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Context parallelism: cp from 1 to max_cp (powers of two dividing the
   // ranks left after tp and pp), while each of the 2*cp chunks of a sequence
@@ -87,7 +95,8 @@ struct SearchResult {
 
 // Pins dimensions from `loom plan --fix` text: "tp=8,pp=2,recompute=full"
 // (keys dp, tp, pp, ep, micro, zero, v, sp, split=even|ends, schedule,
-// recompute, overlap_grad, overlap_param); errors name the bad item.
+// recompute, recompute_layers, overlap_grad, overlap_param); errors name the
+// bad item.
 Status apply_search_fix(const std::string& text, SearchSpace* space);
 
 // Every layout of the space that passes validate_layout (unevaluated).

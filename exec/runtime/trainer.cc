@@ -41,6 +41,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(Communicator* world, const Trai
 // model and the world, and the program against the communicators.
 Status Trainer::Impl::check_can_run() const {
   const Layout& l = cfg.layout;
+  if (l.recompute_layers > 0)
+    return unsupported("execute: recompute_layers=" + std::to_string(l.recompute_layers) +
+                       " (Megatron's --recompute-method block) is a plan for Megatron-core; Loom's executor "
+                       "recomputes every layer or none: drop recompute_layers (recompute=full recomputes all) or "
+                       "run the plan's --export megatron arguments");
   if (l.ep > 1 && !dims.moe.enabled())
     return invalid_argument("execute: ep=" + std::to_string(l.ep) + " shards experts, and " + cfg.model.name +
                             " has none; use ep=1");

@@ -128,6 +128,18 @@ TEST(Trainer, WrongWorldSizeIsRefusedBeforeAllocating) {
   EXPECT_NE(t.status().message().find("but the run has 1 ranks"), std::string::npos) << t.status().message();
 }
 
+// A plan for Megatron's partial recompute (recompute_layers) is refused with
+// the fix: the executor recomputes every layer of a chunk or none.
+TEST(Trainer, PartialRecomputeIsRefusedWithTheFix) {
+  auto world = make_self_communicator("world");
+  auto data = open_byte_text(corpus_path(), 1);
+  ASSERT_TRUE(data.is_ok());
+  auto t = Trainer::create(world.get(), config(true, "dp=1,recompute=full,recompute_layers=1", 1), data->get());
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnsupported) << t.status().to_string();
+  EXPECT_NE(t.status().message().find("drop recompute_layers"), std::string::npos) << t.status().message();
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 #define LOOM_ASAN 1
 #elif defined(__has_feature)

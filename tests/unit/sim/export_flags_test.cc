@@ -99,6 +99,7 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       {"gpt2-124m", "dp=2,tp=2,pp=2,zero=1,micro=2,schedule=interleaved,v=2,sp=1", 8, t},
       {"llama-3-8b", "dp=4,tp=2,zero=1,micro=1,sp=1,recompute=full", 8, bf16_reduce},
       {"llama-3-8b", "dp=2,tp=2,pp=2,micro=1,recompute=selective", 8, fp8},
+      {"llama-3-8b", "dp=2,tp=2,pp=2,micro=1,recompute=full,recompute_layers=3", 8, t},
       {"llama-3.1-405b", "dp=1,tp=8,pp=2,micro=1,sp=1", 16, t},
       {"qwen3-30b-a3b", "dp=8,ep=8,micro=1", 8, t},
       {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,first=7,last=6", 64, t},
