@@ -57,7 +57,7 @@ TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
   std::string worst_text;
   int cells = 0;
   const char* bases[] = {"dp=64", "dp=8,tp=8,sp=1", "dp=16,pp=4", "dp=8,tp=2,pp=4,schedule=interleaved,v=2",
-                         "dp=16,tp=2,pp=2,schedule=gpipe"};
+                         "dp=16,tp=2,pp=2,schedule=gpipe", "dp=16,pp=4,recompute=full,recompute_layers=3"};
   std::vector<std::pair<bool, std::string>> cases;
   for (const char* base : bases) cases.push_back({false, base});
   for (const char* base : bases)
