@@ -178,7 +178,8 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   // last stage's layers (the rest equal): other splits cannot be run there.
   sp->megatron_splits = f.export_kind == "megatron";
   // Megatron recomputes the first N layers of each chunk (--recompute-method
-  // block --recompute-num-layers N); the other stacks whole blocks or none.
+  // block --recompute-num-layers N), as Loom's executor does; the other
+  // stacks whole blocks or none.
   sp->partial_recompute = f.export_kind == "megatron" && contains(f.recompute, Recompute::kFull);
 }
 
@@ -219,12 +220,8 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
 }
 
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
-  if (f) return check_layout_for_framework(*f, model, l);
-  if (l.recompute_layers > 0)
-    return invalid_argument("recompute_layers is Megatron's --recompute-method block; a plan without a framework is "
-                            "for Loom's executor, which recomputes every layer or none: drop recompute_layers, or "
-                            "plan with --framework megatron-core");
-  return Status::ok();
+  // Loom's executor (no framework) runs every layout validate_layout accepts.
+  return f ? check_layout_for_framework(*f, model, l) : Status::ok();
 }
 
 void apply_framework_overlap(const Framework& f, const std::string& layout_text, Layout* l) {

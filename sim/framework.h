@@ -65,7 +65,7 @@ void apply_framework(const Framework& f, SearchSpace* space);
 struct ModelSpec;
 Status check_layout_for_framework(const Framework& f, const ModelSpec& model, const Layout& l);
 // The stack a plan is for: the framework's rules, or without one Loom's
-// executor's (which recomputes every layer of a chunk or none).
+// executor's (every layout validate_layout accepts).
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l);
 // The layout's overlap flags as the stack sets them, unless `layout_text`
 // (the --layout string it was parsed from) names its own overlap_grad /

@@ -313,7 +313,8 @@ namespace {
 // backward workspace, the step's inputs (sim/memory_model.h).
 void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& train,
                          const ActivationTerms::Executor& ex, int stage, int layers, int moe_layers,
-                         double in_flight_units, int64_t micro_batches, const P2pBuffers& p2p, StageMemory* sm) {
+                         const RecomputedLayers& rc, int top_chunk_kept, double in_flight_units,
+                         int64_t micro_batches, const P2pBuffers& p2p, StageMemory* sm) {
   const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence
   const double T = double(l.micro_batch) * double(seq), h = double(m.hidden);
   const double Nl = l.sequence_parallel ? T / l.tp : T;
@@ -323,8 +324,17 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const ExecutorMoeMlp& moe = ex.moe;
   const bool top_moe = moe_layers > 0;
   const double saved_dense = ex.saved_dense;
-  const double saved = top_moe ? ex.saved_moe : ex.saved_dense;
-  const double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
+  double saved = top_moe ? ex.saved_moe : ex.saved_dense;
+  double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
+  // Partial recompute: the layers past a chunk's first recompute_layers keep
+  // everything (as without recompute), and the stage's top layer is one of
+  // them when its chunk has more layers than that.
+  const bool partial = l.recompute_layers > 0;
+  if (partial) {
+    held_layers = in_flight_units * (rc.dense * saved_dense + (layers - moe_layers - rc.dense) * ex.kept_dense +
+                                     rc.moe * ex.saved_moe + (moe_layers - rc.moe) * ex.kept_moe);
+    if (top_chunk_kept > 0) saved = top_moe ? ex.kept_moe : ex.kept_dense;
+  }
   // What backward adds to the layer it is in: full recompute re-runs the
   // layer's forward in fp32, and the layer's saved input and the re-run's
   // output buffer are freed as soon as it is done, before the backward's own
@@ -409,9 +419,15 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   if (moe_layers == 0 && layers > 0) {
     const double fwd = ex.forward_peak;
     const double in_out = 4 * 2 * Nl * h, flowing = in_out;
-    const double others = held_layers - saved_dense + std::max(0.0, held_heads - 1) * head_keep;
+    const double others = held_layers - saved + std::max(0.0, held_heads - 1) * head_keep;
     moments[count++] = {others + fwd + in_out, 0.0};
-    if (l.recompute == Recompute::kFull) moments[count++] = {others + fwd + in_out, flowing};
+    // The re-run of a recomputed layer; under partial recompute the same
+    // micro-batch's kept layers above it in the chunk are freed by then.
+    if (l.recompute == Recompute::kFull && rc.dense > 0) {
+      const double rerun_others = held_layers - saved_dense - (partial ? top_chunk_kept * ex.kept_dense : 0.0) +
+                                  std::max(0.0, held_heads - 1) * head_keep;
+      moments[count++] = {rerun_others + fwd + in_out, flowing};
+    }
   }
   auto total = [](const std::pair<double, double>& mo) { return mo.first + mo.second; };
   size_t best = 0;
@@ -567,10 +583,15 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
     Layout keep_all = l;
     keep_all.recompute = Recompute::kNone;
     ex.saved_dense = executor_layer_activation_bytes(m, l, seq, train.precision);
+    Layout kept = keep_all;
+    kept.recompute_layers = 0;
+    ex.kept_dense = l.recompute_layers > 0 ? executor_layer_activation_bytes(m, kept, seq, train.precision) : 0;
     ex.fp32_dense = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true);
     if (m.is_moe()) {
       ex.moe = executor_moe_mlp(m, l, seq, executor_moe_load(l, opt));
       ex.saved_moe = executor_layer_activation_bytes(m, l, seq, train.precision, false, &ex.moe);
+      if (l.recompute_layers > 0)
+        ex.kept_moe = executor_layer_activation_bytes(m, kept, seq, train.precision, false, &ex.moe);
       ex.fp32_moe = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, &ex.moe);
     }
     ex.forward_peak = executor_layer_forward_peak_bytes(m, l, seq, train.precision);
@@ -636,8 +657,11 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
   const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
   if (loom_executor) {
-    executor_transients(m, l, train, act.executor, stage, layers, moe_layers, double(in_flight) * per_unit,
-                        micro_batches, p2p, &sm);
+    const int top_chunk = (l.virtual_stages - 1) * l.pp + stage;
+    const int top_chunk_kept =
+        split.chunk_layers[top_chunk] - chunk_recomputed_layers(m, l, split, top_chunk).total();
+    executor_transients(m, l, train, act.executor, stage, layers, moe_layers, stage_recomputed_layers(m, l, split, stage),
+                        top_chunk_kept, double(in_flight) * per_unit, micro_batches, p2p, &sm);
   } else {
     const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
     if (l.recompute == Recompute::kFull) {

@@ -176,6 +176,7 @@ struct ActivationTerms {
   struct Executor {
     bool valid = false;
     double saved_dense = 0, saved_moe = 0;  // executor_layer_activation_bytes, dense / MoE top layer
+    double kept_dense = 0, kept_moe = 0;    // the same without recompute (partial recompute's kept layers)
     double fp32_dense = 0, fp32_moe = 0;    // the same, no recompute, fp32
     double forward_peak = 0;                // executor_layer_forward_peak_bytes
     BackwardWorkspace workspace;

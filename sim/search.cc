@@ -191,7 +191,8 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   // Partial recompute: per recompute=full layout that fits, the fewest
   // recomputed layers a chunk that still fit (memory is monotone in the
   // count), as an extra candidate beside it.
-  std::vector<std::optional<Candidate>> partial(sp.partial_recompute ? layouts.size() : 0);
+  // (--fix recompute=full pins every layer: partial only when not pinned.)
+  std::vector<std::optional<Candidate>> partial(sp.partial_recompute && !sp.fix_recompute ? layouts.size() : 0);
   auto fewest_recomputed = [&](size_t i) {
     const Layout& full = layouts[i];
     if (full.recompute != Recompute::kFull || full.recompute_layers > 0 || !est[i].fits) return;

@@ -46,9 +46,9 @@ struct SearchSpace {
   // --recompute-method block): for each recompute=full layout that fits, also
   // the one recomputing the fewest layers a chunk that still fits (memory
   // falls and time rises with the count, so that one is the fastest that
-  // fits). Set by the megatron-core framework; Loom's executor recomputes
-  // all layers or none.
-  bool partial_recompute = false;
+  // fits). Loom's executor and Megatron-core run it; the torchtitan and
+  // DeepSpeed frameworks turn it off.
+  bool partial_recompute = true;  // not while fix_recompute pins the mode
   int fix_recompute_layers = 0;  // --fix recompute_layers=N: recompute=full layouts with that N only
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Context parallelism: cp from 1 to max_cp (powers of two dividing the

@@ -326,9 +326,10 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
   if (!d.gpt2 && d.mlp_bias) k.add_bias({o.f32(), P.param(p + "mlp.down.bias"), Nl, C});
   k.add_inplace({x_out, o.f32(), Nl * C, a.x_mid.f32()});  // x_out = x_mid + o
   if (!keep) {
-    // Full recompute keeps only the layer input; selective drops the
-    // attention core (recomputed from q, k, v).
-    if (cfg_.recompute == Recompute::kFull) {
+    // Full recompute keeps only the layer input (partial: the chunk's first
+    // recompute_layers layers; the others keep everything); selective drops
+    // the attention core (recomputed from q, k, v).
+    if (recomputes(layer)) {
       DeviceBuffer x = std::move(a.x_in);
       a = LayerActs{};
       a.x_in = std::move(x);
@@ -364,7 +365,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     });
     a.packed = false;
   }
-  if (cfg_.recompute == Recompute::kFull) {
+  if (recomputes(layer)) {
     MemoryClassScope recomputed(MemoryClass::kActivations);
     DeviceBuffer x = std::move(a.x_in);
     DeviceBuffer out = make(backend_, Nl * C);

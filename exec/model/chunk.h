@@ -33,6 +33,10 @@ struct ChunkConfig {
   int tp_size = 1, tp_rank = 0;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
+  // With full recompute: only the chunk's first recompute_layers layers
+  // recompute, the rest keep their activations (Megatron's block method,
+  // Layout::recompute_layers); 0 = every layer.
+  int recompute_layers = 0;
   MoeRun moe;  // MoE layers: losses, capacity, the EP group
   CpGroup cp;  // context parallelism: rows in the (2, B, seq/2) order of context_parallel.h
   // The head's gradients in its forward, block by block of rows
@@ -96,6 +100,13 @@ class ModelChunk {
   size_t in_flight() const { return saved_.size(); }
 
  private:
+  // Whether `layer` (global index) keeps only its input and re-runs its
+  // forward in backward.
+  bool recomputes(int layer) const {
+    return cfg_.recompute == Recompute::kFull &&
+           (cfg_.recompute_layers <= 0 || layer - cfg_.first_layer < cfg_.recompute_layers);
+  }
+
   struct LayerActs;
   struct MicroActs;
   struct BackwardInFlight;

@@ -41,11 +41,6 @@ Result<std::unique_ptr<Trainer>> Trainer::create(Communicator* world, const Trai
 // model and the world, and the program against the communicators.
 Status Trainer::Impl::check_can_run() const {
   const Layout& l = cfg.layout;
-  if (l.recompute_layers > 0)
-    return unsupported("execute: recompute_layers=" + std::to_string(l.recompute_layers) +
-                       " (Megatron's --recompute-method block) is a plan for Megatron-core; Loom's executor "
-                       "recomputes every layer or none: drop recompute_layers (recompute=full recomputes all) or "
-                       "run the plan's --export megatron arguments");
   if (l.ep > 1 && !dims.moe.enabled())
     return invalid_argument("execute: ep=" + std::to_string(l.ep) + " shards experts, and " + cfg.model.name +
                             " has none; use ep=1");
@@ -181,6 +176,7 @@ Status Trainer::Impl::setup() {
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;
     cc.recompute = l.recompute;
+    cc.recompute_layers = l.recompute_layers;
     // The fused head (core/executor_head.h). LOOM_HEAD_IN_FORWARD=0 keeps the
     // logits to the backward (the A/B switch); LOOM_HEAD_BLOCK_ROWS=n sets the
     // rows per block (tests; the simulator assumes the default).

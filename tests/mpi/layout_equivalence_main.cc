@@ -41,6 +41,7 @@ const Case kCases[] = {
     {"dp=2,tp=2,pp=2,zero=1,micro=2", 8},
     {"dp=2,tp=2,pp=2,schedule=interleaved,v=2,sp=1,zero=1,micro=2", 8},
     {"dp=2,pp=2,recompute=full,micro=1", 4},
+    {"dp=2,pp=2,recompute=full,recompute_layers=1,micro=1", 4},
     // Other gradient buckets: the chunk's last backward runs in that many
     // parts and each bucket syncs as its part ends (more buckets than the
     // chunk has layers leaves some empty); ZeRO with one DP rank is ZeRO-0.
@@ -81,6 +82,7 @@ const Case kMoeCases[] = {
     {"dp=2,ep=2,tp=2,sp=1", 4},
     {"dp=2,ep=2,pp=2,micro=1", 4},
     {"dp=2,ep=2,recompute=full", 2},
+    {"dp=2,ep=2,recompute=full,recompute_layers=1", 2},
     // With context parallelism: the routing statistics summed over the CP
     // group, experts synced over DP x CP.
     {"dp=1,cp=2", 2},

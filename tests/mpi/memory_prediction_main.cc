@@ -100,6 +100,13 @@ const Case kCases[] = {
     // predicted 10% high before that was modelled).
     {"llama", "dp=1,pp=2,schedule=1f1b,micro=2,recompute=full", 2},
     {"gpt2", "dp=1,pp=2,schedule=1f1b,micro=2,recompute=full", 2},
+    // Partial recompute (recompute_layers): the chunk's first layers keep
+    // their input only, the rest (the top layer among them) everything.
+    {"gpt2", "dp=1,micro=8,recompute=full,recompute_layers=2", 1},
+    {"llama", "dp=1,pp=2,schedule=1f1b,micro=2,recompute=full,recompute_layers=1", 2},
+    {"llama", "dp=1,pp=2,schedule=1f1b,micro=2,recompute=full,recompute_layers=1", 2, GradReduce::kFp32,
+     Precision::kBf16},
+    {"mixtral", "dp=1,micro=8,recompute=full,recompute_layers=3", 1},
 };
 
 ModelSpec model_of(const std::string& family) {
