@@ -239,7 +239,7 @@ void MainWindow::build_inputs() {
   recompute_layers_ = spin(0, 1 << 16, 0);
   recompute_layers_->setSpecialValueText("all");
   recompute_layers_->setToolTip("With full recompute: recompute only the first N layers of each model chunk "
-                                "(Megatron's --recompute-method block; --framework megatron-core)");
+                                "(Megatron's --recompute-method block; Loom's executor runs it too)");
   sp_ = new QCheckBox("sequence parallel");
   overlap_grad_ = new QCheckBox("overlap gradient reduce");
   overlap_param_ = new QCheckBox("overlap parameter gather");
