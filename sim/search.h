@@ -6,7 +6,8 @@
 // Enumerated: factorizations world = dp * tp * pp (ep | dp and | experts for
 // MoE models), ZeRO 0-3, micro-batch sizes dividing B/dp, schedules GPipe /
 // 1F1B / interleaved with v dividing the layers per stage, sequence parallel
-// on/off (tp > 1), recompute none / selective / full. TP is kept inside one
+// on/off (tp > 1), recompute none / selective / full (and, per fitting full
+// layout, the fewest recomputed layers a chunk that fit). TP is kept inside one
 // NVLink domain (tp <= devices per node), as every production stack does.
 #pragma once
 
