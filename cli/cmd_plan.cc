@@ -306,11 +306,6 @@ int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) 
   space.threads = a.threads;
   space.refine_top = std::max(8, a.pick + 1);
   if (Status s = apply_search_fix(a.fix, &space); !s.is_ok()) return fail("plan", s);
-  if (space.fix_recompute_layers > 0 && !space.partial_recompute)
-    return fail("plan", invalid_argument("--fix recompute_layers=" + std::to_string(space.fix_recompute_layers) +
-                                         ": " + (in.framework ? in.framework->name : std::string("the search")) +
-                                         " recomputes every layer or none; recompute_layers is Megatron's "
-                                         "--recompute-method block (--framework megatron-core, or Loom's executor)"));
   auto res = search_layouts(eval, space);
   if (!res.is_ok()) return fail("plan", res.status());
   if (res->ranked.empty()) {

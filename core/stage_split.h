@@ -35,6 +35,7 @@ StageSplit split_layers(const ModelSpec& model, const Layout& layout);
 struct RecomputedLayers {
   int dense = 0, moe = 0;
   int total() const { return dense + moe; }
+  bool operator==(const RecomputedLayers&) const = default;
 };
 RecomputedLayers chunk_recomputed_layers(const ModelSpec& model, const Layout& layout, const StageSplit& split,
                                          int global_chunk);

@@ -616,18 +616,15 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // of its kind cannot hold more, nor become the (first) worst stage.
   // (Partial recompute: the stage's recomputed layers too, which chunks of
   // different sizes can make differ between stages of equal layers.)
-  int prev_layers = -1, prev_moe = -1, prev_rec = -1;
+  int prev_layers = -1, prev_moe = -1;
   int64_t mem_in_flight = -1;
-  int mem_p2p = -1, mem_layers = -1, mem_moe = -1, mem_rec = -1;
+  int mem_p2p = -1, mem_layers = -1, mem_moe = -1;
+  RecomputedLayers prev_rec{-1, -1}, mem_rec{-1, -1};
   const int64_t micro_batches = l.num_micro_batches(train_.global_batch);
   const std::vector<P2pBuffers>* p2p = act.executor.p2p;
   for (int s = 0; s < l.pp; ++s) {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
-    int rec = 0;
-    if (l.recompute_layers > 0) {
-      const RecomputedLayers r = stage_recomputed_layers(model_, l, split, s);
-      rec = r.dense * (model_.num_layers + 1) + r.moe;
-    }
+    const RecomputedLayers rec = l.recompute_layers > 0 ? stage_recomputed_layers(model_, l, split, s) : RecomputedLayers{};
     const bool ends = s == 0 || s == l.pp - 1;
     StageCosts& sc = stages[s];
     const int64_t in_flight = in_flight_micro_batches(l, micro_batches, s, ep_overlap_applies(model_, opt_));
@@ -656,7 +653,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     kind[s] = s;
     prev_layers = ends ? -1 : layers;
     prev_moe = ends ? -1 : moe;
-    prev_rec = ends ? -1 : rec;
+    prev_rec = ends ? RecomputedLayers{-1, -1} : rec;
     sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.cp_s = sc.flops_per_micro = sc.weight_cast_s = 0;
     sc.traffic_per_micro = Traffic{};
     fill_stage(l, pc, split, s, sc);

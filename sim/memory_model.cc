@@ -324,17 +324,16 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const ExecutorMoeMlp& moe = ex.moe;
   const bool top_moe = moe_layers > 0;
   const double saved_dense = ex.saved_dense;
-  double saved = top_moe ? ex.saved_moe : ex.saved_dense;
-  double held_layers = in_flight_units * ((layers - moe_layers) * saved_dense + moe_layers * saved);
   // Partial recompute: the layers past a chunk's first recompute_layers keep
   // everything (as without recompute), and the stage's top layer is one of
-  // them when its chunk has more layers than that.
+  // them when its chunk has more layers than that. Otherwise every layer
+  // holds the layout's saved tensors.
   const bool partial = l.recompute_layers > 0;
-  if (partial) {
-    held_layers = in_flight_units * (rc.dense * saved_dense + (layers - moe_layers - rc.dense) * ex.kept_dense +
-                                     rc.moe * ex.saved_moe + (moe_layers - rc.moe) * ex.kept_moe);
-    if (top_chunk_kept > 0) saved = top_moe ? ex.kept_moe : ex.kept_dense;
-  }
+  const double kept_dense = partial ? ex.kept_dense : saved_dense, kept_moe = partial ? ex.kept_moe : ex.saved_moe;
+  const double held_layers = in_flight_units * (rc.dense * saved_dense + (layers - moe_layers - rc.dense) * kept_dense +
+                                                rc.moe * ex.saved_moe + (moe_layers - rc.moe) * kept_moe);
+  const bool top_kept = partial && top_chunk_kept > 0;
+  const double saved = top_moe ? (top_kept ? kept_moe : ex.saved_moe) : (top_kept ? kept_dense : saved_dense);
   // What backward adds to the layer it is in: full recompute re-runs the
   // layer's forward in fp32, and the layer's saved input and the re-run's
   // output buffer are freed as soon as it is done, before the backward's own
@@ -424,7 +423,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
     // The re-run of a recomputed layer; under partial recompute the same
     // micro-batch's kept layers above it in the chunk are freed by then.
     if (l.recompute == Recompute::kFull && rc.dense > 0) {
-      const double rerun_others = held_layers - saved_dense - (partial ? top_chunk_kept * ex.kept_dense : 0.0) +
+      const double rerun_others = held_layers - saved_dense - (partial ? top_chunk_kept * kept_dense : 0.0) +
                                   std::max(0.0, held_heads - 1) * head_keep;
       moments[count++] = {rerun_others + fwd + in_out, flowing};
     }
@@ -565,33 +564,28 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
   a.dense = layer_activation_bytes(m, l, opt, seq, train.precision, false);
   a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, seq, train.precision, true) : 0;
   a.checkpoint = layer_checkpoint_bytes(m, l, seq, train.precision);
-  if (l.recompute == Recompute::kSelective && every_other_matmul(opt, train.precision, false, m.mla.enabled)) {
-    Layout whole = l;
-    whole.recompute = Recompute::kNone;
-    a.rerun = std::max(0.0, layer_activation_bytes(m, whole, opt, seq, train.precision, false) - a.dense);
-  }
-  if (l.recompute_layers > 0) {
-    Layout kept = l;
-    kept.recompute = Recompute::kNone;
-    kept.recompute_layers = 0;
-    a.kept_dense = layer_activation_bytes(m, kept, opt, seq, train.precision, false);
-    a.kept_moe = m.is_moe() ? layer_activation_bytes(m, kept, opt, seq, train.precision, true) : 0;
+  // The same layout keeping every activation: what a layer holds without
+  // recompute (torchtitan's re-run ops, partial recompute's kept layers).
+  Layout keep_all = l;
+  keep_all.recompute = Recompute::kNone;
+  keep_all.recompute_layers = 0;
+  if (l.recompute == Recompute::kSelective && every_other_matmul(opt, train.precision, false, m.mla.enabled))
+    a.rerun = std::max(0.0, layer_activation_bytes(m, keep_all, opt, seq, train.precision, false) - a.dense);
+  const bool partial = l.recompute_layers > 0;
+  if (partial) {
+    a.kept_dense = layer_activation_bytes(m, keep_all, opt, seq, train.precision, false);
+    a.kept_moe = m.is_moe() ? layer_activation_bytes(m, keep_all, opt, seq, train.precision, true) : 0;
   }
   if (opt.for_loom_executor()) {
     ActivationTerms::Executor& ex = a.executor;
     ex.valid = true;
-    Layout keep_all = l;
-    keep_all.recompute = Recompute::kNone;
     ex.saved_dense = executor_layer_activation_bytes(m, l, seq, train.precision);
-    Layout kept = keep_all;
-    kept.recompute_layers = 0;
-    ex.kept_dense = l.recompute_layers > 0 ? executor_layer_activation_bytes(m, kept, seq, train.precision) : 0;
+    if (partial) ex.kept_dense = executor_layer_activation_bytes(m, keep_all, seq, train.precision);
     ex.fp32_dense = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true);
     if (m.is_moe()) {
       ex.moe = executor_moe_mlp(m, l, seq, executor_moe_load(l, opt));
       ex.saved_moe = executor_layer_activation_bytes(m, l, seq, train.precision, false, &ex.moe);
-      if (l.recompute_layers > 0)
-        ex.kept_moe = executor_layer_activation_bytes(m, kept, seq, train.precision, false, &ex.moe);
+      if (partial) ex.kept_moe = executor_layer_activation_bytes(m, keep_all, seq, train.precision, false, &ex.moe);
       ex.fp32_moe = executor_layer_activation_bytes(m, keep_all, seq, train.precision, true, &ex.moe);
     }
     ex.forward_peak = executor_layer_forward_peak_bytes(m, l, seq, train.precision);

@@ -158,6 +158,10 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   auto t0 = std::chrono::steady_clock::now();
   if (sp.world < 1) return invalid_argument("search: --gpus must be >= 1");
   LOOM_RETURN_IF_ERROR(validate_train_spec(eval.train()));
+  if (sp.fix_recompute_layers > 0 && !sp.partial_recompute)
+    return invalid_argument("search: --fix recompute_layers=" + std::to_string(sp.fix_recompute_layers) +
+                            ": this stack recomputes every layer or none (torchtitan, DeepSpeed); recompute_layers is "
+                            "Megatron's --recompute-method block, which megatron-core and Loom's executor run");
   for (auto [name, value] :
        {std::pair<const char*, int>{"tp", sp.fix_tp}, {"pp", sp.fix_pp}, {"dp", sp.fix_dp}, {"cp", sp.fix_cp}}) {
     if (value > 0 && sp.world % value != 0)

@@ -35,12 +35,32 @@ TrainSpec train(int64_t batch, int64_t seq) {
   return t;
 }
 
+Framework framework(const char* name) {
+  auto f = load_framework(name);
+  LOOM_CHECK(f.is_ok(), f.status().to_string());
+  return *f;
+}
+
 SimOptions megatron() {
   SimOptions o;
-  auto f = load_framework("megatron-core");
-  LOOM_CHECK(f.is_ok(), f.status().to_string());
-  apply_framework(*f, &o);
+  apply_framework(framework("megatron-core"), &o);
   return o;
+}
+
+// A model on DGX H100s with Megatron-core's options.
+Evaluator megatron_eval(const char* model, int64_t batch, int64_t seq) {
+  return Evaluator(testing::load_model_or_die(model), testing::load_hw_or_die("dgx-h100"), train(batch, seq),
+                   megatron());
+}
+
+// A stack's search space over `world` GPUs with `fix` pinned.
+SearchSpace space_of(const char* name, int world, const std::string& fix) {
+  SearchSpace sp;
+  sp.world = world;
+  apply_framework(framework(name), &sp);
+  const Status s = apply_search_fix(fix, &sp);
+  LOOM_CHECK(s.is_ok(), s.to_string());
+  return sp;
 }
 
 TEST(PartialRecompute, TheLayoutStatesItAndRefusesWhatMegatronCannot) {
@@ -107,11 +127,10 @@ TEST(PartialRecompute, TimeAndMemoryAreThatShareOfFullAndNone) {
   // stage's recompute time is N/16 of full recompute's; its activations are N
   // layer inputs and 16 - N whole layers (the no-recompute ones) per
   // micro-batch in flight, plus the one layer re-materialized in backward.
-  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
-  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
-  const TrainSpec t = train(64, 4096);
-  const SimOptions opt = megatron();
-  const Evaluator eval(m, hw, t, opt);
+  const Evaluator eval = megatron_eval("llama-3-8b", 64, 4096);
+  const ModelSpec& m = eval.model();
+  const TrainSpec& t = eval.train();
+  const SimOptions& opt = eval.options();
   const Layout full = L("dp=4,pp=2,zero=1,recompute=full");
   const Layout none = L("dp=4,pp=2,zero=1");
   const StageCosts f = eval.stage_costs(full)[0], n = eval.stage_costs(none)[0];
@@ -156,18 +175,9 @@ TEST(PartialRecompute, TheSearchFindsTheFewestRecomputedLayersThatFit) {
   // nothing fits without recompute, so Megatron-core's search takes the
   // fewest recomputed layers a chunk that fit. Brute force over N: that N
   // fits and N - 1 does not, and it is faster than recomputing every layer.
-  const ModelSpec m = testing::load_model_or_die("llama-3.1-405b");
-  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
-  const TrainSpec t = train(2048, 8192);
-  const SimOptions opt = megatron();
-  const Evaluator eval(m, hw, t, opt);
-  SearchSpace sp;
-  sp.world = 8192;
-  auto f = load_framework("megatron-core");
-  ASSERT_TRUE(f.is_ok());
-  apply_framework(*f, &sp);
+  const Evaluator eval = megatron_eval("llama-3.1-405b", 2048, 8192);
+  const SearchSpace sp = space_of("megatron-core", 8192, "tp=8,pp=16,dp=64,sp=1,zero=1,micro=1,schedule=1f1b,split=even");
   ASSERT_TRUE(sp.partial_recompute);
-  ASSERT_TRUE(apply_search_fix("tp=8,pp=16,dp=64,sp=1,zero=1,micro=1,schedule=1f1b,split=even", &sp).is_ok());
   auto res = search_layouts(eval, sp);
   ASSERT_TRUE(res.is_ok()) << res.status().to_string();
   ASSERT_FALSE(res->ranked.empty());
@@ -186,26 +196,25 @@ TEST(PartialRecompute, TheSearchFindsTheFewestRecomputedLayersThatFit) {
   Layout all = best;
   all.recompute_layers = 0;
   EXPECT_GT(res->ranked.front().estimate.figures.tokens_per_s, eval.estimate(all).figures.tokens_per_s);
-  // torchtitan checkpoints whole blocks: not in its search.
-  SearchSpace tt;
-  tt.world = 8192;
-  auto titan = load_framework("torchtitan");
-  ASSERT_TRUE(titan.is_ok());
-  apply_framework(*titan, &tt);
+  // torchtitan checkpoints whole blocks: not in its search, and refused pinned.
+  SearchSpace tt = space_of("torchtitan", 8192, "tp=8,pp=16,dp=64,sp=1,zero=3,micro=1,schedule=1f1b,split=even");
   EXPECT_FALSE(tt.partial_recompute);
-  ASSERT_TRUE(apply_search_fix("tp=8,pp=16,dp=64,sp=1,zero=3,micro=1,schedule=1f1b,split=even", &tt).is_ok());
   auto theirs = search_layouts(eval, tt);
   ASSERT_TRUE(theirs.is_ok());
   for (const Candidate& c : theirs->ranked) EXPECT_EQ(c.layout.recompute_layers, 0) << c.layout.to_string();
+  tt.fix_recompute_layers = 2;
+  auto pinned = search_layouts(eval, tt);
+  ASSERT_FALSE(pinned.is_ok());
+  EXPECT_NE(pinned.status().message().find("recomputes every layer or none"), std::string::npos)
+      << pinned.status().message();
 }
 
 TEST(PartialRecompute, MegatronAndLoomsExecutorRunItTheOthersRefuse) {
   const ModelSpec m = testing::load_model_or_die("llama-3-8b");
   const Layout l = L("dp=4,pp=2,recompute=full,recompute_layers=3");
   for (const char* name : {"megatron-core", "torchtitan", "deepspeed"}) {
-    auto f = load_framework(name);
-    ASSERT_TRUE(f.is_ok());
-    const Status s = check_layout_for_stack(&*f, m, l);
+    const Framework f = framework(name);
+    const Status s = check_layout_for_stack(&f, m, l);
     EXPECT_EQ(s.is_ok(), std::string(name) == "megatron-core") << name << ": " << s.message();
   }
   EXPECT_TRUE(check_layout_for_stack(nullptr, m, l).is_ok());  // Loom's executor
