@@ -62,6 +62,7 @@ struct PlanArgs {
   std::string fp8_scaling;  // empty: the framework's, else current
   std::string cross_entropy;  // empty: the framework's, else fused
   std::string layer_ops;      // empty: the framework's, else fused
+  std::string expert_gemm;    // empty: the framework's, else grouped
   bool fp8_attention = false;
   bool fp8_params = false;
   std::string framework;    // frameworks/<name>.json; empty: none
@@ -195,6 +196,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.fp8_scaling = a.fp8_scaling;
   req.cross_entropy = a.cross_entropy;
   req.layer_ops = a.layer_ops;
+  req.expert_gemm = a.expert_gemm;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
   req.fp8_attention = a.fp8_attention;
@@ -435,6 +437,10 @@ int cmd_plan(int argc, char** argv) {
                  "SwiGLU kernel; the default without --framework) or torch_eager (torchtitan's Llama block in eager "
                  "PyTorch: separate q/k/v projections, RoPE through fp32 complex numbers, repeat_kv copies for GQA, "
                  "SiLU and the multiply apart)");
+  app.add_option("--expert-gemm", a.expert_gemm,
+                 "how a MoE layer's local experts run their GEMMs: grouped (one grouped kernel: cuBLASLt/CUTLASS "
+                 "grouped GEMM, torch._grouped_mm, Loom's executor; the default without --framework) or per_expert "
+                 "(one GEMM each, priced one after another: Transformer Engine's GroupedLinear, DeepSpeed's loop)");
   app.add_flag("--fp8-attention", a.fp8_attention,
                "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
   app.add_flag("--fp8-params", a.fp8_params,

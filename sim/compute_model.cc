@@ -62,11 +62,13 @@ struct GemmSum {
     split_passes(t, 3 * flops / (peak * eff), flops, &fwd_s, &bwd_s);
     fwd_flops += flops;
   }
-  // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n) as one
-  // grouped kernel.
+  // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n), as one
+  // grouped kernel or one GEMM each on the stack's streams
+  // (SimOptions::expert_gemm). Their FP8 casts stay one pass over all the
+  // groups' elements (TE's split_quantize spreads them over its streams).
   void grouped(double groups, double m, double n, double k) {
     if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return;
-    add(grouped_gemm_time_s(hw, p, groups, m, n, k), p, groups, 1, m, n, k);
+    add(expert_gemms_time_s(hw, p, groups, m, n, k, opt.expert_gemm), p, groups, 1, m, n, k);
   }
   // The casts' memory time of `elements` (inputs in forward, output gradients
   // in backward, weights once a step: cached across micro-batches as
@@ -192,6 +194,14 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
 double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
   if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
   return gemm_kernel_time_s(hw, precision, groups, m, n, k);
+}
+
+double expert_gemms_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k,
+                           ExpertGemm how) {
+  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
+  const double grouped = grouped_gemm_time_s(hw, precision, groups, m, n, k);
+  if (how == ExpertGemm::kGrouped) return grouped;
+  return std::max(grouped, groups * gemm_time_s(hw, precision, m, n, k));
 }
 
 double comm_contention_fraction(const HwProfile& hw) {
@@ -331,7 +341,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // (etp = 1) each TP rank dispatches its 1/t share to whole experts.
     const double etp = sh.etp, fold = t / etp;
     double tokens_per_expert = T * k * sh.ep / E / fold * imbalance;
-    // The local experts as grouped GEMMs (one launch for all of them).
+    // The local experts' GEMMs: one grouped kernel, or one GEMM each.
     gemm.grouped(local_experts, tokens_per_expert, mlp_mats * fe / etp, h);
     gemm.grouped(local_experts, tokens_per_expert, h, fe / etp);
     act_elem_fwd += T * k * fe / t;

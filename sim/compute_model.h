@@ -152,9 +152,19 @@ MoeExchange moe_exchange(const ModelSpec& model, const HwProfile& hw, const SimO
 // Time of one GEMM of shape (m x k) * (k x n).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
 // Time of `groups` equal GEMMs run as one grouped kernel (MoE experts:
-// Transformer Engine's GroupedLinear / cuBLASLt and CUTLASS grouped GEMM):
-// one launch, the table's rate at all the groups' FLOPs, the waves of all
-// their output tiles together.
+// cuBLASLt and CUTLASS grouped GEMM, torch._grouped_mm): one launch, the
+// table's rate at all the groups' FLOPs, the waves of all their output tiles
+// together.
 double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k);
+// Time of a MoE layer's `groups` equal expert GEMMs as the stack runs them:
+// one grouped kernel, or one GEMM per expert (Transformer Engine's
+// multi_stream_cublas_gemm, DeepSpeed's loop), each costing what the table
+// says of it alone (its own FLOPs, waves and fixed cost), one after another.
+// TE spreads its GEMMs over 4 streams; what they gain by running side by
+// side is not credited: TransformerEngine #2045 measured them 9% and 24%
+// above that sum (H100, BF16, 8 x 4096 and 16 x 2048 rows of 768 x 2048).
+// Never faster than the grouped kernel.
+double expert_gemms_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k,
+                           ExpertGemm how);
 
 }  // namespace loom

@@ -33,6 +33,34 @@ Status megatron_split_status(const ModelSpec& m, const Layout& l) {
   return Status::ok();
 }
 
+std::string megatron_pipeline_layout(const ModelSpec& m, const Layout& l) {
+  const StageSplit split = split_layers(m, l);
+  const int chunks = int(split.chunk_layers.size());
+  // Virtual stage g (= chunk * pp + stage, Megatron's order): its layers,
+  // the embedding before the first, the MTP modules and the loss after the
+  // last (where Loom costs them).
+  std::vector<std::string> stages(chunks);
+  for (int g = 0; g < chunks; ++g) {
+    if (g == 0) stages[g] += "E";
+    stages[g] += std::string(size_t(split.chunk_layers[g]), 't');
+    if (g == chunks - 1) stages[g] += std::string(size_t(m.num_mtp_layers), 'm') + "L";
+  }
+  // Runs of equal stages as Megatron's "(...|)*n"; each stage ends in "|"
+  // but the last.
+  std::string out;
+  for (int g = 0; g < chunks;) {
+    int n = 1;
+    while (g + n < chunks - 1 && stages[g + n] == stages[g]) ++n;
+    if (n > 1) {
+      out += "(" + stages[g] + "|)*" + std::to_string(n) + (g + n < chunks ? "," : "");
+    } else {
+      out += stages[g] + (g + 1 < chunks ? "|" : "");
+    }
+    g += n;
+  }
+  return out;
+}
+
 Result<std::string> export_megatron_args(const Plan& p) {
   const Layout& l = p.layout;
   const ModelSpec& m = p.model;
@@ -46,9 +74,11 @@ Result<std::string> export_megatron_args(const Plan& p) {
   std::ostringstream o;
   o << "--tensor-model-parallel-size " << l.tp << "\n";
   o << "--pipeline-model-parallel-size " << l.pp << "\n";
-  if (Status s = megatron_split_status(m, l); !s.is_ok())
-    return Status(s.code(), "export megatron: " + s.message());
-  if (l.schedule == Schedule::kInterleaved) {
+  if (l.pp > 1 && !megatron_split_status(m, l).is_ok()) {
+    // A split the older flags cannot state (an uneven or pinned interleaved
+    // split, unequal middle stages): every virtual stage's layers.
+    o << "--pipeline-model-parallel-layout \"" << megatron_pipeline_layout(m, l) << "\"\n";
+  } else if (l.schedule == Schedule::kInterleaved) {
     o << "--num-layers-per-virtual-pipeline-stage " << m.num_layers / (l.pp * l.virtual_stages) << "\n";
   } else if (l.pp > 1 && (m.num_layers % l.pp != 0 || l.first_stage_layers > 0 || l.last_stage_layers > 0)) {
     // An uneven split (core/stage_split.h: the extra layers on the middle

@@ -26,6 +26,14 @@ Result<std::string> export_megatron_args(const Plan& plan);
 struct ModelSpec;
 struct Layout;
 Status megatron_split_status(const ModelSpec& model, const Layout& layout);
+// Megatron-core's --pipeline-model-parallel-layout (core_v0.13.0 and later;
+// MTP modules in it since Megatron-LM HEAD d98e8a64dd's
+// pipeline_parallel_layer_layout.py): the virtual stages in Megatron's order
+// (chunk * pp + stage), "|" between them, E (embedding) before the first
+// layer, the MTP modules (m) and the loss (L) after the last, runs of equal
+// stages as "(...|)*n," (commas are cosmetic to Megatron). E.g. 126 layers on pp=8, v=8 with one layer on the
+// first and the last chunk: "Et|(tt|)*62,tL".
+std::string megatron_pipeline_layout(const ModelSpec& model, const Layout& layout);
 Result<std::string> export_deepspeed_config(const Plan& plan);
 Result<std::string> export_torchtitan_toml(const Plan& plan);
 // By dialect name: "megatron", "deepspeed" or "torchtitan".

@@ -53,6 +53,13 @@ Result<bool> required_bool(const Json& s, const char* key, const std::string& wh
 
 }  // namespace
 
+bool parse_layer_split(const std::string& text, LayerSplitRule* out) {
+  if (text == "any") *out = LayerSplitRule::kAny;
+  else if (text == "equal_chunks") *out = LayerSplitRule::kEqualChunks;
+  else return false;
+  return true;
+}
+
 Result<Framework> parse_framework(const std::string& json_text, const std::string& name) {
   const std::string w = "framework " + name;
   LOOM_ASSIGN_OR_RETURN(Json j, parse_json(json_text, w));
@@ -77,6 +84,9 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(const Json* pp, section(j, "pipeline", w));
   LOOM_ASSIGN_OR_RETURN(f.pp_blocking_p2p, required_bool(*pp, "blocking_p2p", w + ".pipeline"));
   LOOM_ASSIGN_OR_RETURN(f.pp_overlap_p2p_comm, required_bool(*pp, "overlap_p2p_comm", w + ".pipeline"));
+  LOOM_ASSIGN_OR_RETURN(std::string split, json_string_or(*pp, "layer_split", "any", w + ".pipeline"));
+  if (!parse_layer_split(split, &f.layer_split))
+    return invalid_argument(w + ".pipeline.layer_split must be any or equal_chunks, got '" + split + "'");
 
   LOOM_ASSIGN_OR_RETURN(const Json* l, section(j, "layouts", w));
   const std::string wl = w + ".layouts";
@@ -127,6 +137,13 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
       return invalid_argument(w + ".layer.ops must be fused or torch_eager, got '" + ops + "'");
     LOOM_ASSIGN_OR_RETURN(f.fsdp_copies, json_bool_or(*ly, "fsdp_copies", false, w + ".layer"));
   }
+  // Optional: how the stack runs a MoE layer's local experts, with its source.
+  if (j.contains("moe")) {
+    LOOM_ASSIGN_OR_RETURN(const Json* mo, section(j, "moe", w));
+    LOOM_ASSIGN_OR_RETURN(std::string eg, json_string_or(*mo, "expert_gemm", "grouped", w + ".moe"));
+    if (!parse_expert_gemm(eg, &f.expert_gemm))
+      return invalid_argument(w + ".moe.expert_gemm must be grouped or per_expert, got '" + eg + "'");
+  }
   LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", -1, w));
   if (dropout < -1 || dropout > 1) return invalid_argument(w + ".dropout must be -1 (from the model), 0 or 1");
   f.dropout = int(dropout);
@@ -153,6 +170,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->cross_entropy = f.cross_entropy;
   opt->layer_ops = f.layer_ops;
   opt->fsdp_copies = f.fsdp_copies;
+  opt->expert_gemm = f.expert_gemm;
   opt->dropout = f.dropout;
 }
 
@@ -165,18 +183,21 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   sp->overlap_grad_zero_stages = f.grad_reduce_overlap_zero_stages;
   sp->overlap_grad_reduce = !f.grad_reduce_overlap_zero_stages.empty();
   sp->overlap_param_gather = f.overlap_param_gather;
-  // Pinned first/last chunks only where the stack's export can state them:
-  // Megatron's --decoder-first/last-pipeline-num-layers (not with its
-  // interleaved --num-layers-per-virtual-pipeline-stage), torchtitan's
+  // Pinned first/last chunks only where the stack can state them: Megatron's
+  // --pipeline-model-parallel-layout (any schedule; before core_v0.13.0
+  // --decoder-first/last-pipeline-num-layers, not with the interleaved
+  // --num-layers-per-virtual-pipeline-stage), torchtitan's
   // module_fqns_per_model_part (any schedule); DeepSpeed's config cannot.
   // DeepSpeed has no context parallelism (its Ulysses sequence parallelism
   // is another scheme); Megatron-Core and torchtitan ring attention.
   if (f.export_kind == "deepspeed") sp->max_cp = 1;
+  const bool equal_chunks = f.export_kind == "megatron" && f.layer_split == LayerSplitRule::kEqualChunks;
   sp->try_uneven_ends = f.export_kind != "deepspeed";
-  sp->uneven_ends_interleaved = f.export_kind == "torchtitan";
-  // Megatron states a split by layers per virtual stage or by the first and
-  // last stage's layers (the rest equal): other splits cannot be run there.
-  sp->megatron_splits = f.export_kind == "megatron";
+  sp->uneven_ends_interleaved = f.export_kind != "deepspeed" && !equal_chunks;
+  // Older Megatron states a split by layers per virtual stage or by the
+  // first and last stage's layers (the rest equal): other splits cannot be
+  // run there.
+  sp->megatron_splits = equal_chunks;
   // Megatron recomputes the first N layers of each chunk (--recompute-method
   // block --recompute-num-layers N), as Loom's executor does; the other
   // stacks whole blocks or none.
@@ -205,17 +226,18 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
   if (l.cp > 1 && f.export_kind == "deepspeed")
     return invalid_argument("cp=" + std::to_string(l.cp) + ": " + f.name +
                             " has no context parallelism (ring attention); use cp=1, or megatron / torchtitan");
-  if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) &&
-      (f.export_kind == "deepspeed" || (f.export_kind == "megatron" && l.schedule == Schedule::kInterleaved)))
-    return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk" +
-                            (f.export_kind == "megatron" ? " of an interleaved split; use schedule=1f1b" : "") +
-                            "; drop first=/last=");
+  if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) && f.export_kind == "deepspeed")
+    return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk; drop first=/last=");
   if (l.recompute_layers > 0 && f.export_kind != "megatron")
     return invalid_argument("recompute_layers=" + std::to_string(l.recompute_layers) + ": " + f.name +
                             " recomputes every layer or none (recompute_layers is Megatron's --recompute-method "
                             "block); drop recompute_layers");
-  // Megatron states a layer split only one way (sim/export.h).
-  if (f.export_kind == "megatron") return megatron_split_status(model, l);
+  // Megatron before core_v0.13.0 states a layer split only one way
+  // (sim/export.h); since then --pipeline-model-parallel-layout states any.
+  if (f.export_kind == "megatron" && f.layer_split == LayerSplitRule::kEqualChunks) {
+    Status s = megatron_split_status(model, l);
+    if (!s.is_ok()) return Status(s.code(), s.message() + " (" + f.name + " with pipeline.layer_split equal_chunks)");
+  }
   return Status::ok();
 }
 

@@ -22,6 +22,15 @@
 namespace loom {
 
 enum class SequenceParallelRule { kOptional, kAlways, kNever };
+// Which pipeline layer splits the stack can state. kAny: every split Loom
+// makes (Megatron-core since core_v0.13.0: --pipeline-model-parallel-layout
+// names each virtual stage's layers; torchtitan's module lists). kEqualChunks:
+// Megatron-core before core_r0.11, whose --num-layers-per-virtual-pipeline-stage
+// needs pp*v to divide the layers and pins no chunk, and whose
+// non-interleaved uneven splits keep the middle stages equal
+// (megatron_split_status, sim/export.h).
+enum class LayerSplitRule { kAny, kEqualChunks };
+bool parse_layer_split(const std::string& text, LayerSplitRule* out);
 
 struct Framework {
   std::string name;         // file stem, e.g. "megatron-core"
@@ -35,6 +44,7 @@ struct Framework {
   bool tp_comm_overlap = false;
   bool pp_blocking_p2p = false;       // SimOptions::pp_blocking_p2p
   bool pp_overlap_p2p_comm = false;   // SimOptions::pp_overlap_p2p_comm
+  LayerSplitRule layer_split = LayerSplitRule::kAny;  // pipeline.layer_split
   std::vector<int> zero_stages;
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;
@@ -42,6 +52,7 @@ struct Framework {
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::kFused;  // loss.cross_entropy (optional section)
   LayerOps layer_ops = LayerOps::kFused;  // layer.ops (optional section)
   bool fsdp_copies = false;               // layer.fsdp_copies
+  ExpertGemm expert_gemm = ExpertGemm::kGrouped;  // moe.expert_gemm (SimOptions::expert_gemm)
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;

@@ -47,6 +47,11 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, c
     return invalid_argument("--layer-ops " + req.layer_ops +
                             ": use fused (fused kernels: Transformer Engine, Megatron) or torch_eager (torchtitan's "
                             "Llama block in eager PyTorch)");
+  ExpertGemm experts;
+  if (!req.expert_gemm.empty() && !parse_expert_gemm(req.expert_gemm, &experts))
+    return invalid_argument("--expert-gemm " + req.expert_gemm +
+                            ": use grouped (one grouped kernel for a layer's local experts) or per_expert (one GEMM "
+                            "each: Transformer Engine's GroupedLinear, DeepSpeed's loop)");
   if (!req.framework.empty()) LOOM_RETURN_IF_ERROR(load_framework(req.framework).status());
   if (train.precision == Precision::kFp8 && hw.accel.peak_fp8_flops <= 0)
     return invalid_argument("--precision fp8: " + hw.name + " (" + hw.accel.name + ") has no fp8 tensor cores; use bf16");
@@ -89,6 +94,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (!req.fp8_scaling.empty()) parse_fp8_scaling(req.fp8_scaling, &opt.fp8_scaling);  // checked by make_train_spec
   if (!req.cross_entropy.empty()) parse_cross_entropy(req.cross_entropy, &opt.cross_entropy);  // checked there too
   if (!req.layer_ops.empty()) parse_layer_ops(req.layer_ops, &opt.layer_ops);  // checked there too
+  if (!req.expert_gemm.empty()) parse_expert_gemm(req.expert_gemm, &opt.expert_gemm);  // checked there too
   if (req.fp8_attention) opt.fp8_attention = true;
   if (req.fp8_params) opt.fp8_params = true;
   if (req.dropout != -2) opt.dropout = req.dropout;

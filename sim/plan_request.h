@@ -48,6 +48,7 @@ struct PlanRequest {
   std::string fp8_scaling;         // SimOptions::fp8_scaling: delayed | current; empty: the framework's, else current
   std::string cross_entropy;       // SimOptions::cross_entropy; empty: the framework's, else fused
   std::string layer_ops;           // SimOptions::layer_ops; empty: the framework's, else fused
+  std::string expert_gemm;         // SimOptions::expert_gemm; empty: the framework's, else grouped
   bool fp8_attention = false;      // SimOptions::fp8_attention
   bool fp8_params = false;         // SimOptions::fp8_params
   int dropout = -2;  // -1: from the model family, 0 off, 1 on; -2: the framework's (else -1)

@@ -141,6 +141,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["moe_dedup_dispatch"] = o.moe_dedup_dispatch;
   j["moe_fp8_dispatch"] = o.moe_fp8_dispatch;
   j["moe_capacity_factor"] = o.moe_capacity_factor;
+  if (o.expert_gemm != ExpertGemm::kGrouped) j["expert_gemm"] = expert_gemm_name(o.expert_gemm);
   j["pp_overlap_p2p_comm"] = o.pp_overlap_p2p_comm;
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   j["dp_comm_host_progress"] = o.dp_comm_host_progress;
@@ -187,6 +188,9 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.moe_dedup_dispatch, json_bool_or(j, "moe_dedup_dispatch", o.moe_dedup_dispatch, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_fp8_dispatch, json_bool_or(j, "moe_fp8_dispatch", o.moe_fp8_dispatch, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_capacity_factor, json_number_or(j, "moe_capacity_factor", o.moe_capacity_factor, w));
+  LOOM_ASSIGN_OR_RETURN(std::string experts, json_string_or(j, "expert_gemm", expert_gemm_name(o.expert_gemm), w));
+  if (!parse_expert_gemm(experts, &o.expert_gemm))
+    return invalid_argument(w + ".expert_gemm must be \"grouped\" or \"per_expert\", got \"" + experts + "\"");
   if (o.moe_capacity_factor < 0 || !(o.moe_load_imbalance >= 1))
     return invalid_argument(w + ": moe_capacity_factor must be >= 0 (0 = dropless) and moe_load_imbalance >= 1");
   LOOM_ASSIGN_OR_RETURN(o.pp_overlap_p2p_comm, json_bool_or(j, "pp_overlap_p2p_comm", o.pp_overlap_p2p_comm, w));

@@ -66,6 +66,17 @@ bool parse_layer_ops(const std::string& text, LayerOps* out) {
   return false;
 }
 
+const char* expert_gemm_name(ExpertGemm e) { return e == ExpertGemm::kPerExpert ? "per_expert" : "grouped"; }
+
+bool parse_expert_gemm(const std::string& text, ExpertGemm* out) {
+  for (ExpertGemm e : {ExpertGemm::kGrouped, ExpertGemm::kPerExpert})
+    if (text == expert_gemm_name(e)) {
+      *out = e;
+      return true;
+    }
+  return false;
+}
+
 CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {
   // Per logit, e bytes each, fp32 = 4 bytes (docs/simulator.md §3.5 lists
   // each kernel and the code it is read from). `cast`: a 16-bit tensor's

@@ -60,6 +60,20 @@ enum class LayerOps { kFused, kTorchEager };
 const char* layer_ops_name(LayerOps o);
 // "fused" or "torch_eager"; false for anything else.
 bool parse_layer_ops(const std::string& text, LayerOps* out);
+// How a MoE layer's local experts run their GEMMs:
+//   grouped     one grouped kernel for all of them (cuBLASLt or CUTLASS
+//               grouped GEMM, torch._grouped_mm, DeepGEMM, Loom's executor;
+//               the default)
+//   per_expert  one GEMM per local expert: Transformer Engine's
+//               GroupedLinear, whose general_grouped_gemm runs
+//               multi_stream_cublas_gemm (one cuBLAS GEMM per expert, round-
+//               robin on 4 streams; TransformerEngine #853, 2024-06, still the
+//               default at d0067d0da, 2026-08), and DeepSpeed's
+//               Experts.forward loop
+enum class ExpertGemm { kGrouped, kPerExpert };
+const char* expert_gemm_name(ExpertGemm e);
+// "grouped" or "per_expert"; false for anything else.
+bool parse_expert_gemm(const std::string& text, ExpertGemm* out);
 const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
@@ -167,6 +181,9 @@ struct SimOptions {
   // Dispatch in FP8 (1 byte an element plus an fp32 scale per 128, DeepSeek-
   // V3's 1x128 tiles) with the combine in 16 bits, as DeepSeek-V3 trains.
   bool moe_fp8_dispatch = false;
+  // How a MoE layer's local experts run their GEMMs (frameworks/<name>.json
+  // moe.expert_gemm; expert_gemms_time_s, sim/compute_model.h).
+  ExpertGemm expert_gemm = ExpertGemm::kGrouped;
   // Expert capacity factor (Megatron --moe-expert-capacity-factor): an
   // expert takes at most this many times its balanced share of tokens and
   // drops the rest, so the busiest rank's load is min(moe_load_imbalance,

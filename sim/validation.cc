@@ -106,6 +106,12 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
       return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got '" + p.cross_entropy + "'");
     if (!p.cross_entropy.empty() && !(r.contains("cross_entropy_source") && r["cross_entropy_source"].is_string()))
       return invalid_argument(w + ".cross_entropy_source is missing: name the code the row's loss was read from");
+    LOOM_ASSIGN_OR_RETURN(p.layer_split, json_string_or(r, "layer_split", "", w));
+    LayerSplitRule split;
+    if (!p.layer_split.empty() && !parse_layer_split(p.layer_split, &split))
+      return invalid_argument(w + ".layer_split must be any or equal_chunks, got '" + p.layer_split + "'");
+    if (!p.layer_split.empty() && p.framework.empty())
+      return invalid_argument(w + ".layer_split needs a framework: it says which splits that stack's release states");
     LOOM_ASSIGN_OR_RETURN(p.layout, json_string_or(r, "layout", "", w));
     LOOM_ASSIGN_OR_RETURN(p.fix, json_string_or(r, "fix", "", w));
     if (p.layout.empty() == p.fix.empty())
@@ -152,6 +158,7 @@ RunPrediction predict_run(const PublishedRun& run) {
     auto f = load_framework(run.framework);
     if (!f.is_ok()) return fail(f.status());
     framework = std::move(f).value();
+    if (!run.layer_split.empty()) parse_layer_split(run.layer_split, &framework->layer_split);  // checked on load
   }
   const Framework* fw = framework ? &*framework : nullptr;
   // The framework's options, then the row's own.

@@ -106,6 +106,8 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       {"mixtral-8x7b", "dp=8,tp=2,ep=4,pp=2,micro=1,sp=1", 32, t},
       {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1", 8, t},
       {"mixtral-8x7b", "dp=2,tp=2,ep=4,etp=1,zero=1,micro=1,sp=1", 4, t},
+      {"llama-3.1-405b", "dp=1,tp=8,pp=8,zero=1,micro=1,sp=1,schedule=interleaved,v=8,first=1,last=1", 64, t},
+      {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,schedule=interleaved,v=2,last=2", 64, t},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.model) + " " + c.layout);
@@ -113,8 +115,15 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
     auto args = export_megatron_args(p);
     ASSERT_TRUE(args.is_ok()) << args.status().to_string();
     expect_accepted(*args, flags, std::string(c.model) + " " + c.layout);
-    if (p.layout.folded_experts())
+    if (p.layout.folded_experts()) {
       EXPECT_NE(args->find("--expert-tensor-parallel-size 1\n"), std::string::npos) << *args;
+    }
+    if (p.layout.first_stage_layers > 0 && p.layout.tp == 8) {  // 405B as Megatron-Bridge splits it
+      EXPECT_NE(args->find("--pipeline-model-parallel-layout \"Et|(tt|)*62,tL\"\n"), std::string::npos) << *args;
+    }
+    if (p.model.num_mtp_layers > 0 && p.layout.schedule == Schedule::kInterleaved) {  // the MTP module, then the loss
+      EXPECT_NE(args->find("mL\"\n"), std::string::npos) << *args;
+    }
     if (p.layout.cp > 1) {
       EXPECT_NE(args->find("--context-parallel-size 2\n"), std::string::npos) << *args;
       EXPECT_NE(args->find("--cp-comm-type p2p\n"), std::string::npos) << *args;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
 #include <set>
 
 #include "core/plan.h"
@@ -57,6 +58,12 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_FALSE(ds.fp32_main_grads);
   EXPECT_EQ(ds.grad_reduce_overlap_zero_stages, std::vector<int>{3});
   EXPECT_EQ(ds.sequence_parallel, SequenceParallelRule::kNever);
+  // MoE experts: Transformer Engine's GroupedLinear runs one cuBLAS GEMM per
+  // expert (multi_stream_cublas_gemm), DeepSpeed's Experts a Python loop;
+  // torchtitan's GroupedExperts one torch._grouped_mm.
+  EXPECT_EQ(mc.expert_gemm, ExpertGemm::kPerExpert);
+  EXPECT_EQ(ds.expert_gemm, ExpertGemm::kPerExpert);
+  EXPECT_EQ(tt.expert_gemm, ExpertGemm::kGrouped);
 
   SimOptions opt;
   apply_framework(mc, &opt);
@@ -67,6 +74,9 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(back->framework, "megatron-core");
   EXPECT_EQ(back->fp8_scaling, Fp8Scaling::kDelayed);
+  EXPECT_EQ(back->expert_gemm, ExpertGemm::kPerExpert);
+  EXPECT_EQ(sim_options_json(SimOptions{}).find("expert_gemm"), std::string::npos);
+  EXPECT_FALSE(parse_sim_options(R"({"expert_gemm": "batched"})").is_ok());
   SimOptions titan;
   apply_framework(tt, &titan);
   auto titan_back = parse_sim_options(sim_options_json(titan));
@@ -118,9 +128,15 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   Status s = check_layout_for_framework(load_or_die("megatron-core"), m, z2);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("offers ZeRO 0, 1"), std::string::npos) << s.message();
+  // A pinned interleaved split: Megatron-core states it since core_v0.13.0
+  // (--pipeline-model-parallel-layout); a release before core_r0.11 cannot.
   Layout pinned = *parse_layout("dp=4,pp=4,schedule=interleaved,v=2,last=2");
-  s = check_layout_for_framework(load_or_die("megatron-core"), m, pinned);
-  EXPECT_NE(s.message().find("of an interleaved split"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_layout_for_framework(load_or_die("megatron-core"), m, pinned).is_ok());
+  Framework r08 = load_or_die("megatron-core");
+  r08.layer_split = LayerSplitRule::kEqualChunks;
+  s = check_layout_for_framework(r08, m, pinned);
+  EXPECT_NE(s.message().find("with the interleaved schedule"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("layer_split equal_chunks"), std::string::npos) << s.message();
   pinned = *parse_layout("dp=4,pp=4,last=2");
   EXPECT_TRUE(check_layout_for_framework(load_or_die("megatron-core"), m, pinned).is_ok());
   EXPECT_TRUE(check_layout_for_framework(load_or_die("torchtitan"), m, pinned).is_ok());
@@ -128,8 +144,9 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   EXPECT_NE(s.message().find("cannot pin the first and last pipeline chunk"), std::string::npos) << s.message();
 }
 
-TEST(Framework, MegatronSearchesOnlySplitsMegatronCanState) {
-  // 92 layers over pp=4 is 23 a stage: Megatron-LM's
+TEST(Framework, OldMegatronSearchesOnlySplitsItCanState) {
+  // A Megatron-core release before core_r0.11 (pipeline.layer_split
+  // equal_chunks; the MC rows' r0.8). 92 layers over pp=4 is 23 a stage: its
   // --num-layers-per-virtual-pipeline-stage can only make v = 23 (one layer a
   // chunk) of that, where Loom's own split also tries v = 2..8 with some
   // chunks a layer longer. Over pp=8 (11.5 a stage) no interleaved split
@@ -152,7 +169,8 @@ TEST(Framework, MegatronSearchesOnlySplitsMegatronCanState) {
   free.world = 32;
   const std::vector<Layout> any = enumerate_layouts(eval, free);
   EXPECT_TRUE(vs_at(any, 4).count(8)) << "Loom's own split tries uneven chunks";
-  const Framework f = load_or_die("megatron-core");
+  Framework f = load_or_die("megatron-core");
+  f.layer_split = LayerSplitRule::kEqualChunks;
   SearchSpace sp;
   sp.world = 32;
   apply_framework(f, &sp);
@@ -169,6 +187,70 @@ TEST(Framework, MegatronSearchesOnlySplitsMegatronCanState) {
     }
   }
   EXPECT_TRUE(plain8);
+}
+
+// Megatron's PipelineParallelLayerLayout.parse_str_to_list, written again
+// from its source (megatron/core/transformer/pipeline_parallel_layer_layout.py
+// at d98e8a64dd): commas dropped, "(x)*n" then "c*n" unrolled, split at "|".
+std::vector<std::string> megatron_layout_stages(std::string text) {
+  text.erase(std::remove(text.begin(), text.end(), ','), text.end());
+  for (const char* pattern : {R"(\(([^)]+)\)\*(\d+))", R"((.)\*(\d+))"}) {
+    const std::regex re(pattern);
+    std::string out;
+    auto begin = std::sregex_iterator(text.begin(), text.end(), re);
+    size_t last = 0;
+    for (auto it = begin; it != std::sregex_iterator(); ++it) {
+      out += text.substr(last, size_t(it->position()) - last);
+      for (int i = 0; i < std::stoi((*it)[2].str()); ++i) out += (*it)[1].str();
+      last = size_t(it->position() + it->length());
+    }
+    text = out + text.substr(last);
+  }
+  std::vector<std::string> stages(1);
+  for (char c : text) {
+    if (c == '|') stages.emplace_back();
+    else stages.back() += c;
+  }
+  return stages;
+}
+
+TEST(Framework, MegatronStatesAnySplitWithTheLayoutFlag) {
+  // The shipped megatron-core (core_v0.13.0 and later): the search tries
+  // uneven and pinned interleaved splits, and the export states each one
+  // with --pipeline-model-parallel-layout, whose stages Megatron reads back
+  // as Loom split them.
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  m.num_layers = 92;
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 4096;
+  Evaluator eval(m, hw, t, SimOptions{});
+  const Framework f = load_or_die("megatron-core");
+  EXPECT_EQ(f.layer_split, LayerSplitRule::kAny);
+  SearchSpace sp;
+  sp.world = 32;
+  apply_framework(f, &sp);
+  const std::vector<Layout> mc = enumerate_layouts(eval, sp);
+  int uneven = 0, pinned = 0;
+  for (const Layout& l : mc) {
+    if (l.schedule != Schedule::kInterleaved) continue;
+    if (l.first_stage_layers > 0 || l.last_stage_layers > 0) ++pinned;
+    if (megatron_split_status(m, l).is_ok()) continue;
+    ++uneven;
+    ASSERT_TRUE(check_layout_for_framework(f, m, l).is_ok()) << l.to_string();
+    const StageSplit split = split_layers(m, l);
+    const std::vector<std::string> stages = megatron_layout_stages(megatron_pipeline_layout(m, l));
+    ASSERT_EQ(stages.size(), size_t(l.pp * l.virtual_stages)) << l.to_string();
+    for (size_t g = 0; g < stages.size(); ++g) {
+      std::string want(size_t(split.chunk_layers[g]), 't');
+      if (g == 0) want = "E" + want;
+      if (g + 1 == stages.size()) want += "L";
+      EXPECT_EQ(stages[g], want) << l.to_string() << " virtual stage " << g;
+    }
+  }
+  EXPECT_GT(uneven, 0);
+  EXPECT_GT(pinned, 0);
 }
 
 TEST(Framework, BadFilesNameTheKey) {
@@ -196,6 +278,8 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("recompute": ["none"])", R"("recompute": ["none"], "selective_recompute": "some")",
                "layouts.selective_recompute must be attention_core or every_other_matmul");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": 1)", "pipeline.blocking_p2p must be true or false");
+  expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "layer_split": "even")",
+               "pipeline.layer_split must be any or equal_chunks");
   expect_error(R"("source": "s"})", R"("source": "s"}, "loss": {"cross_entropy": "liger", "source": "s"})",
                "loss.cross_entropy must be");
   expect_error(R"("source": "s"})", R"("source": "s"}, "loss": {"cross_entropy": "te"})", "loss.source is missing");
@@ -203,6 +287,9 @@ TEST(Framework, BadFilesNameTheKey) {
                "gradients.source");
   expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "jit", "source": "s"})", "layer.ops must be");
   expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "fused"})", "layer.source");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "loop", "source": "s"})",
+               "moe.expert_gemm must be grouped or per_expert");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "grouped"})", "moe.source");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());
 }
 

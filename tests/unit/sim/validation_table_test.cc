@@ -65,6 +65,26 @@ TEST(ValidationTable, MegatronFlopsFormulaMatchesNvidiasFigure) {
   EXPECT_NEAR(f_seq / 4.74e14, 1.0, 0.005);
 }
 
+// A row's layer_split says which splits its stack's release states: 32
+// layers over pp=4 with v=3 are uneven chunks, which Megatron-core states
+// since core_v0.13.0 and a release before core_r0.11 cannot.
+TEST(ValidationTable, TheRowsReleaseBoundsTheSplitsSearched) {
+  const std::string text = R"({"runs": [{"id": "X", "gpu": "H100", "model": "llama-3-8b", "hw": "dgx-h100",
+    "gpus": 32, "global_batch": 64, "seq": 2048, "precision": "bf16", "framework": "megatron-core",
+    "fix": "tp=8,pp=4,dp=1,schedule=interleaved,v=3,micro=1", "metric": "step_time_s",
+    "published": 1.0, "tolerance": 0.1, "source": "s"}]})";
+  auto runs = parse_published_runs(text, ".");
+  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
+  PublishedRun row = (*runs)[0];
+  RunPrediction now = predict_run(row);
+  ASSERT_TRUE(now.ok) << now.error;
+  EXPECT_TRUE(now.fits) << now.layout;
+  EXPECT_NE(now.layout.find("v=3"), std::string::npos) << now.layout;
+  row.layer_split = "equal_chunks";
+  RunPrediction old = predict_run(row);
+  EXPECT_FALSE(old.ok && old.fits) << old.layout;
+}
+
 TEST(ValidationTable, BadRowsNameTheField) {
   const std::string good = R"({"runs": [{"id": "X", "gpu": "H100", "model": "llama-3-8b", "hw": "dgx-h100",
     "gpus": 8, "global_batch": 8, "seq": 1024, "precision": "bf16", "layout": "dp=8", "metric": "step_time_s",
@@ -86,6 +106,9 @@ TEST(ValidationTable, BadRowsNameTheField) {
   expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "liger", "cross_entropy_source": "s")",
                "cross_entropy must be");
   expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "te")", "cross_entropy_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "framework": "megatron-core", "layer_split": "even")",
+               "layer_split must be any or equal_chunks");
+  expect_error(R"("source": "s")", R"("source": "s", "layer_split": "equal_chunks")", "layer_split needs a framework");
   // A row that cannot be predicted says why instead of a number.
   auto runs = parse_published_runs(good, ".");
   PublishedRun bad = (*runs)[0];
