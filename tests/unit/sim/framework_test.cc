@@ -144,7 +144,26 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   EXPECT_NE(s.message().find("cannot pin the first and last pipeline chunk"), std::string::npos) << s.message();
 }
 
-TEST(Framework, OldMegatronSearchesOnlySplitsItCanState) {
+// Llama-3-8B stretched to 92 layers (23 a stage over pp=4, 11.5 over pp=8) on
+// H100s, 64 sequences of 4096 tokens: the layer splits each stack can state.
+class FrameworkSplits : public ::testing::Test {
+ protected:
+  ModelSpec m = [] {
+    ModelSpec x = testing::load_model_or_die("llama-3-8b");
+    x.num_layers = 92;
+    return x;
+  }();
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  TrainSpec t = [] {
+    TrainSpec x;
+    x.global_batch = 64;
+    x.seq_len = 4096;
+    return x;
+  }();
+  Evaluator eval{m, hw, t, SimOptions{}};
+};
+
+TEST_F(FrameworkSplits, OldMegatronSearchesOnlySplitsItCanState) {
   // A Megatron-core release before core_r0.11 (pipeline.layer_split
   // equal_chunks; the MC rows' r0.8). 92 layers over pp=4 is 23 a stage: its
   // --num-layers-per-virtual-pipeline-stage can only make v = 23 (one layer a
@@ -152,13 +171,6 @@ TEST(Framework, OldMegatronSearchesOnlySplitsItCanState) {
   // chunks a layer longer. Over pp=8 (11.5 a stage) no interleaved split
   // exists, and 1F1B needs the first and last stage pinned so that the six
   // middle stages are equal (--decoder-first/last-pipeline-num-layers).
-  ModelSpec m = testing::load_model_or_die("llama-3-8b");
-  m.num_layers = 92;
-  HwProfile hw = testing::load_hw_or_die("dgx-h100");
-  TrainSpec t;
-  t.global_batch = 64;
-  t.seq_len = 4096;
-  Evaluator eval(m, hw, t, SimOptions{});
   auto vs_at = [](const std::vector<Layout>& ls, int pp) {
     std::set<int> vs;
     for (const Layout& l : ls)
@@ -214,18 +226,11 @@ std::vector<std::string> megatron_layout_stages(std::string text) {
   return stages;
 }
 
-TEST(Framework, MegatronStatesAnySplitWithTheLayoutFlag) {
+TEST_F(FrameworkSplits, MegatronStatesAnySplitWithTheLayoutFlag) {
   // The shipped megatron-core (core_v0.13.0 and later): the search tries
   // uneven and pinned interleaved splits, and the export states each one
   // with --pipeline-model-parallel-layout, whose stages Megatron reads back
   // as Loom split them.
-  ModelSpec m = testing::load_model_or_die("llama-3-8b");
-  m.num_layers = 92;
-  HwProfile hw = testing::load_hw_or_die("dgx-h100");
-  TrainSpec t;
-  t.global_batch = 64;
-  t.seq_len = 4096;
-  Evaluator eval(m, hw, t, SimOptions{});
   const Framework f = load_or_die("megatron-core");
   EXPECT_EQ(f.layer_split, LayerSplitRule::kAny);
   SearchSpace sp;
