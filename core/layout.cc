@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -62,6 +63,40 @@ int Layout::size(Dim d) const {
   return 1;
 }
 
+namespace {
+constexpr const char* kModuleNames[] = {"core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp"};
+}  // namespace
+
+std::string recompute_modules_text(unsigned modules) {
+  std::string out;
+  for (unsigned i = 0; i < std::size(kModuleNames); ++i)
+    if (modules & (1u << i)) out += (out.empty() ? "" : "+") + std::string(kModuleNames[i]);
+  return out;
+}
+
+Result<unsigned> parse_recompute_modules(const std::string& text) {
+  unsigned modules = 0;
+  std::stringstream ss(text);
+  std::string name;
+  auto known = [] {
+    std::string k;
+    for (const char* n : kModuleNames) k += (k.empty() ? "" : ", ") + std::string(n);
+    return k;
+  };
+  while (std::getline(ss, name, '+')) {
+    unsigned bit = 0;
+    for (unsigned i = 0; i < std::size(kModuleNames); ++i)
+      if (name == kModuleNames[i]) bit = 1u << i;
+    if (bit == 0)
+      return invalid_argument("layout: recompute_modules: unknown module '" + name + "'; use " + known() +
+                              " joined by '+' (Megatron's --recompute-modules; moe and shared_experts are not modelled)");
+    if (modules & bit) return invalid_argument("layout: recompute_modules names '" + name + "' twice");
+    modules |= bit;
+  }
+  if (modules == 0) return invalid_argument("layout: recompute_modules is empty; name modules from " + known());
+  return modules;
+}
+
 std::string Layout::to_string() const {
   std::ostringstream ss;
   ss << "dp=" << dp << ",tp=" << tp << ",pp=" << pp << ",ep=" << ep << ",cp=" << cp << ",zero=" << zero
@@ -69,6 +104,7 @@ std::string Layout::to_string() const {
      << ",sp=" << (sequence_parallel ? 1 : 0) << ",recompute=" << recompute_name(recompute);
   if (etp > 0 && etp != tp) ss << ",etp=" << etp;
   if (recompute_layers > 0) ss << ",recompute_layers=" << recompute_layers;
+  if (recompute_modules) ss << ",recompute_modules=" << recompute_modules_text(recompute_modules);
   if (first_stage_layers > 0) ss << ",first=" << first_stage_layers;
   if (last_stage_layers > 0) ss << ",last=" << last_stage_layers;
   if (!overlap_grad_reduce) ss << ",overlap_grad=0";
@@ -143,6 +179,9 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     }
     else if (key == "sp") LOOM_RETURN_IF_ERROR(set_bool(l.sequence_parallel));
     else if (key == "recompute_layers") LOOM_RETURN_IF_ERROR(set_int(l.recompute_layers));
+    else if (key == "recompute_modules") {
+      LOOM_ASSIGN_OR_RETURN(l.recompute_modules, parse_recompute_modules(value));
+    }
     else if (key == "first") LOOM_RETURN_IF_ERROR(set_int(l.first_stage_layers));
     else if (key == "last") LOOM_RETURN_IF_ERROR(set_int(l.last_stage_layers));
     else if (key == "overlap_grad") LOOM_RETURN_IF_ERROR(set_bool(l.overlap_grad_reduce));
@@ -157,7 +196,7 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
     } else {
       return invalid_argument("layout: unknown key '" + key +
                               "'; known keys: dp, tp, pp, ep, cp, etp, zero, micro, schedule, v, sp, recompute, "
-                              "recompute_layers, first, last, overlap_grad, overlap_param, order");
+                              "recompute_layers, recompute_modules, first, last, overlap_grad, overlap_param, order");
     }
   }
   // dp*tp*pp*cp is formed in int everywhere (Layout::world()): refuse a

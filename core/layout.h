@@ -34,6 +34,25 @@ const char* recompute_name(Recompute r);
 Result<Schedule> parse_schedule(const std::string& text);
 Result<Recompute> parse_recompute(const std::string& text);
 
+// Megatron-core's selective recompute by module (--recompute-modules, with
+// --recompute-granularity selective; megatron/core/transformer/
+// transformer_config.py): which parts of a layer re-run in backward. A set of
+// these bits; Layout::recompute_modules = 0 is Loom's selective, the
+// attention core, which is Megatron's default ["core_attn"].
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1u << 0,   // the attention core (scores and weighted sum)
+  kRecomputeLayernorm = 1u << 1,  // the norms that are modules of their own (MLA's input norm, a MoE layer's pre-MLP norm)
+  kRecomputeMlaUpProj = 1u << 2,  // MLA's q and kv up-projections and RoPE
+  kRecomputeMoeAct = 1u << 3,     // the routed experts' activation function
+  kRecomputeMlp = 1u << 4,        // a dense layer's MLP, its TP collectives included
+};
+inline constexpr unsigned kAllRecomputeModules = (1u << 5) - 1;
+// "core_attn+mla_up_proj" (Megatron's names, in the order above); "" for 0.
+std::string recompute_modules_text(unsigned modules);
+// Names joined by '+'; unknown or repeated names are kInvalidArgument naming
+// them and the known ones.
+Result<unsigned> parse_recompute_modules(const std::string& text);
+
 // The parallel dimensions, in the canonical order.
 enum class Dim { kDp = 0, kTp = 1, kPp = 2, kEp = 3, kCp = 4 };
 inline constexpr int kNumDims = 5;
@@ -52,6 +71,9 @@ struct Layout {
   // chunk and keep the others' activations (Megatron's --recompute-method
   // block --recompute-num-layers N); 0 = every layer.
   int recompute_layers = 0;
+  // With recompute=selective: the modules that re-run (RecomputeModule bits,
+  // Megatron's --recompute-modules); 0 = the attention core only.
+  unsigned recompute_modules = 0;
   // Layers of the first and the last model chunk (Megatron's
   // --decoder-first/last-pipeline-num-layers); 0 = the even split's.
   int first_stage_layers = 0, last_stage_layers = 0;
@@ -60,6 +82,11 @@ struct Layout {
   std::string rank_order = "tp-cp-ep-dp-pp";
 
   int world() const { return dp * tp * pp * cp; }
+  // The modules recompute=selective re-runs (kRecomputeCoreAttn when none are
+  // named); 0 without selective recompute.
+  unsigned selective_modules() const {
+    return recompute != Recompute::kSelective ? 0u : recompute_modules ? recompute_modules : unsigned(kRecomputeCoreAttn);
+  }
   int expert_tp() const { return etp > 0 ? etp : tp; }
   // Parallel folding: experts whole on each rank, the EP group over TP x DP.
   bool folded_experts() const { return expert_tp() != tp; }

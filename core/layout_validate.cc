@@ -166,6 +166,24 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
                               std::to_string(most));
   }
 
+  // Selective recompute by module (Megatron's --recompute-modules): what
+  // Megatron-core's TransformerConfig refuses is refused here too.
+  if (l.recompute_modules & ~kAllRecomputeModules)
+    return invalid_argument("layout: recompute_modules holds an unknown module");
+  if (l.recompute_modules) {
+    const std::string mods = recompute_modules_text(l.recompute_modules);
+    if (l.recompute != Recompute::kSelective)
+      return invalid_argument("layout: recompute_modules=" + mods +
+                              " names parts of a layer to re-run; it needs recompute=selective (Megatron's "
+                              "--recompute-granularity selective)");
+    if ((l.recompute_modules & kRecomputeMlaUpProj) && !m.mla.enabled)
+      return invalid_argument("layout: recompute_modules=" + mods + ": mla_up_proj needs a model with multi-latent "
+                              "attention, and " + m.name + " has none; drop mla_up_proj");
+    if ((l.recompute_modules & kRecomputeMoeAct) && !m.is_moe())
+      return invalid_argument("layout: recompute_modules=" + mods + ": moe_act re-runs the experts' activation, and " +
+                              m.name + " has no experts; drop moe_act");
+  }
+
   // Batch: B = dp * micro * m.
   LOOM_RETURN_IF_ERROR(validate_train_spec(t));
   int64_t per_step = int64_t(l.dp) * l.micro_batch;

@@ -66,6 +66,7 @@ OrderedJson layout_json(const Layout& l) {
   j["sequence_parallel"] = l.sequence_parallel;
   j["recompute"] = recompute_name(l.recompute);
   if (l.recompute_layers > 0) j["recompute_layers"] = l.recompute_layers;  // written only when partial
+  if (l.recompute_modules) j["recompute_modules"] = recompute_modules_text(l.recompute_modules);  // only when named
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["rank_order"] = l.rank_order;
@@ -140,6 +141,10 @@ Result<Layout> parse_layout_json(const Json& j) {
   LOOM_ASSIGN_OR_RETURN(l.schedule, parse_schedule(sched));
   LOOM_ASSIGN_OR_RETURN(std::string rc, json_string_or(j, "recompute", "none", w));
   LOOM_ASSIGN_OR_RETURN(l.recompute, parse_recompute(rc));
+  if (j.contains("recompute_modules")) {
+    LOOM_ASSIGN_OR_RETURN(std::string mods, json_string(j, "recompute_modules", w));
+    LOOM_ASSIGN_OR_RETURN(l.recompute_modules, parse_recompute_modules(mods));
+  }
   LOOM_ASSIGN_OR_RETURN(l.sequence_parallel, json_bool_or(j, "sequence_parallel", false, w));
   LOOM_ASSIGN_OR_RETURN(l.overlap_grad_reduce, json_bool_or(j, "overlap_grad_reduce", true, w));
   LOOM_ASSIGN_OR_RETURN(l.overlap_param_gather, json_bool_or(j, "overlap_param_gather", true, w));

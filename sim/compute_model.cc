@@ -224,6 +224,7 @@ ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfil
   s.etp = layout.expert_tp();
   s.sp = layout.sequence_parallel;
   s.recompute = layout.recompute;
+  s.recompute_modules = layout.recompute_modules;
   s.tp_group = group_shape(layout, Dim::kTp, hw.node.devices_per_node);
   s.ep_group = expert_group_shape(layout, hw.node.devices_per_node);
   s.cp_group = group_shape(layout, Dim::kCp, hw.node.devices_per_node);
@@ -313,6 +314,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // --- MLP or experts --------------------------------------------------------
   double mlp_mats = m.mlp == MlpKind::kSwiGlu ? 2 : 1;  // gate+up or fc1
   double act_elem_fwd = 0;  // elements through the activation function
+  double expert_act_elems = 0;  // of them, the routed experts' (recompute module moe_act)
   double mlp_column_s = 0;  // FC1 / gate+up: the MLP block's window (none for experts)
   double mlp_row_s = 0;     // FC2 / down
   double moe_bytes = 0;     // MoE permutation and router traffic (forward)
@@ -344,7 +346,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // The local experts' GEMMs: one grouped kernel, or one GEMM each.
     gemm.grouped(local_experts, tokens_per_expert, mlp_mats * fe / etp, h);
     gemm.grouped(local_experts, tokens_per_expert, h, fe / etp);
-    act_elem_fwd += T * k * fe / t;
+    expert_act_elems = T * k * fe / t;
+    act_elem_fwd += expert_act_elems;
     if (m.moe.num_shared_experts > 0) {
       double fs = double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts;
       gemm.weight(T, mlp_mats * fs / t, h);
@@ -599,7 +602,11 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
 
   // --- recompute ---------------------------------------------------------------
   const bool op_ac = sh.recompute == Recompute::kSelective && every_other_matmul(opt, p, moe_layer, m.mla.enabled);
-  if (cp > 1 && sh.recompute != Recompute::kNone && !op_ac) {  // the recomputed forward's ring again
+  const unsigned modules = sh.recompute == Recompute::kSelective
+                               ? (sh.recompute_modules ? sh.recompute_modules : unsigned(kRecomputeCoreAttn))
+                               : 0u;
+  const bool core_rerun = sh.recompute == Recompute::kFull || (modules & kRecomputeCoreAttn);
+  if (cp > 1 && core_rerun && !op_ac) {  // the recomputed forward's ring again
     c.cp_bytes.add(c.cp_bytes, (cp - 1) / (3 * cp - 2));
     c.cp_calls += sh.cp - 1;
     c.cp_comm_total_s += c.cp_comm_total_s * (cp - 1) / (3 * cp - 2);
@@ -660,11 +667,66 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     c.recompute_s = mm_s + elem_fwd_s + c.recompute_tp_s;
     c.recompute_flops = mm_flops;
   } else if (sh.recompute == Recompute::kSelective) {
-    // Only the attention core is recomputed (Korthikanti et al. 2022); under
-    // CP with its ring.
-    c.recompute_s = core_fwd_s + c.fwd_cp_s;
-    c.recompute_cp_s = c.fwd_cp_s;
-    c.recompute_flops = core_flops;
+    if (modules & kRecomputeCoreAttn) {
+      // The attention core (Korthikanti et al. 2022; Megatron's default
+      // core_attn); under CP with its ring.
+      c.recompute_s = core_fwd_s + c.fwd_cp_s;
+      c.recompute_cp_s = c.fwd_cp_s;
+      c.recompute_flops = core_flops;
+    }
+    // Megatron's other --recompute-modules: each re-runs its forward in the
+    // layer's backward (output-discarding checkpoints for layernorm,
+    // mla_up_proj and moe_act; a normal checkpoint of the dense MLP).
+    double pass_bytes = 0, mm_s = 0, mm_flops = 0;
+    int passes = 0;
+    if (modules & kRecomputeLayernorm) {
+      // The norms that are modules of their own (sim/memory_model.cc): read
+      // the input, write the output.
+      const int norms = (m.mla.enabled ? 1 : 0) + (moe_layer ? 1 : 0);
+      pass_bytes += norms * 2 * T * r * h * e;
+      passes += norms;
+    }
+    if ((modules & kRecomputeMlaUpProj) && m.mla.enabled) {
+      const double ql = double(m.mla.q_lora_rank), kvl = double(m.mla.kv_lora_rank);
+      const double nope = double(m.mla.qk_nope_head_dim), rope = double(m.mla.qk_rope_head_dim);
+      const double ups[2][3] = {{T, a * qk_dim / t, ql}, {T, a * (nope + v_dim) / t, kvl}};
+      for (const auto& u : ups) {
+        if (u[2] <= 0) continue;  // no q down-projection: q comes from the hidden state, not re-run
+        mm_s += gemm_time_s(hw, p, u[0], u[1], u[2]);
+        mm_flops += 2 * u[0] * u[1] * u[2];
+      }
+      pass_bytes += 2 * T * (a / t + 1) * rope * e;  // RoPE on the q heads' and the shared k's rope slices
+      passes += 1;
+    }
+    if ((modules & kRecomputeMoeAct) && moe_layer) {
+      pass_bytes += expert_act_elems * (mlp_mats + 1) * e;  // read gate (and up), write the product
+      passes += 1;
+    }
+    if ((modules & kRecomputeMlp) && !moe_layer) {
+      // The dense MLP's forward again, its activation and TP collectives
+      // included (the checkpoint wraps the whole submodule).
+      mm_s += mlp_column_s + mlp_row_s;
+      mm_flops += 2 * T * double(m.ffn_hidden) / t * h * (mlp_mats + 1);
+      pass_bytes += T * double(m.ffn_hidden) / t * (mlp_mats + 1) * e;
+      passes += 1;
+      if (sh.tp_group.ranks > 1) {
+        LinkBytes fwd_only;
+        double tp_s = 0;
+        if (sh.sp) {
+          tp_s += collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &fwd_only, 1);
+          tp_s += collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &fwd_only, 1);
+        } else {
+          tp_s += collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &fwd_only, 1);
+        }
+        c.tp_bytes.add(fwd_only);
+        c.tp_calls += sh.sp ? 2 : 1;
+        c.tp_comm_total_s += tp_s;
+        c.recompute_tp_s += tp_s;
+        c.recompute_s += tp_s;
+      }
+    }
+    if (passes > 0 || mm_s > 0) c.recompute_s += mm_s + mem_time_s(hw, opt, pass_bytes, passes);
+    c.recompute_flops += mm_flops;
   }
   return c;
 }

@@ -1,5 +1,6 @@
 #include "sim/export.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -119,7 +120,14 @@ Result<std::string> export_megatron_args(const Plan& p) {
       << "\n";
   else if (l.recompute == Recompute::kFull)
     o << "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
-  if (l.recompute == Recompute::kSelective) o << "--recompute-granularity selective\n";
+  if (l.recompute == Recompute::kSelective) {
+    o << "--recompute-granularity selective\n";
+    if (l.recompute_modules) {
+      std::string mods = recompute_modules_text(l.recompute_modules);
+      std::replace(mods.begin(), mods.end(), '+', ' ');
+      o << "--recompute-modules " << mods << "\n";
+    }
+  }
   o << "--micro-batch-size " << l.micro_batch << "\n";
   o << "--global-batch-size " << t.global_batch << "\n";
   o << "--seq-length " << t.seq_len << "\n";
@@ -296,6 +304,10 @@ Result<std::string> export_plan(const Plan& plan, const std::string& dialect) {
     return unsupported("export " + dialect + ": recompute_layers=" + std::to_string(plan.layout.recompute_layers) +
                        " is Megatron's --recompute-method block; " + dialect +
                        " checkpoints every block or none: use --export megatron, or plan without recompute_layers");
+  if ((dialect == "deepspeed" || dialect == "torchtitan") && plan.layout.recompute_modules)
+    return unsupported("export " + dialect + ": recompute_modules=" +
+                       recompute_modules_text(plan.layout.recompute_modules) + " is Megatron's --recompute-modules; " +
+                       dialect + " has no such setting: use --export megatron, or plan without recompute_modules");
   if (dialect == "deepspeed") return export_deepspeed_config(plan);
   if (dialect == "torchtitan") return export_torchtitan_toml(plan);
   return invalid_argument("--export '" + dialect + "' is unknown; use megatron, deepspeed, torchtitan or framework");

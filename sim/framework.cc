@@ -202,6 +202,8 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   // block --recompute-num-layers N), as Loom's executor does; the other
   // stacks whole blocks or none.
   sp->partial_recompute = f.export_kind == "megatron" && contains(f.recompute, Recompute::kFull);
+  // Megatron-core's --recompute-modules (pinned with --fix, not searched).
+  sp->recompute_modules = f.export_kind == "megatron" && contains(f.recompute, Recompute::kSelective);
 }
 
 Status check_layout_for_framework(const Framework& f, const ModelSpec& model, const Layout& l) {
@@ -228,6 +230,10 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
                             " has no context parallelism (ring attention); use cp=1, or megatron / torchtitan");
   if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) && f.export_kind == "deepspeed")
     return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk; drop first=/last=");
+  if (l.recompute_modules && f.export_kind != "megatron")
+    return invalid_argument("recompute_modules=" + recompute_modules_text(l.recompute_modules) + ": " + f.name +
+                            " has no selective recompute by module (Megatron's --recompute-modules); drop "
+                            "recompute_modules");
   if (l.recompute_layers > 0 && f.export_kind != "megatron")
     return invalid_argument("recompute_layers=" + std::to_string(l.recompute_layers) + ": " + f.name +
                             " recomputes every layer or none (recompute_layers is Megatron's --recompute-method "
@@ -242,8 +248,14 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
 }
 
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
-  // Loom's executor (no framework) runs every layout validate_layout accepts.
-  return f ? check_layout_for_framework(*f, model, l) : Status::ok();
+  if (f) return check_layout_for_framework(*f, model, l);
+  // Loom's executor (no framework) runs every layout validate_layout
+  // accepts, but for Megatron's recompute modules.
+  if (l.recompute_modules)
+    return invalid_argument("recompute_modules=" + recompute_modules_text(l.recompute_modules) +
+                            ": Loom's executor re-runs the attention core only under recompute=selective; plan with "
+                            "--framework megatron-core (Megatron's --recompute-modules), or drop recompute_modules");
+  return Status::ok();
 }
 
 void apply_framework_overlap(const Framework& f, const std::string& layout_text, Layout* l) {

@@ -493,7 +493,11 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
   // rstd per head and token (biases keep nothing).
   if (m.qk_norm && !m.mla.enabled) bytes += T * (a + kv_heads) * (qk_dim * e + 4) / t;
   if (dropout) bytes += T * h * r;                                    // attention-output dropout mask
-  if (l.recompute == Recompute::kNone) {
+  // Megatron's --recompute-modules: selective without core_attn keeps the
+  // attention core's tensors as without recompute.
+  const unsigned mods = l.selective_modules();
+  const bool core_kept = l.recompute == Recompute::kNone || (mods != 0 && !(mods & kRecomputeCoreAttn));
+  if (core_kept) {
     if (opt.flash_attention) {
       bytes += T * (a / t) * 4;  // softmax log-sum-exp per row (fp32)
     } else {
@@ -521,7 +525,23 @@ double layer_activation_bytes(const ModelSpec& m, const Layout& l, const SimOpti
       bytes += T * double(m.moe.shared_expert_ffn_hidden) * m.moe.num_shared_experts * act_bytes / t;
   }
   if (dropout) bytes += T * h * r;  // MLP-output dropout mask
-  return bytes;
+  // The modules that re-run drop what they would keep (Megatron-core's
+  // output-discarding checkpoints, transformer_layer.py / mlp.py /
+  // multi_latent_attention.py at d98e8a64dd).
+  double dropped = 0;
+  if (mods & kRecomputeLayernorm) {
+    // Only norms that are modules of their own: MLA's input norm (TENorm
+    // before the down-projections) and a MoE layer's pre-MLP norm; the
+    // others are fused into TE's LayerNormLinear (IdentityOp in the spec).
+    if (m.mla.enabled) dropped += T * h * e8 * r;  // the down-projections' input
+    if (moe_layer) dropped += T * h * e * r;       // the router's input
+  }
+  if ((mods & kRecomputeMlaUpProj) && m.mla.enabled)
+    dropped += T * (a * qk_dim + kv_heads * qk_dim + kv_heads * v_dim) * e / t;  // the up-projected Q, K, V
+  if ((mods & kRecomputeMoeAct) && moe_layer)
+    dropped += T * m.moe.experts_per_token * double(m.moe.expert_ffn_hidden) * e8 / t;  // the experts' fc2 input
+  if ((mods & kRecomputeMlp) && !moe_layer) dropped += T * double(m.ffn_hidden) * act_bytes / t;  // fc1 out, activation
+  return bytes - dropped;
 }
 
 double layer_checkpoint_bytes(const ModelSpec& m, const Layout& l, int64_t seq, Precision precision) {
@@ -569,8 +589,19 @@ ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const Trai
   Layout keep_all = l;
   keep_all.recompute = Recompute::kNone;
   keep_all.recompute_layers = 0;
-  if (l.recompute == Recompute::kSelective && every_other_matmul(opt, train.precision, false, m.mla.enabled))
+  if (l.recompute == Recompute::kSelective && every_other_matmul(opt, train.precision, false, m.mla.enabled)) {
     a.rerun = std::max(0.0, layer_activation_bytes(m, keep_all, opt, seq, train.precision, false) - a.dense);
+  } else if (l.recompute_modules) {
+    // Recompute modules: a layer's dropped tensors are whole again while its
+    // backward runs (against the same layout keeping them; the attention
+    // core as the modules say).
+    Layout keep = l;
+    keep.recompute_modules = 0;
+    if (!(l.recompute_modules & kRecomputeCoreAttn)) keep.recompute = Recompute::kNone;
+    a.rerun = std::max(0.0, layer_activation_bytes(m, keep, opt, seq, train.precision, false) - a.dense);
+    if (m.is_moe())
+      a.rerun_moe = std::max(0.0, layer_activation_bytes(m, keep, opt, seq, train.precision, true) - a.moe);
+  }
   const bool partial = l.recompute_layers > 0;
   if (partial) {
     a.kept_dense = layer_activation_bytes(m, keep_all, opt, seq, train.precision, false);
@@ -670,8 +701,9 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
     } else {
       sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
       // torchtitan's selective op AC re-runs a dense layer's unsaved ops in
-      // its backward: that layer's tensors are whole again for a moment.
-      if (dense_layers > 0) sm.activations_bytes += act.rerun;
+      // its backward, recompute modules a layer's dropped tensors: that
+      // layer's tensors are whole again for a moment.
+      sm.activations_bytes += std::max(dense_layers > 0 ? act.rerun : 0.0, moe_layers > 0 ? act.rerun_moe : 0.0);
     }
     if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
     if (stage == l.pp - 1) {

@@ -167,6 +167,9 @@ struct ActivationTerms {
   // so holds again for a moment (its no-recompute activations - dense); 0
   // for other recompute rules.
   double rerun = 0;
+  // Recompute modules (Layout::recompute_modules): the tensors a dense
+  // (rerun) and a MoE (rerun_moe) layer drop and re-run in its backward.
+  double rerun_moe = 0;
   // Partial recompute (recompute_layers): a kept layer's activations, as
   // without recompute.
   double kept_dense = 0, kept_moe = 0;

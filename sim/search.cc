@@ -121,6 +121,10 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                       if (rc != Recompute::kFull) continue;
                       l.recompute_layers = sp.fix_recompute_layers;
                     }
+                    if (sp.fix_recompute_modules) {
+                      if (rc != Recompute::kSelective) continue;
+                      l.recompute_modules = sp.fix_recompute_modules;
+                    }
                     l.overlap_grad_reduce =
                         sp.overlap_grad_reduce &&
                         (sp.overlap_grad_zero_stages.empty() ||
@@ -162,6 +166,10 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
     return invalid_argument("search: --fix recompute_layers=" + std::to_string(sp.fix_recompute_layers) +
                             ": this stack recomputes every layer or none (torchtitan, DeepSpeed); recompute_layers is "
                             "Megatron's --recompute-method block, which megatron-core and Loom's executor run");
+  if (sp.fix_recompute_modules && !sp.recompute_modules)
+    return invalid_argument("search: --fix recompute_modules=" + recompute_modules_text(sp.fix_recompute_modules) +
+                            ": Megatron's --recompute-modules, which only --framework megatron-core plans (Loom's "
+                            "executor, torchtitan and DeepSpeed re-run the attention core or whole layers)");
   for (auto [name, value] :
        {std::pair<const char*, int>{"tp", sp.fix_tp}, {"pp", sp.fix_pp}, {"dp", sp.fix_dp}, {"cp", sp.fix_cp}}) {
     if (value > 0 && sp.world % value != 0)
@@ -342,6 +350,11 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
     else if (k == "zero") LOOM_RETURN_IF_ERROR(to_int(sp.fix_zero));
     else if (k == "v") LOOM_RETURN_IF_ERROR(to_int(sp.fix_v));
     else if (k == "recompute_layers") LOOM_RETURN_IF_ERROR(to_int(sp.fix_recompute_layers));
+    else if (k == "recompute_modules") {
+      auto mods = parse_recompute_modules(v);
+      if (!mods.is_ok()) return invalid_argument("--fix: " + mods.status().message());
+      sp.fix_recompute_modules = *mods;
+    }
     else if (k == "sp" || k == "overlap_grad" || k == "overlap_param") {
       bool on;
       if (v == "1" || v == "true" || v == "on") on = true;
@@ -364,7 +377,7 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
       sp.fix_recompute = r;
     } else {
       return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, etp, cp, micro, zero, v, sp, split, schedule, recompute, "
-                              "recompute_layers, overlap_grad, overlap_param");
+                              "recompute_layers, recompute_modules, overlap_grad, overlap_param");
     }
   }
   return Status::ok();

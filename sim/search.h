@@ -51,6 +51,11 @@ struct SearchSpace {
   // DeepSpeed frameworks turn it off.
   bool partial_recompute = true;  // not while fix_recompute pins the mode
   int fix_recompute_layers = 0;  // --fix recompute_layers=N: recompute=full layouts with that N only
+  // Megatron's --recompute-modules (Layout::recompute_modules): only a stack
+  // that has them (the megatron-core framework) takes --fix
+  // recompute_modules=a+b, which pins recompute=selective with those modules.
+  bool recompute_modules = false;
+  unsigned fix_recompute_modules = 0;
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)
   // Context parallelism: cp from 1 to max_cp (powers of two dividing the
   // ranks left after tp and pp), while each of the 2*cp chunks of a sequence

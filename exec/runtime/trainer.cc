@@ -67,6 +67,10 @@ Status Trainer::Impl::check_can_run() const {
 Status Trainer::Impl::setup() {
   const Layout& l = cfg.layout;
   LOOM_RETURN_IF_ERROR(validate_layout(l, cfg.model, cfg.train, world->size()));
+  if (l.recompute_modules)
+    return unsupported("execute: the plan recomputes Megatron's modules " + recompute_modules_text(l.recompute_modules) +
+                       " (recompute_modules); Loom's executor re-runs the attention core only under "
+                       "recompute=selective: plan without recompute_modules, or run the plan's --export megatron");
   LOOM_ASSIGN_OR_RETURN(dims, model_dims(cfg.model, cfg.train.seq_len));
   LOOM_ASSIGN_OR_RETURN(program, build_program(program_config_for(l, cfg.train.global_batch, cfg.grad_buckets)));
   LOOM_RETURN_IF_ERROR(check_can_run());

@@ -322,6 +322,26 @@ TEST_F(LoomCli, ExecuteChecksBackendAndPrecisionFirst) {
   }
 }
 
+// Megatron's recompute modules: planned under --framework megatron-core (and
+// refused without it), and a plan with them is refused by `loom execute`,
+// whose executor re-runs the attention core only, with the fix.
+TEST_F(LoomCli, RecomputeModulesArePlannedForMegatronNotExecuted) {
+  const std::vector<std::string> base = {"plan", "--model", "gpt2-124m", "--scale",
+                                         "layers=2,hidden=64,heads=4,vocab=256", "--hw", "cpu-local", "--gpus", "1",
+                                         "--global-batch", "2", "--seq", "32", "--layout",
+                                         "dp=1,micro=2,recompute=selective,recompute_modules=layernorm+mlp"};
+  Outcome own = loom(base);
+  expect_bad_input(own, {"recompute_modules", "--framework megatron-core"});
+  std::vector<std::string> megatron = base;
+  for (const char* a : {"--framework", "megatron-core", "--out"}) megatron.push_back(a);
+  megatron.push_back(path("modules.json").string());
+  Outcome p = loom(megatron);
+  ASSERT_EQ(p.exit_code, 0) << describe(p);
+  Outcome r = loom({"execute", path("modules.json").string(), "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("recompute_modules"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("--export megatron"), std::string::npos) << describe(r);
+}
 
 // --- issue #14: no silent wrong results, no crashes ------------------------------
 

@@ -8,6 +8,7 @@
 #include "sim/memory_model.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
+#include "tests/support/sim_test_support.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
@@ -24,11 +25,7 @@ Evaluator make_eval(const std::string& model, const std::string& hw, int64_t bat
   return Evaluator(load_model_or_die(model), load_hw_or_die(hw), t, opt);
 }
 
-Layout L(const std::string& text) {
-  auto l = parse_layout(text);
-  LOOM_CHECK(l.is_ok(), l.status().to_string());
-  return *l;
-}
+Layout L(const std::string& text) { return testing::layout_or_die(text); }
 
 TEST(Evaluate, ClosedFormAgreesWithEventEngine) {
   Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);

@@ -108,6 +108,8 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       {"mixtral-8x7b", "dp=2,tp=2,ep=4,etp=1,zero=1,micro=1,sp=1", 4, t},
       {"llama-3.1-405b", "dp=1,tp=8,pp=8,zero=1,micro=1,sp=1,schedule=interleaved,v=8,first=1,last=1", 64, t},
       {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,schedule=interleaved,v=2,last=2", 64, t},
+      {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,recompute=selective,recompute_modules=layernorm+mla_up_proj+moe_act",
+       64, t},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.model) + " " + c.layout);

@@ -13,16 +13,13 @@
 #include "sim/framework.h"
 #include "sim/report.h"
 #include "sim/search.h"
+#include "tests/support/sim_test_support.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
 namespace {
 
-Framework load_or_die(const std::string& name) {
-  auto r = load_framework(name);
-  LOOM_CHECK(r.is_ok(), r.status().to_string());
-  return r.value();
-}
+Framework load_or_die(const std::string& name) { return testing::framework_or_die(name); }
 
 TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   const Framework mc = load_or_die("megatron-core");

@@ -17,16 +17,13 @@
 #include "sim/memory_model.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
+#include "tests/support/sim_test_support.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
 namespace {
 
-Layout L(const std::string& text) {
-  auto l = parse_layout(text);
-  LOOM_CHECK(l.is_ok(), l.status().to_string());
-  return *l;
-}
+Layout L(const std::string& text) { return testing::layout_or_die(text); }
 
 TrainSpec train(int64_t batch, int64_t seq) {
   TrainSpec t;
@@ -35,11 +32,7 @@ TrainSpec train(int64_t batch, int64_t seq) {
   return t;
 }
 
-Framework framework(const char* name) {
-  auto f = load_framework(name);
-  LOOM_CHECK(f.is_ok(), f.status().to_string());
-  return *f;
-}
+Framework framework(const char* name) { return testing::framework_or_die(name); }
 
 SimOptions megatron() {
   SimOptions o;
