@@ -30,6 +30,16 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
   int max_tp = sp.max_tp > 0 ? sp.max_tp : eval.hw().node.devices_per_node;
   if (eval.hw().node.nvlink_domain_size > max_tp && sp.max_tp == 0) max_tp = eval.hw().node.nvlink_domain_size;
   std::vector<Layout> out;
+  // Megatron's recompute modules the search tries beside the attention core:
+  // the output-discarding ones that apply to the model and re-run only norms,
+  // MLA's up-projections or the experts' activation (DeepSeek-V3's own choice,
+  // section 3.2.3 of its report); the dense MLP's checkpoint re-runs GEMMs and
+  // is left to --fix.
+  unsigned auto_modules = 0;
+  if (sp.recompute_modules) {
+    if (m.is_moe()) auto_modules |= kRecomputeLayernorm | kRecomputeMoeAct;
+    if (m.mla.enabled) auto_modules |= kRecomputeLayernorm | kRecomputeMlaUpProj;
+  }
   for (int tp : divisors(world, max_tp)) {
     if (sp.fix_tp && tp != sp.fix_tp) continue;
     if (m.num_heads % tp || (!m.mla.enabled && m.num_kv_heads % tp) || m.ffn_hidden % tp) continue;
@@ -136,14 +146,24 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     auto runnable = [&](const Layout& x) {
                       return !sp.megatron_splits || megatron_split_status(m, x).is_ok();
                     };
-                    if (runnable(l)) out.push_back(l);
+                    // Each layout, and under selective recompute with a stack
+                    // that has Megatron's modules the same with the cheap
+                    // ones that apply (auto_modules).
+                    auto push = [&](const Layout& x) {
+                      out.push_back(x);
+                      if (auto_modules == 0 || x.recompute != Recompute::kSelective || sp.fix_recompute_modules) return;
+                      Layout y = x;
+                      y.recompute_modules = auto_modules;
+                      out.push_back(y);
+                    };
+                    if (runnable(l)) push(l);
                     if (!ends || even_last < 2) continue;
                     Layout u = l;
                     u.last_stage_layers = even_last - 1;
-                    if (validate_layout(u, m, t, world).is_ok() && runnable(u)) out.push_back(u);
+                    if (validate_layout(u, m, t, world).is_ok() && runnable(u)) push(u);
                     if (even_first < 2) continue;
                     u.first_stage_layers = even_first - 1;
-                    if (validate_layout(u, m, t, world).is_ok() && runnable(u)) out.push_back(u);
+                    if (validate_layout(u, m, t, world).is_ok() && runnable(u)) push(u);
                   }
                 }
               }

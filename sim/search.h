@@ -53,7 +53,10 @@ struct SearchSpace {
   int fix_recompute_layers = 0;  // --fix recompute_layers=N: recompute=full layouts with that N only
   // Megatron's --recompute-modules (Layout::recompute_modules): only a stack
   // that has them (the megatron-core framework) takes --fix
-  // recompute_modules=a+b, which pins recompute=selective with those modules.
+  // recompute_modules=a+b, which pins recompute=selective with those modules;
+  // otherwise its search adds, to each selective layout of a MoE or MLA
+  // model, the same with the cheap modules that apply (layernorm, moe_act,
+  // mla_up_proj).
   bool recompute_modules = false;
   unsigned fix_recompute_modules = 0;
   int max_tp = 0;  // 0: the hardware's devices per node (or NVLink domain)

@@ -182,5 +182,51 @@ TEST(RecomputeModules, OnlyMegatronHasThem) {
   EXPECT_NE(toml.status().message().find("--export megatron"), std::string::npos) << toml.status().message();
 }
 
+// Under megatron-core the search adds, to each selective layout of a MoE or
+// MLA model, the same with the cheap modules that apply (the norms, MLA's
+// up-projections, the experts' activation); a dense model without MLA gets
+// none. On DeepSeek-V3's published layout (2048 H800s, PP16, EP64, DP128,
+// the report's dispatch) the search then picks what the report says DeepSeek
+// recomputes (section 3.2.3: RMSNorm and the MLA up-projections; 3.3.2: the
+// SwiGLU output): no other recompute setting fits faster.
+TEST(RecomputeModules, TheSearchTriesTheCheapModules) {
+  const Framework mc = framework("megatron-core");
+  SimOptions opt;
+  apply_framework(mc, &opt);
+  opt.ep_comm_overlap = opt.moe_dedup_dispatch = opt.moe_fp8_dispatch = true;
+  TrainSpec t;
+  t.global_batch = 15360;
+  t.seq_len = 4096;
+  t.precision = Precision::kFp8;
+  Evaluator ds(testing::load_model_or_die("deepseek-v3"), testing::load_hw_or_die("dgx-h800"), t, opt);
+  SearchSpace sp;
+  sp.world = 2048;
+  apply_framework(mc, &sp);
+  ASSERT_TRUE(apply_search_fix("tp=1,pp=16,ep=64,dp=128,zero=1", &sp).is_ok());
+  const unsigned cheap = kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct;
+  int with = 0, without = 0;
+  for (const Layout& l : enumerate_layouts(ds, sp)) {
+    if (l.recompute != Recompute::kSelective) continue;
+    ++(l.recompute_modules == cheap ? with : without);
+    EXPECT_TRUE(l.recompute_modules == 0 || l.recompute_modules == cheap) << l.to_string();
+  }
+  EXPECT_GT(with, 0);
+  EXPECT_EQ(with, without);
+  auto best = search_layouts(ds, sp);
+  ASSERT_TRUE(best.is_ok()) << best.status().to_string();
+  ASSERT_FALSE(best->refined.empty());
+  const Layout& chosen = best->refined.front().layout;
+  EXPECT_EQ(chosen.recompute, Recompute::kSelective) << chosen.to_string();
+  EXPECT_EQ(chosen.recompute_modules, cheap) << chosen.to_string();
+  // A dense model without MLA: nothing applies, nothing is added.
+  TrainSpec t8 = t;
+  t8.global_batch = 64;
+  Evaluator llama(testing::load_model_or_die("llama-3-8b"), testing::load_hw_or_die("dgx-h100"), t8, opt);
+  SearchSpace dense;
+  dense.world = 8;
+  apply_framework(mc, &dense);
+  for (const Layout& l : enumerate_layouts(llama, dense)) EXPECT_EQ(l.recompute_modules, 0u) << l.to_string();
+}
+
 }  // namespace
 }  // namespace loom
