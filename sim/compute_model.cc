@@ -224,7 +224,7 @@ ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfil
   s.etp = layout.expert_tp();
   s.sp = layout.sequence_parallel;
   s.recompute = layout.recompute;
-  s.recompute_modules = layout.recompute_modules;
+  s.recompute_modules = layout.selective_modules();
   s.tp_group = group_shape(layout, Dim::kTp, hw.node.devices_per_node);
   s.ep_group = expert_group_shape(layout, hw.node.devices_per_node);
   s.cp_group = group_shape(layout, Dim::kCp, hw.node.devices_per_node);
@@ -602,9 +602,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
 
   // --- recompute ---------------------------------------------------------------
   const bool op_ac = sh.recompute == Recompute::kSelective && every_other_matmul(opt, p, moe_layer, m.mla.enabled);
-  const unsigned modules = sh.recompute == Recompute::kSelective
-                               ? (sh.recompute_modules ? sh.recompute_modules : unsigned(kRecomputeCoreAttn))
-                               : 0u;
+  const unsigned modules = sh.recompute == Recompute::kSelective ? sh.recompute_modules : 0u;
   const bool core_rerun = sh.recompute == Recompute::kFull || (modules & kRecomputeCoreAttn);
   if (cp > 1 && core_rerun && !op_ac) {  // the recomputed forward's ring again
     c.cp_bytes.add(c.cp_bytes, (cp - 1) / (3 * cp - 2));

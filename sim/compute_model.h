@@ -76,7 +76,7 @@ struct ComputeShape {
   int etp = 1;          // the experts' TP split: tp, or 1 under parallel folding (EP over TP x DP)
   bool sp = false;
   Recompute recompute = Recompute::kNone;
-  unsigned recompute_modules = 0;  // Layout::recompute_modules (with selective; 0 = the attention core)
+  unsigned recompute_modules = 0;  // Layout::selective_modules(): what recompute=selective re-runs
   // Loom's executor's fused head (core/executor_head.h): the head's gradient
   // GEMMs run in its forward.
   bool head_grad_in_forward = false;

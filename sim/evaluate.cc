@@ -173,6 +173,7 @@ struct PieceKey {
   int head_fwd = 0;    // Loom's executor's fused head (ZeRO 0-1)
   std::string order;
   int partial = 0;  // recompute_layers set: the kept layers' pieces too
+  unsigned modules = 0;  // Megatron's recompute modules (their re-runs differ)
   bool operator==(const PieceKey&) const = default;
 };
 
@@ -187,8 +188,10 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
              default_order ? 0 : l.dp, default_order ? 0 : l.pp, 0, l.rank_order};
   k.head_fwd = executor_head_grad_in_forward(l.zero) ? 1 : 0;
   k.partial = l.recompute_layers > 0 ? 1 : 0;
-  const size_t h =
-      cache_slot({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd, k.partial}, kSlots);
+  k.modules = l.recompute_modules;
+  const size_t h = cache_slot(
+      {l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd, k.partial, int64_t(k.modules)},
+      kSlots);
   if (!(keys[h] == k)) {
     values[h] = compute_pieces(l);
     keys[h] = k;

@@ -212,6 +212,19 @@ TEST(RecomputeModules, TheSearchTriesTheCheapModules) {
   }
   EXPECT_GT(with, 0);
   EXPECT_EQ(with, without);
+  // Layouts that differ only in their modules are told apart by the closed
+  // form's per-thread cache: each in turn gives what it gives first.
+  const Layout plain = L("dp=128,tp=1,pp=16,ep=64,zero=1,recompute=selective");
+  Layout cheap_l = plain;
+  cheap_l.recompute_modules = cheap;
+  auto first = [&](const Layout& x) {
+    Evaluator fresh(testing::load_model_or_die("deepseek-v3"), testing::load_hw_or_die("dgx-h800"), t, opt);
+    return fresh.estimate(x).time.step_time_s;
+  };
+  const double plain_first = first(plain), cheap_first = first(cheap_l);
+  EXPECT_NE(plain_first, cheap_first);
+  EXPECT_EQ(ds.estimate(cheap_l).time.step_time_s, cheap_first);
+  EXPECT_EQ(ds.estimate(plain).time.step_time_s, plain_first);
   auto best = search_layouts(ds, sp);
   ASSERT_TRUE(best.is_ok()) << best.status().to_string();
   ASSERT_FALSE(best->refined.empty());
