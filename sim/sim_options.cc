@@ -1,8 +1,25 @@
 #include "sim/sim_options.h"
 
+#include <initializer_list>
 #include <iterator>
+#include <string>
 
 namespace loom {
+
+namespace {
+
+// The value among `values` whose name is `text`; false when none is.
+template <typename E, typename NameOf>
+bool parse_named(const std::string& text, std::initializer_list<E> values, NameOf name_of, E* out) {
+  for (E v : values)
+    if (text == name_of(v)) {
+      *out = v;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
 
 const char* fp8_scaling_name(Fp8Scaling s) { return s == Fp8Scaling::kDelayed ? "delayed" : "current"; }
 
@@ -11,15 +28,8 @@ const char* selective_recompute_name(SelectiveRecompute s) {
 }
 
 bool parse_selective_recompute(const std::string& text, SelectiveRecompute* out) {
-  if (text == "attention_core") {
-    *out = SelectiveRecompute::kAttentionCore;
-    return true;
-  }
-  if (text == "every_other_matmul") {
-    *out = SelectiveRecompute::kEveryOtherMatmul;
-    return true;
-  }
-  return false;
+  return parse_named(text, {SelectiveRecompute::kAttentionCore, SelectiveRecompute::kEveryOtherMatmul},
+                     selective_recompute_name, out);
 }
 
 namespace {
@@ -58,23 +68,13 @@ std::string cross_entropy_names() {
 const char* layer_ops_name(LayerOps o) { return o == LayerOps::kTorchEager ? "torch_eager" : "fused"; }
 
 bool parse_layer_ops(const std::string& text, LayerOps* out) {
-  for (LayerOps o : {LayerOps::kFused, LayerOps::kTorchEager})
-    if (text == layer_ops_name(o)) {
-      *out = o;
-      return true;
-    }
-  return false;
+  return parse_named(text, {LayerOps::kFused, LayerOps::kTorchEager}, layer_ops_name, out);
 }
 
 const char* expert_gemm_name(ExpertGemm e) { return e == ExpertGemm::kPerExpert ? "per_expert" : "grouped"; }
 
 bool parse_expert_gemm(const std::string& text, ExpertGemm* out) {
-  for (ExpertGemm e : {ExpertGemm::kGrouped, ExpertGemm::kPerExpert})
-    if (text == expert_gemm_name(e)) {
-      *out = e;
-      return true;
-    }
-  return false;
+  return parse_named(text, {ExpertGemm::kGrouped, ExpertGemm::kPerExpert}, expert_gemm_name, out);
 }
 
 CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {

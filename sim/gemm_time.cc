@@ -1,0 +1,67 @@
+// GEMM times from the profile's efficiency table: one GEMM, a grouped kernel,
+// and a MoE layer's expert GEMMs as the stack runs them (declared in
+// sim/compute_model.h; docs/simulator.md section 3.1).
+#include "sim/compute_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom {
+
+namespace {
+
+// Output tiles of an m x n GEMM in the better orientation of the profile's tile.
+double output_tiles(const AcceleratorSpec& a, double m, double n) {
+  return std::max(std::ceil(m / a.gemm_tile_m) * std::ceil(n / a.gemm_tile_n),
+                  std::ceil(m / a.gemm_tile_n) * std::ceil(n / a.gemm_tile_m));
+}
+
+// Time of `groups` GEMMs (m x k) * (k x n) run as one kernel (groups = 1: a
+// plain GEMM). The table's efficiency at the kernel's FLOPs (measured on
+// near-square shapes, their waves and fixed cost included), the waves of all
+// the groups' output tiles relative to that cube's, never above the best
+// the table measured. An FP8 GEMM runs the same output tiles with half the
+// K-steps: the 16-bit table at half the FLOPs, capped by the measured FP8 best.
+double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+  const double flops = groups * 2 * m * n * k;
+  const AcceleratorSpec& a = hw.accel;
+  const GemmEfficiencyTable& t = a.gemm_efficiency;
+  const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
+  const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
+  const double depth = fp8 ? k / 2 : k;
+  double wave = 1.0;
+  if (groups <= 1) {
+    wave = a.relative_wave_efficiency(m, n, depth);
+  } else if (a.sm_count > 0) {
+    const double tiles = groups * output_tiles(a, m, n), side = std::cbrt(groups * m * n * depth);
+    if (tiles >= a.sm_count && output_tiles(a, side, side) >= a.sm_count)
+      wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.wave_efficiency(side, side);
+  }
+  const double best_cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
+  // The power cap: no GEMM runs above what a large one sustains (the table
+  // is short microbenchmarks, at boost clocks).
+  const double cap = std::min(best_cap, a.sustained_gemm_efficiency(precision));
+  const double eff = std::min(cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
+  return flops / (a.peak_flops(precision) * eff);
+}
+
+}  // namespace
+
+double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
+  return gemm_kernel_time_s(hw, precision, 1, m, n, k);
+}
+
+double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
+  return gemm_kernel_time_s(hw, precision, groups, m, n, k);
+}
+
+double expert_gemms_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k,
+                           ExpertGemm how) {
+  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
+  const double grouped = grouped_gemm_time_s(hw, precision, groups, m, n, k);
+  if (how == ExpertGemm::kGrouped) return grouped;
+  return std::max(grouped, groups * gemm_time_s(hw, precision, m, n, k));
+}
+
+}  // namespace loom
