@@ -202,7 +202,8 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   // block --recompute-num-layers N), as Loom's executor does; the other
   // stacks whole blocks or none.
   sp->partial_recompute = f.export_kind == "megatron" && contains(f.recompute, Recompute::kFull);
-  // Megatron-core's --recompute-modules (pinned with --fix, not searched).
+  // Megatron-core's --recompute-modules: the search adds the cheap ones that
+  // apply (enumerate_layouts), --fix recompute_modules pins any set.
   sp->recompute_modules = f.export_kind == "megatron" && contains(f.recompute, Recompute::kSelective);
 }
 
