@@ -203,6 +203,75 @@ Program with_blocking_sends(const Program& prog) {
   return out;
 }
 
+// See simulate.h. A receive is posted after the previous op of its direction
+// (or, for a direction's first, after the op before its consumer).
+Program with_posted_ahead_recvs(const Program& prog) {
+  const size_t n = prog.ops.size();
+  const int P = static_cast<int>(prog.stage_ops.size());
+  std::vector<int32_t> send_of(n, -1), recv_of(n, -1);
+  for (const Op& op : prog.ops) {
+    if (is_send(op.kind)) {
+      for (int32_t d : prog.deps_of(op))
+        if (prog.ops[size_t(d)].stream == Stream::kCompute) send_of[size_t(d)] = op.id;
+    } else if (op.stream == Stream::kCompute) {
+      for (int32_t d : prog.deps_of(op))
+        if (is_recv(prog.ops[size_t(d)].kind) && prog.ops[size_t(d)].stage == op.stage) recv_of[size_t(op.id)] = d;
+    }
+  }
+  std::vector<std::vector<int32_t>> extra(n);
+  Program out = prog;
+  out.stage_ops.assign(size_t(2 * P), {});
+  for (int st = 0; st < P; ++st) {
+    std::vector<int32_t> compute;  // forwards and backwards in issue order
+    for (int32_t id : prog.stage_ops[size_t(st)]) {
+      const Op& op = prog.ops[size_t(id)];
+      if (op.kind == OpKind::kForward || op.kind == OpKind::kBackward) compute.push_back(id);
+    }
+    // The order in which the host posts the transfers.
+    std::vector<int32_t> posted;
+    std::vector<bool> done(compute.size(), false);
+    auto post_recv = [&](size_t k) {
+      if (k < compute.size() && !done[k] && recv_of[size_t(compute[k])] >= 0) posted.push_back(recv_of[size_t(compute[k])]);
+      if (k < compute.size()) done[k] = true;
+    };
+    post_recv(0);
+    int32_t last_send[2] = {-1, -1};  // the previous forward's / backward's send
+    for (size_t k = 0; k < compute.size(); ++k) {
+      const int32_t id = compute[k];
+      const int dir = prog.ops[size_t(id)].kind == OpKind::kForward ? 0 : 1;
+      if (last_send[dir] >= 0) extra[size_t(id)].push_back(last_send[dir]);
+      last_send[dir] = send_of[size_t(id)];
+      if (send_of[size_t(id)] >= 0) posted.push_back(send_of[size_t(id)]);
+      // The next op of the same direction, then (when it has no earlier op of
+      // its direction to be posted after) the op right after this one.
+      for (size_t j = k + 1; j < compute.size(); ++j)
+        if ((prog.ops[size_t(compute[j])].kind == OpKind::kForward) == (dir == 0)) {
+          post_recv(j);
+          break;
+        }
+      post_recv(k + 1);
+    }
+    // The optimizer waits for the last sends (the schedule's final waits).
+    for (int32_t id : prog.stage_ops[size_t(st)])
+      if (prog.ops[size_t(id)].kind == OpKind::kOptimizer)
+        for (int32_t s : last_send)
+          if (s >= 0) extra[size_t(id)].push_back(s);
+    for (int32_t id : prog.stage_ops[size_t(st)])
+      if (prog.ops[size_t(id)].stream != Stream::kPpComm) out.stage_ops[size_t(st)].push_back(id);
+    for (int32_t id : posted) {
+      const OpKind k = prog.ops[size_t(id)].kind;
+      if (k == OpKind::kSendActivation || k == OpKind::kRecvGrad) {
+        out.ops[size_t(id)].stage = static_cast<int16_t>(P + st);
+        out.stage_ops[size_t(P + st)].push_back(id);
+      } else {
+        out.stage_ops[size_t(st)].push_back(id);
+      }
+    }
+  }
+  add_deps(prog, extra, &out);
+  return out;
+}
+
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   LOOM_RETURN_IF_ERROR(validate_layout(l, eval.model(), eval.train(), 0));
   SimResult r;
@@ -220,13 +289,18 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   // executor's (its ops, ids and hash are the plan's).
   const bool blocking = l.pp > 1 && blocking_p2p(eval.options(), l.schedule);
   const bool host_dp = l.dp * l.cp > 1 && eval.options().dp_comm_host_progress;
-  Program timed_host, timed_blocking;
+  // Megatron's (and torchtitan's) interleaved schedule posts each receive
+  // one op of its direction ahead (with_posted_ahead_recvs).
+  const bool posted_ahead =
+      l.pp > 1 && !blocking && l.schedule == Schedule::kInterleaved && eval.options().pp_overlap_p2p_comm;
+  Program timed_host, timed_p2p;
   if (host_dp) timed_host = with_host_progressed_dp(r.program);
   const Program& base = host_dp ? timed_host : r.program;
-  if (blocking) timed_blocking = with_blocking_sends(base);
-  const Program& timed = blocking ? timed_blocking : base;
+  if (blocking) timed_p2p = with_blocking_sends(base);
+  if (posted_ahead) timed_p2p = with_posted_ahead_recvs(base);
+  const Program& timed = blocking || posted_ahead ? timed_p2p : base;
   r.durations_s = op_durations(eval, l, r.program, r.stages, dp);
-  if (blocking) {
+  if (blocking || posted_ahead) {
     const double t_p2p = eval.p2p_time_s(l);
     for (const Op& op : r.program.ops)
       if (is_send(op.kind)) r.durations_s[size_t(op.id)] = t_p2p;
@@ -248,7 +322,8 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
       if (op.stream == Stream::kCompute && op.kind != OpKind::kOptimizer)
         net_fraction[size_t(op.id)] = r.stages[size_t(op.stage)].net_share;
       else if (is_recv(op.kind) && pp_net) net_fraction[size_t(op.id)] = 1.0;
-      else if (is_send(op.kind) && pp_net && blocking) net_fraction[size_t(op.id)] = 1.0;  // the blocked sender's side
+      else if (is_send(op.kind) && pp_net && (blocking || posted_ahead))
+        net_fraction[size_t(op.id)] = 1.0;  // the sender's side, which lasts the transfer
     }
   }
   if ((fraction > 0 && l.dp * l.cp > 1) || dp_net) {
@@ -326,7 +401,8 @@ Trace predicted_trace(const SimResult& r, const std::string& plan_hash, const st
     e.pid = op.stage;
     e.tid = static_cast<int>(op.stream);
     e.ts_us = tm.start_s * 1e6;
-    // A blocking send lasts its transfer; the trace shows the transfer on
+    // A send that lasts its transfer (blocking, or posted ahead on its own
+    // stream) is drawn as an instant; the trace shows the transfer on
     // the recv, so that one track is one serial stream.
     e.dur_us = is_send(op.kind) ? 0.0 : (tm.end_s - tm.start_s) * 1e6;
     e.op_id = op.id;

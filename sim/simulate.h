@@ -49,6 +49,21 @@ struct SimResult {
 // executor's program and hash; timeline entries past P are the send stages.
 Program with_blocking_sends(const Program& prog);
 
+// Megatron's overlap_p2p_comm (its interleaved schedule; torchtitan's
+// interleaved schedule posts its receives ahead too): after each forward
+// (backward) the host posts that op's send and the receive of the next
+// forward's (backward's) input, and waits on both before that next op of the
+// same direction (schedules.py forward_backward_pipelining_with_interleaving,
+// send_forward_recv_forward / send_backward_recv_backward with
+// overlap_p2p_comm=True). A receive is therefore in flight while the op in
+// between computes. Each pair of peers has its own communicator (PyTorch
+// ProcessGroupNCCL's point-to-point keys), so the transfers with the
+// previous stage (activations in, gradients out) stay on the stage's
+// pp-comm stream and those with the next (activations out, gradients in)
+// move to a stage of their own, P + s; each stream takes the host's posting
+// order, and a send lasts its transfer. Op ids stay those of `prog`.
+Program with_posted_ahead_recvs(const Program& prog);
+
 // NIC sharing. On rail-optimized nodes each GPU has its own NIC, and the
 // rank's DP collectives, its pipeline transfers and its EP/TP exchanges all
 // leave through it. While a DP collective crosses the network, a foreground
