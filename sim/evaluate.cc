@@ -721,7 +721,15 @@ Estimate Evaluator::estimate(const Layout& l) const {
     const double b_last = sc.bwd_s + sc.recompute_s;
     const double nb = std::max(1, opt_.grad_buckets) * double(v);
     const double drain = double(s) * (b_last / v);
-    double window = l.overlap_grad_reduce ? b_last * (1.0 - 1.0 / nb) : 0.0;
+    // The stage's syncs start as its chunks finish their last backward: within
+    // the last backward, bucket by bucket; with interleaving, the other chunks
+    // still run their last micro-batches' backwards after the first chunk is
+    // done (Megatron's cooldown takes min(p, m) of them per chunk).
+    const double b_chunk = b_last / v;
+    double window = l.overlap_grad_reduce
+                        ? b_chunk * (1.0 - 1.0 / std::max(1, opt_.grad_buckets)) +
+                              double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk
+                        : 0.0;
     double exposed = 0;
     if (l.zero <= 1) {
       exposed = std::max(0.0, d.grad_sync_s - window - drain);
@@ -751,9 +759,20 @@ Estimate Evaluator::estimate(const Layout& l) const {
       }
     }
     if (l.zero == 1 || l.zero == 2) {
-      // Updated-parameter all-gather: overlapped with the next forward except
-      // its first bucket, or fully exposed after the optimizer.
-      exposed += l.overlap_param_gather ? d.param_gather_s / nb : d.param_gather_s;
+      // Updated-parameter all-gather, or fully exposed after the optimizer.
+      // Overlapped: the first chunk's first forward waits for its gather.
+      // Loom's executor gathers a chunk in one call; a published stack
+      // bucket by bucket, each forward pre-hook waiting for its own bucket,
+      // so the forward waits for the first bucket and for what the rest
+      // cannot hide behind its other buckets (simulate.h with_layered_dp).
+      // Later chunks' gathers finish during the first chunk's forwards.
+      if (l.overlap_param_gather) {
+        const double pc = d.param_gather_s * (sc.chunk_grad_fraction.empty() ? 1.0 / v : sc.chunk_grad_fraction[0]);
+        const double kb = std::max(1, opt_.grad_buckets), f0 = sc.chunk_fwd_s.empty() ? sc.fwd_s / v : sc.chunk_fwd_s[0];
+        exposed += opt_.for_loom_executor() ? pc : pc / kb + std::max(0.0, (pc - f0) * (1.0 - 1.0 / kb));
+      } else {
+        exposed += d.param_gather_s;
+      }
     }
     // The DP stream's time this stage's compute hides, and the SMs it holds.
     double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);

@@ -3,6 +3,7 @@
 #include "sim/coverage.h"
 
 #include <algorithm>
+#include <span>
 
 namespace loom {
 
@@ -203,6 +204,66 @@ Program with_blocking_sends(const Program& prog) {
   return out;
 }
 
+// See simulate.h.
+void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int buckets, std::vector<double>* dur,
+                     std::vector<double>* hidden) {
+  const size_t n = prog.ops.size();
+  hidden->assign(n, 0.0);
+  // Each DP op's consumer (a compute op that waits for it) and producer (the
+  // compute op it waits for).
+  std::vector<int32_t> consumer(n, -1), producer(n, -1), sync_of(n, -1);
+  for (const Op& op : prog.ops) {
+    for (int32_t d : prog.deps_of(op)) {
+      const Op& dep = prog.ops[size_t(d)];
+      if ((op.kind == OpKind::kForward || op.kind == OpKind::kBackward) && dep.stream == Stream::kDpComm &&
+          dep.stage == op.stage && consumer[size_t(d)] < 0)
+        consumer[size_t(d)] = op.id;
+      if (op.stream == Stream::kDpComm && dep.stream == Stream::kCompute && dep.stage == op.stage)
+        producer[size_t(op.id)] = d;
+    }
+  }
+  // Per-micro-batch reduce-scatters (ZeRO-2/3 with overlap: no forward or
+  // backward waits for them, only the optimizer), by the backward they follow.
+  for (const Op& op : prog.ops)
+    if (op.kind == OpKind::kGradSync && op.micro >= 0 && producer[size_t(op.id)] >= 0 && consumer[size_t(op.id)] < 0)
+      sync_of[size_t(producer[size_t(op.id)])] = op.id;
+  auto& d = *dur;
+  for (const Op& op : prog.ops) {
+    if (op.kind != OpKind::kParamGather) continue;
+    const int32_t c = consumer[size_t(op.id)];
+    if (c < 0) continue;  // ZeRO-1/2 gathers after the optimizer: no compute waits
+    const Op& cop = prog.ops[size_t(c)];
+    // ZeRO-3 gathers layer by layer; a ZeRO-1/2 step gather bucket by bucket.
+    const int k = std::max(
+        1, op.micro >= 0 ? chunk_layers[size_t(cop.stage) * size_t(prog.config.virtual_stages) + size_t(cop.chunk)]
+                         : buckets);
+    // The consumer computes its first piece once the first piece is
+    // gathered; the rest of the gather (and, before a backward, the
+    // reduce-scatter of all but its last piece) runs beside the others.
+    const double head = d[op.id] / k, rest = d[op.id] - head;
+    const int32_t rs = op.micro >= 0 ? sync_of[size_t(c)] : -1;
+    const double rs_early = rs >= 0 ? d[size_t(rs)] * (k - 1) / k : 0.0;
+    const double window = d[size_t(c)] * (k - 1) / k;
+    const double excess = std::max(0.0, rest + rs_early - window);
+    d[op.id] = head + excess;
+    (*hidden)[size_t(c)] += rest + rs_early - excess;
+    if (rs >= 0) d[size_t(rs)] -= rs_early;
+  }
+  // ZeRO-2: the reduce-scatters without a gather in front of their backward.
+  for (const Op& op : prog.ops) {
+    if (op.kind != OpKind::kBackward || sync_of[size_t(op.id)] < 0) continue;
+    const int32_t rs = sync_of[size_t(op.id)];
+    bool priced = false;
+    for (int32_t dep : prog.deps_of(op)) priced |= prog.ops[size_t(dep)].kind == OpKind::kParamGather;
+    if (priced) continue;
+    const int k = std::max(1, chunk_layers[size_t(op.stage) * size_t(prog.config.virtual_stages) + size_t(op.chunk)]);
+    const double early = d[size_t(rs)] * (k - 1) / k, window = d[op.id] * (k - 1) / k;
+    const double covered = std::min(early, window);
+    d[size_t(rs)] -= covered;
+    (*hidden)[op.id] += covered;
+  }
+}
+
 // See simulate.h. A receive is posted after the previous op of its direction
 // (or, for a direction's first, after the op before its consumer).
 Program with_posted_ahead_recvs(const Program& prog) {
@@ -305,6 +366,17 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     for (const Op& op : r.program.ops)
       if (is_send(op.kind)) r.durations_s[size_t(op.id)] = t_p2p;
   }
+  // A published stack's DP traffic by bucket or layer (with_layered_dp); the
+  // part beside compute pays contention below.
+  std::vector<double> hidden_dp;
+  if (!eval.options().for_loom_executor() && l.dp * l.cp > 1 && !host_dp) {
+    const StageSplit split = split_layers(eval.model(), l);
+    const int v = l.virtual_stages;
+    std::vector<int> chunk_layers(size_t(l.pp) * size_t(v));
+    for (int s = 0; s < l.pp; ++s)
+      for (int c = 0; c < v; ++c) chunk_layers[size_t(s) * v + c] = split.chunk_layers[size_t(c) * l.pp + s];
+    with_layered_dp(r.program, chunk_layers, cfg.grad_buckets, &r.durations_s, &hidden_dp);
+  }
   LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
   // Contention: lengthen the compute that overlapped DP collectives, then
   // time the program again (one pass: the overlap barely moves).
@@ -332,6 +404,15 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     if (fraction > 0 && l.dp * l.cp > 1)
       r.durations_s = with_contention(r.program, r.timeline, r.durations_s, fraction, l.pp, &sm);
     if (dp_net) r.durations_s = with_nic_sharing(r.program, r.timeline, r.durations_s, net_fraction, l.pp, &nic);
+    // The DP time with_layered_dp put beside compute ops.
+    for (size_t i = 0; i < hidden_dp.size(); ++i) {
+      if (!(hidden_dp[i] > 0)) continue;
+      const int s = r.program.ops[i].stage;
+      const double sm_s = hidden_dp[i] * fraction, nic_s = dp_net ? hidden_dp[i] * net_fraction[i] : 0.0;
+      r.durations_s[i] += sm_s + nic_s;
+      sm[size_t(s)] += sm_s;
+      nic[size_t(s)] += nic_s;
+    }
     contention_by_stage.assign(size_t(l.pp), 0.0);
     for (int s = 0; s < l.pp; ++s) contention_by_stage[size_t(s)] = sm[size_t(s)] + nic[size_t(s)];
     LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));

@@ -5,6 +5,7 @@
 // breakdown, figures, traffic per link class and the timeline.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,25 @@ Program with_blocking_sends(const Program& prog);
 // move to a stage of their own, P + s; each stream takes the host's posting
 // order, and a send lasts its transfer. Op ids stay those of `prog`.
 Program with_posted_ahead_recvs(const Program& prog);
+
+// Data-parallel traffic as the published stacks issue it, where the program
+// has one op per chunk: Megatron's overlap_param_gather gathers the updated
+// parameters bucket by bucket and each forward pre-hook waits for its own
+// bucket (param_and_grad_buffer / distributed optimizer); FSDP and ZeRO-3
+// gather one layer ahead of the layer that needs it and reduce-scatter each
+// layer's gradients as its backward ends. Changes `dur` in place for the
+// program's ops: a gather keeps on the DP stream the first bucket or layer
+// (its consumer waits for that) plus whatever of the rest its consumer's
+// other buckets or layers cannot cover; before a backward the reduce-scatter
+// of all but its last layer shares that cover, and the reduce-scatter op
+// keeps its last layer (ZeRO-2: also what the backward cannot cover).
+// `hidden[c]` receives the DP time that runs beside compute op c, which pays
+// SM contention and NIC sharing as overlapped DP time does. `chunk_layers`
+// is indexed stage * v + chunk; `buckets` is the gradient buckets of a
+// chunk. Loom's executor runs the program's ops as they are, so this is for
+// published stacks (SimOptions::for_loom_executor false).
+void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int buckets, std::vector<double>* dur,
+                     std::vector<double>* hidden);
 
 // NIC sharing. On rail-optimized nodes each GPU has its own NIC, and the
 // rank's DP collectives, its pipeline transfers and its EP/TP exchanges all

@@ -210,6 +210,8 @@ RunPrediction predict_run(const PublishedRun& run) {
   }
   out.layout = result.layout.to_string();
   const double step = result.figures.step_time_s;
+  out.step_s = step;
+  out.closed_form_step_s = result.closed_form.time.step_time_s;
   const double tokens = double(run.global_batch) * double(run.seq);
   switch (run.metric) {
     case RunMetric::kTokensPerSecPerGpu: out.predicted = result.figures.tokens_per_s_per_gpu; break;

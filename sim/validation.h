@@ -68,6 +68,9 @@ struct RunPrediction {
   bool fits = false;
   double predicted = 0;    // in the run's metric
   double rel_error = 0;    // predicted / published - 1, in throughput terms (step time inverted)
+  // The step of the predicted layout from the event engine (what `predicted`
+  // comes from) and from the closed form the search ranks by.
+  double step_s = 0, closed_form_step_s = 0;
   bool within_tolerance = false;
   // A pinned row that holds: predicted, fits, within tolerance. Pending rows hold.
   bool holds() const { return !run.pending.empty() || (ok && within_tolerance); }

@@ -212,6 +212,73 @@ TEST(EventEngine, PostedAheadRecvsHideSteadyStateTransfers) {
       }
 }
 
+// FSDP / ZeRO-3 as the published stacks run it (with_layered_dp): each
+// layer's parameters gathered one layer ahead of the layer that needs them,
+// each layer's gradients reduce-scattered as its backward ends. With L
+// uniform layers, a chunk gather P and a compute op C, the per-layer pipeline
+// waits g = P/L for the first layer and then max(g, C/L) per layer, so the
+// op is exposed to g while g <= C/L and to P - C(L - 1)/L beyond; before a
+// backward the reduce-scatters of its first L - 1 layers share the cover, and
+// the last layer's follows it. pp = 1, m = 1, L = 4: F = 4, B = 8, the gathers
+// 2 each, the reduce-scatter 4.
+//   layered: gathers 0.5 + 0.5 on the DP stream (the rest, 1.5 and 1.5 + 3 of
+//   reduce-scatter, fits in 3 and 6); F [0.5, 4.5], B [4.5, 12.5], the last
+//   layer's reduce-scatter [12.5, 13.5]: step 13.5 (the program as Loom's
+//   executor runs it: gathers [0, 2] and [2, 4], F [2, 6], B [6, 14], the
+//   reduce-scatter [14, 18]: 18).
+//   gathers of 8: F waits 8 - 4·3/4 = 5, and B's gather 2 + (6 + 3 - 6) = 5
+//   queues behind it on the DP stream: F [5, 9], B [10, 18], step 19.
+TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
+  ProgramConfig pc = cfg(Schedule::k1F1B, 1, 1);
+  pc.dp_comm = true;
+  pc.zero = 3;
+  pc.grad_buckets = 1;
+  Program p = build(pc);
+  const std::vector<int> layers = {4};
+  auto step = [&](double gather, bool layered, std::vector<double>* hidden_out) {
+    auto d = durations(p, {4, 8, 0, gather, 4, 0});
+    std::vector<double> hidden(p.ops.size(), 0.0);
+    if (layered) with_layered_dp(p, layers, 1, &d, &hidden);
+    if (hidden_out) *hidden_out = hidden;
+    return run_event_engine(p, d)->step_time_s;
+  };
+  std::vector<double> hidden;
+  EXPECT_DOUBLE_EQ(step(2, false, nullptr), 18.0);
+  EXPECT_DOUBLE_EQ(step(2, true, &hidden), 13.5);
+  double fwd_hidden = 0, bwd_hidden = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::kForward) fwd_hidden = hidden[op.id];
+    if (op.kind == OpKind::kBackward) bwd_hidden = hidden[op.id];
+  }
+  EXPECT_DOUBLE_EQ(fwd_hidden, 1.5);
+  EXPECT_DOUBLE_EQ(bwd_hidden, 4.5);
+  EXPECT_DOUBLE_EQ(step(8, true, nullptr), 19.0);
+}
+
+// Megatron's overlap_param_gather: the updated parameters of a chunk are
+// gathered bucket by bucket before its first forward, which waits for the
+// first bucket and for what the others cannot hide behind it. ZeRO-1, pp = 1,
+// m = 2, F = 4, B = 8, 4 buckets: a gather of 2 costs its first bucket, 0.5;
+// a gather of 8 costs 2 + (6 - 3) = 5.
+TEST(EventEngine, LayeredDpGathersBucketByBucket) {
+  ProgramConfig pc = cfg(Schedule::k1F1B, 1, 2);
+  pc.dp_comm = true;
+  pc.zero = 1;
+  pc.grad_buckets = 4;
+  Program p = build(pc);
+  const std::vector<int> layers = {32};  // not used by a step gather
+  for (double gather : {2.0, 8.0}) {
+    auto d = durations(p, {4, 8, 0, gather, 0, 0});
+    std::vector<double> hidden;
+    with_layered_dp(p, layers, 4, &d, &hidden);
+    for (const Op& op : p.ops)
+      if (op.kind == OpKind::kParamGather) EXPECT_DOUBLE_EQ(d[op.id], gather == 2.0 ? 0.5 : 5.0);
+    const Timeline t = run_event_engine(p, d).value();
+    for (const Op& op : p.ops)
+      if (op.kind == OpKind::kForward && op.micro == 0) EXPECT_DOUBLE_EQ(t.ops[op.id].start_s, gather == 2.0 ? 0.5 : 5.0);
+  }
+}
+
 // NIC sharing, by hand: pp = 2, m = 2, 1F1B, ZeRO-2 (a reduce-scatter after
 // each backward, overlapped), f = b = 1, transfers 0.5, reduce-scatters 3.
 // First timeline: s1 recv_act1 [3.5,4] runs under s1's RS(B0) [3.5,6.5]; s0
