@@ -681,6 +681,15 @@ Estimate Evaluator::estimate(const Layout& l) const {
   double pipe, blocking_extra = 0;
   if (l.schedule == Schedule::kInterleaved) {
     pipe = double(m) * t_max + (t_sum - t_max) / v + 2.0 * (double(p) * v - 1) * t_p2p;
+    // Receives posted just before their consumer (the program's own order,
+    // Loom's executor with asynchronous sends): each chunk execution waits a
+    // transfer after the op before it, about 2·m·v transfers in all, where
+    // Megatron's posted-ahead receives leave only the fill and the drain
+    // (sim/simulate.h with_posted_ahead_recvs; EventEngine.PostedAheadRecvs...).
+    if (p > 1 && !blocking_p2p(opt_, l.schedule) && !opt_.pp_overlap_p2p_comm) {
+      blocking_extra = 2.0 * (double(m) * v - (double(p) * v - 1)) * t_p2p;
+      pipe += blocking_extra;
+    }
   } else {
     pipe = double(m - 1) * t_max + t_sum + 2.0 * (p - 1) * t_p2p;
     // Blocking sends under GPipe: each later micro-batch's forward and
