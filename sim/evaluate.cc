@@ -228,7 +228,9 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   const double alone = opt_.ep_comm_overlap && sc.moe_layers > 0
                            ? ep_unpaired_fraction(l, l.num_micro_batches(train_.global_batch), s)
                            : 0.0;
+  sc.chunk_max_s = sc.chunk0_fwd_s = 0;
   for (int c = 0; c < l.virtual_stages; ++c) {
+    const double before = sc.fwd_s + sc.bwd_s + sc.recompute_s, fwd_before = sc.fwd_s;
     int g = c * l.pp + s;
     int moe_layers = split.chunk_moe_layers[g];
     int dense_layers = split.chunk_layers[g] - moe_layers;
@@ -265,6 +267,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     }
     if (!sc.chunk_grad_fraction.empty())
       sc.chunk_grad_fraction[c] = total_layers ? double(split.chunk_layers[g]) / total_layers : 1.0 / l.virtual_stages;
+    sc.chunk_max_s = std::max(sc.chunk_max_s, sc.fwd_s + sc.bwd_s + sc.recompute_s - before);
+    if (c == 0) sc.chunk0_fwd_s = sc.fwd_s - fwd_before;
   }
   const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
   sc.net_share =
@@ -289,6 +293,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     const double grads = 4 * params.total();
     const double per_micro = discard_time_s(hw_, opt_, grads);
     sc.bwd_s += per_micro;
+    sc.chunk_max_s += per_micro / l.virtual_stages;
     for (size_t c = 0; c < sc.chunk_bwd_s.size(); ++c)
       sc.chunk_bwd_s[c] += per_micro * (sc.chunk_grad_fraction.empty() ? 1.0 / sc.chunk_bwd_s.size()
                                                                        : sc.chunk_grad_fraction[c]);
@@ -307,6 +312,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     const double copy_in = memory_pass_time_s(hw_, n * (sixteen + reduce_elem_bytes(train_, opt_))) + opt_.kernel_overhead_s;
     sc.fwd_s += copy_out;
     sc.bwd_s += copy_out + copy_in;
+    sc.chunk_max_s += (2 * copy_out + copy_in) / l.virtual_stages;
+    sc.chunk0_fwd_s += copy_out / l.virtual_stages;
     for (size_t c = 0; c < sc.chunk_bwd_s.size(); ++c) {
       const double share = sc.chunk_grad_fraction.empty() ? 1.0 / sc.chunk_bwd_s.size() : sc.chunk_grad_fraction[c];
       sc.chunk_fwd_s[c] += copy_out * share;
@@ -666,21 +673,29 @@ Estimate Evaluator::estimate(const Layout& l) const {
   const int64_t m = l.num_micro_batches(train_.global_batch);
   const int p = l.pp, v = l.virtual_stages;
   double t_max = 0, t_sum = 0, flops_micro = 0;
+  // Interleaved: each stage's slowest chunk (forward + backward), which sets
+  // its share of the fill and the drain when its chunks differ.
+  double chunk_max_sum = 0, chunk_max_crit = 0;
   int crit = 0;
   for (int s = 0; s < p; ++s) {
     const StageCosts& sc = stages[kind[s]];
     double t = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     t_sum += t;
     flops_micro += sc.flops_per_micro;
+    const double chunk_max = std::max(t / v, sc.chunk_max_s);
+    chunk_max_sum += chunk_max;
     if (t > t_max) {
       t_max = t;
       crit = s;
+      chunk_max_crit = chunk_max;
     }
   }
   const double t_p2p = p2p_time_s(l);
   double pipe, blocking_extra = 0;
   if (l.schedule == Schedule::kInterleaved) {
-    pipe = double(m) * t_max + (t_sum - t_max) / v + 2.0 * (double(p) * v - 1) * t_p2p;
+    // The fill and the drain: (p − 1) chunk executions of the other stages,
+    // each at its slowest chunk (with equal chunks, (Σ_s t_s − t_max)/v).
+    pipe = double(m) * t_max + (chunk_max_sum - chunk_max_crit) + 2.0 * (double(p) * v - 1) * t_p2p;
     // Receives posted just before their consumer (the program's own order,
     // Loom's executor with asynchronous sends): each chunk execution waits a
     // transfer after the op before it, about 2·m·v transfers in all, where
@@ -776,8 +791,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
       // cannot hide behind its other buckets (simulate.h with_layered_dp).
       // Later chunks' gathers finish during the first chunk's forwards.
       if (l.overlap_param_gather) {
-        const double pc = d.param_gather_s * (sc.chunk_grad_fraction.empty() ? 1.0 / v : sc.chunk_grad_fraction[0]);
-        const double kb = std::max(1, opt_.grad_buckets), f0 = sc.chunk_fwd_s.empty() ? sc.fwd_s / v : sc.chunk_fwd_s[0];
+        const double layers = std::max(1, sc.layers);
+        const double pc = d.param_gather_s * (v > 1 ? split.chunk_layers[size_t(s)] / layers : 1.0);
+        const double kb = std::max(1, opt_.grad_buckets), f0 = sc.chunk0_fwd_s;
         exposed += opt_.for_loom_executor() ? pc : pc / kb + std::max(0.0, (pc - f0) * (1.0 - 1.0 / kb));
       } else {
         exposed += d.param_gather_s;

@@ -88,6 +88,8 @@ struct StageCosts {
   int layers = 0, moe_layers = 0;
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;  // one micro-batch, all chunks of the stage
   std::vector<double> chunk_fwd_s, chunk_bwd_s;  // per chunk; bwd includes recompute
+  double chunk_max_s = 0;   // the slowest chunk's fwd + bwd + recompute
+  double chunk0_fwd_s = 0;  // the first chunk's forward
   double tp_s = 0, ep_s = 0, cp_s = 0;           // exposed, included above (one micro-batch)
   double net_share = 0;  // the share of fwd + bwd + recompute that is exposed cross-node TP / EP / CP (NIC-bound)
   double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)

@@ -42,8 +42,8 @@ TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
 // with the event engine, so on the layouts of real runs the two must agree:
 // every row within 10%, and every row whose stack is named (a framework
 // file: Megatron-core, torchtitan) within 4%. The worst row is printed
-// (stop 40: L2, 9.5%, Meta's uneven interleaved split run with Loom's own
-// p2p order; before stop 40 P6, G1, B5, T10-T12 were 8-13% apart).
+// (stop 40: 2.6%, MC9; before stop 40 L2, P6, G1, B5 and T10-T12 were 8-13%
+// apart).
 TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
   auto path = find_resource("validation/published_runs.json");
   ASSERT_TRUE(path.is_ok()) << path.status().to_string();
