@@ -228,12 +228,17 @@ TEST(EventEngine, PostedAheadRecvsHideSteadyStateTransfers) {
 //   reduce-scatter [14, 18]: 18).
 //   gathers of 8: F waits 8 - 4·3/4 = 5, and B's gather 2 + (6 + 3 - 6) = 5
 //   queues behind it on the DP stream: F [5, 9], B [10, 18], step 19.
-TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
-  ProgramConfig pc = cfg(Schedule::k1F1B, 1, 1);
+// One stage with data-parallel ops: ZeRO `zero`, `buckets` gradient buckets.
+Program dp_program(int64_t m, int zero, int buckets) {
+  ProgramConfig pc = cfg(Schedule::k1F1B, 1, m);
   pc.dp_comm = true;
-  pc.zero = 3;
-  pc.grad_buckets = 1;
-  Program p = build(pc);
+  pc.zero = zero;
+  pc.grad_buckets = buckets;
+  return build(pc);
+}
+
+TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
+  Program p = dp_program(1, 3, 1);
   const std::vector<int> layers = {4};
   auto step = [&](double gather, bool layered, std::vector<double>* hidden_out) {
     auto d = durations(p, {4, 8, 0, gather, 4, 0});
@@ -261,11 +266,7 @@ TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
 // m = 2, F = 4, B = 8, 4 buckets: a gather of 2 costs its first bucket, 0.5;
 // a gather of 8 costs 2 + (6 - 3) = 5.
 TEST(EventEngine, LayeredDpGathersBucketByBucket) {
-  ProgramConfig pc = cfg(Schedule::k1F1B, 1, 2);
-  pc.dp_comm = true;
-  pc.zero = 1;
-  pc.grad_buckets = 4;
-  Program p = build(pc);
+  Program p = dp_program(2, 1, 4);
   const std::vector<int> layers = {32};  // not used by a step gather
   for (double gather : {2.0, 8.0}) {
     auto d = durations(p, {4, 8, 0, gather, 0, 0});
