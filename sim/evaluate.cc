@@ -743,7 +743,6 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
     const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     const double b_last = sc.bwd_s + sc.recompute_s;
-    const double nb = std::max(1, opt_.grad_buckets) * double(v);
     const double drain = double(s) * (b_last / v);
     // The stage's syncs start as its chunks finish their last backward: within
     // the last backward, bucket by bucket; with interleaving, the other chunks
