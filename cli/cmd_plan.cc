@@ -416,7 +416,8 @@ int cmd_plan(int argc, char** argv) {
                "batch_isend_irecv, then wait); default off, as Loom's executor sends asynchronously");
   CLI::Option* overlap_p2p = app.add_flag("--pp-overlap-p2p-comm", a.pp_overlap_p2p_comm,
                "Megatron's overlap_p2p_comm: the interleaved schedule sends asynchronously even with "
-               "--pp-blocking-p2p");
+               "--pp-blocking-p2p, and posts each receive after the previous op of its direction, so a "
+               "transfer hides behind the op in between");
   app.add_flag("--no-pp-blocking-p2p", a.no_pp_blocking_p2p,
                "asynchronous pipeline sends even where the --framework blocks on them")
       ->excludes(blocking);

@@ -198,7 +198,9 @@ struct SimOptions {
   bool pp_blocking_p2p = false;
   // Megatron's overlap_p2p_comm (--no-overlap-p2p-communication turns it off;
   // it is forced off for non-interleaved schedules): the interleaved schedule
-  // issues its sends asynchronously even when pp_blocking_p2p is on.
+  // issues its sends asynchronously even when pp_blocking_p2p is on, and
+  // posts each receive after the previous op of its direction, which the
+  // engine times (simulate.h with_posted_ahead_recvs).
   bool pp_overlap_p2p_comm = false;
   // Per-kernel launch/dispatch overhead (s) for each op the model counts.
   double kernel_overhead_s = 4e-6;
