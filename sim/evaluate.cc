@@ -772,6 +772,18 @@ Estimate Evaluator::estimate(const Layout& l) const {
       const double rs = d.grad_sync_s, tail = std::max(0.0, rs - window - drain);
       if (l.zero == 2) {
         exposed = double(m - 1) * std::max(0.0, rs - t_stage) + tail;
+      } else if (l.overlap_param_gather && !opt_.for_loom_executor()) {
+        // ZeRO-3 as FSDP and DeepSpeed run it (simulate.h with_layered_dp):
+        // each chunk use gathers one layer ahead, and its other layers must
+        // cover the rest of its gather (before a backward, with all but the
+        // last layer's reduce-scatter); what they cannot cover stalls it.
+        // Only the step's first layer gather and the last layer's
+        // reduce-scatter wait outside.
+        const double layers = std::max(1, sc.layers), lc = std::max(1.0, layers / v);
+        const double pc = d.param_gather_s / v, rc = rs / v, g = d.param_gather_s / layers, f = (lc - 1) / lc;
+        const double stall = std::max(0.0, (pc - g) - sc.fwd_s / v * f) +
+                             std::max(0.0, (pc - g) + rc * f - (sc.bwd_s + sc.recompute_s) / v * f);
+        exposed = double(m) * v * stall + g + std::max(0.0, rc / lc - drain);
       } else if (l.overlap_param_gather) {
         // ZeRO-3 with prefetch: gathers for forward and backward run ahead of
         // compute; only the step's first layer gather waits.

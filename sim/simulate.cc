@@ -206,9 +206,13 @@ Program with_blocking_sends(const Program& prog) {
 
 // See simulate.h.
 void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int buckets, std::vector<double>* dur,
-                     std::vector<double>* hidden) {
+                     std::vector<double>* hidden, std::vector<double>* stall) {
   const size_t n = prog.ops.size();
   hidden->assign(n, 0.0);
+  stall->assign(n, 0.0);
+  // ZeRO-3 by layer only where both overlaps are on (FSDP's prefetch and its
+  // reduce-scatter beside the backward); otherwise the program's ops stand.
+  const bool layered_zero3 = prog.config.overlap_param_gather && prog.config.overlap_grad_reduce;
   // Each DP op's consumer (a compute op that waits for it) and producer (the
   // compute op it waits for).
   std::vector<int32_t> consumer(n, -1), producer(n, -1), sync_of(n, -1);
@@ -232,6 +236,7 @@ void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int
     if (op.kind != OpKind::kParamGather) continue;
     const int32_t c = consumer[size_t(op.id)];
     if (c < 0) continue;  // ZeRO-1/2 gathers after the optimizer: no compute waits
+    if (op.micro >= 0 && !layered_zero3) continue;
     const Op& cop = prog.ops[size_t(c)];
     // ZeRO-3 gathers layer by layer; a ZeRO-1/2 step gather bucket by bucket.
     const int k = std::max(
@@ -239,13 +244,23 @@ void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int
                          : buckets);
     // The consumer computes its first piece once the first piece is
     // gathered; the rest of the gather (and, before a backward, the
-    // reduce-scatter of all but its last piece) runs beside the others.
+    // reduce-scatter of all but its last piece) runs beside the others, and
+    // what they cannot cover stalls the consumer between its pieces (the
+    // stacks prefetch one piece ahead, so no earlier op hides it).
     const double head = d[op.id] / k, rest = d[op.id] - head;
     const int32_t rs = op.micro >= 0 ? sync_of[size_t(c)] : -1;
     const double rs_early = rs >= 0 ? d[size_t(rs)] * (k - 1) / k : 0.0;
     const double window = d[size_t(c)] * (k - 1) / k;
     const double excess = std::max(0.0, rest + rs_early - window);
-    d[op.id] = head + excess;
+    // A step gather (ZeRO-1/2) is dispatched bucket by bucket ahead of the
+    // forwards from the start of the step, so later chunks' gathers finish
+    // during the first chunk's forwards: its excess stays on the DP stream.
+    if (op.micro >= 0) {
+      d[op.id] = head;
+      (*stall)[size_t(c)] += excess;
+    } else {
+      d[op.id] = head + excess;
+    }
     (*hidden)[size_t(c)] += rest + rs_early - excess;
     if (rs >= 0) d[size_t(rs)] -= rs_early;
   }
@@ -367,15 +382,21 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
       if (is_send(op.kind)) r.durations_s[size_t(op.id)] = t_p2p;
   }
   // A published stack's DP traffic by bucket or layer (with_layered_dp); the
-  // part beside compute pays contention below.
-  std::vector<double> hidden_dp;
+  // part beside compute pays contention below, and what it cannot cover
+  // stalls its consumer (reported as exposed DP time).
+  std::vector<double> hidden_dp, stall_dp;
+  std::vector<double> stall_by_stage(size_t(l.pp), 0.0);
   if (!eval.options().for_loom_executor() && l.dp * l.cp > 1 && !host_dp) {
     const StageSplit split = split_layers(eval.model(), l);
     const int v = l.virtual_stages;
     std::vector<int> chunk_layers(size_t(l.pp) * size_t(v));
     for (int s = 0; s < l.pp; ++s)
       for (int c = 0; c < v; ++c) chunk_layers[size_t(s) * v + c] = split.chunk_layers[size_t(c) * l.pp + s];
-    with_layered_dp(r.program, chunk_layers, cfg.grad_buckets, &r.durations_s, &hidden_dp);
+    with_layered_dp(r.program, chunk_layers, cfg.grad_buckets, &r.durations_s, &hidden_dp, &stall_dp);
+    for (size_t i = 0; i < stall_dp.size(); ++i) {
+      r.durations_s[i] += stall_dp[i];
+      stall_by_stage[size_t(r.program.ops[i].stage)] += stall_dp[i];
+    }
   }
   LOOM_ASSIGN_OR_RETURN(r.timeline, run_event_engine(timed, r.durations_s));
   // Contention: lengthen the compute that overlapped DP collectives, then
@@ -431,7 +452,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   tb.optimizer_s = c.optimizer_s;
   // Separate pipeline p2p from the bubble proper: time the same program with
   // free p2p transfers; the step time it saves is the exposed p2p time.
-  tb.dp_comm_s = r.timeline.idle[crit].dp_comm_s;
+  tb.dp_comm_s = r.timeline.idle[crit].dp_comm_s + stall_by_stage[size_t(crit)];
   // Without a pipeline the only wait after the last compute op is DP traffic
   // (ZeRO-1/2 gathers after the optimizer).
   if (l.pp == 1) tb.dp_comm_s += r.timeline.idle[crit].tail_s;

@@ -71,18 +71,23 @@ Program with_posted_ahead_recvs(const Program& prog);
 // bucket (param_and_grad_buffer / distributed optimizer); FSDP and ZeRO-3
 // gather one layer ahead of the layer that needs it and reduce-scatter each
 // layer's gradients as its backward ends. Changes `dur` in place for the
-// program's ops: a gather keeps on the DP stream the first bucket or layer
-// (its consumer waits for that) plus whatever of the rest its consumer's
-// other buckets or layers cannot cover; before a backward the reduce-scatter
-// of all but its last layer shares that cover, and the reduce-scatter op
-// keeps its last layer (ZeRO-2: also what the backward cannot cover).
-// `hidden[c]` receives the DP time that runs beside compute op c, which pays
-// SM contention and NIC sharing as overlapped DP time does. `chunk_layers`
-// is indexed stage * v + chunk; `buckets` is the gradient buckets of a
-// chunk. Loom's executor runs the program's ops as they are, so this is for
-// published stacks (SimOptions::for_loom_executor false).
+// program's ops: a gather keeps on the DP stream its first bucket or layer,
+// which its consumer waits for; the rest runs beside the consumer's other
+// buckets or layers, and before a backward so does the reduce-scatter of all
+// but its last layer. The reduce-scatter op keeps its last layer (ZeRO-2:
+// also what the backward cannot cover). `hidden[c]` receives the DP time
+// that runs beside compute op c, which pays SM contention and NIC sharing as
+// overlapped DP time does. Under ZeRO-3, `stall[c]` receives what op c's
+// own layers cannot cover, since the stacks prefetch one layer ahead and the
+// op waits between its layers (the caller lengthens it); a step gather's
+// excess stays on the DP stream, which dispatches every chunk's buckets
+// from the start of the step. ZeRO-3 is taken by layer only with both
+// overlaps on; otherwise its ops stand. `chunk_layers` is indexed
+// stage * v + chunk; `buckets` is the gradient buckets of a chunk. Loom's
+// executor runs the program's ops as they are, so this is for published
+// stacks (SimOptions::for_loom_executor false).
 void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int buckets, std::vector<double>* dur,
-                     std::vector<double>* hidden);
+                     std::vector<double>* hidden, std::vector<double>* stall);
 
 // NIC sharing. On rail-optimized nodes each GPU has its own NIC, and the
 // rank's DP collectives, its pipeline transfers and its EP/TP exchanges all

@@ -226,8 +226,11 @@ TEST(EventEngine, PostedAheadRecvsHideSteadyStateTransfers) {
 //   layer's reduce-scatter [12.5, 13.5]: step 13.5 (the program as Loom's
 //   executor runs it: gathers [0, 2] and [2, 4], F [2, 6], B [6, 14], the
 //   reduce-scatter [14, 18]: 18).
-//   gathers of 8: F waits 8 - 4·3/4 = 5, and B's gather 2 + (6 + 3 - 6) = 5
-//   queues behind it on the DP stream: F [5, 9], B [10, 18], step 19.
+//   gathers of 8 (g = 2 > C/L): the first layer's gathers stay on the DP
+//   stream, [0, 2] and [2, 4]; F waits between its layers 6 - 4·3/4 = 3 and
+//   B 6 + 3 - 8·3/4 = 3: F [2, 9] (layer by layer: 2 + 3·max(1, 2) + 1),
+//   B [9, 20] (3·max(2, 2 + 1) + 2), the last reduce-scatter [20, 21].
+
 // One stage with data-parallel ops: ZeRO `zero`, `buckets` gradient buckets.
 Program dp_program(int64_t m, int zero, int buckets) {
   ProgramConfig pc = cfg(Schedule::k1F1B, 1, m);
@@ -242,8 +245,9 @@ TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
   const std::vector<int> layers = {4};
   auto step = [&](double gather, bool layered, std::vector<double>* hidden_out) {
     auto d = durations(p, {4, 8, 0, gather, 4, 0});
-    std::vector<double> hidden(p.ops.size(), 0.0);
-    if (layered) with_layered_dp(p, layers, 1, &d, &hidden);
+    std::vector<double> hidden(p.ops.size(), 0.0), stall(p.ops.size(), 0.0);
+    if (layered) with_layered_dp(p, layers, 1, &d, &hidden, &stall);
+    for (size_t i = 0; i < d.size(); ++i) d[i] += stall[i];  // as simulate_layout does
     if (hidden_out) *hidden_out = hidden;
     return run_event_engine(p, d)->step_time_s;
   };
@@ -257,23 +261,26 @@ TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
   }
   EXPECT_DOUBLE_EQ(fwd_hidden, 1.5);
   EXPECT_DOUBLE_EQ(bwd_hidden, 4.5);
-  EXPECT_DOUBLE_EQ(step(8, true, nullptr), 19.0);
+  EXPECT_DOUBLE_EQ(step(8, true, nullptr), 21.0);
 }
 
 // Megatron's overlap_param_gather: the updated parameters of a chunk are
 // gathered bucket by bucket before its first forward, which waits for the
 // first bucket and for what the others cannot hide behind it. ZeRO-1, pp = 1,
 // m = 2, F = 4, B = 8, 4 buckets: a gather of 2 costs its first bucket, 0.5;
-// a gather of 8 costs 2 + (6 - 3) = 5.
+// a gather of 8 costs 2 + (6 - 3) = 5, on the DP stream (later chunks'
+// gathers queue behind it there, ahead of their forwards).
 TEST(EventEngine, LayeredDpGathersBucketByBucket) {
   Program p = dp_program(2, 1, 4);
   const std::vector<int> layers = {32};  // not used by a step gather
   for (double gather : {2.0, 8.0}) {
     auto d = durations(p, {4, 8, 0, gather, 0, 0});
-    std::vector<double> hidden;
-    with_layered_dp(p, layers, 4, &d, &hidden);
-    for (const Op& op : p.ops)
+    std::vector<double> hidden, stall;
+    with_layered_dp(p, layers, 4, &d, &hidden, &stall);
+    for (const Op& op : p.ops) {
       if (op.kind == OpKind::kParamGather) EXPECT_DOUBLE_EQ(d[op.id], gather == 2.0 ? 0.5 : 5.0);
+      EXPECT_EQ(stall[op.id], 0.0);
+    }
     const Timeline t = run_event_engine(p, d).value();
     for (const Op& op : p.ops)
       if (op.kind == OpKind::kForward && op.micro == 0) EXPECT_DOUBLE_EQ(t.ops[op.id].start_s, gather == 2.0 ? 0.5 : 5.0);
