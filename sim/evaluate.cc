@@ -1,6 +1,7 @@
 #include "sim/evaluate.h"
 
 #include "core/executor_head.h"
+#include "sim/dp_exposure.h"
 #include "core/throughput.h"
 
 #include <algorithm>
@@ -741,81 +742,10 @@ Estimate Evaluator::estimate(const Layout& l) const {
       memo_layers = sc.layers;
       memo_moe = sc.moe_layers;
     }
-    const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
-    const double b_last = sc.bwd_s + sc.recompute_s;
-    const double drain = double(s) * (b_last / v);
-    // The stage's syncs start as its chunks finish their last backward: within
-    // the last backward, bucket by bucket; with interleaving, the other chunks
-    // still run their last micro-batches' backwards after the first chunk is
-    // done (Megatron's cooldown takes min(p, m) of them per chunk).
-    const double b_chunk = b_last / v;
-    double window = l.overlap_grad_reduce
-                        ? b_chunk * (1.0 - 1.0 / std::max(1, opt_.grad_buckets)) +
-                              double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk
-                        : 0.0;
-    double exposed = 0;
-    if (l.zero <= 1) {
-      exposed = std::max(0.0, d.grad_sync_s - window - drain);
-    } else if (!l.overlap_grad_reduce) {
-      // Each micro-batch's reduce-scatter blocks the stage's next compute op
-      // (the program's block_on): all m are exposed. ZeRO-3 with prefetch: the
-      // gather issued after a backward queues ahead of that reduce-scatter on
-      // the DP stream, so it is exposed with it; without prefetch every gather
-      // waits in front of its compute op.
-      const double rs = d.grad_sync_s, pg = d.param_gather_s;
-      exposed = double(m) * rs;
-      if (l.zero == 3)
-        exposed += l.overlap_param_gather ? double(m) * pg + pg / std::max(1, sc.layers) : 2.0 * double(m) * pg;
-    } else {
-      // ZeRO-2/3 reduce-scatter after every micro-batch's backward, hidden
-      // behind the next micro-batch; the last one behind the drain only.
-      const double rs = d.grad_sync_s, tail = std::max(0.0, rs - window - drain);
-      if (l.zero == 2) {
-        exposed = double(m - 1) * std::max(0.0, rs - t_stage) + tail;
-      } else if (l.overlap_param_gather && !opt_.for_loom_executor()) {
-        // ZeRO-3 as FSDP and DeepSpeed run it (simulate.h with_layered_dp):
-        // each chunk use gathers one layer ahead, and its other layers must
-        // cover the rest of its gather (before a backward, with all but the
-        // last layer's reduce-scatter); what they cannot cover stalls it.
-        // Only the step's first layer gather and the last layer's
-        // reduce-scatter wait outside.
-        const double layers = std::max(1, sc.layers), lc = std::max(1.0, layers / v);
-        const double pc = d.param_gather_s / v, rc = rs / v, g = d.param_gather_s / layers, f = (lc - 1) / lc;
-        const double stall = std::max(0.0, (pc - g) - sc.fwd_s / v * f) +
-                             std::max(0.0, (pc - g) + rc * f - (sc.bwd_s + sc.recompute_s) / v * f);
-        exposed = double(m) * v * stall + g + std::max(0.0, rc / lc - drain);
-      } else if (l.overlap_param_gather) {
-        // ZeRO-3 with prefetch: gathers for forward and backward run ahead of
-        // compute; only the step's first layer gather waits.
-        exposed = double(m - 1) * std::max(0.0, rs + 2 * d.param_gather_s - t_stage) + tail +
-                  d.param_gather_s / std::max(1, sc.layers);
-      } else {
-        exposed = 2.0 * double(m) * d.param_gather_s + double(m - 1) * std::max(0.0, rs - t_stage) + tail;
-      }
-    }
-    if (l.zero == 1 || l.zero == 2) {
-      // Updated-parameter all-gather, or fully exposed after the optimizer.
-      // Overlapped: the first chunk's first forward waits for its gather.
-      // Loom's executor gathers a chunk in one call; a published stack
-      // bucket by bucket, each forward pre-hook waiting for its own bucket,
-      // so the forward waits for the first bucket and for what the rest
-      // cannot hide behind its other buckets (simulate.h with_layered_dp).
-      // Later chunks' gathers finish during the first chunk's forwards.
-      if (l.overlap_param_gather) {
-        const double layers = std::max(1, sc.layers);
-        const double pc = d.param_gather_s * (v > 1 ? split.chunk_layers[size_t(s)] / layers : 1.0);
-        const double kb = std::max(1, opt_.grad_buckets), f0 = sc.chunk0_fwd_s;
-        exposed += opt_.for_loom_executor() ? pc : pc / kb + std::max(0.0, (pc - f0) * (1.0 - 1.0 / kb));
-      } else {
-        exposed += d.param_gather_s;
-      }
-    }
-    // The DP stream's time this stage's compute hides, and the SMs it holds.
-    double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
-    if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
-    if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
-    // Collectives that progress only in the host's waits hide behind nothing.
-    if (opt_.dp_comm_host_progress) exposed = total;
+    const double layers = std::max(1, sc.layers);
+    const StageDpExposure e =
+        stage_dp_exposure(l, opt_, sc, d, m, s, v > 1 ? split.chunk_layers[size_t(s)] / layers : 1.0);
+    const double exposed = e.exposed, total = e.total;
     dp_exposed = std::max(dp_exposed, exposed);
     const double net_share = d.crosses_nodes ? sc.net_share : 0.0;
     contention = std::max(contention, std::max(0.0, total - exposed) * (contention_fraction + net_share));

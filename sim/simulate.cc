@@ -1,6 +1,7 @@
 #include "sim/simulate.h"
 
 #include "sim/coverage.h"
+#include "sim/dp_exposure.h"
 
 #include <algorithm>
 #include <span>
@@ -250,8 +251,7 @@ void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int
     const double head = d[op.id] / k, rest = d[op.id] - head;
     const int32_t rs = op.micro >= 0 ? sync_of[size_t(c)] : -1;
     const double rs_early = rs >= 0 ? d[size_t(rs)] * (k - 1) / k : 0.0;
-    const double window = d[size_t(c)] * (k - 1) / k;
-    const double excess = std::max(0.0, rest + rs_early - window);
+    const double excess = piece_stall(d[op.id], k, d[size_t(c)], rs_early);
     // A step gather (ZeRO-1/2) is dispatched bucket by bucket ahead of the
     // forwards from the start of the step, so later chunks' gathers finish
     // during the first chunk's forwards: its excess stays on the DP stream.
