@@ -99,6 +99,44 @@ double gathered_weight_bytes(Precision p, const SimOptions& opt) {
   return p == Precision::kFp8 && opt.fp8_params ? 1.0 : element_bytes(p);
 }
 
+// The all-reduce of the squared gradient norm before the update: one fp32
+// scalar, latency only. Every stack computes the norm each step (Megatron's
+// get_grad_norm_fp32 logs it even without --clip-grad; torchtitan's
+// clip_grad_norm_, DeepSpeed's get_global_norm; Loom's executor,
+// exec/runtime/optimizer.cc). Its group: every rank when the optimizer state
+// is sharded (Megatron's distributed optimizer sums the shards' norms over
+// the data- and model-parallel ranks; FSDP's DTensor norm over its whole
+// mesh) and in Loom's executor (a world all-reduce), else Megatron's
+// model-parallel group (TP x PP), whose DP replicas hold the same reduced
+// gradients. Memoized on the group (the search prices a few stage kinds per
+// layout).
+double grad_norm_sync_s(const HwProfile& hw, const Layout& l, const SimOptions& opt) {
+  const int dpn = hw.node.devices_per_node;
+  GroupShape g;
+  if (opt.for_loom_executor() || l.zero >= 1) {
+    g.ranks = l.world();
+    g.nodes = dpn > 0 ? (g.ranks + dpn - 1) / dpn : 1;
+    g.ranks_per_node = dpn > 0 ? std::min(g.ranks, dpn) : g.ranks;
+  } else {
+    const GroupShape tp = group_shape(l, Dim::kTp, dpn), pp = group_shape(l, Dim::kPp, dpn);
+    g.ranks = tp.ranks * pp.ranks;
+    g.nodes = tp.nodes * pp.nodes;
+    g.ranks_per_node = std::max(1, g.ranks / g.nodes);
+  }
+  if (g.ranks <= 1) return 0;
+  thread_local const HwProfile* memo_hw = nullptr;
+  thread_local int memo_key[3] = {0, 0, 0};
+  thread_local double memo_s = 0;
+  if (memo_hw != &hw || memo_key[0] != g.ranks || memo_key[1] != g.nodes || memo_key[2] != g.ranks_per_node) {
+    memo_s = collective_cost(hw, Collective::kAllReduce, g, 4).time_s;
+    memo_hw = &hw;
+    memo_key[0] = g.ranks;
+    memo_key[1] = g.nodes;
+    memo_key[2] = g.ranks_per_node;
+  }
+  return memo_s;
+}
+
 void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   sc.fwd_s += pc.fwd_s * count;
   sc.bwd_s += pc.bwd_s * count;
@@ -283,6 +321,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   double local_params =
       l.zero >= 1 ? params.dense / (l.dp * l.cp) + params.expert / (double(l.dp * l.cp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
+  sc.norm_sync_s = grad_norm_sync_s(hw_, l, opt_);
+  sc.optimizer_s += sc.norm_sync_s;
   // Loom's executor under ZeRO-2/3 discards a chunk's full fp32 gradient
   // after each micro-batch's reduce-scatter, and the next backward writes it
   // again (exec/runtime/data_parallel.cc Zero2::after_reduce): every

@@ -95,7 +95,8 @@ struct StageCosts {
   double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)
   double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
   std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk
-  double optimizer_s = 0;                        // includes weight_cast_s
+  double optimizer_s = 0;                        // includes weight_cast_s and norm_sync_s
+  double norm_sync_s = 0;                        // the gradient norm's all-reduce (a barrier over the group)
   double weight_cast_s = 0;                      // FP8: the stage's weights re-cast once a step
   Traffic traffic_per_micro;                     // TP and EP traffic of one micro-batch
 };

@@ -279,6 +279,34 @@ void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int
   }
 }
 
+// See simulate.h.
+Program with_norm_barrier(const Program& prog) {
+  const int P = prog.config.pp;
+  std::vector<int32_t> opt_of(size_t(P), -1), last_compute(size_t(P), -1);
+  for (int st = 0; st < P && size_t(st) < prog.stage_ops.size(); ++st)
+    for (int32_t id : prog.stage_ops[size_t(st)]) {
+      const Op& op = prog.ops[size_t(id)];
+      if (op.kind == OpKind::kOptimizer) opt_of[size_t(st)] = id;
+      else if (op.stream == Stream::kCompute && opt_of[size_t(st)] < 0) last_compute[size_t(st)] = id;
+    }
+  std::vector<std::vector<int32_t>> extra(prog.ops.size());
+  for (int st = 0; st < P; ++st) {
+    if (opt_of[size_t(st)] < 0) continue;
+    auto& e = extra[size_t(opt_of[size_t(st)])];
+    for (int other = 0; other < P; ++other) {
+      if (other == st) continue;
+      if (last_compute[size_t(other)] >= 0) e.push_back(last_compute[size_t(other)]);
+      if (opt_of[size_t(other)] >= 0) {
+        const auto deps = prog.deps_of(prog.ops[size_t(opt_of[size_t(other)])]);
+        e.insert(e.end(), deps.begin(), deps.end());
+      }
+    }
+  }
+  Program out = prog;
+  add_deps(prog, extra, &out);
+  return out;
+}
+
 // See simulate.h. A receive is posted after the previous op of its direction
 // (or, for a direction's first, after the op before its consumer).
 Program with_posted_ahead_recvs(const Program& prog) {
@@ -374,7 +402,12 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   const Program& base = host_dp ? timed_host : r.program;
   if (blocking) timed_p2p = with_blocking_sends(base);
   if (posted_ahead) timed_p2p = with_posted_ahead_recvs(base);
-  const Program& timed = blocking || posted_ahead ? timed_p2p : base;
+  const Program& p2p_timed = blocking || posted_ahead ? timed_p2p : base;
+  // The gradient norm's all-reduce holds every stage's update until the
+  // slowest stage has its gradients (with_norm_barrier).
+  Program timed_norm;
+  if (l.pp > 1) timed_norm = with_norm_barrier(p2p_timed);
+  const Program& timed = l.pp > 1 ? timed_norm : p2p_timed;
   r.durations_s = op_durations(eval, l, r.program, r.stages, dp);
   if (blocking || posted_ahead) {
     const double t_p2p = eval.p2p_time_s(l);

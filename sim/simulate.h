@@ -65,6 +65,16 @@ Program with_blocking_sends(const Program& prog);
 // order, and a send lasts its transfer. Op ids stay those of `prog`.
 Program with_posted_ahead_recvs(const Program& prog);
 
+// The gradient norm's all-reduce before the update (every stack, and Loom's
+// executor, sums the squared norm over the pipeline stages: Megatron's
+// get_grad_norm_fp32, exec/runtime/optimizer.cc): a barrier. Each stage's
+// optimizer op also waits for every other stage's last compute op and for
+// what that stage's optimizer waits for (its gradient syncs, its last sends),
+// so no stage updates before the slowest one has its gradients; the
+// all-reduce's own latency is in the optimizer's duration
+// (StageCosts::norm_sync_s). Op ids stay those of `prog`.
+Program with_norm_barrier(const Program& prog);
+
 // Data-parallel traffic as the published stacks issue it, where the program
 // has one op per chunk: Megatron's overlap_param_gather gathers the updated
 // parameters bucket by bucket and each forward pre-hook waits for its own

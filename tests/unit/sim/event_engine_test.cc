@@ -212,6 +212,46 @@ TEST(EventEngine, PostedAheadRecvsHideSteadyStateTransfers) {
       }
 }
 
+// The gradient norm's all-reduce is a barrier before the update
+// (with_norm_barrier). 1F1B, p = 4, m = 8, F = 1, B = 2, no transfers: stage
+// s's last backward ends at (m + p - 1)(F + B) - s·B = 33 - 2s (the last
+// micro-batch's backward runs from the last stage to the first). With the
+// last stage's update 6 long and the others' 1, each stage alone ends at
+// 34 (stage 0) and 27 + 6 = 33 (stage 3): step 34. Behind the barrier every
+// update starts at 33, when stage 0 has its gradients: step 39.
+TEST(EventEngine, NormBarrierHoldsEveryUpdateForTheSlowestStage) {
+  const int p = 4;
+  const int64_t m = 8;
+  ProgramConfig c = cfg(Schedule::k1F1B, p, m);
+  Program prog = build(c);
+  std::vector<double> d = durations(prog, {1.0, 2.0, 0.0, 0.0, 0.0, 1.0});
+  for (const Op& op : prog.ops)
+    if (op.kind == OpKind::kOptimizer && op.stage == p - 1) d[op.id] = 6.0;
+  EXPECT_NEAR(run_event_engine(prog, d)->step_time_s, 34.0, 1e-9);
+  const Program barrier = with_norm_barrier(prog);
+  ASSERT_EQ(barrier.ops.size(), prog.ops.size());
+  const Timeline t = *run_event_engine(barrier, d);
+  EXPECT_NEAR(t.step_time_s, 39.0, 1e-9);
+  for (const Op& op : prog.ops)
+    if (op.kind == OpKind::kOptimizer) EXPECT_NEAR(t.ops[op.id].start_s, 33.0, 1e-9) << "stage " << op.stage;
+
+  // With data parallelism each update also waits for every other stage's
+  // gradient syncs.
+  c.dp_comm = true;
+  c.zero = 1;
+  c.grad_buckets = 2;
+  prog = build(c);
+  const Program with_dp = with_norm_barrier(prog);
+  for (const Op& op : with_dp.ops) {
+    if (op.kind != OpKind::kOptimizer) continue;
+    const auto deps = with_dp.deps_of(op);
+    for (const Op& sync : prog.ops)
+      if (sync.kind == OpKind::kGradSync)
+        EXPECT_NE(std::find(deps.begin(), deps.end(), sync.id), deps.end())
+            << "the update of stage " << op.stage << " does not wait for " << prog.op_name(sync);
+  }
+}
+
 // FSDP / ZeRO-3 as the published stacks run it (with_layered_dp): each
 // layer's parameters gathered one layer ahead of the layer that needs them,
 // each layer's gradients reduce-scattered as its backward ends. With L
