@@ -47,6 +47,7 @@ struct PlanArgs {
   bool fp32_main_grads = false;
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;
+  std::string tp_comm_overlap_cfg;
   bool ep_comm_overlap = false;
   bool pp_blocking_p2p = false;
   bool no_pp_blocking_p2p = false;
@@ -175,6 +176,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.fp32_main_grads = a.fp32_main_grads;
   req.tp_async_backward = a.tp_async_backward;
   req.tp_comm_overlap = a.tp_comm_overlap;
+  req.tp_comm_overlap_cfg = a.tp_comm_overlap_cfg;
   req.ep_comm_overlap = a.ep_comm_overlap;
   req.pp_blocking_p2p = a.pp_blocking_p2p;
   req.no_pp_blocking_p2p = a.no_pp_blocking_p2p;
@@ -385,6 +387,11 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--tp-comm-overlap", a.tp_comm_overlap,
                "Megatron's --tp-comm-overlap (Transformer Engine userbuffers, with sequence parallelism): TP "
                "collectives pipelined with their GEMMs in forward and backward");
+  app.add_option("--tp-comm-overlap-cfg", a.tp_comm_overlap_cfg,
+                 "how Transformer Engine runs each TP linear's overlap under --tp-comm-overlap (Megatron's "
+                 "--tp-comm-overlap-cfg, NeMo's tp_comm_overlap_cfg): a name from frameworks/tp_overlap/ "
+                 "(e.g. nemo-25.02-bf16-h100-h8192-tp4), te1_defaults, te2_defaults, or a JSON file with TE's keys; "
+                 "default: the --framework's, else te2_defaults");
   app.add_flag("--ep-comm-overlap", a.ep_comm_overlap,
                "MoE all-to-alls behind another micro-batch's compute (DualPipe, Megatron-core "
                "--overlap-moe-expert-parallel-comm): only what a forward+backward pair cannot cover is exposed");

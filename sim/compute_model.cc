@@ -55,6 +55,24 @@ struct GemmSum {
     const Precision gp = fp8_layer ? p : sixteen_bit(p);
     add(count * gemm_time_s(hw, gp, m, n, k), gp, count, int(count), m, n, k);
   }
+  // A tensor-parallel linear under Transformer Engine's userbuffers
+  // (SimOptions::tp_comm_overlap, sim/tp_overlap.h), `count` alike: each
+  // pass priced as its overlap runs it, relative to the plain GEMM of its own
+  // shape (forward m x n x k, input gradient m x k x n, weight gradient
+  // n x k x m). `fprop` / `dgrad` / `wgrad` are the layer's settings for
+  // that pass, null where the pass runs alone; `t` the TP size.
+  void ub_linear(double m, double n, double k, double count, double t, const UbGemm* fprop, const UbGemm* dgrad,
+                 const UbGemm* wgrad) {
+    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
+    const double whole = gemm_time_s(hw, p, m, n, k);
+    const double f_f = ub_factor(fprop, t, m, n, k);
+    const double f_b = 0.5 * (ub_factor(dgrad, t, m, k, n) + ub_factor(wgrad, t, n, k, m));
+    const bool fp8 = p == Precision::kFp8 && hw.accel.supports(Precision::kFp8);
+    const double share = hw.accel.gemm_efficiency.forward_share_at((fp8 ? 1 : 2) * m * n * k);
+    fwd_s += count * 3 * whole * share * f_f;
+    bwd_s += count * 3 * whole * (1 - share) * f_b;
+    count_flops(p, count, int(count), m, n, k);
+  }
   // The LM head priced on its own measured table (`loom calibrate`).
   void measured(const GemmEfficiencyTable& t, double peak, double m, double n, double k) {
     const double flops = 2 * m * n * k;
@@ -78,15 +96,36 @@ struct GemmSum {
   }
 
  private:
-  void add(double time_s, Precision gp, double gemms, int kernels, double m, double n, double k) {
-    const bool fp8 = gp == Precision::kFp8 && hw.accel.supports(Precision::kFp8);
-    split_passes(hw.accel.gemm_efficiency, 3 * time_s, gemms / kernels * (fp8 ? 1 : 2) * m * n * k, &fwd_s, &bwd_s);
+  // One pass of an (rows x cols x depth) GEMM as a userbuffers overlap runs
+  // it, over the plain GEMM's time (ub_gemm_time_s): a ring exchange in t
+  // slices of its rows (t/2 of twice the rows aggregated), a pipeline in
+  // num_splits chunks of its columns, a bulk overlap or an atomic GEMM whole;
+  // with set_sm_margin on the SMs the communication leaves it. 1 for a pass
+  // that runs alone.
+  double ub_factor(const UbGemm* u, double t, double rows, double cols, double depth) const {
+    if (!u) return 1.0;
+    const double whole = gemm_time_s(hw, p, rows, cols, depth);
+    if (!(whole > 0)) return 1.0;
+    double row_slices = 1, col_slices = 1;  // an atomic GEMM is one kernel signalling its chunks
+    if (!u->atomic_gemm && u->method == UbMethod::kRingExchange) row_slices = std::max(1.0, u->aggregate ? t / 2 : t);
+    if (!u->atomic_gemm && u->method == UbMethod::kPipeline) col_slices = std::max(1, u->num_splits);
+    const int sms = hw.accel.sm_count;
+    const double fraction =
+        u->set_sm_margin && sms > 0 && u->num_sm < sms ? double(sms - u->num_sm) / double(sms) : 1.0;
+    return ub_gemm_time_s(hw, p, rows, cols, depth, row_slices, col_slices, fraction) / whole;
+  }
+  void count_flops(Precision gp, double gemms, int kernels, double m, double n, double k) {
     fwd_flops += gemms * 2 * m * n * k;
     if (gp != Precision::kFp8) return;
     fp8_inputs += gemms * m * k;
     fp8_output_grads += gemms * m * n;
     fp8_weights += gemms * k * n;
     fp8_casts += kernels;
+  }
+  void add(double time_s, Precision gp, double gemms, int kernels, double m, double n, double k) {
+    const bool fp8 = gp == Precision::kFp8 && hw.accel.supports(Precision::kFp8);
+    split_passes(hw.accel.gemm_efficiency, 3 * time_s, gemms / kernels * (fp8 ? 1 : 2) * m * n * k, &fwd_s, &bwd_s);
+    count_flops(gp, gemms, kernels, m, n, k);
   }
 };
 
@@ -139,6 +178,19 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // torchtitan's eager Llama block (SimOptions::layer_ops): dense layers
   // without MLA.
   const bool eager = opt.layer_ops == LayerOps::kTorchEager && !moe_layer && !m.mla.enabled;
+  // Transformer Engine's userbuffers (tp_comm_overlap, with SP): the fused
+  // QKV, proj, FC1 and FC2 linears run each pass as their overlap does
+  // (GemmSum::ub_linear). MLA's projections and the experts run plain.
+  const TpOverlapConfig& ubc = opt.tp_overlap;
+  const bool ub_gemms = opt.tp_comm_overlap && sh.sp && sh.tp_group.ranks > 1 && !eager && !m.mla.enabled;
+  auto column = [&](double rows, double n, double k, const UbGemm& fprop, const UbGemm& dgrad, const UbGemm& wgrad) {
+    if (ub_gemms) gemm.ub_linear(rows, n, k, 1, t, &fprop, &dgrad, &wgrad);
+    else gemm.weight(rows, n, k);
+  };
+  auto row = [&](double rows, double n, double k, const UbGemm& fprop, const UbGemm& dgrad) {
+    if (ub_gemms) gemm.ub_linear(rows, n, k, 1, t, &fprop, &dgrad, nullptr);
+    else gemm.weight(rows, n, k);
+  };
 
   // --- attention projections ---------------------------------------------
   double qk_dim = d, v_dim = d, kv_heads = g;
@@ -160,12 +212,13 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     gemm.weight(T, a * d / t, h);     // wq, wk, wv apart (nn.Linear each)
     gemm.weight(T, g * d / t, h, 2);
   } else {
-    gemm.weight(T, (a + 2 * g) * d / t, h);  // fused QKV, column-parallel
+    column(T, (a + 2 * g) * d / t, h, ubc.qkv_fprop, ubc.qkv_dgrad, ubc.qkv_wgrad);  // fused QKV, column-parallel
   }
   // The attention block's column-parallel GEMMs (one of dgrad / wgrad each
   // costs their forward time): the window its backward TP collectives hide in.
   const double attn_column_s = gemm.fwd_s;
-  gemm.weight(T, h, a * v_dim / t);  // output projection, row-parallel
+  if (m.mla.enabled) gemm.weight(T, h, a * v_dim / t);  // output projection, row-parallel
+  else row(T, h, a * v_dim / t, ubc.proj_fprop, ubc.proj_dgrad);
   const double attn_row_s = gemm.fwd_s - attn_column_s;
 
   // --- attention core (scores and weighted sum) --------------------------
@@ -220,9 +273,11 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
-    gemm.weight(T, mlp_mats * f / t, h);
+    if (eager) gemm.weight(T, mlp_mats * f / t, h);
+    else column(T, mlp_mats * f / t, h, ubc.fc1_fprop, ubc.fc1_dgrad, ubc.fc1_wgrad);
     mlp_column_s = gemm.fwd_s - before;
-    gemm.weight(T, h, f / t);
+    if (eager) gemm.weight(T, h, f / t);
+    else row(T, h, f / t, ubc.fc2_fprop, ubc.fc2_dgrad);
     mlp_row_s = gemm.fwd_s - before - mlp_column_s;
     act_elem_fwd += T * f / t;
   } else {
@@ -369,6 +424,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   const double ag_bytes = fp8_gathers ? tp_bytes / 2 : tp_bytes;
   double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0, tp_fwd_exposed = 0;
+  // Userbuffers: the SM time the hidden collectives take from the GEMMs
+  // beside them (seconds of GEMM slowdown, forward and backward); -1 = the
+  // generic contention below.
+  double ub_fwd_sm_s = -1, ub_bwd_sm_s = -1;
   if (sh.tp_group.ranks > 1) {
     const double windows[2] = {attn_column_s, mlp_column_s};
     const double rows[2] = {attn_row_s, mlp_row_s};
@@ -391,22 +450,46 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
       tp_fwd_exposed = tp_fwd_total;
       if (ub) {
-        // Transformer Engine's ring-exchange overlap: the collective is split
-        // into t chunks pipelined with t slices of its GEMM. An all-gather
-        // feeds the GEMM from the local shard first, so only what the other
-        // t-1 slices cannot cover shows; a reduce-scatter can start only
-        // after the first slice, and its last chunk follows the GEMM.
+        // Transformer Engine's userbuffers (sim/tp_overlap.h). A ring
+        // exchange splits the collective into t chunks pipelined with t
+        // slices of its GEMM: an all-gather feeds the GEMM from the local
+        // shard first, so only what the other t-1 slices cannot cover shows.
+        // A reduce-scatter (pipeline in s = num_splits chunks, or ring
+        // exchange, s = t) can start only after the first chunk, and its
+        // last chunk follows the GEMM.
         const double tf = (t - 1) / t;
         auto ag_exposed = [&](double g) { return std::max(0.0, ag - g * tf); };
-        auto rs_exposed = [&](double g) { return std::max(rs / t, rs - g * tf); };
+        auto rs_exposed = [&](double g, const UbGemm& u) {
+          const double sp = u.method == UbMethod::kPipeline ? std::max(1, u.num_splits) : t;
+          return std::max(rs / sp, rs - g * (sp - 1) / sp);
+        };
+        // The SMs a hidden collective takes from the GEMM beside it: none
+        // for a ring exchange (copy engines) or where the GEMM already left
+        // them (set_sm_margin, priced in its time); else num_sm of the SMs.
+        const double sms = hw.accel.sm_count;
+        auto sm_share = [&](const UbGemm& u) {
+          return u.method == UbMethod::kRingExchange || u.set_sm_margin || sms <= 0 ? 0.0
+                                                                                  : std::min(1.0, u.num_sm / sms);
+        };
+        const UbGemm* rs_cfg[2] = {&ubc.proj_fprop, &ubc.fc2_fprop};
+        const UbGemm* regather_cfg[2] = {&ubc.qkv_dgrad, &ubc.fc1_dgrad};
+        const UbGemm* dgrad_rs_cfg[2] = {&ubc.qkv_wgrad, &ubc.fc1_wgrad};
         tp_fwd_exposed = 0;
-        for (int blk = 0; blk < 2; ++blk) tp_fwd_exposed += ag_exposed(windows[blk]) + rs_exposed(rows[blk]);
+        ub_fwd_sm_s = ub_bwd_sm_s = 0;
+        for (int blk = 0; blk < 2; ++blk) {
+          const double rs_exp = rs_exposed(rows[blk], *rs_cfg[blk]);
+          tp_fwd_exposed += ag_exposed(windows[blk]) + rs_exp;
+          ub_fwd_sm_s += (rs - rs_exp) * sm_share(*rs_cfg[blk]);
+        }
         // Backward: the output gradient's gather ring-exchanged with the
         // row-parallel layer's data-gradient GEMM (its forward time), the
         // input re-gather and the input-gradient reduce-scatter in bulk
         // behind the column-parallel layer's GEMMs.
-        for (int blk = 0; blk < 2; ++blk)
-          tp_bwd_exposed += ag_exposed(rows[blk]) + std::max(0.0, ag - windows[blk]) + std::max(0.0, rs - windows[blk]);
+        for (int blk = 0; blk < 2; ++blk) {
+          const double regather = std::max(0.0, ag - windows[blk]), dgrad_rs = std::max(0.0, rs - windows[blk]);
+          tp_bwd_exposed += ag_exposed(rows[blk]) + regather + dgrad_rs;
+          ub_bwd_sm_s += (ag - regather) * sm_share(*regather_cfg[blk]) + (rs - dgrad_rs) * sm_share(*dgrad_rs_cfg[blk]);
+        }
       } else if (async) {
         for (double w : windows) tp_bwd_exposed += ag + std::max(0.0, ag - w) + std::max(0.0, rs - w);
       } else {
@@ -436,8 +519,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   const double contention = comm_contention_fraction(hw);
   const double fwd_hidden_tp = tp_fwd_total - c.fwd_tp_s, bwd_hidden_tp = tp_bwd_total - c.bwd_tp_s;
 
-  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) + fwd_hidden_tp * contention;
-  double bwd_compute = gemm.bwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) + bwd_hidden_tp * contention;
+  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) +
+                       (ub_fwd_sm_s >= 0 ? ub_fwd_sm_s : fwd_hidden_tp * contention);
+  double bwd_compute = gemm.bwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) +
+                       (ub_bwd_sm_s >= 0 ? ub_bwd_sm_s : bwd_hidden_tp * contention);
   if (opt.ep_comm_overlap && c.ep_calls > 0) {
     // A forward and a backward micro-batch's layer run together, each one's
     // all-to-alls behind the other's compute, in three windows one after the

@@ -152,6 +152,16 @@ MoeExchange moe_exchange(const ModelSpec& model, const HwProfile& hw, const SimO
 
 // Time of one GEMM of shape (m x k) * (k x n).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
+// Time of that GEMM as a userbuffers overlap runs it (sim/tp_overlap.h):
+// in `row_slices` x `col_slices` pieces, on `sm_fraction` of the SMs. Each
+// piece runs at the table's rate at its own FLOPs (its fixed cost and small
+// size) with the whole GEMM's waves (the wave model is not measured on the
+// near-one-wave outputs of the pieces, docs/simulator.md 3.1), and on fewer
+// SMs at that fraction of the table's (boost-clock) rate, never above the
+// rate the power cap sustains: a GEMM on fewer SMs draws less power. Equal to
+// gemm_time_s with one piece on every SM.
+double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k, double row_slices,
+                      double col_slices, double sm_fraction);
 // Time of `groups` equal GEMMs run as one grouped kernel (MoE experts:
 // cuBLASLt and CUTLASS grouped GEMM, torch._grouped_mm): one launch, the
 // table's rate at all the groups' FLOPs, the waves of all their output tiles

@@ -80,6 +80,12 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.overlap_param_gather, json_bool_or(*o, "param_gather", true, w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.tp_async_backward, json_bool_or(*o, "tp_async_backward", false, w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.tp_comm_overlap, json_bool_or(*o, "tp_comm_overlap", false, w + ".overlap"));
+  LOOM_ASSIGN_OR_RETURN(std::string ub_cfg, json_string_or(*o, "tp_comm_overlap_cfg", "te2_defaults", w + ".overlap"));
+  {
+    auto cfg = load_tp_overlap_config(ub_cfg);
+    if (!cfg.is_ok()) return invalid_argument(w + ".overlap.tp_comm_overlap_cfg: " + cfg.status().message());
+    f.tp_overlap = std::move(cfg).value();
+  }
 
   LOOM_ASSIGN_OR_RETURN(const Json* pp, section(j, "pipeline", w));
   LOOM_ASSIGN_OR_RETURN(f.pp_blocking_p2p, required_bool(*pp, "blocking_p2p", w + ".pipeline"));
@@ -162,6 +168,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->fp32_main_grads = f.fp32_main_grads;
   opt->tp_async_backward = f.tp_async_backward;
   opt->tp_comm_overlap = f.tp_comm_overlap;
+  opt->tp_overlap = f.tp_overlap;
   opt->pp_blocking_p2p = f.pp_blocking_p2p;
   opt->pp_overlap_p2p_comm = f.pp_overlap_p2p_comm;
   opt->fp8_scaling = f.fp8_scaling;

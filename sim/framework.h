@@ -42,6 +42,7 @@ struct Framework {
   bool overlap_param_gather = true;
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;
+  TpOverlapConfig tp_overlap = te2_default_tp_overlap();  // overlap.tp_comm_overlap_cfg (a name from frameworks/tp_overlap/)
   bool pp_blocking_p2p = false;       // SimOptions::pp_blocking_p2p
   bool pp_overlap_p2p_comm = false;   // SimOptions::pp_overlap_p2p_comm
   LayerSplitRule layer_split = LayerSplitRule::kAny;  // pipeline.layer_split

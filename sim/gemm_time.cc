@@ -51,6 +51,23 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
   return gemm_kernel_time_s(hw, precision, 1, m, n, k);
 }
 
+double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k, double row_slices,
+                      double col_slices, double sm_fraction) {
+  const double flops = 2 * m * n * k;
+  if (!(flops > 0)) return 0;
+  const AcceleratorSpec& a = hw.accel;
+  const GemmEfficiencyTable& t = a.gemm_efficiency;
+  const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
+  const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
+  const double wave = a.relative_wave_efficiency(m, n, fp8 ? k / 2 : k);
+  const double piece = flops / (std::max(1.0, row_slices) * std::max(1.0, col_slices));
+  const double best_cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
+  const double cap = std::min(best_cap, a.sustained_gemm_efficiency(precision));
+  const double fraction = std::clamp(sm_fraction, 1e-3, 1.0);
+  const double eff = std::min(cap, std::min(best_cap, t.lookup(fp8 ? piece / 2 : piece) * wave) * fraction);
+  return flops / (a.peak_flops(precision) * eff);
+}
+
 double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
   if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
   return gemm_kernel_time_s(hw, precision, groups, m, n, k);

@@ -53,6 +53,7 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, c
                             ": use grouped (one grouped kernel for a layer's local experts) or per_expert (one GEMM "
                             "each: Transformer Engine's GroupedLinear, DeepSpeed's loop)");
   if (!req.framework.empty()) LOOM_RETURN_IF_ERROR(load_framework(req.framework).status());
+  if (!req.tp_comm_overlap_cfg.empty()) LOOM_RETURN_IF_ERROR(load_tp_overlap_config(req.tp_comm_overlap_cfg).status());
   if (train.precision == Precision::kFp8 && hw.accel.peak_fp8_flops <= 0)
     return invalid_argument("--precision fp8: " + hw.name + " (" + hw.accel.name + ") has no fp8 tensor cores; use bf16");
   return train;
@@ -82,6 +83,10 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (req.fp32_main_grads) opt.fp32_main_grads = true;
   if (req.tp_async_backward) opt.tp_async_backward = true;
   if (req.tp_comm_overlap) opt.tp_comm_overlap = true;
+  if (!req.tp_comm_overlap_cfg.empty()) {
+    auto cfg = load_tp_overlap_config(req.tp_comm_overlap_cfg);  // make_train_spec reports a bad one
+    if (cfg.is_ok()) opt.tp_overlap = std::move(cfg).value();
+  }
   if (req.ep_comm_overlap) opt.ep_comm_overlap = true;
   if (req.pp_blocking_p2p) opt.pp_blocking_p2p = true;
   if (req.moe_dedup_dispatch) opt.moe_dedup_dispatch = true;

@@ -34,6 +34,9 @@ struct PlanRequest {
   bool fp32_main_grads = false;
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
   bool tp_comm_overlap = false;    // SimOptions::tp_comm_overlap
+  // SimOptions::tp_overlap: a name from frameworks/tp_overlap/ or a path;
+  // empty: the framework's, else Transformer Engine's own defaults.
+  std::string tp_comm_overlap_cfg;
   bool ep_comm_overlap = false;    // SimOptions::ep_comm_overlap
   bool pp_blocking_p2p = false;    // SimOptions::pp_blocking_p2p
   bool no_pp_blocking_p2p = false;     // turns pp_blocking_p2p off (over the framework's)

@@ -126,6 +126,8 @@ std::string sim_options_json(const SimOptions& o) {
   j["fragmentation_fraction"] = o.fragmentation_fraction;
   j["grad_buckets"] = o.grad_buckets;
   j["tp_comm_overlap"] = o.tp_comm_overlap;
+  // Written only with the overlap on, so plans made before it keep their hash.
+  if (o.tp_comm_overlap) j["tp_comm_overlap_cfg"] = OrderedJson::parse(tp_overlap_config_json(o.tp_overlap));
   j["tp_async_backward"] = o.tp_async_backward;
   j["fp8_scaling"] = fp8_scaling_name(o.fp8_scaling);
   j["fp8_attention"] = o.fp8_attention;
@@ -163,6 +165,9 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int_or(j, "grad_buckets", o.grad_buckets, w));
   o.grad_buckets = int(buckets);
   LOOM_ASSIGN_OR_RETURN(o.tp_comm_overlap, json_bool_or(j, "tp_comm_overlap", o.tp_comm_overlap, w));
+  if (j.contains("tp_comm_overlap_cfg")) {
+    LOOM_ASSIGN_OR_RETURN(o.tp_overlap, parse_tp_overlap_config(j["tp_comm_overlap_cfg"].dump(), "of the plan", false));
+  }
   LOOM_ASSIGN_OR_RETURN(o.kernel_overhead_s, json_number_or(j, "kernel_overhead_s", o.kernel_overhead_s, w));
   LOOM_ASSIGN_OR_RETURN(o.tp_async_backward, json_bool_or(j, "tp_async_backward", o.tp_async_backward, w));
   LOOM_ASSIGN_OR_RETURN(std::string scaling, json_string_or(j, "fp8_scaling", fp8_scaling_name(o.fp8_scaling), w));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/program.h"
+#include "sim/tp_overlap.h"
 
 namespace loom {
 
@@ -122,6 +123,11 @@ struct SimOptions {
   // ring-exchanged with their GEMMs in t chunks, backward bulk overlaps
   // (sim/compute_model.cc). Off: TP collectives as tp_async_backward says.
   bool tp_comm_overlap = false;
+  // How Transformer Engine runs each TP linear's overlap under
+  // tp_comm_overlap (Megatron --tp-comm-overlap-cfg, NeMo's and
+  // Megatron-Bridge's tp_comm_overlap_cfg; sim/tp_overlap.h): the GEMM
+  // slices and the SMs the communication takes. Default: TE >= 2.1's.
+  TpOverlapConfig tp_overlap = te2_default_tp_overlap();
   // Megatron-core's asynchronous TP collectives in backward
   // (tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication):
   // a column-parallel linear's input-gradient all-reduce (SP: reduce-scatter)

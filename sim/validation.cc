@@ -106,6 +106,11 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
       return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got '" + p.cross_entropy + "'");
     if (!p.cross_entropy.empty() && !(r.contains("cross_entropy_source") && r["cross_entropy_source"].is_string()))
       return invalid_argument(w + ".cross_entropy_source is missing: name the code the row's loss was read from");
+    LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap_cfg, json_string_or(r, "tp_comm_overlap_cfg", "", w));
+    if (!p.tp_comm_overlap_cfg.empty()) {
+      if (Status s = load_tp_overlap_config(p.tp_comm_overlap_cfg).status(); !s.is_ok())
+        return invalid_argument(w + ".tp_comm_overlap_cfg: " + s.message());
+    }
     LOOM_ASSIGN_OR_RETURN(p.layer_split, json_string_or(r, "layer_split", "", w));
     LayerSplitRule split;
     if (!p.layer_split.empty() && !parse_layer_split(p.layer_split, &split))
@@ -170,6 +175,11 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.dropout != -2) opt.dropout = run.dropout;
   if (run.fp8_params >= 0) opt.fp8_params = run.fp8_params == 1;
   if (run.tp_comm_overlap >= 0) opt.tp_comm_overlap = run.tp_comm_overlap == 1;
+  if (!run.tp_comm_overlap_cfg.empty()) {
+    auto cfg = load_tp_overlap_config(run.tp_comm_overlap_cfg);  // checked on load
+    if (!cfg.is_ok()) return fail(cfg.status());
+    opt.tp_overlap = std::move(cfg).value();
+  }
   if (run.ep_comm_overlap >= 0) opt.ep_comm_overlap = run.ep_comm_overlap == 1;
   if (run.pp_blocking_p2p >= 0) opt.pp_blocking_p2p = run.pp_blocking_p2p == 1;
   if (run.pp_overlap_p2p_comm >= 0) opt.pp_overlap_p2p_comm = run.pp_overlap_p2p_comm == 1;

@@ -44,6 +44,7 @@ struct PublishedRun {
   double moe_load_imbalance = -1, moe_capacity_factor = -1;  // < 0: the default
   std::string fp8_scaling;
   std::string cross_entropy;  // the loss's implementation (SimOptions::cross_entropy); empty: the framework's
+  std::string tp_comm_overlap_cfg;  // SimOptions::tp_overlap (frameworks/tp_overlap/); empty: the framework's
   // The layer splits the row's stack release can state (Framework::layer_split:
   // any or equal_chunks); empty: the framework's. A row whose release predates
   // the framework file's sets it, with its source in the notes.

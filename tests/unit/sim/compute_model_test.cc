@@ -571,11 +571,13 @@ TEST(ComputeModel, EpOverlapHidesEachAllToAllBehindItsPartnerOnly) {
 }  // namespace
 }  // namespace loom
 
-// Megatron's --tp-comm-overlap (userbuffers), by hand for Llama-3-70B at
-// tp = 8 with SP on one H100 node, 4096 tokens. Each forward collective is
-// ring-exchanged with its GEMM in 8 chunks: an all-gather exposes what 7/8 of
-// its GEMM cannot cover, a reduce-scatter at least its last chunk (1/8).
-// Here every GEMM outlasts its collective, so forward exposes the two
+// Megatron's --tp-comm-overlap (userbuffers) with Transformer Engine 1.x's
+// defaults, by hand for Llama-3-70B at tp = 8 with SP on one H100 node, 4096
+// tokens. The all-gathers are ring-exchanged with their GEMM in 8 slices of
+// 512 tokens (the GEMM's time is the slices'): an all-gather exposes what 7/8
+// of it cannot cover. The forward reduce-scatters are pipelined with their
+// GEMM in 4 chunks of its output features: at least the last chunk's (1/4)
+// shows. Here every GEMM outlasts its collective, so forward exposes the two
 // reduce-scatters' last chunks only; backward exposes the output-gradient
 // gathers beyond 7/8 of the row-parallel dgrad (nothing) and the bulk
 // overlaps beyond the column-parallel GEMMs (nothing for the MLP; QKV's
@@ -593,36 +595,100 @@ TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
   const double bytes = 4096.0 * 8192 * 2, t = 8;
   const double ag = collective_cost(hw, Collective::kAllGather, sh.tp_group, bytes).time_s;
   const double rs = collective_cost(hw, Collective::kReduceScatter, sh.tp_group, bytes).time_s;
-  const double qkv = gemm_time_s(hw, Precision::kBf16, 4096, (64 + 2 * 8) * 128 / 8, 8192);
-  const double proj = gemm_time_s(hw, Precision::kBf16, 4096, 8192, 64 * 128 / 8);
-  const double fc1 = gemm_time_s(hw, Precision::kBf16, 4096, 2 * 28672 / 8, 8192);
-  const double fc2 = gemm_time_s(hw, Precision::kBf16, 4096, 8192, 28672 / 8);
+  const Precision bf = Precision::kBf16;
+  const double qkv = ub_gemm_time_s(hw, bf, 4096, (64 + 2 * 8) * 128 / 8, 8192, 8, 1, 1);
+  const double proj = ub_gemm_time_s(hw, bf, 4096, 8192, 64 * 128 / 8, 1, 4, 1);
+  const double fc1 = ub_gemm_time_s(hw, bf, 4096, 2 * 28672 / 8, 8192, 8, 1, 1);
+  const double fc2 = ub_gemm_time_s(hw, bf, 4096, 8192, 28672 / 8, 1, 4, 1);
   const double tf = (t - 1) / t;
-  const double fwd = std::max(0.0, ag - qkv * tf) + std::max(rs / t, rs - proj * tf) +
-                     std::max(0.0, ag - fc1 * tf) + std::max(rs / t, rs - fc2 * tf);
+  const double fwd = std::max(0.0, ag - qkv * tf) + std::max(rs / 4, rs - proj * 3 / 4) +
+                     std::max(0.0, ag - fc1 * tf) + std::max(rs / 4, rs - fc2 * 3 / 4);
   const double bwd = std::max(0.0, ag - proj * tf) + std::max(0.0, ag - qkv) + std::max(0.0, rs - qkv) +
                      std::max(0.0, ag - fc2 * tf) + std::max(0.0, ag - fc1) + std::max(0.0, rs - fc1);
   SimOptions ub;
   ub.tp_comm_overlap = true;
-  const PieceCost c = layer_cost(m, hw, ub, Precision::kBf16, sh, false);
+  ub.tp_overlap = te1_default_tp_overlap();
+  const PieceCost c = layer_cost(m, hw, ub, bf, sh, false);
   EXPECT_NEAR(c.fwd_tp_s, fwd, 1e-12);
   EXPECT_NEAR(c.bwd_tp_s, bwd, 1e-12);
   // Less exposed than the async backward alone, which exposes every forward
-  // collective; the hidden part slows the GEMMs (contention), so the layer
-  // is not faster by the whole difference.
+  // collective.
   SimOptions async;
   async.tp_async_backward = true;
-  const PieceCost a = layer_cost(m, hw, async, Precision::kBf16, sh, false);
+  const PieceCost a = layer_cost(m, hw, async, bf, sh, false);
   EXPECT_NEAR(a.fwd_tp_s, 2 * ag + 2 * rs, 1e-12);
   EXPECT_LT(c.fwd_tp_s + c.bwd_tp_s, a.fwd_tp_s + a.bwd_tp_s);
-  const double saved = (a.fwd_tp_s + a.bwd_tp_s) - (c.fwd_tp_s + c.bwd_tp_s);
-  EXPECT_NEAR((a.fwd_s + a.bwd_s) - (c.fwd_s + c.bwd_s), saved * (1 - comm_contention_fraction(hw)), 1e-12);
   // Without SP there is no userbuffers overlap (Megatron requires it).
   Layout no_sp = l;
   no_sp.sequence_parallel = false;
   const ComputeShape sh2 = compute_shape(no_sp, 4096, hw);
-  EXPECT_EQ(layer_cost(m, hw, ub, Precision::kBf16, sh2, false).fwd_tp_s,
-            layer_cost(m, hw, SimOptions{}, Precision::kBf16, sh2, false).fwd_tp_s);
+  EXPECT_EQ(layer_cost(m, hw, ub, bf, sh2, false).fwd_tp_s,
+            layer_cost(m, hw, SimOptions{}, bf, sh2, false).fwd_tp_s);
+}
+
+// The GEMM side of userbuffers, same layer, by one setting at a time. A
+// piece runs at the H100 table's rate at its own FLOPs, with the whole GEMM's
+// waves, never above the power cap's sustained rate (730 of 989 TFLOP/s).
+// 2048 tokens here.
+// * Aggregated ring exchange (TE's aggregate): FC1's forward, 2048 x 7168 x
+//   8192 (241 GFLOP), runs as 4 GEMMs of 512 tokens (60 GFLOP, the table's
+//   0.74 between its 34 and 69 GFLOP points, about the cap) instead of 8 of
+//   256 (30 GFLOP, about 0.71): the forward changes by exactly the difference
+//   (its all-gather stays hidden, and a ring exchange's copy engines take no
+//   SMs).
+// * set_sm_margin on FC1's weight-gradient bulk overlap (16 SMs): the wgrad
+//   GEMM runs on 116 of 132 SMs: 116/132 of the table's boost-clock rate,
+//   0.81 x 0.879 = 0.71, a little under the cap it ran at (FC1's wgrad costs
+//   its forward's time); and the reduce-scatter beside it no longer takes SM
+//   time from it (16/132 of the collective, TE 1.x's SM sharing).
+TEST(ComputeModel, UserbuffersPriceTheGemmSlicesAndTheSmMargin) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+  Layout l;
+  l.tp = 8;
+  l.sequence_parallel = true;
+  const double T = 2048;
+  const ComputeShape sh = compute_shape(l, int64_t(T), hw);
+  const Precision bf = Precision::kBf16;
+  SimOptions base;
+  base.tp_comm_overlap = true;
+  base.tp_overlap = te1_default_tp_overlap();
+  const PieceCost c0 = layer_cost(m, hw, base, bf, sh, false);
+
+  SimOptions agg = base;
+  agg.tp_overlap.fc1_fprop.aggregate = true;
+  const PieceCost c1 = layer_cost(m, hw, agg, bf, sh, false);
+  const double n = 2 * 28672 / 8, k = 8192, flops = 2.0 * T * n * k;
+  const AcceleratorSpec& a = hw.accel;
+  const double cap = a.sustained_gemm_efficiency(bf), wave = a.relative_wave_efficiency(T, n, k);
+  ASSERT_NEAR(cap, 730.0 / 989, 1e-12);
+  auto at = [&](double pieces, double fraction) {
+    const double eff = std::min(cap, std::min(0.81, a.gemm_efficiency.lookup(flops / pieces) * wave) * fraction);
+    return flops / (a.peak_flops(bf) * eff);
+  };
+  const double eight = at(8, 1), four = at(4, 1);
+  EXPECT_GT(eight, 1.02 * four);
+  EXPECT_NEAR(c0.fwd_s - c1.fwd_s, eight - four, 1e-12);
+  EXPECT_NEAR(c0.bwd_s, c1.bwd_s, 1e-12);
+  EXPECT_NEAR(c0.fwd_tp_s, c1.fwd_tp_s, 1e-15);
+
+  SimOptions margin = base;
+  margin.tp_overlap.fc1_wgrad.set_sm_margin = true;
+  const PieceCost c2 = layer_cost(m, hw, margin, bf, sh, false);
+  const double rs = collective_cost(hw, Collective::kReduceScatter, sh.tp_group, T * 8192 * 2).time_s;
+  const double fc1 = gemm_time_s(hw, bf, T, n, k);
+  // The weight gradient's own shape, n x k x T (7168 x 8192 x 2048): full
+  // waves, at the cap on all SMs.
+  const double wave_w = a.relative_wave_efficiency(n, k, T);
+  auto eff_w = [&](double fraction) {
+    return std::min(cap, std::min(0.81, a.gemm_efficiency.lookup(flops) * wave_w) * fraction);
+  };
+  const double slower = eff_w(1) / eff_w(116.0 / 132);
+  EXPECT_NEAR(eff_w(1), cap, 1e-12);
+  EXPECT_GT(slower, 1.02) << "16 SMs of 132 cost a few percent under the power cap, not 14%";
+  EXPECT_LT(slower, 1.06);
+  EXPECT_NEAR(c2.bwd_s - c0.bwd_s, fc1 * (slower - 1) - rs * 16 / 132, 1e-12);
+  EXPECT_NEAR(c2.fwd_s, c0.fwd_s, 1e-15);
 }
 
 }  // namespace
