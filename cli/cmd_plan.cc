@@ -143,8 +143,9 @@ Result<double> measured_load_imbalance(const std::string& path) {
 
 Result<PlanInputs> read_inputs(const PlanArgs& a) {
   if (!a.export_kind.empty() && a.export_kind != "megatron" && a.export_kind != "deepspeed" &&
-      a.export_kind != "torchtitan" && a.export_kind != "framework")
-    return invalid_argument("--export '" + a.export_kind + "' is unknown; use megatron, deepspeed, torchtitan or framework");
+      a.export_kind != "torchtitan" && a.export_kind != "framework" && a.export_kind != "tp-comm-overlap-cfg")
+    return invalid_argument("--export '" + a.export_kind +
+                            "' is unknown; use megatron, deepspeed, torchtitan, framework or tp-comm-overlap-cfg");
   if (a.export_kind == "framework" && a.framework.empty())
     return invalid_argument("--export framework needs --framework (megatron-core, torchtitan or deepspeed)");
   if (!a.export_kind.empty() && a.json)
@@ -372,7 +373,8 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--trace", a.trace, "write the predicted Chrome trace here");
   app.add_option("--export", a.export_kind,
                  "print the plan in another trainer's dialect: megatron (arguments), deepspeed (config JSON), "
-                 "torchtitan (job TOML sections), or framework (the --framework's)");
+                 "torchtitan (job TOML sections), framework (the --framework's), or tp-comm-overlap-cfg (the "
+                 "userbuffers YAML the megatron export's --tp-comm-overlap-cfg names)");
   app.add_option("--framework", a.framework,
                  "training stack whose defaults to model (frameworks/<name>.json: megatron-core, torchtitan, "
                  "deepspeed): gradient dtype, overlaps, FP8 recipe, and the ZeRO stages, schedules, recompute and "

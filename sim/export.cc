@@ -96,6 +96,13 @@ Result<std::string> export_megatron_args(const Plan& p) {
   // as Loom's executor runs it.
   if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type p2p\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
+  LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(p.sim_options_json));
+  // Userbuffers as the plan priced them: TE's own defaults need no file;
+  // other settings are the YAML `--export tp-comm-overlap-cfg` prints.
+  if (opt.tp_comm_overlap && l.sequence_parallel && l.tp > 1) {
+    o << "--tp-comm-overlap\n";
+    if (!is_te_default_tp_overlap(opt.tp_overlap)) o << "--tp-comm-overlap-cfg " << opt.tp_overlap.name << ".yaml\n";
+  }
   if (l.zero == 1) o << "--use-distributed-optimizer\n";
   if (l.overlap_grad_reduce && l.dp > 1) o << "--overlap-grad-reduce\n";
   // Megatron's bf16 reduction is NCCL's (a ring re-rounding partial sums),
@@ -106,7 +113,6 @@ Result<std::string> export_megatron_args(const Plan& p) {
   // one (its functions under torch.compile, the native implementation) is a
   // flag; Transformer Engine's kernel Megatron-LM refuses since 168cb15d70
   // (2026-06). Any other runs as Megatron's default, the unfused one.
-  LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(p.sim_options_json));
   if (opt.cross_entropy == CrossEntropyImpl::kMegatronFused) o << "--cross-entropy-loss-fusion\n";
   if (opt.cross_entropy == CrossEntropyImpl::kTe)
     return unsupported("export megatron: --cross-entropy te: Megatron-LM refuses Transformer Engine's cross-entropy "
@@ -300,6 +306,13 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
 
 Result<std::string> export_plan(const Plan& plan, const std::string& dialect) {
   if (dialect == "megatron") return export_megatron_args(plan);
+  if (dialect == "tp-comm-overlap-cfg") {
+    LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(plan.sim_options_json));
+    if (!opt.tp_comm_overlap || !plan.layout.sequence_parallel || plan.layout.tp <= 1)
+      return invalid_argument("export tp-comm-overlap-cfg: the plan has no userbuffers overlap (it needs "
+                              "--tp-comm-overlap with tp > 1 and sequence parallelism)");
+    return tp_overlap_config_yaml(opt.tp_overlap);
+  }
   if ((dialect == "deepspeed" || dialect == "torchtitan") && plan.layout.recompute_layers > 0)
     return unsupported("export " + dialect + ": recompute_layers=" + std::to_string(plan.layout.recompute_layers) +
                        " is Megatron's --recompute-method block; " + dialect +
@@ -310,7 +323,8 @@ Result<std::string> export_plan(const Plan& plan, const std::string& dialect) {
                        dialect + " has no such setting: use --export megatron, or plan without recompute_modules");
   if (dialect == "deepspeed") return export_deepspeed_config(plan);
   if (dialect == "torchtitan") return export_torchtitan_toml(plan);
-  return invalid_argument("--export '" + dialect + "' is unknown; use megatron, deepspeed, torchtitan or framework");
+  return invalid_argument("--export '" + dialect +
+                          "' is unknown; use megatron, deepspeed, torchtitan, framework or tp-comm-overlap-cfg");
 }
 
 }  // namespace loom

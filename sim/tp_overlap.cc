@@ -150,6 +150,29 @@ Result<TpOverlapConfig> parse_tp_overlap_config(const std::string& json_text, co
   return c;
 }
 
+std::string tp_overlap_config_yaml(const TpOverlapConfig& c) {
+  std::string out = "# " + c.name + ": Transformer Engine userbuffers settings (loom plan --export tp-comm-overlap-cfg)\n";
+  for (const Slot& s : kSlots) {
+    const UbGemm& g = c.*(s.field);
+    out += std::string(s.key) + ":\n  method: " + ub_method_name(g.method) + "\n  num_sm: " + std::to_string(g.num_sm) +
+           "\n  set_sm_margin: " + (g.set_sm_margin ? "1" : "0") + "\n";
+    if (g.method == UbMethod::kPipeline) out += "  num_splits: " + std::to_string(g.num_splits) + "\n";
+    if (g.method == UbMethod::kRingExchange) out += std::string("  aggregate: ") + (g.aggregate ? "1" : "0") + "\n";
+    if (g.method != UbMethod::kBulk) out += std::string("  atomic_gemm: ") + (g.atomic_gemm ? "1" : "0") + "\n";
+  }
+  return out;
+}
+
+bool is_te_default_tp_overlap(const TpOverlapConfig& c) {
+  TpOverlapConfig a = c;
+  for (bool te2 : {true, false}) {
+    TpOverlapConfig d = defaults(te2);
+    a.name = d.name;
+    if (a == d) return true;
+  }
+  return false;
+}
+
 Result<TpOverlapConfig> load_tp_overlap_config(const std::string& path_or_name) {
   if (path_or_name == "te2_defaults") return te2_default_tp_overlap();
   if (path_or_name == "te1_defaults") return te1_default_tp_overlap();

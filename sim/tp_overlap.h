@@ -74,5 +74,10 @@ Result<TpOverlapConfig> load_tp_overlap_config(const std::string& path_or_name);
 
 // The config as JSON (every key) and back, for plans.
 std::string tp_overlap_config_json(const TpOverlapConfig& c);
+// The config as the YAML file Megatron's --tp-comm-overlap-cfg reads (TE's
+// ub_cfgs: one mapping per overlap, TE's keys and 0/1 for the booleans).
+std::string tp_overlap_config_yaml(const TpOverlapConfig& c);
+// Whether `c` is one of Transformer Engine's own defaults (no file needed).
+bool is_te_default_tp_overlap(const TpOverlapConfig& c);
 
 }  // namespace loom

@@ -14,6 +14,7 @@
 #include "sim/export.h"
 #include "sim/report.h"
 #include "sim/simulate.h"
+#include "sim/tp_overlap.h"
 #include "tests/support/test_models.h"
 
 namespace loom {
@@ -131,6 +132,65 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       EXPECT_NE(args->find("--cp-comm-type p2p\n"), std::string::npos) << *args;
     }
   }
+}
+
+// Userbuffers as the plan priced them: --tp-comm-overlap (Megatron accepts
+// it), with --tp-comm-overlap-cfg naming the YAML `--export
+// tp-comm-overlap-cfg` prints when the settings are not Transformer Engine's
+// own defaults; that YAML reads back (as a two-level mapping) to the same
+// settings. Without SP there is no overlap to export.
+TEST(ExportMegatron, UserbuffersSettingsFollowThePlan) {
+  const auto flags = megatron_flags();
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 8192;
+  SimOptions o;
+  o.tp_comm_overlap = true;
+  const Plan te = plan_of("llama-3-70b", "dgx-h100", "dp=2,tp=4,pp=2,zero=1,micro=1,sp=1", 16, t, o);
+  auto args = export_megatron_args(te);
+  ASSERT_TRUE(args.is_ok()) << args.status().to_string();
+  expect_accepted(*args, flags, "te2 defaults");
+  EXPECT_NE(args->find("--tp-comm-overlap\n"), std::string::npos) << *args;
+  EXPECT_EQ(args->find("--tp-comm-overlap-cfg"), std::string::npos) << *args;
+
+  auto cfg = load_tp_overlap_config("nemo-25.02-bf16-h100-h8192-tp4");
+  ASSERT_TRUE(cfg.is_ok());
+  o.tp_overlap = *cfg;
+  const Plan nemo = plan_of("llama-3-70b", "dgx-h100", "dp=2,tp=4,pp=2,zero=1,micro=1,sp=1", 16, t, o);
+  args = export_megatron_args(nemo);
+  ASSERT_TRUE(args.is_ok()) << args.status().to_string();
+  expect_accepted(*args, flags, "nemo settings");
+  EXPECT_NE(args->find("--tp-comm-overlap-cfg nemo-25.02-bf16-h100-h8192-tp4.yaml\n"), std::string::npos) << *args;
+  auto yaml = export_plan(nemo, "tp-comm-overlap-cfg");
+  ASSERT_TRUE(yaml.is_ok()) << yaml.status().to_string();
+  // "key:\n  field: value" -> JSON, booleans as 0/1 as Megatron's YAML gives them.
+  std::istringstream lines(*yaml);
+  std::string line, json = "{\"source\": \"export\"", key;
+  bool open = false;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] != ' ') {
+      json += std::string(open ? "}" : "") + ", \"" + line.substr(0, line.find(':')) + "\": {";
+      open = true;
+      key.clear();
+      continue;
+    }
+    const std::string field = line.substr(2, line.find(':') - 2), value = line.substr(line.find(':') + 2);
+    const bool boolean = field == "set_sm_margin" || field == "aggregate" || field == "atomic_gemm";
+    json += std::string(key.empty() ? "" : ", ") + "\"" + field + "\": " +
+            (field == "method" ? "\"" + value + "\"" : boolean ? (value == "1" ? "true" : "false") : value);
+    key = field;
+  }
+  json += "}}";
+  auto back = parse_tp_overlap_config(json, "nemo-25.02-bf16-h100-h8192-tp4", true);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string() << "\n" << json;
+  EXPECT_EQ(*back, *cfg);
+
+  const Plan no_sp = plan_of("llama-3-70b", "dgx-h100", "dp=2,tp=4,pp=2,zero=1,micro=1", 16, t, o);
+  args = export_megatron_args(no_sp);
+  ASSERT_TRUE(args.is_ok());
+  EXPECT_EQ(args->find("--tp-comm-overlap"), std::string::npos) << *args;
+  EXPECT_FALSE(export_plan(no_sp, "tp-comm-overlap-cfg").is_ok());
 }
 
 // The loss the plan priced: Megatron's fused one is its flag (accepted by
