@@ -124,17 +124,18 @@ double grad_norm_sync_s(const HwProfile& hw, const Layout& l, const SimOptions& 
     g.ranks_per_node = std::max(1, g.ranks / g.nodes);
   }
   if (g.ranks <= 1) return 0;
-  thread_local const HwProfile* memo_hw = nullptr;
-  thread_local int memo_key[3] = {0, 0, 0};
-  thread_local double memo_s = 0;
-  if (memo_hw != &hw || memo_key[0] != g.ranks || memo_key[1] != g.nodes || memo_key[2] != g.ranks_per_node) {
-    memo_s = collective_cost(hw, Collective::kAllReduce, g, 4).time_s;
-    memo_hw = &hw;
-    memo_key[0] = g.ranks;
-    memo_key[1] = g.nodes;
-    memo_key[2] = g.ranks_per_node;
+  struct Slot {
+    const HwProfile* hw = nullptr;
+    int ranks = 0, nodes = 0, per_node = 0;
+    double s = 0;
+  };
+  constexpr size_t kSlots = 64;
+  thread_local Slot memo[kSlots];
+  Slot& m = memo[cache_slot({int64_t(reinterpret_cast<uintptr_t>(&hw)), g.ranks, g.nodes, g.ranks_per_node}, kSlots)];
+  if (m.hw != &hw || m.ranks != g.ranks || m.nodes != g.nodes || m.per_node != g.ranks_per_node) {
+    m = {&hw, g.ranks, g.nodes, g.ranks_per_node, collective_cost(hw, Collective::kAllReduce, g, 4).time_s};
   }
-  return memo_s;
+  return m.s;
 }
 
 void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
@@ -321,8 +322,6 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   double local_params =
       l.zero >= 1 ? params.dense / (l.dp * l.cp) + params.expert / (double(l.dp * l.cp) / l.ep) : params.total();
   sc.optimizer_s = optimizer_time_s(hw_, opt_, p, local_params) + sc.weight_cast_s;
-  sc.norm_sync_s = grad_norm_sync_s(hw_, l, opt_);
-  sc.optimizer_s += sc.norm_sync_s;
   // Loom's executor under ZeRO-2/3 discards a chunk's full fp32 gradient
   // after each micro-batch's reduce-scatter, and the next backward writes it
   // again (exec/runtime/data_parallel.cc Zero2::after_reduce): every
@@ -396,6 +395,10 @@ std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
     sc.chunk_bwd_s.assign(l.virtual_stages, 0);
     sc.chunk_grad_fraction.assign(l.virtual_stages, 0);
     fill_stage(l, pc, split, s, sc);
+    // Every stage's update waits for the gradient norm's all-reduce (the
+    // closed form adds it once per layout, estimate()).
+    sc.norm_sync_s = grad_norm_sync_s(hw_, l, opt_);
+    sc.optimizer_s += sc.norm_sync_s;
   }
   return out;
 }
@@ -761,6 +764,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // compute (last backward, later micro-batches) and the pipeline drain after
   // it (stage s finishes about s backward-times before stage 0) cannot hide.
   double dp_exposed = 0, opt_s = 0, contention = 0;
+  const double norm_s = grad_norm_sync_s(hw_, l, opt_);  // the gradient norm's all-reduce before every update
   const double contention_fraction = comm_contention_fraction(hw_);
   // NIC sharing (sim/simulate.cc with_nic_sharing): where the DP collectives
   // cross the network (d.crosses_nodes), the compute they hide behind pays
@@ -772,7 +776,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   int memo_layers = -1, memo_moe = -1;  // ZeRO-3 prices its collectives per layer
   for (int s = 0; s < p; ++s) {
     const StageCosts& sc = stages[kind[s]];
-    opt_s = std::max(opt_s, sc.optimizer_s);
+    opt_s = std::max(opt_s, sc.optimizer_s + norm_s);
     if (l.dp * l.cp <= 1) continue;
     if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers ||
         sc.moe_layers != memo_moe) {
