@@ -218,6 +218,12 @@ void MainWindow::build_inputs() {
   framework_->setToolTip("Training stack whose defaults the simulator models (frameworks/*.json): gradient dtype, "
                          "overlaps, FP8 recipe, and the layouts the search tries");
   form->addRow("Framework", framework_);
+  tp_overlap_ = new QComboBox();
+  tp_overlap_->addItems(QStringList{"off", "te2_defaults", "te1_defaults"} + shipped("frameworks/tp_overlap"));
+  tp_overlap_->setToolTip("Megatron's --tp-comm-overlap (Transformer Engine userbuffers, with sequence parallelism) "
+                          "and how TE runs each overlap (--tp-comm-overlap-cfg): TE's own defaults or a stack's "
+                          "settings from frameworks/tp_overlap/");
+  form->addRow("TP comm overlap", tp_overlap_);
   dp_ = spin(1, 1 << 20, 8);
   tp_ = spin(1, 1024, 1);
   pp_ = spin(1, 1024, 1);
@@ -276,7 +282,7 @@ void MainWindow::build_inputs() {
   };
   for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, etp_, cp_, micro_, v_, recompute_layers_})
     connect(s, &QSpinBox::valueChanged, this, changed);
-  for (QComboBox* c : {precision_, grad_reduce_, framework_, zero_, schedule_, recompute_})
+  for (QComboBox* c : {precision_, grad_reduce_, framework_, tp_overlap_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
   for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) connect(d, &QDoubleSpinBox::valueChanged, this, changed);
   for (QCheckBox* c : {sp_, overlap_grad_, overlap_param_}) connect(c, &QCheckBox::toggled, this, changed);
@@ -340,6 +346,9 @@ void MainWindow::write_controls() {
   moe_capacity_->setValue(r.moe_capacity_factor < 0 ? 0 : r.moe_capacity_factor);
   for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) d->setEnabled(session_.model().is_moe());
   framework_->setCurrentText(r.framework.empty() ? QString("(Loom)") : QString::fromStdString(r.framework));
+  tp_overlap_->setCurrentText(!r.tp_comm_overlap ? QString("off")
+                              : r.tp_comm_overlap_cfg.empty() ? QString("te2_defaults")
+                                                              : QString::fromStdString(r.tp_comm_overlap_cfg));
   dp_->setValue(l.dp);
   tp_->setValue(l.tp);
   pp_->setValue(l.pp);
@@ -371,6 +380,8 @@ void MainWindow::read_controls() {
   r.moe_z_loss_coeff = moe_z_->value();
   r.moe_capacity_factor = moe_capacity_->value() > 0 ? moe_capacity_->value() : -1;
   r.framework = framework_->currentIndex() == 0 ? std::string() : framework_->currentText().toStdString();
+  r.tp_comm_overlap = tp_overlap_->currentIndex() != 0;
+  r.tp_comm_overlap_cfg = r.tp_comm_overlap ? tp_overlap_->currentText().toStdString() : std::string();
   l.dp = dp_->value();
   l.tp = tp_->value();
   l.pp = pp_->value();
@@ -458,6 +469,13 @@ void MainWindow::set_layout_text(const QString& text) {
 
 void MainWindow::set_gpus(int gpus) {
   session_.request().gpus = gpus;
+  write_controls();
+  reevaluate();
+}
+
+void MainWindow::set_tp_comm_overlap(const QString& cfg) {
+  session_.request().tp_comm_overlap = !cfg.isEmpty();
+  session_.request().tp_comm_overlap_cfg = cfg.toStdString();
   write_controls();
   reevaluate();
 }

@@ -42,6 +42,9 @@ class MainWindow : public QMainWindow {
   void set_layout_text(const QString& layout);  // "dp=2,tp=4,..." into the controls
   void set_gpus(int gpus);
   void set_batch(int global_batch, int seq, const QString& precision);
+  // Megatron's --tp-comm-overlap with its userbuffers settings: "" = off, else
+  // te1_defaults, te2_defaults or a name from frameworks/tp_overlap/.
+  void set_tp_comm_overlap(const QString& cfg);
   bool save_plan(const QString& path);
   bool export_trace(const QString& path);
   bool export_text(const QString& path, const QString& kind);  // "megatron" | "deepspeed"
@@ -84,6 +87,7 @@ class MainWindow : public QMainWindow {
   bool remember_;
   bool updating_ = false;
   QComboBox *model_box_, *hw_box_, *precision_, *grad_reduce_, *framework_, *zero_, *schedule_, *recompute_;
+  QComboBox* tp_overlap_ = nullptr;  // off, or the userbuffers settings (--tp-comm-overlap-cfg)
   QDoubleSpinBox *moe_aux_ = nullptr, *moe_z_ = nullptr, *moe_capacity_ = nullptr;  // MoE options
   QSpinBox *gpus_, *batch_, *seq_, *dp_, *tp_, *pp_, *ep_, *etp_, *cp_, *micro_, *v_, *recompute_layers_;
   QCheckBox *sp_, *overlap_grad_, *overlap_param_;

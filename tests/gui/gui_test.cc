@@ -122,6 +122,10 @@ class GuiTest : public QObject {
     layout = "dp=8,tp=8,pp=1,zero=3,micro=2,schedule=1f1b,v=1,sp=1,recompute=full";
     w.set_layout_text(layout);
     check_views(w, inputs, layout);
+    // Userbuffers with a stack's settings: the same prediction as loom plan's.
+    w.set_tp_comm_overlap("nemo-25.02-bf16-h100-h8192-tp4");
+    check_views(w, inputs + QStringList{"--tp-comm-overlap", "--tp-comm-overlap-cfg", "nemo-25.02-bf16-h100-h8192-tp4"},
+                layout);
     QVERIFY(errors.isEmpty());
   }
 
