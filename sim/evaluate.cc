@@ -389,16 +389,17 @@ std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
   const Pieces pc = compute_pieces(l);
   const StageSplit split = split_layers(model_, l);
   std::vector<StageCosts> out(l.pp);
+  // Every stage's update waits for the gradient norm's all-reduce (the
+  // closed form adds it once per layout, estimate()).
+  const double norm_s = grad_norm_sync_s(hw_, l, opt_);
   for (int s = 0; s < l.pp; ++s) {
     StageCosts& sc = out[s];
     sc.chunk_fwd_s.assign(l.virtual_stages, 0);
     sc.chunk_bwd_s.assign(l.virtual_stages, 0);
     sc.chunk_grad_fraction.assign(l.virtual_stages, 0);
     fill_stage(l, pc, split, s, sc);
-    // Every stage's update waits for the gradient norm's all-reduce (the
-    // closed form adds it once per layout, estimate()).
-    sc.norm_sync_s = grad_norm_sync_s(hw_, l, opt_);
-    sc.optimizer_s += sc.norm_sync_s;
+    sc.norm_sync_s = norm_s;
+    sc.optimizer_s += norm_s;
   }
   return out;
 }

@@ -16,6 +16,22 @@ double output_tiles(const AcceleratorSpec& a, double m, double n) {
                   std::ceil(m / a.gemm_tile_n) * std::ceil(n / a.gemm_tile_m));
 }
 
+// The ceilings of a GEMM's efficiency: the best the tables measured (FP8:
+// the measured FP8 best), and that or the power cap's sustained rate,
+// whichever is lower (the table is short microbenchmarks, at boost clocks).
+struct GemmCeilings {
+  double best = 1.0;  // no shape beats the best measurement
+  double cap = 1.0;   // nor, run for long, the power cap
+};
+GemmCeilings gemm_ceilings(const AcceleratorSpec& a, Precision precision, bool fp8) {
+  const GemmEfficiencyTable& t = a.gemm_efficiency;
+  GemmCeilings c;
+  const double table_best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
+  c.best = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : table_best;
+  c.cap = std::min(c.best, a.sustained_gemm_efficiency(precision));
+  return c;
+}
+
 // Time of `groups` GEMMs (m x k) * (k x n) run as one kernel (groups = 1: a
 // plain GEMM). The table's efficiency at the kernel's FLOPs (measured on
 // near-square shapes, their waves and fixed cost included), the waves of all
@@ -26,7 +42,6 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
   const double flops = groups * 2 * m * n * k;
   const AcceleratorSpec& a = hw.accel;
   const GemmEfficiencyTable& t = a.gemm_efficiency;
-  const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
   const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
   const double depth = fp8 ? k / 2 : k;
   double wave = 1.0;
@@ -37,11 +52,7 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
     if (tiles >= a.sm_count && output_tiles(a, side, side) >= a.sm_count)
       wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.wave_efficiency(side, side);
   }
-  const double best_cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
-  // The power cap: no GEMM runs above what a large one sustains (the table
-  // is short microbenchmarks, at boost clocks).
-  const double cap = std::min(best_cap, a.sustained_gemm_efficiency(precision));
-  const double eff = std::min(cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
+  const double eff = std::min(gemm_ceilings(a, precision, fp8).cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
   return flops / (a.peak_flops(precision) * eff);
 }
 
@@ -56,15 +67,12 @@ double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double
   const double flops = 2 * m * n * k;
   if (!(flops > 0)) return 0;
   const AcceleratorSpec& a = hw.accel;
-  const GemmEfficiencyTable& t = a.gemm_efficiency;
-  const double best = t.efficiency.empty() ? 1.0 : *std::max_element(t.efficiency.begin(), t.efficiency.end());
   const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
   const double wave = a.relative_wave_efficiency(m, n, fp8 ? k / 2 : k);
   const double piece = flops / (std::max(1.0, row_slices) * std::max(1.0, col_slices));
-  const double best_cap = fp8 && a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : best;
-  const double cap = std::min(best_cap, a.sustained_gemm_efficiency(precision));
-  const double fraction = std::clamp(sm_fraction, 1e-3, 1.0);
-  const double eff = std::min(cap, std::min(best_cap, t.lookup(fp8 ? piece / 2 : piece) * wave) * fraction);
+  const GemmCeilings c = gemm_ceilings(a, precision, fp8);
+  const double fraction = std::clamp(sm_fraction, 1e-3, 1.0);  // a guard: callers give (SMs - num_sm) / SMs > 0
+  const double eff = std::min(c.cap, std::min(c.best, a.gemm_efficiency.lookup(fp8 ? piece / 2 : piece) * wave) * fraction);
   return flops / (a.peak_flops(precision) * eff);
 }
 
