@@ -1,6 +1,7 @@
 #include "sim/compute_model.h"
 
 #include "sim/cp_ring.h"
+#include "sim/tp_collectives.h"
 
 #include <algorithm>
 #include <cmath>
@@ -128,14 +129,6 @@ struct GemmSum {
     count_flops(gp, gemms, kernels, m, n, k);
   }
 };
-
-double collective_time(const HwProfile& hw, Collective c, const GroupShape& g, double bytes, LinkBytes* traffic,
-                       double count) {
-  if (g.ranks <= 1 || bytes <= 0 || count <= 0) return 0;
-  CollectiveCost cost = collective_cost(hw, c, g, bytes);
-  if (traffic) traffic->add(cost, count);
-  return cost.time_s * count;
-}
 
 }  // namespace
 
@@ -423,106 +416,20 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     gemm.fp8_output_grads -= 2 * T * h * (1 - 1 / t);
   }
   const double ag_bytes = fp8_gathers ? tp_bytes / 2 : tp_bytes;
-  double tp_fwd_total = 0, tp_bwd_total = 0, tp_bwd_exposed = 0, tp_fwd_exposed = 0;
-  // Userbuffers: the SM time the hidden collectives take from the GEMMs
-  // beside them (seconds of GEMM slowdown, forward and backward); -1 = the
-  // generic contention below.
-  double ub_fwd_sm_s = -1, ub_bwd_sm_s = -1;
+  TpLayerComm tp;
   if (sh.tp_group.ranks > 1) {
     const double windows[2] = {attn_column_s, mlp_column_s};
     const double rows[2] = {attn_row_s, mlp_row_s};
-    // Userbuffers (Megatron --tp-comm-overlap, SP only) also runs the
-    // backward's bulk overlaps that tp_async_backward describes.
-    const bool ub = opt.tp_comm_overlap && sh.sp;
-    const bool async = opt.tp_async_backward || ub;
-    if (sh.sp) {
-      // Forward: all-gather before QKV and FC1, reduce-scatter after proj and FC2.
-      const double ag = collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, nullptr, 1);
-      const double rs = collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, nullptr, 1);
-      tp_fwd_total = 2 * ag + 2 * rs;
-      collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &c.tp_bytes, 2);
-      collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
-      // Backward: per block the output gradient's all-gather and the input
-      // gradient's reduce-scatter, and async also the input re-gathered.
-      const int gathers = async ? 4 : 2;
-      tp_bwd_total = gathers * ag + 2 * rs;
-      collective_time(hw, Collective::kAllGather, sh.tp_group, ag_bytes, &c.tp_bytes, gathers);
-      collective_time(hw, Collective::kReduceScatter, sh.tp_group, tp_bytes, &c.tp_bytes, 2);
-      tp_fwd_exposed = tp_fwd_total;
-      if (ub) {
-        // Transformer Engine's userbuffers (sim/tp_overlap.h). A ring
-        // exchange splits the collective into t chunks pipelined with t
-        // slices of its GEMM: an all-gather feeds the GEMM from the local
-        // shard first, so only what the other t-1 slices cannot cover shows.
-        // A reduce-scatter (pipeline in s = num_splits chunks, or ring
-        // exchange, s = t) can start only after the first chunk, and its
-        // last chunk follows the GEMM.
-        const double tf = (t - 1) / t;
-        auto ag_exposed = [&](double g) { return std::max(0.0, ag - g * tf); };
-        auto rs_exposed = [&](double g, const UbGemm& u) {
-          const double sp = u.method == UbMethod::kPipeline ? std::max(1, u.num_splits) : t;
-          return std::max(rs / sp, rs - g * (sp - 1) / sp);
-        };
-        // The SMs a hidden collective takes from the GEMM beside it: none
-        // for a ring exchange (copy engines) or where the GEMM already left
-        // them (set_sm_margin, priced in its time); else num_sm of the SMs.
-        const double sms = hw.accel.sm_count;
-        auto sm_share = [&](const UbGemm& u) {
-          return u.method == UbMethod::kRingExchange || u.set_sm_margin || sms <= 0 ? 0.0
-                                                                                  : std::min(1.0, u.num_sm / sms);
-        };
-        const UbGemm* rs_cfg[2] = {&ubc.proj_fprop, &ubc.fc2_fprop};
-        const UbGemm* regather_cfg[2] = {&ubc.qkv_dgrad, &ubc.fc1_dgrad};
-        const UbGemm* dgrad_rs_cfg[2] = {&ubc.qkv_wgrad, &ubc.fc1_wgrad};
-        tp_fwd_exposed = 0;
-        ub_fwd_sm_s = ub_bwd_sm_s = 0;
-        for (int blk = 0; blk < 2; ++blk) {
-          const double rs_exp = rs_exposed(rows[blk], *rs_cfg[blk]);
-          tp_fwd_exposed += ag_exposed(windows[blk]) + rs_exp;
-          ub_fwd_sm_s += (rs - rs_exp) * sm_share(*rs_cfg[blk]);
-        }
-        // Backward: the output gradient's gather ring-exchanged with the
-        // row-parallel layer's data-gradient GEMM (its forward time), the
-        // input re-gather and the input-gradient reduce-scatter in bulk
-        // behind the column-parallel layer's GEMMs.
-        for (int blk = 0; blk < 2; ++blk) {
-          const double regather = std::max(0.0, ag - windows[blk]), dgrad_rs = std::max(0.0, rs - windows[blk]);
-          tp_bwd_exposed += ag_exposed(rows[blk]) + regather + dgrad_rs;
-          ub_bwd_sm_s += (ag - regather) * sm_share(*regather_cfg[blk]) + (rs - dgrad_rs) * sm_share(*dgrad_rs_cfg[blk]);
-        }
-      } else if (async) {
-        for (double w : windows) tp_bwd_exposed += ag + std::max(0.0, ag - w) + std::max(0.0, rs - w);
-      } else {
-        tp_bwd_exposed = tp_bwd_total;
-      }
-      c.tp_calls = 4 + gathers + 2;
-    } else {
-      // Forward: an all-reduce after proj and after FC2; backward: one after
-      // the input gradient of QKV and of FC1 (async: behind their weight gradients).
-      const double ar = collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, nullptr, 1);
-      tp_fwd_total = 2 * ar;
-      tp_fwd_exposed = tp_fwd_total;
-      tp_bwd_total = 2 * ar;
-      collective_time(hw, Collective::kAllReduce, sh.tp_group, tp_bytes, &c.tp_bytes, 4);
-      if (async) {
-        for (double w : windows) tp_bwd_exposed += std::max(0.0, ar - w);
-      } else {
-        tp_bwd_exposed = tp_bwd_total;
-      }
-      c.tp_calls = 4;
-    }
+    tp = tp_layer_comm(hw, opt, sh, ag_bytes, tp_bytes, windows, rows, &c.tp_bytes);
   }
-  c.fwd_tp_s = tp_fwd_exposed;
-  c.bwd_tp_s = tp_bwd_exposed;
-  c.tp_comm_total_s = tp_fwd_total + tp_bwd_total;
-  // The collectives hidden behind GEMMs slow those GEMMs (SMs held by NCCL).
+  c.tp_calls = tp.calls;
+  c.fwd_tp_s = tp.fwd_exposed;
+  c.bwd_tp_s = tp.bwd_exposed;
+  c.tp_comm_total_s = tp.fwd_total + tp.bwd_total;
+  // The collectives hidden behind GEMMs slow those GEMMs (the SMs they hold).
   const double contention = comm_contention_fraction(hw);
-  const double fwd_hidden_tp = tp_fwd_total - c.fwd_tp_s, bwd_hidden_tp = tp_bwd_total - c.bwd_tp_s;
-
-  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) +
-                       (ub_fwd_sm_s >= 0 ? ub_fwd_sm_s : fwd_hidden_tp * contention);
-  double bwd_compute = gemm.bwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) +
-                       (ub_bwd_sm_s >= 0 ? ub_bwd_sm_s : bwd_hidden_tp * contention);
+  double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) + tp.fwd_sm_s;
+  double bwd_compute = gemm.bwd_s + core_bwd_s + elem_bwd_s + gemm.cast_s(gemm.fp8_output_grads) + tp.bwd_sm_s;
   if (opt.ep_comm_overlap && c.ep_calls > 0) {
     // A forward and a backward micro-batch's layer run together, each one's
     // all-to-alls behind the other's compute, in three windows one after the
@@ -605,7 +512,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
       }
       c.tp_bytes.add(fwd_only);
       c.tp_calls += sh.sp ? 4 : 2;  // the forward's collectives again
-      c.tp_comm_total_s += tp_fwd_total;
+      c.tp_comm_total_s += tp.fwd_total;
     }
     if (moe_layer && sh.ep_group.ranks > 1) {
       // recompute_s = fwd_s already holds the dispatch/combine time; count

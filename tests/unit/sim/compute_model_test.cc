@@ -585,12 +585,18 @@ TEST(ComputeModel, EpOverlapHidesEachAllToAllBehindItsPartnerOnly) {
 namespace loom {
 namespace {
 
-TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
-  HwProfile hw = testing::load_hw_or_die("dgx-h100");
-  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+// TP 8 with sequence parallelism: the userbuffers tests' layout.
+Layout tp8_sp() {
   Layout l;
   l.tp = 8;
   l.sequence_parallel = true;
+  return l;
+}
+
+TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+  const Layout l = tp8_sp();
   const ComputeShape sh = compute_shape(l, 4096, hw);
   const double bytes = 4096.0 * 8192 * 2, t = 8;
   const double ag = collective_cost(hw, Collective::kAllGather, sh.tp_group, bytes).time_s;
@@ -644,11 +650,8 @@ TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
 TEST(ComputeModel, UserbuffersPriceTheGemmSlicesAndTheSmMargin) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   ModelSpec m = testing::load_model_or_die("llama-3-70b");
-  Layout l;
-  l.tp = 8;
-  l.sequence_parallel = true;
   const double T = 2048;
-  const ComputeShape sh = compute_shape(l, int64_t(T), hw);
+  const ComputeShape sh = compute_shape(tp8_sp(), int64_t(T), hw);
   const Precision bf = Precision::kBf16;
   SimOptions base;
   base.tp_comm_overlap = true;
