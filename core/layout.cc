@@ -34,6 +34,15 @@ Result<Schedule> parse_schedule(const std::string& text) {
   return invalid_argument("layout: schedule '" + text + "' is unknown; use gpipe, 1f1b or interleaved");
 }
 
+const char* cp_comm_name(CpComm c) { return c == CpComm::kAllGather ? "all_gather" : "p2p"; }
+
+Result<CpComm> parse_cp_comm(const std::string& text) {
+  if (text == "p2p" || text == "ring") return CpComm::kP2p;
+  if (text == "all_gather" || text == "allgather") return CpComm::kAllGather;
+  return invalid_argument("layout: cp_comm '" + text +
+                          "' is unknown; use p2p (ring attention) or all_gather (K/V all-gathered, Llama 3's)");
+}
+
 Result<Recompute> parse_recompute(const std::string& text) {
   if (text == "none" || text == "0") return Recompute::kNone;
   if (text == "selective") return Recompute::kSelective;
@@ -109,6 +118,7 @@ std::string Layout::to_string() const {
   if (last_stage_layers > 0) ss << ",last=" << last_stage_layers;
   if (!overlap_grad_reduce) ss << ",overlap_grad=0";
   if (!overlap_param_gather) ss << ",overlap_param=0";
+  if (cp_comm != CpComm::kP2p) ss << ",cp_comm=" << cp_comm_name(cp_comm);
   if (rank_order != Layout{}.rank_order) ss << ",order=" << rank_order;
   return ss.str();
 }
@@ -190,13 +200,15 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
       LOOM_ASSIGN_OR_RETURN(l.schedule, parse_schedule(value));
     } else if (key == "recompute") {
       LOOM_ASSIGN_OR_RETURN(l.recompute, parse_recompute(value));
+    } else if (key == "cp_comm") {
+      LOOM_ASSIGN_OR_RETURN(l.cp_comm, parse_cp_comm(value));
     } else if (key == "order") {
       LOOM_RETURN_IF_ERROR(parse_rank_order(value).status());
       l.rank_order = value;
     } else {
       return invalid_argument("layout: unknown key '" + key +
                               "'; known keys: dp, tp, pp, ep, cp, etp, zero, micro, schedule, v, sp, recompute, "
-                              "recompute_layers, recompute_modules, first, last, overlap_grad, overlap_param, order");
+                              "recompute_layers, recompute_modules, first, last, overlap_grad, overlap_param, cp_comm, order");
     }
   }
   // dp*tp*pp*cp is formed in int everywhere (Layout::world()): refuse a

@@ -29,10 +29,21 @@ namespace loom {
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved };
 enum class Recompute { kNone, kSelective, kFull };
+// How context-parallel attention gets the other ranks' keys and values
+// (Megatron's --cp-comm-type, Transformer Engine's cp_comm_type):
+//   kP2p        ring attention: K/V blocks travel around the CP ring, each
+//               exchange behind the blocks of the one before
+//               (AttnFuncWithCPAndKVP2P);
+//   kAllGather  the whole sequence's K/V gathered before the attention and
+//               the dK/dV reduce-scattered after it, both exposed
+//               (AttnFuncWithCPAndKVAllGather; Llama 3, arXiv 2407.21783 §3.3.2).
+enum class CpComm { kP2p, kAllGather };
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
+const char* cp_comm_name(CpComm c);  // "p2p", "all_gather" (Megatron's spelling)
 Result<Schedule> parse_schedule(const std::string& text);
 Result<Recompute> parse_recompute(const std::string& text);
+Result<CpComm> parse_cp_comm(const std::string& text);
 
 // Megatron-core's selective recompute by module (--recompute-modules, with
 // --recompute-granularity selective; megatron/core/transformer/
@@ -79,6 +90,7 @@ struct Layout {
   int first_stage_layers = 0, last_stage_layers = 0;
   bool overlap_grad_reduce = true;   // DP gradient buckets during backward
   bool overlap_param_gather = true;  // ZeRO-3 prefetch / ZeRO-1 gather overlap
+  CpComm cp_comm = CpComm::kP2p;      // with cp > 1: how attention exchanges K/V
   std::string rank_order = "tp-cp-ep-dp-pp";
 
   int world() const { return dp * tp * pp * cp; }

@@ -67,6 +67,10 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
                             std::to_string(2 * l.cp) + " chunks, and seq_len=" + std::to_string(t.seq_len) +
                             " does not divide into them; use a seq_len that is a multiple of " +
                             std::to_string(2 * l.cp) + " or another cp");
+  if (l.cp_comm != CpComm::kP2p && l.cp <= 1)
+    return invalid_argument(std::string("layout: cp_comm=") + cp_comm_name(l.cp_comm) +
+                            " is how context parallelism exchanges keys and values, and cp=1 has none; "
+                            "drop cp_comm or set cp >= 2");
 
   // Tensor parallelism splits heads, KV heads, the MLP and the vocabulary.
   if (m.num_heads % l.tp != 0)

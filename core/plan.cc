@@ -69,6 +69,7 @@ OrderedJson layout_json(const Layout& l) {
   if (l.recompute_modules) j["recompute_modules"] = recompute_modules_text(l.recompute_modules);  // only when named
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
+  if (l.cp_comm != CpComm::kP2p) j["cp_comm"] = cp_comm_name(l.cp_comm);  // written only when not the ring
   j["rank_order"] = l.rank_order;
   return j;
 }
@@ -148,6 +149,8 @@ Result<Layout> parse_layout_json(const Json& j) {
   LOOM_ASSIGN_OR_RETURN(l.sequence_parallel, json_bool_or(j, "sequence_parallel", false, w));
   LOOM_ASSIGN_OR_RETURN(l.overlap_grad_reduce, json_bool_or(j, "overlap_grad_reduce", true, w));
   LOOM_ASSIGN_OR_RETURN(l.overlap_param_gather, json_bool_or(j, "overlap_param_gather", true, w));
+  LOOM_ASSIGN_OR_RETURN(std::string cpc, json_string_or(j, "cp_comm", "p2p", w));
+  LOOM_ASSIGN_OR_RETURN(l.cp_comm, parse_cp_comm(cpc));
   LOOM_ASSIGN_OR_RETURN(l.rank_order, json_string_or(j, "rank_order", l.rank_order, w));
   return l;
 }

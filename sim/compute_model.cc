@@ -145,6 +145,7 @@ bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
 ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfile& hw) {
   ComputeShape s;
   s.cp = std::max(1, layout.cp);
+  s.cp_all_gather = s.cp > 1 && layout.cp_comm == CpComm::kAllGather;
   s.tokens = int64_t(layout.micro_batch) * seq_len / s.cp;
   s.seq = seq_len;
   s.tp = layout.tp;
@@ -222,12 +223,29 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     double per_head_flops = 2 * s * s * qk_dim + 2 * s * s * v_dim;
     double batches = b * heads_local;
     double causal = opt.flash_attention ? (s + 1) / (2 * s) : 1.0;  // flash skips masked blocks
-    // Under CP each rank does 1/cp of it (the load-balanced chunks), as
-    // 2cp+1 blocks of c x c scores (c = s / 2cp): the kernel's size is a
-    // block's, and each block is a launch (its merge one more).
+    // Under CP each rank does 1/cp of it (the load-balanced chunks), 2cp+1
+    // blocks of c x c scores (c = s / 2cp) on the ring. Loom's executor runs
+    // each block as its own kernel (exec/model/context_parallel.cc), a merge
+    // after each but the first. Transformer Engine's AttnFuncWithCPAndKVP2P
+    // and PyTorch's ring attention run one kernel a step: step 0 the local
+    // 2c x 2c causal, each later step 2c queries x c keys or c x 2c (two
+    // blocks' work each), a correction each after the first. With the K/V
+    // all-gathered each local query chunk is one kernel against the keys up
+    // to its own chunk (Transformer Engine's two steps, a bottom-right
+    // causal mask): two kernels of 1/(4cp) of a head's work on average.
     core_flops = per_head_flops * batches * causal / cp;
-    const double kernel_flops = cp > 1 ? per_head_flops / (4 * cp * cp) : per_head_flops * causal;
-    const double launches = cp > 1 ? 2 * (2 * cp + 1) + (2 * cp - 1) : 2;
+    const bool ring_per_block = opt.for_loom_executor();
+    double kernel_flops = per_head_flops * causal, launches = 2;
+    if (cp > 1 && sh.cp_all_gather) {
+      kernel_flops = per_head_flops / (4 * cp);
+      launches = 2 * 2;
+    } else if (cp > 1 && ring_per_block) {
+      kernel_flops = per_head_flops / (4 * cp * cp);
+      launches = 2 * (2 * cp + 1) + (2 * cp - 1);
+    } else if (cp > 1) {
+      kernel_flops = per_head_flops / (2 * cp * cp);
+      launches = 2 * cp + (cp - 1);
+    }
     // The profile's attention table measures a fused flash-style kernel;
     // materialized scores run as batched GEMMs at the GEMM table's rate.
     const bool measured = opt.flash_attention && !hw.accel.attention_efficiency.flops.empty();
@@ -465,7 +483,36 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // the executor waits on, are timed by the event engine (sim/cp_ring.h);
   // what the blocks (1/cp of the core per step) do not cover is exposed, and
   // the hidden part slows them (contention), as TP's does.
-  if (cp > 1) {
+  // The forward's share of the CP traffic: a recompute that re-runs the
+  // attention core exchanges it again.
+  LinkBytes cp_fwd_bytes;
+  int cp_fwd_calls = 0;
+  double cp_fwd_total_s = 0;
+  if (cp > 1 && sh.cp_all_gather) {
+    // --- or the K/V all-gathered (Transformer Engine's
+    // AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is
+    // exposed"). Forward: K and V gathered, one all-gather each. Backward:
+    // gathered again (not kept) and the whole sequence's dK and dV
+    // reduce-scattered home, one each. Nothing overlaps them.
+    const double k_total = cp * T * (kv_heads / t) * qk_dim * e, v_total = cp * T * (kv_heads / t) * v_dim * e;
+    const CollectiveCost ag_k = collective_cost(hw, Collective::kAllGather, sh.cp_group, k_total);
+    const CollectiveCost ag_v = collective_cost(hw, Collective::kAllGather, sh.cp_group, v_total);
+    const CollectiveCost rs_k = collective_cost(hw, Collective::kReduceScatter, sh.cp_group, k_total);
+    const CollectiveCost rs_v = collective_cost(hw, Collective::kReduceScatter, sh.cp_group, v_total);
+    const double gather = ag_k.time_s + ag_v.time_s;
+    c.fwd_cp_s = gather;
+    c.bwd_cp_s = gather + rs_k.time_s + rs_v.time_s;
+    c.cp_bytes.add(ag_k, 2);
+    c.cp_bytes.add(ag_v, 2);
+    c.cp_bytes.add(rs_k, 1);
+    c.cp_bytes.add(rs_v, 1);
+    c.cp_calls = 6;
+    c.cp_comm_total_s = c.fwd_cp_s + c.bwd_cp_s;
+    cp_fwd_bytes.add(ag_k, 1);
+    cp_fwd_bytes.add(ag_v, 1);
+    cp_fwd_calls = 2;
+    cp_fwd_total_s = gather;
+  } else if (cp > 1) {
     const int n = sh.cp;
     const double kv_bytes = T * (kv_heads / t) * (qk_dim + v_dim) * e;
     const bool net = sh.cp_group.nodes > 1;  // the ring's slowest hop crosses nodes
@@ -479,6 +526,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     c.cp_bytes.add(step, 3 * n - 2);
     c.cp_calls = 3 * n - 2;
     c.cp_comm_total_s = fwd_total + bwd_total;
+    cp_fwd_bytes.add(step, n - 1);
+    cp_fwd_calls = n - 1;
+    cp_fwd_total_s = fwd_total;
     fwd_compute += std::max(0.0, fwd_total - c.fwd_cp_s) * contention;
     bwd_compute += std::max(0.0, bwd_total - c.bwd_cp_s) * contention;
   }
@@ -492,10 +542,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   const bool op_ac = sh.recompute == Recompute::kSelective && every_other_matmul(opt, p, moe_layer, m.mla.enabled);
   const unsigned modules = sh.recompute == Recompute::kSelective ? sh.recompute_modules : 0u;
   const bool core_rerun = sh.recompute == Recompute::kFull || (modules & kRecomputeCoreAttn);
-  if (cp > 1 && core_rerun && !op_ac) {  // the recomputed forward's ring again
-    c.cp_bytes.add(c.cp_bytes, (cp - 1) / (3 * cp - 2));
-    c.cp_calls += sh.cp - 1;
-    c.cp_comm_total_s += c.cp_comm_total_s * (cp - 1) / (3 * cp - 2);
+  if (cp > 1 && core_rerun && !op_ac) {  // the recomputed forward's exchanges again
+    c.cp_bytes.add(cp_fwd_bytes);
+    c.cp_calls += cp_fwd_calls;
+    c.cp_comm_total_s += cp_fwd_total_s;
   }
   if (sh.recompute == Recompute::kFull) {
     c.recompute_s = c.fwd_s;

@@ -214,6 +214,7 @@ struct PieceKey {
   std::string order;
   int partial = 0;  // recompute_layers set: the kept layers' pieces too
   unsigned modules = 0;  // Megatron's recompute modules (their re-runs differ)
+  int cp_comm = 0;       // ring or all-gathered K/V
   bool operator==(const PieceKey&) const = default;
 };
 
@@ -229,9 +230,10 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   k.head_fwd = executor_head_grad_in_forward(l.zero) ? 1 : 0;
   k.partial = l.recompute_layers > 0 ? 1 : 0;
   k.modules = l.recompute_modules;
-  const size_t h = cache_slot(
-      {l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd, k.partial, int64_t(k.modules)},
-      kSlots);
+  k.cp_comm = static_cast<int>(l.cp_comm);
+  const size_t h = cache_slot({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd,
+                               k.partial, int64_t(k.modules), k.cp_comm},
+                              kSlots);
   if (!(keys[h] == k)) {
     values[h] = compute_pieces(l);
     keys[h] = k;
@@ -419,7 +421,7 @@ struct DpKey {
 }  // namespace
 
 DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) const {
-  constexpr int kSlots = 1024;
+  constexpr int kSlots = 4096;
   thread_local DpKey keys[kSlots];
   thread_local DpCollectives values[kSlots];
   DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};

@@ -94,7 +94,7 @@ Result<std::string> export_megatron_args(const Plan& p) {
   if (l.folded_experts()) o << "--expert-tensor-parallel-size " << l.expert_tp() << "\n";
   // Context parallelism: the ring of K/V send/recv (Megatron's default p2p),
   // as Loom's executor runs it.
-  if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type p2p\n";
+  if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type " << cp_comm_name(l.cp_comm) << "\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(p.sim_options_json));
   // Userbuffers as the plan priced them: TE's own defaults need no file;
@@ -268,7 +268,16 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
   o << "data_parallel_shard_degree = " << (l.zero == 3 ? l.dp : 1) << "\n";
   o << "tensor_parallel_degree = " << l.tp << "\n";
   o << "pipeline_parallel_degree = " << l.pp << "\n";
-  if (l.cp > 1) o << "context_parallel_degree = " << l.cp << "\n";
+  if (l.cp > 1) {
+    // The ring Loom models: torchtitan's default, allgather, gathers the K/V
+    // after the first block instead (frameworks/torchtitan.json).
+    if (l.cp_comm != CpComm::kP2p)
+      return unsupported(std::string("export torchtitan: cp_comm=") + cp_comm_name(l.cp_comm) +
+                         " is not modelled for torchtitan (its allgather rotation gathers after the first block); use "
+                         "cp_comm=p2p, which exports as context_parallel_rotate_method = \"alltoall\"");
+    o << "context_parallel_degree = " << l.cp << "\n";
+    o << "context_parallel_rotate_method = \"alltoall\"\n";
+  }
   if (l.pp > 1) {
     const char* sched = l.schedule == Schedule::kGpipe ? "GPipe" : l.schedule == Schedule::k1F1B ? "1F1B" : "Interleaved1F1B";
     o << "pipeline_parallel_schedule = \"" << sched << "\"\n";

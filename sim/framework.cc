@@ -125,6 +125,20 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     return invalid_argument(w + ".fp8.scaling must be delayed or current, got '" + scaling + "'");
   LOOM_ASSIGN_OR_RETURN(f.fp8_attention, json_bool_or(*e, "attention", false, w + ".fp8"));
 
+  // Optional: the K/V exchanges of its context parallelism, with their source.
+  if (j.contains("context_parallel")) {
+    LOOM_ASSIGN_OR_RETURN(const Json* cpj, section(j, "context_parallel", w));
+    LOOM_ASSIGN_OR_RETURN(auto comms, string_list(*cpj, "cp_comm", w + ".context_parallel"));
+    if (comms.empty()) return invalid_argument(w + ".context_parallel.cp_comm must name at least one: p2p, all_gather");
+    f.cp_comms.clear();
+    for (const auto& c : comms) {
+      auto r = parse_cp_comm(c);
+      if (!r.is_ok()) return invalid_argument(w + ".context_parallel.cp_comm: " + r.status().message());
+      f.cp_comms.push_back(*r);
+    }
+    if (!cpj->contains("source") || !(*cpj)["source"].is_string())
+      return invalid_argument(w + ".context_parallel.source is missing: name the code the K/V exchanges were read from");
+  }
   // Optional: the loss's implementation, with its source.
   if (j.contains("loss")) {
     LOOM_ASSIGN_OR_RETURN(const Json* lo, section(j, "loss", w));
@@ -196,8 +210,10 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   // --num-layers-per-virtual-pipeline-stage), torchtitan's
   // module_fqns_per_model_part (any schedule); DeepSpeed's config cannot.
   // DeepSpeed has no context parallelism (its Ulysses sequence parallelism
-  // is another scheme); Megatron-Core and torchtitan ring attention.
+  // is another scheme); Megatron-Core and torchtitan ring attention, and
+  // Megatron-Core the all-gathered K/V too.
   if (f.export_kind == "deepspeed") sp->max_cp = 1;
+  sp->cp_comms = f.cp_comms;
   const bool equal_chunks = f.export_kind == "megatron" && f.layer_split == LayerSplitRule::kEqualChunks;
   sp->try_uneven_ends = f.export_kind != "deepspeed";
   sp->uneven_ends_interleaved = f.export_kind != "deepspeed" && !equal_chunks;
@@ -236,6 +252,9 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
   if (l.cp > 1 && f.export_kind == "deepspeed")
     return invalid_argument("cp=" + std::to_string(l.cp) + ": " + f.name +
                             " has no context parallelism (ring attention); use cp=1, or megatron / torchtitan");
+  if (l.cp > 1 && !contains(f.cp_comms, l.cp_comm))
+    return invalid_argument(std::string("cp_comm=") + cp_comm_name(l.cp_comm) + ": " + f.name + " exchanges K/V by " +
+                            names(f.cp_comms, [](CpComm c) { return cp_comm_name(c); }) + "; use that cp_comm");
   if ((l.first_stage_layers > 0 || l.last_stage_layers > 0) && f.export_kind == "deepspeed")
     return invalid_argument("first=/last=: " + f.name + " cannot pin the first and last pipeline chunk; drop first=/last=");
   if (l.recompute_modules && f.export_kind != "megatron")

@@ -55,6 +55,9 @@ struct Framework {
   bool fsdp_copies = false;               // layer.fsdp_copies
   ExpertGemm expert_gemm = ExpertGemm::kGrouped;  // moe.expert_gemm (SimOptions::expert_gemm)
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
+  // context_parallel.cp_comm (optional section): how the stack's context
+  // parallelism exchanges K/V; the ring when the file does not say.
+  std::vector<CpComm> cp_comms{CpComm::kP2p};
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;
   int dropout = -1;

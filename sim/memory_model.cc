@@ -743,10 +743,15 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // peak of dp=2 ZeRO-0/1, 0 or 2 b per parameter under ZeRO-2/3).
   // Context parallelism's ring: the K/V held and the one arriving, and in
   // backward also the dK/dV step, the one sent on and the one arriving
-  // (exec/model/context_parallel.cc; fp32 in Loom's executor).
+  // (exec/model/context_parallel.cc; fp32 in Loom's executor). With the K/V
+  // all-gathered: the whole sequence's K/V (cp times a rank's) and, in
+  // backward, its dK/dV beside them (Transformer Engine's k_ag, v_ag, dk,
+  // dv); Loom's executor also keeps its own packed K/V and the dK/dV coming
+  // home (exec/model/cp_all_gather.cc).
   if (l.cp > 1) {
     const double kv = T * double(m.mla.enabled ? m.num_heads : m.num_kv_heads) / l.tp * 2 * double(m.head_dim);
-    comm += (loom_executor ? 5 * 4.0 : 2 * e) * kv;
+    if (l.cp_comm == CpComm::kAllGather) comm += (loom_executor ? 4.0 * (2 * l.cp + 2) : 2 * e * l.cp) * kv;
+    else comm += (loom_executor ? 5 * 4.0 : 2 * e) * kv;
   }
   if (loom_executor && l.dp * l.cp > 1 && l.zero >= 2 && train.grad_reduce != GradReduce::kFp32)
     comm += 2 * grad_reduce_element_bytes(train.grad_reduce) * params.total();

@@ -292,11 +292,13 @@ std::string format_candidates(const SearchResult& r, int rows) {
     if (l.schedule == Schedule::kInterleaved) sched += " v" + std::to_string(l.virtual_stages);
     // ep marked "f" when folded over TP x DP (etp=1).
     const std::string ep = std::to_string(l.ep) + (l.folded_experts() ? "f" : "");
+    // cp marked "g" when the K/V are all-gathered (cp_comm=all_gather).
+    const std::string cp = std::to_string(l.cp) + (l.cp > 1 && l.cp_comm == CpComm::kAllGather ? "g" : "");
     // recompute "full(N)": the first N layers of each chunk (recompute_layers).
     std::string rc = recompute_name(l.recompute);
     if (l.recompute_layers > 0) rc += "(" + std::to_string(l.recompute_layers) + ")";
-    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %5s %4d %4d %5d %-12s %3d %-9s %12.0f %10s %5.1f%% %10s\n", i,
-                  c.pareto ? "*" : "", l.dp, l.tp, l.pp, ep.c_str(), l.cp, l.zero, l.micro_batch, sched.c_str(),
+    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %5s %4s %4d %5d %-12s %3d %-9s %12.0f %10s %5.1f%% %10s\n", i,
+                  c.pareto ? "*" : "", l.dp, l.tp, l.pp, ep.c_str(), cp.c_str(), l.zero, l.micro_batch, sched.c_str(),
                   l.sequence_parallel ? 1 : 0, rc.c_str(), f.tokens_per_s,
                   human_seconds(f.step_time_s).c_str(), 100 * f.mfu, human_bytes(mem).c_str());
     o << buf;

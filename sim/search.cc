@@ -149,12 +149,22 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                     // Each layout, and under selective recompute with a stack
                     // that has Megatron's modules the same with the cheap
                     // ones that apply (auto_modules).
-                    auto push = [&](const Layout& x) {
+                    auto push_one = [&](const Layout& x) {
                       out.push_back(x);
                       if (auto_modules == 0 || x.recompute != Recompute::kSelective || sp.fix_recompute_modules) return;
                       Layout y = x;
                       y.recompute_modules = auto_modules;
                       out.push_back(y);
+                    };
+                    // Under CP, once per K/V exchange the stack runs.
+                    auto push = [&](const Layout& x) {
+                      if (x.cp <= 1) return push_one(x);
+                      for (CpComm c : sp.cp_comms) {
+                        if (sp.fix_cp_comm && c != *sp.fix_cp_comm) continue;
+                        Layout y = x;
+                        y.cp_comm = c;
+                        push_one(y);
+                      }
                     };
                     if (runnable(l)) push(l);
                     if (!ends || even_last < 2) continue;
@@ -186,6 +196,10 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
     return invalid_argument("search: --fix recompute_layers=" + std::to_string(sp.fix_recompute_layers) +
                             ": this stack recomputes every layer or none (torchtitan, DeepSpeed); recompute_layers is "
                             "Megatron's --recompute-method block, which megatron-core and Loom's executor run");
+  if (sp.fix_cp_comm && std::find(sp.cp_comms.begin(), sp.cp_comms.end(), *sp.fix_cp_comm) == sp.cp_comms.end())
+    return invalid_argument(std::string("search: --fix cp_comm=") + cp_comm_name(*sp.fix_cp_comm) +
+                            ": this stack does not run context parallelism that way (its framework file's "
+                            "context_parallel.cp_comm); use cp_comm=p2p");
   if (sp.fix_recompute_modules && !sp.recompute_modules)
     return invalid_argument("search: --fix recompute_modules=" + recompute_modules_text(sp.fix_recompute_modules) +
                             ": Megatron's --recompute-modules, which only --framework megatron-core plans (Loom's "
@@ -395,9 +409,13 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
     } else if (k == "recompute") {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));
       sp.fix_recompute = r;
+    } else if (k == "cp_comm") {
+      auto c = parse_cp_comm(v);
+      if (!c.is_ok()) return invalid_argument("--fix: " + c.status().message());
+      sp.fix_cp_comm = *c;
     } else {
       return invalid_argument("--fix: unknown key '" + k + "'; use dp, tp, pp, ep, etp, cp, micro, zero, v, sp, split, schedule, recompute, "
-                              "recompute_layers, recompute_modules, overlap_grad, overlap_param");
+                              "recompute_layers, recompute_modules, overlap_grad, overlap_param, cp_comm");
     }
   }
   return Status::ok();

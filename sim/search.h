@@ -68,6 +68,11 @@ struct SearchSpace {
   // layouts that do not win. --fix cp=N tries any N.
   int max_cp = 8;
   int min_cp_chunk = 512;
+  // How CP layouts exchange keys and values (Layout::cp_comm): each cp > 1
+  // layout is tried with each the stack runs (the ring and the all-gather
+  // for Loom's executor and Megatron-core); --fix cp_comm=X pins one.
+  std::vector<CpComm> cp_comms{CpComm::kP2p, CpComm::kAllGather};
+  std::optional<CpComm> fix_cp_comm;
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
   int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_etp = 0, fix_cp = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;
   // MoE with tp > 1: also the folded layouts (etp = 1, EP over TP x DP).
@@ -104,7 +109,7 @@ struct SearchResult {
 
 // Pins dimensions from `loom plan --fix` text: "tp=8,pp=2,recompute=full"
 // (keys dp, tp, pp, ep, micro, zero, v, sp, split=even|ends, schedule,
-// recompute, recompute_layers, overlap_grad, overlap_param); errors name the
+// recompute, recompute_layers, overlap_grad, overlap_param, cp_comm); errors name the
 // bad item.
 Status apply_search_fix(const std::string& text, SearchSpace* space);
 

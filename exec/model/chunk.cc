@@ -73,8 +73,8 @@ ModelChunk::ModelChunk(const ChunkConfig& cfg, ParamStore* params, ComputeBacken
     moe_ = std::make_unique<MoeLayer>(cfg.dims, cfg.moe, cfg.tp_size, cfg.tp_rank, tp, params, backend);
   if (cfg.cp.enabled()) {
     LOOM_CHECK(cfg.seq % 2 == 0, "context parallelism needs an even number of tokens per rank (2 chunks)");
-    ring_ = std::make_unique<RingAttention>(backend, cfg.cp, cfg.micro_batch, cfg.seq / 2, cfg.dims.Hq / cfg.tp_size,
-                                            cfg.dims.Hk / cfg.tp_size, cfg.dims.D);
+    cp_attn_ = make_cp_attention(backend, cfg.cp, cfg.micro_batch, cfg.seq / 2, cfg.dims.Hq / cfg.tp_size,
+                                 cfg.dims.Hk / cfg.tp_size, cfg.dims.D);
   }
 }
 
@@ -172,7 +172,7 @@ Status ModelChunk::attention_forward(LayerActs& a) {
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, Hq = d.Hq / cfg_.tp_size, Hk = d.Hk / cfg_.tp_size;
   a.ctx = make(backend_, B * T * Hq * d.D);
   a.lse = make(backend_, B * Hq * T);
-  if (ring_) return ring_->forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32());
+  if (cp_attn_) return cp_attn_->forward(a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32());
   backend_->kernels().attention_forward({a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), B, T, Hq, Hk, d.D});
   return Status::ok();
 }
@@ -180,7 +180,7 @@ Status ModelChunk::attention_forward(LayerActs& a) {
 Status ModelChunk::attention_backward(const float* dctx, LayerActs& a, float* dq, float* dk, float* dv) {
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, Hq = d.Hq / cfg_.tp_size, Hk = d.Hk / cfg_.tp_size;
-  if (ring_) return ring_->backward(dctx, a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq, dk, dv);
+  if (cp_attn_) return cp_attn_->backward(dctx, a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq, dk, dv);
   backend_->kernels().attention_backward(
       {dctx, a.q.f32(), a.k.f32(), a.v.f32(), a.ctx.f32(), a.lse.f32(), dq, dk, dv, B, T, Hq, Hk, d.D});
   return Status::ok();

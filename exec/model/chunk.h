@@ -140,7 +140,7 @@ class ModelChunk {
   DeviceBuffer loss_total_;  // one double (the last chunk): the forwards' loss since take_loss()
   float grad_scale_ = 1.f;
   std::unique_ptr<MoeLayer> moe_;  // when the model has MoE layers
-  std::unique_ptr<RingAttention> ring_;  // under context parallelism
+  std::unique_ptr<CpAttention> cp_attn_;  // under context parallelism (ring or all-gathered K/V)
   MoeStats moe_stats_;
 };
 

@@ -1,5 +1,6 @@
 // Context parallelism: the sequence split over the CP group in Megatron's
-// load-balanced order, and ring attention over it.
+// load-balanced order, and attention over it: ring attention (cp_comm=p2p)
+// or the K/V all-gathered (cp_comm=all_gather).
 //
 // The sequence of T tokens is cut into 2·cp chunks of c = T / (2·cp); CP rank
 // r holds chunks r and 2·cp−1−r, so under the causal mask every rank does
@@ -34,7 +35,8 @@ namespace loom::exec {
 
 struct CpGroup {
   int size = 1, rank = 0;
-  Communicator* comm = nullptr;  // the CP ring; null when size == 1
+  Communicator* comm = nullptr;  // the CP group; null when size == 1
+  bool all_gather = false;       // cp_comm=all_gather: AllGatherAttention, else RingAttention
   bool enabled() const { return size > 1; }
   // The chunk index (of 2·size) of half h (0 or 1) of this rank's rows.
   int64_t chunk_of_half(int h) const { return h == 0 ? rank : 2 * size - 1 - rank; }
@@ -57,13 +59,25 @@ void for_each_cp_segment(const CpGroup& cp, int64_t B, int64_t c, int64_t row0, 
 
 // Causal attention over a CP group for one micro-batch: q (2, B, c, Hq, D),
 // k, v (2, B, c, Hk, D), out like q, lse (2, B, Hq, c); local head counts.
-class RingAttention {
+class CpAttention {
+ public:
+  virtual ~CpAttention() = default;
+  virtual Status forward(const float* q, const float* k, const float* v, float* out, float* lse) = 0;
+  // dq, dk, dv overwritten.
+  virtual Status backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
+                          const float* lse, float* dq, float* dk, float* dv) = 0;
+};
+
+// The one the group's cp_comm names.
+std::unique_ptr<CpAttention> make_cp_attention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c,
+                                               int64_t Hq, int64_t Hk, int64_t D);
+
+class RingAttention : public CpAttention {
  public:
   RingAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk, int64_t D);
-  Status forward(const float* q, const float* k, const float* v, float* out, float* lse);
-  // dq, dk, dv overwritten.
+  Status forward(const float* q, const float* k, const float* v, float* out, float* lse) override;
   Status backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
-                  const float* lse, float* dq, float* dk, float* dv);
+                  const float* lse, float* dq, float* dk, float* dv) override;
 
  private:
   // One (query half, key half) block of step `s`: whether it exists and
@@ -75,6 +89,38 @@ class RingAttention {
   int blocks_of_step(int s, Block out[3]) const;
   DeviceBuffer pack_kv(const float* k, const float* v) const;
   Result<std::unique_ptr<CommRequest>> pass_kv(int s, const DeviceBuffer& cur, DeviceBuffer& nxt);
+  int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
+  int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
+  int64_t lse_half() const { return B_ * Hq_ * c_; }
+
+  ComputeBackend* be_;
+  CpGroup cp_;
+  int64_t B_, c_, Hq_, Hk_, D_;
+};
+
+// Llama 3's context parallelism (arXiv 2407.21783 §3.3.2; Transformer
+// Engine's AttnFuncWithCPAndKVAllGather, Megatron --cp-comm-type all_gather):
+// forward all-gathers every rank's K/V (both halves, so the whole sequence)
+// and runs each local query half against the keys up to its own chunk: the
+// chunks before it in full, its own causal — (chunk + 1) blocks, 2·cp + 1 per
+// rank in all, the ring's work. Backward gathers the K/V again (it is not
+// kept), runs the same blocks' backward from the final output and lse,
+// sums dK/dV over the whole sequence and reduce-scatters them home. Neither
+// collective overlaps the blocks, as in Transformer Engine.
+class AllGatherAttention : public CpAttention {
+ public:
+  AllGatherAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk,
+                     int64_t D);
+  Status forward(const float* q, const float* k, const float* v, float* out, float* lse) override;
+  Status backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
+                  const float* lse, float* dq, float* dk, float* dv) override;
+
+ private:
+  // Every rank's packed [K half 0, K half 1, V half 0, V half 1], rank-major.
+  Result<DeviceBuffer> gather_kv(const float* k, const float* v) const;
+  // Offsets in the gathered buffer of global chunk g's keys and values.
+  int64_t k_offset(int64_t g) const;
+  int64_t v_offset(int64_t g) const { return k_offset(g) + 2 * kv_half(); }
   int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
   int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
   int64_t lse_half() const { return B_ * Hq_ * c_; }

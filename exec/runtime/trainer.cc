@@ -175,7 +175,7 @@ Status Trainer::Impl::setup() {
     cc.has_head = last_global(c);
     cc.micro_batch = l.micro_batch;
     cc.seq = cfg.train.seq_len / l.cp;
-    cc.cp = CpGroup{l.cp, coords.cp, cp.get()};
+    cc.cp = CpGroup{l.cp, coords.cp, cp.get(), l.cp_comm == CpComm::kAllGather};
     cc.tp_size = l.tp;
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;

@@ -63,6 +63,13 @@ const Case kCases[] = {
     {"dp=2,cp=2,zero=1", 4},
     {"dp=2,cp=2,zero=3,recompute=selective", 4},
     {"dp=1,cp=2,recompute=full,micro=2", 2},
+    // The K/V all-gathered instead (cp_comm=all_gather, Llama 3's): over 2
+    // and 4 ranks, with TP (+SP), a pipeline, ZeRO-3 and recompute.
+    {"dp=1,cp=2,cp_comm=all_gather", 2},
+    {"dp=1,cp=4,cp_comm=all_gather", 4},
+    {"dp=1,cp=2,tp=2,sp=1,micro=2,cp_comm=all_gather", 4},
+    {"dp=1,cp=2,pp=2,schedule=1f1b,micro=2,cp_comm=all_gather", 4},
+    {"dp=2,cp=2,zero=3,recompute=selective,cp_comm=all_gather", 4},
 };
 
 // Mixture-of-experts layouts (issue #18): experts sharded over EP ranks of

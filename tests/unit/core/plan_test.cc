@@ -210,6 +210,35 @@ TEST(Plan, ExportsFollowTheLayout) {
 // --grad-reduce: recorded in the plan (and its hash) only when compressed,
 // read back, refused when unknown, and exported as each framework's option or
 // refused where the framework has none (fp8).
+// The K/V exchange of context parallelism reaches the executor through the
+// plan: written only when not the ring, read back, part of the hash; a
+// plan naming an unknown one is refused with the field.
+TEST(Plan, CpCommRoundTrips) {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  Evaluator eval(testing::load_model_or_die("gpt2-124m"), testing::load_hw_or_die("dgx-h100"), t, SimOptions{});
+  auto plan_for = [&](const char* text) {
+    auto r = simulate_layout(eval, parse_layout(text).value());
+    LOOM_CHECK(r.is_ok(), r.status().to_string());
+    return make_plan(eval, *r, 8);
+  };
+  const Plan ring = plan_for("dp=4,cp=2,zero=1"), ag = plan_for("dp=4,cp=2,zero=1,cp_comm=all_gather");
+  EXPECT_EQ(plan_to_json(ring).find("\"cp_comm\""), std::string::npos);
+  const std::string text = plan_to_json(ag);
+  EXPECT_NE(text.find("\"cp_comm\": \"all_gather\""), std::string::npos);
+  EXPECT_NE(ring.plan_hash(), ag.plan_hash());
+  auto back = parse_plan(text);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->layout.cp_comm, CpComm::kAllGather);
+  EXPECT_EQ(back->plan_hash(), ag.plan_hash());
+  std::string bad = text;
+  bad.replace(bad.find("\"all_gather\""), 12, "\"ulysses\"");
+  auto refused = parse_plan(bad);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("cp_comm"), std::string::npos) << refused.status().message();
+}
+
 TEST(Plan, GradReduceRoundTripsAndExports) {
   Plan p = sample_plan();
   const std::string fp32_hash = p.plan_hash();

@@ -8,6 +8,7 @@
 #include "core/layout.h"
 #include "sim/compute_model.h"
 #include "sim/evaluate.h"
+#include "sim/framework.h"
 #include "sim/memory_model.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
@@ -66,6 +67,65 @@ TEST(ContextParallelModel, TheRingSendsWhatTheAlgorithmSends) {
   const PieceCost none = layer_cost(m, hw, opt, Precision::kBf16, compute_shape(with_cp(1), seq, hw), false);
   EXPECT_EQ(none.cp_calls, 0);
   EXPECT_EQ(total(none.cp_bytes), 0);
+}
+
+// cp_comm=all_gather (Llama 3's; Transformer Engine's
+// AttnFuncWithCPAndKVAllGather): forward all-gathers K and V, backward
+// gathers them again and reduce-scatters dK and dV, nothing hidden. By hand
+// for Llama-3-8B, seq 8192 over cp=4 ranks of one node (tp=1): each rank
+// holds 2048 tokens x 8 KV heads x 128 of K (bf16: 4 MiB), the same of V;
+// the gathered tensors are 4 times that. The attention work is the ring's.
+TEST(ContextParallelModel, TheAllGatherSendsWhatTransformerEngineSends) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  const int64_t seq = 8192;
+  const int cp = 4;
+  Layout l = with_cp(cp);
+  l.cp_comm = CpComm::kAllGather;
+  const ComputeShape sh = compute_shape(l, seq, hw);
+  ASSERT_TRUE(sh.cp_all_gather);
+  const double k_gathered = 4.0 * 2048 * 8 * 128 * 2;  // bytes of the whole sequence's K (= V's)
+  ASSERT_EQ(k_gathered, 16.0 * 1024 * 1024);
+  const double ag = collective_cost(hw, Collective::kAllGather, sh.cp_group, k_gathered).time_s;
+  const double rs = collective_cost(hw, Collective::kReduceScatter, sh.cp_group, k_gathered).time_s;
+  const PieceCost c = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+  EXPECT_EQ(c.cp_calls, 6);  // K, V gathered forward; again backward; dK, dV reduce-scattered
+  EXPECT_NEAR(c.fwd_cp_s / (2 * ag), 1.0, 1e-12);  // exposed whole
+  EXPECT_NEAR(c.bwd_cp_s / (2 * ag + 2 * rs), 1.0, 1e-12);
+  // Each rank sends (cp-1)/cp of a gathered tensor per call, on NVLink here.
+  EXPECT_NEAR(total(c.cp_bytes) / (6 * k_gathered * (cp - 1) / cp), 1.0, 1e-9);
+  const PieceCost ring = layer_cost(m, hw, opt, Precision::kBf16, compute_shape(with_cp(cp), seq, hw), false);
+  EXPECT_NEAR(c.fwd_flops / ring.fwd_flops, 1.0, 1e-12);
+  EXPECT_NEAR(c.bwd_flops / ring.bwd_flops, 1.0, 1e-12);
+  // Recompute of the attention core gathers K and V once more.
+  Layout sel = l;
+  sel.recompute = Recompute::kSelective;
+  const PieceCost r = layer_cost(m, hw, opt, Precision::kBf16, compute_shape(sel, seq, hw), false);
+  EXPECT_EQ(r.cp_calls, 8);
+  EXPECT_NEAR(r.cp_comm_total_s - c.cp_comm_total_s, 2 * ag, 1e-12);
+}
+
+// The gathered K/V and, in backward, the whole sequence's dK/dV beside them:
+// (2 cp) times a rank's K/V in bf16 for Megatron-core, against the ring's
+// two (the block held and the one arriving).
+TEST(ContextParallelModel, TheAllGatherHoldsTheWholeSequencesKv) {
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  TrainSpec t;
+  t.seq_len = 32768;
+  t.global_batch = 64;
+  SimOptions opt;
+  opt.framework = "megatron-core";
+  Layout ring = with_cp(8);
+  ring.dp = 8;
+  Layout ag = ring;
+  ag.cp_comm = CpComm::kAllGather;
+  const StageSplit split = split_layers(m, ring);
+  const ActivationTerms at = activation_terms(m, ring, t, opt);
+  const double kv = 4096.0 * 8 * 2 * 128;  // a rank's K and V elements: 4096 tokens, 8 KV heads of 128
+  const double diff = stage_memory(m, ag, t, opt, split, 0, at).comm_buffer_bytes -
+                      stage_memory(m, ring, t, opt, split, 0, at).comm_buffer_bytes;
+  EXPECT_NEAR(diff / ((2 * 8 - 2) * 2 * kv), 1.0, 1e-9);
 }
 
 TEST(ContextParallelModel, ActivationsSplitOverTheGroup) {
@@ -129,6 +189,37 @@ TEST(ContextParallelModel, TheSearchTriesCpAndHonoursItsPin) {
   for (const Candidate& c : res->ranked) EXPECT_LT(c.estimate.figures.mfu, 1.0) << c.layout.to_string();
 }
 
+// Each CP layout once per K/V exchange the stack runs: both for Loom's
+// executor and Megatron-core, the ring only for torchtitan (as the export
+// pins its rotation); --fix cp_comm pins one, and one the stack lacks is
+// refused.
+TEST(ContextParallelModel, TheSearchTriesEachKvExchangeTheStackRuns) {
+  Evaluator eval = eval_for("llama-3-8b", 64, 8192);
+  SearchSpace sp;
+  sp.world = 16;
+  sp.fix_cp = 4;
+  int ring = 0, gathered = 0;
+  for (const Layout& l : enumerate_layouts(eval, sp)) (l.cp_comm == CpComm::kP2p ? ring : gathered)++;
+  EXPECT_GT(ring, 0);
+  EXPECT_EQ(ring, gathered);
+  ASSERT_TRUE(apply_search_fix("cp_comm=all_gather", &sp).is_ok());
+  const auto pinned = enumerate_layouts(eval, sp);
+  EXPECT_EQ(int(pinned.size()), gathered);
+  for (const Layout& l : pinned) EXPECT_EQ(l.cp_comm, CpComm::kAllGather) << l.to_string();
+  SearchSpace titan;
+  titan.world = 16;
+  titan.fix_cp = 4;
+  apply_framework(load_framework("torchtitan").value(), &titan);
+  for (const Layout& l : enumerate_layouts(eval, titan)) EXPECT_EQ(l.cp_comm, CpComm::kP2p) << l.to_string();
+  titan.fix_cp_comm = CpComm::kAllGather;
+  auto refused = search_layouts(eval, titan);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("cp_comm=all_gather"), std::string::npos) << refused.status().message();
+  Status bad = apply_search_fix("cp_comm=ulysses", &sp);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("ulysses"), std::string::npos) << bad.message();
+}
+
 TEST(ContextParallelModel, ALongSequenceThatOnlyFitsWithCp) {
   // 8B at 128K tokens on one node: without CP a sequence's activations
   // outgrow a GPU even recomputed (at 64K, full recompute with tp=2 still
@@ -152,6 +243,8 @@ TEST(ContextParallelModel, AnEstimateDoesNotDependOnWhatWasEstimatedBefore) {
   Evaluator eval = eval_for("llama-3.1-405b", 2048, 8192);
   std::vector<Layout> ls;
   for (const char* text : {"dp=64,tp=4,pp=16,cp=4,zero=1,micro=1,schedule=interleaved,v=4,sp=1,recompute=selective",
+                           "dp=64,tp=4,pp=16,cp=4,zero=1,micro=1,schedule=interleaved,v=4,sp=1,recompute=selective,"
+                           "cp_comm=all_gather",
                            "dp=256,tp=2,pp=8,cp=4,zero=2,micro=1,schedule=interleaved,v=8,sp=1,recompute=full",
                            "dp=32,tp=8,pp=16,cp=4,zero=1,micro=1,schedule=1f1b,sp=1,recompute=full",
                            "dp=1024,tp=8,pp=2,zero=3,micro=1,sp=1,recompute=full"})
@@ -165,6 +258,9 @@ TEST(ContextParallelModel, AnEstimateDoesNotDependOnWhatWasEstimatedBefore) {
     ASSERT_TRUE(sim.is_ok()) << sim.status().to_string();
     EXPECT_EQ(sim->closed_form.figures.step_time_s, forward[i]) << ls[i].to_string();
   }
+  // The K/V exchange is part of what a layer costs (a cross-node CP group
+  // here: the gather is exposed, the ring hides behind its blocks).
+  EXPECT_NE(forward[0], forward[1]);
 }
 
 TEST(ContextParallelModel, ASequenceThatDoesNotCutIntoChunksIsRefused) {
@@ -177,6 +273,28 @@ TEST(ContextParallelModel, ASequenceThatDoesNotCutIntoChunksIsRefused) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("8 chunks"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("seq_len=4100"), std::string::npos) << s.message();
+}
+
+// cp_comm round-trips through the layout text and the plan, and without CP
+// there is nothing to exchange.
+TEST(ContextParallelModel, TheKvExchangeIsPartOfTheLayout) {
+  auto l = parse_layout("dp=2,cp=4,cp_comm=all_gather");
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l->cp_comm, CpComm::kAllGather);
+  EXPECT_NE(l->to_string().find(",cp_comm=all_gather"), std::string::npos) << l->to_string();
+  EXPECT_EQ(parse_layout(l->to_string()).value(), *l);
+  EXPECT_EQ(parse_layout("cp=2").value().to_string().find("cp_comm"), std::string::npos);  // the ring: not written
+  auto bad = parse_layout("cp=2,cp_comm=a2a");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("all_gather"), std::string::npos) << bad.status().message();
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  TrainSpec t;
+  t.seq_len = 4096;
+  Layout no_cp;
+  no_cp.cp_comm = CpComm::kAllGather;
+  Status s = validate_layout(no_cp, m, t, 1);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("cp=1"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -106,6 +106,7 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,first=7,last=6", 64, t},
       {"mixtral-8x7b", "dp=8,tp=2,ep=4,pp=2,micro=1,sp=1", 32, t},
       {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1", 8, t},
+      {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1,cp_comm=all_gather", 8, t},
       {"mixtral-8x7b", "dp=2,tp=2,ep=4,etp=1,zero=1,micro=1,sp=1", 4, t},
       {"llama-3.1-405b", "dp=1,tp=8,pp=8,zero=1,micro=1,sp=1,schedule=interleaved,v=8,first=1,last=1", 64, t},
       {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,schedule=interleaved,v=2,last=2", 64, t},
@@ -129,7 +130,8 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
     }
     if (p.layout.cp > 1) {
       EXPECT_NE(args->find("--context-parallel-size 2\n"), std::string::npos) << *args;
-      EXPECT_NE(args->find("--cp-comm-type p2p\n"), std::string::npos) << *args;
+      EXPECT_NE(args->find(std::string("--cp-comm-type ") + cp_comm_name(p.layout.cp_comm) + "\n"), std::string::npos)
+          << *args;
     }
   }
 }
@@ -228,9 +230,17 @@ TEST(ExportContextParallel, TorchtitanStatesItDeepSpeedRefuses) {
   auto toml = export_torchtitan_toml(p);
   ASSERT_TRUE(toml.is_ok()) << toml.status().to_string();
   EXPECT_NE(toml->find("context_parallel_degree = 2\n"), std::string::npos) << *toml;
+  // The ring the plan priced, not torchtitan's default (allgather).
+  EXPECT_NE(toml->find("context_parallel_rotate_method = \"alltoall\"\n"), std::string::npos) << *toml;
   auto ds = export_deepspeed_config(p);
   ASSERT_FALSE(ds.is_ok());
   EXPECT_NE(ds.status().message().find("cp=2"), std::string::npos) << ds.status().message();
+  // The all-gathered K/V are priced as Transformer Engine runs them, which
+  // torchtitan's rotation does not: refused, naming the fix.
+  const Plan ag = plan_of("llama-3-8b", "dgx-h100", "dp=2,tp=2,cp=2,zero=3,micro=1,sp=1,cp_comm=all_gather", 8, t);
+  auto refused = export_torchtitan_toml(ag);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("cp_comm=p2p"), std::string::npos) << refused.status().message();
 }
 
 // What a run needs that Megatron would otherwise default differently: the
