@@ -233,7 +233,13 @@ void MainWindow::build_inputs() {
   etp_->setToolTip("Expert tensor parallel size: = tp (experts split like the MLP), or 1 (parallel folding: experts "
                    "whole, ep over tp x dp; needs sequence parallel)");
   cp_ = spin(1, 1024, 1);
-  cp_->setToolTip("Context parallelism: each sequence in 2*cp chunks over cp ranks, ring attention");
+  cp_->setToolTip("Context parallelism: each sequence in 2*cp chunks over cp ranks");
+  cp_comm_ = new QComboBox();
+  cp_comm_->addItems({"p2p", "all_gather"});
+  cp_comm_->setToolTip("How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): p2p, "
+                       "ring attention, each exchange behind the blocks before it; all_gather, the whole sequence's "
+                       "K/V gathered before the attention and the dK/dV reduce-scattered after it, both exposed "
+                       "(Llama 3's)");
   micro_ = spin(1, 1 << 16, 1);
   v_ = spin(1, 64, 1);
   zero_ = new QComboBox();
@@ -255,6 +261,7 @@ void MainWindow::build_inputs() {
   form->addRow("Expert parallel (ep)", ep_);
   form->addRow("Expert TP (etp)", etp_);
   form->addRow("Context parallel (cp)", cp_);
+  form->addRow("CP K/V exchange", cp_comm_);
   form->addRow("ZeRO stage", zero_);
   form->addRow("Micro-batch (sequences)", micro_);
   form->addRow("Schedule", schedule_);
@@ -282,7 +289,7 @@ void MainWindow::build_inputs() {
   };
   for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, etp_, cp_, micro_, v_, recompute_layers_})
     connect(s, &QSpinBox::valueChanged, this, changed);
-  for (QComboBox* c : {precision_, grad_reduce_, framework_, tp_overlap_, zero_, schedule_, recompute_})
+  for (QComboBox* c : {precision_, grad_reduce_, framework_, tp_overlap_, cp_comm_, zero_, schedule_, recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
   for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) connect(d, &QDoubleSpinBox::valueChanged, this, changed);
   for (QCheckBox* c : {sp_, overlap_grad_, overlap_param_}) connect(c, &QCheckBox::toggled, this, changed);
@@ -355,6 +362,8 @@ void MainWindow::write_controls() {
   ep_->setValue(l.ep);
   etp_->setValue(l.folded_experts() ? l.etp : 0);
   cp_->setValue(l.cp);
+  cp_comm_->setCurrentText(QString::fromStdString(cp_comm_name(l.cp_comm)));
+  cp_comm_->setEnabled(l.cp > 1);
   micro_->setValue(l.micro_batch);
   v_->setValue(l.virtual_stages);
   zero_->setCurrentIndex(l.zero);
@@ -388,6 +397,9 @@ void MainWindow::read_controls() {
   l.ep = ep_->value();
   l.etp = etp_->value();
   l.cp = cp_->value();
+  // The exchange means something under CP only (validate_layout refuses it without).
+  if (auto c = parse_cp_comm(cp_comm_->currentText().toStdString()); c.is_ok()) l.cp_comm = l.cp > 1 ? *c : CpComm::kP2p;
+  cp_comm_->setEnabled(l.cp > 1);
   l.micro_batch = micro_->value();
   l.virtual_stages = v_->value();
   l.zero = zero_->currentIndex();

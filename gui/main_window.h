@@ -88,6 +88,7 @@ class MainWindow : public QMainWindow {
   bool updating_ = false;
   QComboBox *model_box_, *hw_box_, *precision_, *grad_reduce_, *framework_, *zero_, *schedule_, *recompute_;
   QComboBox* tp_overlap_ = nullptr;  // off, or the userbuffers settings (--tp-comm-overlap-cfg)
+  QComboBox* cp_comm_ = nullptr;     // with cp > 1: the ring or the all-gathered K/V (Layout::cp_comm)
   QDoubleSpinBox *moe_aux_ = nullptr, *moe_z_ = nullptr, *moe_capacity_ = nullptr;  // MoE options
   QSpinBox *gpus_, *batch_, *seq_, *dp_, *tp_, *pp_, *ep_, *etp_, *cp_, *micro_, *v_, *recompute_layers_;
   QCheckBox *sp_, *overlap_grad_, *overlap_param_;
