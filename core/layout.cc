@@ -34,13 +34,22 @@ Result<Schedule> parse_schedule(const std::string& text) {
   return invalid_argument("layout: schedule '" + text + "' is unknown; use gpipe, 1f1b or interleaved");
 }
 
-const char* cp_comm_name(CpComm c) { return c == CpComm::kAllGather ? "all_gather" : "p2p"; }
+const char* cp_comm_name(CpComm c) {
+  switch (c) {
+    case CpComm::kAllGather: return "all_gather";
+    case CpComm::kA2a: return "a2a";
+    case CpComm::kP2p: break;
+  }
+  return "p2p";
+}
 
 Result<CpComm> parse_cp_comm(const std::string& text) {
   if (text == "p2p" || text == "ring") return CpComm::kP2p;
   if (text == "all_gather" || text == "allgather") return CpComm::kAllGather;
+  if (text == "a2a" || text == "ulysses") return CpComm::kA2a;
   return invalid_argument("layout: cp_comm '" + text +
-                          "' is unknown; use p2p (ring attention) or all_gather (K/V all-gathered, Llama 3's)");
+                          "' is unknown; use p2p (ring attention), all_gather (K/V all-gathered, Llama 3's) or a2a "
+                          "(heads exchanged, DeepSpeed-Ulysses)");
 }
 
 Result<Recompute> parse_recompute(const std::string& text) {

@@ -36,11 +36,15 @@ enum class Recompute { kNone, kSelective, kFull };
 //               (AttnFuncWithCPAndKVP2P);
 //   kAllGather  the whole sequence's K/V gathered before the attention and
 //               the dK/dV reduce-scattered after it, both exposed
-//               (AttnFuncWithCPAndKVAllGather; Llama 3, arXiv 2407.21783 §3.3.2).
-enum class CpComm { kP2p, kAllGather };
+//               (AttnFuncWithCPAndKVAllGather; Llama 3, arXiv 2407.21783 §3.3.2);
+//   kA2a        DeepSpeed-Ulysses: all-to-alls trade the sequence split for a
+//               head split around the attention, which runs on the whole
+//               sequence for heads/cp heads (AttnFuncWithCPAndQKVOA2A). Planned
+//               for Megatron-core only; Loom's executor runs the other two.
+enum class CpComm { kP2p, kAllGather, kA2a };
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
-const char* cp_comm_name(CpComm c);  // "p2p", "all_gather" (Megatron's spelling)
+const char* cp_comm_name(CpComm c);  // "p2p", "all_gather", "a2a" (Megatron's spelling)
 Result<Schedule> parse_schedule(const std::string& text);
 Result<Recompute> parse_recompute(const std::string& text);
 Result<CpComm> parse_cp_comm(const std::string& text);

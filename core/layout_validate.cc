@@ -80,6 +80,17 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
     return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide num_key_value_heads=" +
                             std::to_string(m.num_kv_heads) + "; use tp in " + divisors_of(m.num_kv_heads) +
                             " (KV heads are not replicated in this version)");
+  // The heads exchange hands each CP rank heads/cp of a TP rank's heads, of
+  // the queries and of the keys and values alike (Transformer Engine asserts
+  // num_heads % cp_size == 0 for Q, K and V).
+  if (l.cp > 1 && l.cp_comm == CpComm::kA2a) {
+    const int q_heads = m.num_heads / l.tp, kv_heads = (m.mla.enabled ? m.num_heads : m.num_kv_heads) / l.tp;
+    if (q_heads % l.cp != 0 || kv_heads % l.cp != 0)
+      return invalid_argument("layout: cp_comm=a2a splits each TP rank's heads over the cp=" + std::to_string(l.cp) +
+                              " ranks, and it holds " + std::to_string(q_heads) + " query and " +
+                              std::to_string(kv_heads) + " key/value heads; use a cp dividing both, or cp_comm=p2p "
+                              "or all_gather");
+  }
   if (m.ffn_hidden % l.tp != 0)
     return invalid_argument("layout: tp=" + std::to_string(l.tp) + " does not divide intermediate_size=" +
                             std::to_string(m.ffn_hidden) + "; use tp in " + divisors_of(m.ffn_hidden, 1024));

@@ -235,11 +235,12 @@ void MainWindow::build_inputs() {
   cp_ = spin(1, 1024, 1);
   cp_->setToolTip("Context parallelism: each sequence in 2*cp chunks over cp ranks");
   cp_comm_ = new QComboBox();
-  cp_comm_->addItems({"p2p", "all_gather"});
+  cp_comm_->addItems({"p2p", "all_gather", "a2a"});
   cp_comm_->setToolTip("How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): p2p, "
                        "ring attention, each exchange behind the blocks before it; all_gather, the whole sequence's "
                        "K/V gathered before the attention and the dK/dV reduce-scattered after it, both exposed "
-                       "(Llama 3's)");
+                       "(Llama 3's); a2a, heads exchanged for the sequence around the attention (DeepSpeed-Ulysses; "
+                       "Megatron-core plans only)");
   micro_ = spin(1, 1 << 16, 1);
   v_ = spin(1, 64, 1);
   zero_ = new QComboBox();

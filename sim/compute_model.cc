@@ -145,7 +145,7 @@ bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
 ComputeShape compute_shape(const Layout& layout, int64_t seq_len, const HwProfile& hw) {
   ComputeShape s;
   s.cp = std::max(1, layout.cp);
-  s.cp_all_gather = s.cp > 1 && layout.cp_comm == CpComm::kAllGather;
+  s.cp_comm = s.cp > 1 ? layout.cp_comm : CpComm::kP2p;
   s.tokens = int64_t(layout.micro_batch) * seq_len / s.cp;
   s.seq = seq_len;
   s.tp = layout.tp;
@@ -233,10 +233,14 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // all-gathered each local query chunk is one kernel against the keys up
     // to its own chunk (Transformer Engine's two steps, a bottom-right
     // causal mask): two kernels of 1/(4cp) of a head's work on average.
+    // With the heads exchanged (a2a) the attention is the whole sequence's
+    // for heads/cp heads: one kernel, a head's whole work.
     core_flops = per_head_flops * batches * causal / cp;
     const bool ring_per_block = opt.for_loom_executor();
     double kernel_flops = per_head_flops * causal, launches = 2;
-    if (cp > 1 && sh.cp_all_gather) {
+    if (cp > 1 && sh.cp_comm == CpComm::kA2a) {
+      // as without CP
+    } else if (cp > 1 && sh.cp_comm == CpComm::kAllGather) {
       kernel_flops = per_head_flops / (4 * cp);
       launches = 2 * 2;
     } else if (cp > 1 && ring_per_block) {
@@ -488,7 +492,37 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   LinkBytes cp_fwd_bytes;
   int cp_fwd_calls = 0;
   double cp_fwd_total_s = 0;
-  if (cp > 1 && sh.cp_all_gather) {
+  if (cp > 1 && sh.cp_comm == CpComm::kA2a) {
+    // --- or the heads exchanged (DeepSpeed-Ulysses; Transformer Engine's
+    // AttnFuncWithCPAndQKVOA2A, Megatron --cp-comm-type a2a): forward
+    // all-to-alls Q, K and V (each rank keeps heads/cp heads of the whole
+    // sequence) and the output back; backward the output gradient, then dQ,
+    // dK and dV back. Each rank sends (cp-1)/cp of the tensor. TE overlaps
+    // one tensor's all-to-all only with the reordering of the one before:
+    // all exposed here. Around each all-to-all the tensor is copied twice
+    // (the head split before it, the chunks back in sequence order after),
+    // memory traffic on the compute stream.
+    const double q = T * (a / t) * qk_dim * e, k = T * (kv_heads / t) * qk_dim * e;
+    const double v = T * (kv_heads / t) * v_dim * e, o = T * (a / t) * v_dim * e;
+    const CollectiveCost cq = collective_cost(hw, Collective::kAllToAll, sh.cp_group, q);
+    const CollectiveCost ck = collective_cost(hw, Collective::kAllToAll, sh.cp_group, k);
+    const CollectiveCost cv = collective_cost(hw, Collective::kAllToAll, sh.cp_group, v);
+    const CollectiveCost co = collective_cost(hw, Collective::kAllToAll, sh.cp_group, o);
+    const double pass = cq.time_s + ck.time_s + cv.time_s + co.time_s;  // forward's four = backward's four
+    c.fwd_cp_s = pass;
+    c.bwd_cp_s = pass;
+    for (const CollectiveCost* x : {&cq, &ck, &cv, &co}) {
+      c.cp_bytes.add(*x, 2);
+      cp_fwd_bytes.add(*x, 1);
+    }
+    c.cp_calls = 8;
+    c.cp_comm_total_s = 2 * pass;
+    cp_fwd_calls = 4;
+    cp_fwd_total_s = pass;
+    const double reorder_s = mem_time_s(hw, opt, 4 * (q + k + v + o), 8);
+    fwd_compute += reorder_s;
+    bwd_compute += reorder_s;
+  } else if (cp > 1 && sh.cp_comm == CpComm::kAllGather) {
     // --- or the K/V all-gathered (Transformer Engine's
     // AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is
     // exposed"). Forward: K and V gathered, one all-gather each. Backward:

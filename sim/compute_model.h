@@ -71,7 +71,7 @@ struct ComputeShape {
   int64_t tokens = 0;   // b * s tokens of one micro-batch on this rank (b * s / cp under CP)
   int64_t seq = 0;      // s, the whole sequence
   int cp = 1;           // context parallelism: the sequence over cp ranks
-  bool cp_all_gather = false;  // Layout::cp_comm all_gather (else the ring)
+  CpComm cp_comm = CpComm::kP2p;  // Layout::cp_comm under CP (kP2p without)
   int tp = 1;
   int ep = 1;
   int etp = 1;          // the experts' TP split: tp, or 1 under parallel folding (EP over TP x DP)

@@ -292,8 +292,10 @@ std::string format_candidates(const SearchResult& r, int rows) {
     if (l.schedule == Schedule::kInterleaved) sched += " v" + std::to_string(l.virtual_stages);
     // ep marked "f" when folded over TP x DP (etp=1).
     const std::string ep = std::to_string(l.ep) + (l.folded_experts() ? "f" : "");
-    // cp marked "g" when the K/V are all-gathered (cp_comm=all_gather).
-    const std::string cp = std::to_string(l.cp) + (l.cp > 1 && l.cp_comm == CpComm::kAllGather ? "g" : "");
+    // cp marked "g" when the K/V are all-gathered (cp_comm=all_gather), "a"
+    // when the heads are exchanged (a2a).
+    const char* cp_mark = l.cp <= 1 ? "" : l.cp_comm == CpComm::kAllGather ? "g" : l.cp_comm == CpComm::kA2a ? "a" : "";
+    const std::string cp = std::to_string(l.cp) + cp_mark;
     // recompute "full(N)": the first N layers of each chunk (recompute_layers).
     std::string rc = recompute_name(l.recompute);
     if (l.recompute_layers > 0) rc += "(" + std::to_string(l.recompute_layers) + ")";

@@ -163,6 +163,8 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                         if (sp.fix_cp_comm && c != *sp.fix_cp_comm) continue;
                         Layout y = x;
                         y.cp_comm = c;
+                        // The heads exchange needs cp to divide the heads.
+                        if (c == CpComm::kA2a && !validate_layout(y, m, t, world).is_ok()) continue;
                         push_one(y);
                       }
                     };

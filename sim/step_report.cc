@@ -55,15 +55,26 @@ Traffic Evaluator::step_traffic(const Layout& l, const std::vector<StageCosts>& 
     Collective c = l.sequence_parallel ? Collective::kAllGather : Collective::kAllReduce;
     typical(CommKind::kTp, collective_cost(hw_, c, shape.tp_group, act_bytes), act_bytes);
   }
-  if (l.cp > 1) {  // one ring step: this rank's K and V
+  if (l.cp > 1) {
+    // The typical call: one ring step (this rank's K and V), the gather of
+    // the whole sequence's K, or the all-to-all of this rank's Q.
     const double kv_heads = model_.mla.enabled ? model_.num_heads : model_.num_kv_heads;
-    const double qkv = model_.mla.enabled ? double(model_.mla.qk_nope_head_dim + model_.mla.qk_rope_head_dim +
-                                                   model_.mla.v_head_dim)
-                                          : 2.0 * double(model_.head_dim);
-    const double kv_bytes = double(shape.tokens) * kv_heads / l.tp * qkv * element_bytes(train_.precision);
-    const bool net = shape.cp_group.nodes > 1;
-    typical(CommKind::kCp, collective_cost(hw_, Collective::kSendRecv, GroupShape{2, net ? 2 : 1, net ? 1 : 2}, kv_bytes),
-            kv_bytes);
+    const double qk = model_.mla.enabled ? double(model_.mla.qk_nope_head_dim + model_.mla.qk_rope_head_dim)
+                                         : double(model_.head_dim);
+    const double qkv = model_.mla.enabled ? qk + double(model_.mla.v_head_dim) : 2.0 * double(model_.head_dim);
+    const double e = element_bytes(train_.precision), T = double(shape.tokens);
+    if (l.cp_comm == CpComm::kAllGather) {
+      const double k_total = l.cp * T * kv_heads / l.tp * qk * e;
+      typical(CommKind::kCp, collective_cost(hw_, Collective::kAllGather, shape.cp_group, k_total), k_total);
+    } else if (l.cp_comm == CpComm::kA2a) {
+      const double q = T * double(model_.num_heads) / l.tp * qk * e;
+      typical(CommKind::kCp, collective_cost(hw_, Collective::kAllToAll, shape.cp_group, q), q);
+    } else {
+      const double kv_bytes = T * kv_heads / l.tp * qkv * e;
+      const bool net = shape.cp_group.nodes > 1;
+      typical(CommKind::kCp,
+              collective_cost(hw_, Collective::kSendRecv, GroupShape{2, net ? 2 : 1, net ? 1 : 2}, kv_bytes), kv_bytes);
+    }
   }
   if (l.ep > 1 && model_.is_moe()) {
     // The typical exchange: the 16-bit combine at balanced load.

@@ -149,6 +149,7 @@ Status replan_scaled(Session& s) {
 Status read_plan(Session& s) {
   const ExecuteOptions& o = s.o;
   LOOM_ASSIGN_OR_RETURN(s.plan, load_plan(o.plan_path));
+  LOOM_RETURN_IF_ERROR(executor_runs_layout(s.plan.layout));
   if (s.plan.world_size != s.world.size())
     return invalid_argument("the plan is for " + std::to_string(s.plan.world_size) + " ranks but " +
                             std::to_string(s.world.size()) + " were launched; run `mpirun -np " +

@@ -64,13 +64,23 @@ Status Trainer::Impl::check_can_run() const {
   return Status::ok();
 }
 
-Status Trainer::Impl::setup() {
-  const Layout& l = cfg.layout;
-  LOOM_RETURN_IF_ERROR(validate_layout(l, cfg.model, cfg.train, world->size()));
+Status executor_runs_layout(const Layout& l) {
+  if (l.cp > 1 && l.cp_comm != CpComm::kP2p && l.cp_comm != CpComm::kAllGather)
+    return unsupported(std::string("execute: the plan's context parallelism exchanges heads (cp_comm=") +
+                       cp_comm_name(l.cp_comm) +
+                       "); Loom's executor runs cp_comm=p2p or all_gather: plan with one of those, or run the plan's "
+                       "--export megatron");
   if (l.recompute_modules)
     return unsupported("execute: the plan recomputes Megatron's modules " + recompute_modules_text(l.recompute_modules) +
                        " (recompute_modules); Loom's executor re-runs the attention core only under "
                        "recompute=selective: plan without recompute_modules, or run the plan's --export megatron");
+  return Status::ok();
+}
+
+Status Trainer::Impl::setup() {
+  const Layout& l = cfg.layout;
+  LOOM_RETURN_IF_ERROR(validate_layout(l, cfg.model, cfg.train, world->size()));
+  LOOM_RETURN_IF_ERROR(executor_runs_layout(l));
   LOOM_ASSIGN_OR_RETURN(dims, model_dims(cfg.model, cfg.train.seq_len));
   LOOM_ASSIGN_OR_RETURN(program, build_program(program_config_for(l, cfg.train.global_batch, cfg.grad_buckets)));
   LOOM_RETURN_IF_ERROR(check_can_run());

@@ -343,6 +343,26 @@ TEST_F(LoomCli, RecomputeModulesArePlannedForMegatronNotExecuted) {
   EXPECT_NE(r.err.find("--export megatron"), std::string::npos) << describe(r);
 }
 
+// The heads exchange of context parallelism (cp_comm=a2a) likewise: planned
+// for Megatron, refused by `loom execute` (it would otherwise run the ring)
+// with the fix; cp_comm=all_gather runs.
+TEST_F(LoomCli, HeadsExchangeIsPlannedForMegatronNotExecuted) {
+  const std::vector<std::string> base = {"plan", "--model", "gpt2-124m", "--scale",
+                                         "layers=2,hidden=64,heads=4,vocab=256", "--hw", "cpu-local", "--gpus", "2",
+                                         "--global-batch", "2", "--seq", "32", "--layout", "dp=1,cp=2,micro=2,cp_comm=a2a"};
+  Outcome own = loom(base);
+  expect_bad_input(own, {"cp_comm=a2a", "--framework megatron-core"});
+  std::vector<std::string> megatron = base;
+  for (const char* a : {"--framework", "megatron-core", "--out"}) megatron.push_back(a);
+  megatron.push_back(path("a2a.json").string());
+  Outcome p = loom(megatron);
+  ASSERT_EQ(p.exit_code, 0) << describe(p);
+  Outcome r = loom({"execute", path("a2a.json").string(), "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 2) << describe(r);
+  EXPECT_NE(r.err.find("cp_comm=a2a"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("--export megatron"), std::string::npos) << describe(r);
+}
+
 // --- issue #14: no silent wrong results, no crashes ------------------------------
 
 class LoomExecuteChecks : public LoomCli {

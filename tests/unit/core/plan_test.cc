@@ -233,7 +233,7 @@ TEST(Plan, CpCommRoundTrips) {
   EXPECT_EQ(back->layout.cp_comm, CpComm::kAllGather);
   EXPECT_EQ(back->plan_hash(), ag.plan_hash());
   std::string bad = text;
-  bad.replace(bad.find("\"all_gather\""), 12, "\"ulysses\"");
+  bad.replace(bad.find("\"all_gather\""), 12, "\"nvshmem\"");
   auto refused = parse_plan(bad);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_NE(refused.status().message().find("cp_comm"), std::string::npos) << refused.status().message();

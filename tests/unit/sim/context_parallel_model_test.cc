@@ -84,7 +84,7 @@ TEST(ContextParallelModel, TheAllGatherSendsWhatTransformerEngineSends) {
   Layout l = with_cp(cp);
   l.cp_comm = CpComm::kAllGather;
   const ComputeShape sh = compute_shape(l, seq, hw);
-  ASSERT_TRUE(sh.cp_all_gather);
+  ASSERT_EQ(sh.cp_comm, CpComm::kAllGather);
   const double k_gathered = 4.0 * 2048 * 8 * 128 * 2;  // bytes of the whole sequence's K (= V's)
   ASSERT_EQ(k_gathered, 16.0 * 1024 * 1024);
   const double ag = collective_cost(hw, Collective::kAllGather, sh.cp_group, k_gathered).time_s;
@@ -104,6 +104,52 @@ TEST(ContextParallelModel, TheAllGatherSendsWhatTransformerEngineSends) {
   const PieceCost r = layer_cost(m, hw, opt, Precision::kBf16, compute_shape(sel, seq, hw), false);
   EXPECT_EQ(r.cp_calls, 8);
   EXPECT_NEAR(r.cp_comm_total_s - c.cp_comm_total_s, 2 * ag, 1e-12);
+}
+
+// cp_comm=a2a (DeepSpeed-Ulysses; TE's AttnFuncWithCPAndQKVOA2A): forward
+// all-to-alls Q, K, V and the output back, backward dO and then dQ, dK, dV:
+// eight calls, each sending (cp-1)/cp of a rank's tensor, all exposed. By
+// hand for Llama-3-8B at seq 8192 over cp=4 (tp=1): a rank's 2048 tokens of
+// Q are 2048 x 32 x 128 x 2 bytes = 16 MiB, of K and of V 4 MiB each, of
+// the output 16 MiB. The attention is a whole sequence's for 8 of the 32
+// heads: the same work as the ring's.
+TEST(ContextParallelModel, TheHeadsExchangeSendsWhatTransformerEngineSends) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  opt.framework = "megatron-core";
+  const int64_t seq = 8192;
+  const int cp = 4;
+  Layout l = with_cp(cp);
+  l.cp_comm = CpComm::kA2a;
+  const ComputeShape sh = compute_shape(l, seq, hw);
+  const double mib = 1024.0 * 1024;
+  auto a2a = [&](double bytes) { return collective_cost(hw, Collective::kAllToAll, sh.cp_group, bytes).time_s; };
+  const double pass = 2 * a2a(16 * mib) + 2 * a2a(4 * mib);
+  const PieceCost c = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+  EXPECT_EQ(c.cp_calls, 8);
+  EXPECT_NEAR(c.fwd_cp_s / pass, 1.0, 1e-12);
+  EXPECT_NEAR(c.bwd_cp_s / pass, 1.0, 1e-12);
+  EXPECT_NEAR(total(c.cp_bytes) / (2 * 40 * mib * (cp - 1) / cp), 1.0, 1e-9);
+  const PieceCost ring = layer_cost(m, hw, opt, Precision::kBf16, compute_shape(with_cp(cp), seq, hw), false);
+  EXPECT_NEAR(c.fwd_flops / ring.fwd_flops, 1.0, 1e-12);
+  EXPECT_NEAR(c.bwd_flops / ring.bwd_flops, 1.0, 1e-12);
+  // Heads that do not divide over the group are refused, naming the counts;
+  // Loom's executor does not run the exchange, and says what does.
+  TrainSpec t;
+  t.seq_len = seq;
+  t.global_batch = 64;
+  Layout eight = l;
+  eight.cp = 16;  // 32 query heads, 8 KV heads
+  Status s = validate_layout(eight, m, t, 16);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("8 key/value heads"), std::string::npos) << s.message();
+  const Status ok = validate_layout(l, m, t, 4);
+  EXPECT_TRUE(ok.is_ok()) << ok.message();
+  Status exec = check_layout_for_stack(nullptr, m, l);
+  ASSERT_FALSE(exec.is_ok());
+  EXPECT_NE(exec.message().find("--framework megatron-core"), std::string::npos) << exec.message();
+  EXPECT_TRUE(check_layout_for_stack(&*load_framework("megatron-core"), m, l).is_ok());
 }
 
 // The gathered K/V and, in backward, the whole sequence's dK/dV beside them:
@@ -206,6 +252,20 @@ TEST(ContextParallelModel, TheSearchTriesEachKvExchangeTheStackRuns) {
   const auto pinned = enumerate_layouts(eval, sp);
   EXPECT_EQ(int(pinned.size()), gathered);
   for (const Layout& l : pinned) EXPECT_EQ(l.cp_comm, CpComm::kAllGather) << l.to_string();
+  for (const Layout& l : pinned) EXPECT_EQ(l.cp_comm, CpComm::kAllGather) << l.to_string();
+  // Megatron-core also exchanges heads: where cp divides them (Llama-3-8B:
+  // 32 query and 8 KV heads at tp=1, 16 and 4 at tp=2, 4 and 1 at tp=8).
+  SearchSpace meg;
+  meg.world = 16;
+  meg.fix_cp = 4;
+  apply_framework(load_framework("megatron-core").value(), &meg);
+  int heads = 0;
+  for (const Layout& l : enumerate_layouts(eval, meg))
+    if (l.cp_comm == CpComm::kA2a) {
+      ++heads;
+      EXPECT_LE(l.tp, 2) << l.to_string();
+    }
+  EXPECT_GT(heads, 0);
   SearchSpace titan;
   titan.world = 16;
   titan.fix_cp = 4;
@@ -215,9 +275,9 @@ TEST(ContextParallelModel, TheSearchTriesEachKvExchangeTheStackRuns) {
   auto refused = search_layouts(eval, titan);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_NE(refused.status().message().find("cp_comm=all_gather"), std::string::npos) << refused.status().message();
-  Status bad = apply_search_fix("cp_comm=ulysses", &sp);
+  Status bad = apply_search_fix("cp_comm=nvshmem", &sp);
   ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.message().find("ulysses"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("nvshmem"), std::string::npos) << bad.message();
 }
 
 TEST(ContextParallelModel, ALongSequenceThatOnlyFitsWithCp) {
@@ -284,7 +344,7 @@ TEST(ContextParallelModel, TheKvExchangeIsPartOfTheLayout) {
   EXPECT_NE(l->to_string().find(",cp_comm=all_gather"), std::string::npos) << l->to_string();
   EXPECT_EQ(parse_layout(l->to_string()).value(), *l);
   EXPECT_EQ(parse_layout("cp=2").value().to_string().find("cp_comm"), std::string::npos);  // the ring: not written
-  auto bad = parse_layout("cp=2,cp_comm=a2a");
+  auto bad = parse_layout("cp=2,cp_comm=nvshmem");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("all_gather"), std::string::npos) << bad.status().message();
   ModelSpec m = testing::load_model_or_die("llama-3-8b");

@@ -107,6 +107,7 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
       {"mixtral-8x7b", "dp=8,tp=2,ep=4,pp=2,micro=1,sp=1", 32, t},
       {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1", 8, t},
       {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1,cp_comm=all_gather", 8, t},
+      {"llama-3-8b", "dp=2,tp=2,cp=2,zero=1,micro=1,sp=1,cp_comm=a2a", 8, t},
       {"mixtral-8x7b", "dp=2,tp=2,ep=4,etp=1,zero=1,micro=1,sp=1", 4, t},
       {"llama-3.1-405b", "dp=1,tp=8,pp=8,zero=1,micro=1,sp=1,schedule=interleaved,v=8,first=1,last=1", 64, t},
       {"deepseek-v3", "dp=8,tp=1,pp=8,ep=8,micro=1,schedule=interleaved,v=2,last=2", 64, t},
