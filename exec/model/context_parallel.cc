@@ -1,5 +1,6 @@
 #include "exec/model/context_parallel.h"
 
+#include <string>
 #include <utility>
 
 namespace loom::exec {
@@ -14,11 +15,23 @@ DeviceBuffer uninit(ComputeBackend* be, int64_t floats) {
 }
 }  // namespace
 
+CpAttention::CpAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk,
+                         int64_t D, const char* what)
+    : be_(backend), cp_(cp), B_(B), c_(c), Hq_(Hq), Hk_(Hk), D_(D) {
+  LOOM_CHECK(cp.size > 1 && cp.comm != nullptr && cp.comm->size() == cp.size, std::string(what) + " needs the CP group");
+}
+
+DeviceBuffer CpAttention::pack_kv(const float* k, const float* v) const {
+  const int64_t kvh = kv_half();
+  DeviceBuffer kv = uninit(be_, 4 * kvh);
+  be_->copy(kv.f32(), k, size_t(2 * kvh) * sizeof(float));
+  be_->copy(kv.f32() + 2 * kvh, v, size_t(2 * kvh) * sizeof(float));
+  return kv;
+}
+
 RingAttention::RingAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk,
                              int64_t D)
-    : be_(backend), cp_(cp), B_(B), c_(c), Hq_(Hq), Hk_(Hk), D_(D) {
-  LOOM_CHECK(cp.size > 1 && cp.comm != nullptr && cp.comm->size() == cp.size, "ring attention needs the CP group");
-}
+    : CpAttention(backend, cp, B, c, Hq, Hk, D, "ring attention") {}
 
 int RingAttention::blocks_of_step(int s, Block out[3]) const {
   const int n = cp_.size, r = cp_.rank, src = (r - s + n) % n;
@@ -36,15 +49,6 @@ int RingAttention::blocks_of_step(int s, Block out[3]) const {
   out[0] = {1, 0, false};
   out[1] = {1, 1, false};
   return 2;
-}
-
-// K then V, both halves each: one message per step.
-DeviceBuffer RingAttention::pack_kv(const float* k, const float* v) const {
-  const int64_t kvh = kv_half();
-  DeviceBuffer kv = uninit(be_, 4 * kvh);
-  be_->copy(kv.f32(), k, size_t(2 * kvh) * sizeof(float));
-  be_->copy(kv.f32() + 2 * kvh, v, size_t(2 * kvh) * sizeof(float));
-  return kv;
 }
 
 // Step s's exchange, in flight while its blocks compute: `cur` on to the

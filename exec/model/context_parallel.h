@@ -66,6 +66,20 @@ class CpAttention {
   // dq, dk, dv overwritten.
   virtual Status backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
                           const float* lse, float* dq, float* dk, float* dv) = 0;
+
+ protected:
+  // LOOM_CHECKs that `cp` is a group of its size (`what` names the scheme).
+  CpAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk, int64_t D,
+              const char* what);
+  // This rank's K then V, both halves each: [K h0, K h1, V h0, V h1].
+  DeviceBuffer pack_kv(const float* k, const float* v) const;
+  int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
+  int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
+  int64_t lse_half() const { return B_ * Hq_ * c_; }
+
+  ComputeBackend* be_;
+  CpGroup cp_;
+  int64_t B_, c_, Hq_, Hk_, D_;
 };
 
 // The one the group's cp_comm names.
@@ -87,15 +101,7 @@ class RingAttention : public CpAttention {
     bool causal;
   };
   int blocks_of_step(int s, Block out[3]) const;
-  DeviceBuffer pack_kv(const float* k, const float* v) const;
   Result<std::unique_ptr<CommRequest>> pass_kv(int s, const DeviceBuffer& cur, DeviceBuffer& nxt);
-  int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
-  int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
-  int64_t lse_half() const { return B_ * Hq_ * c_; }
-
-  ComputeBackend* be_;
-  CpGroup cp_;
-  int64_t B_, c_, Hq_, Hk_, D_;
 };
 
 // Llama 3's context parallelism (arXiv 2407.21783 §3.3.2; Transformer
@@ -121,13 +127,6 @@ class AllGatherAttention : public CpAttention {
   // Offsets in the gathered buffer of global chunk g's keys and values.
   int64_t k_offset(int64_t g) const;
   int64_t v_offset(int64_t g) const { return k_offset(g) + 2 * kv_half(); }
-  int64_t q_half() const { return B_ * c_ * Hq_ * D_; }
-  int64_t kv_half() const { return B_ * c_ * Hk_ * D_; }
-  int64_t lse_half() const { return B_ * Hq_ * c_; }
-
-  ComputeBackend* be_;
-  CpGroup cp_;
-  int64_t B_, c_, Hq_, Hk_, D_;
 };
 
 }  // namespace loom::exec

@@ -19,9 +19,7 @@ std::unique_ptr<CpAttention> make_cp_attention(ComputeBackend* backend, const Cp
 
 AllGatherAttention::AllGatherAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq,
                                        int64_t Hk, int64_t D)
-    : be_(backend), cp_(cp), B_(B), c_(c), Hq_(Hq), Hk_(Hk), D_(D) {
-  LOOM_CHECK(cp.size > 1 && cp.comm != nullptr && cp.comm->size() == cp.size, "all-gather attention needs the CP group");
-}
+    : CpAttention(backend, cp, B, c, Hq, Hk, D, "all-gather attention") {}
 
 // Global chunk g (of 2·cp) is half 0 of rank g, or half 1 of rank 2·cp−1−g
 // (CpGroup::chunk_of_half).
@@ -33,9 +31,7 @@ int64_t AllGatherAttention::k_offset(int64_t g) const {
 
 Result<DeviceBuffer> AllGatherAttention::gather_kv(const float* k, const float* v) const {
   const int64_t kvh = kv_half();
-  DeviceBuffer mine = uninit(be_, 4 * kvh);
-  be_->copy(mine.f32(), k, size_t(2 * kvh) * sizeof(float));
-  be_->copy(mine.f32() + 2 * kvh, v, size_t(2 * kvh) * sizeof(float));
+  DeviceBuffer mine = pack_kv(k, v);
   DeviceBuffer all = uninit(be_, int64_t(cp_.size) * 4 * kvh);
   LOOM_RETURN_IF_ERROR(cp_.comm->all_gather(mine.f32(), all.f32(), size_t(4 * kvh)));
   return all;
