@@ -39,8 +39,7 @@ enum class Recompute { kNone, kSelective, kFull };
 //               (AttnFuncWithCPAndKVAllGather; Llama 3, arXiv 2407.21783 §3.3.2);
 //   kA2a        DeepSpeed-Ulysses: all-to-alls trade the sequence split for a
 //               head split around the attention, which runs on the whole
-//               sequence for heads/cp heads (AttnFuncWithCPAndQKVOA2A). Planned
-//               for Megatron-core only; Loom's executor runs the other two.
+//               sequence for heads/cp heads (AttnFuncWithCPAndQKVOA2A).
 enum class CpComm { kP2p, kAllGather, kA2a };
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);

@@ -240,7 +240,7 @@ void MainWindow::build_inputs() {
                        "ring attention, each exchange behind the blocks before it; all_gather, the whole sequence's "
                        "K/V gathered before the attention and the dK/dV reduce-scattered after it, both exposed "
                        "(Llama 3's); a2a, heads exchanged for the sequence around the attention (DeepSpeed-Ulysses; "
-                       "Megatron-core plans only)");
+                       "cp must divide the heads)");
   micro_ = spin(1, 1 << 16, 1);
   v_ = spin(1, 64, 1);
   zero_ = new QComboBox();

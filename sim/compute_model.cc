@@ -502,26 +502,39 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // all exposed here. Around each all-to-all the tensor is copied twice
     // (the head split before it, the chunks back in sequence order after),
     // memory traffic on the compute stream.
+    // Loom's executor (exec/model/cp_a2a.cc) keeps nothing in the head
+    // split: its backward sends Q, K, V, the output and the output gradient
+    // over again, and the log-sum-exp (fp32, one per token and head) goes
+    // with the output both ways.
+    const bool executor = opt.for_loom_executor();
     const double q = T * (a / t) * qk_dim * e, k = T * (kv_heads / t) * qk_dim * e;
     const double v = T * (kv_heads / t) * v_dim * e, o = T * (a / t) * v_dim * e;
+    const double lse = executor ? T * (a / t) * 4 : 0;
     const CollectiveCost cq = collective_cost(hw, Collective::kAllToAll, sh.cp_group, q);
     const CollectiveCost ck = collective_cost(hw, Collective::kAllToAll, sh.cp_group, k);
     const CollectiveCost cv = collective_cost(hw, Collective::kAllToAll, sh.cp_group, v);
     const CollectiveCost co = collective_cost(hw, Collective::kAllToAll, sh.cp_group, o);
-    const double pass = cq.time_s + ck.time_s + cv.time_s + co.time_s;  // forward's four = backward's four
-    c.fwd_cp_s = pass;
-    c.bwd_cp_s = pass;
+    const CollectiveCost cl = executor ? collective_cost(hw, Collective::kAllToAll, sh.cp_group, lse) : CollectiveCost{};
+    const double pass = cq.time_s + ck.time_s + cv.time_s + co.time_s;  // Q, K, V out and O back (TE's backward: dO, dQ, dK, dV)
+    const double bwd_factor = executor ? 2 : 1;
+    c.fwd_cp_s = pass + cl.time_s;
+    c.bwd_cp_s = bwd_factor * pass + cl.time_s;
     for (const CollectiveCost* x : {&cq, &ck, &cv, &co}) {
-      c.cp_bytes.add(*x, 2);
+      c.cp_bytes.add(*x, 1 + bwd_factor);
       cp_fwd_bytes.add(*x, 1);
     }
-    c.cp_calls = 8;
-    c.cp_comm_total_s = 2 * pass;
-    cp_fwd_calls = 4;
-    cp_fwd_total_s = pass;
-    const double reorder_s = mem_time_s(hw, opt, 4 * (q + k + v + o), 8);
-    fwd_compute += reorder_s;
-    bwd_compute += reorder_s;
+    const int lse_calls = executor ? 1 : 0;
+    c.cp_bytes.add(cl, 2 * lse_calls);
+    cp_fwd_bytes.add(cl, lse_calls);
+    c.cp_calls = executor ? 5 + 9 : 8;
+    c.cp_comm_total_s = c.fwd_cp_s + c.bwd_cp_s;
+    cp_fwd_calls = 4 + lse_calls;
+    cp_fwd_total_s = c.fwd_cp_s;
+    const double reorder_fwd_s = mem_time_s(hw, opt, 4 * (q + k + v + o + lse), 8 + 2 * lse_calls);
+    const double reorder_bwd_s =
+        mem_time_s(hw, opt, 4 * (bwd_factor * (q + k + v + o) + lse), int(8 * bwd_factor) + 2 * lse_calls);
+    fwd_compute += reorder_fwd_s;
+    bwd_compute += reorder_bwd_s;
   } else if (cp > 1 && sh.cp_comm == CpComm::kAllGather) {
     // --- or the K/V all-gathered (Transformer Engine's
     // AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is

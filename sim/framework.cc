@@ -277,10 +277,7 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
   if (f) return check_layout_for_framework(*f, model, l);
   // Loom's executor (no framework) runs every layout validate_layout
-  // accepts, but for Megatron's recompute modules and the heads exchange.
-  if (l.cp > 1 && l.cp_comm == CpComm::kA2a)
-    return invalid_argument("cp_comm=a2a: Loom's executor exchanges K/V by p2p (the ring) or all_gather; plan the "
-                            "heads exchange with --framework megatron-core (--cp-comm-type a2a), or use one of those");
+  // accepts, but for Megatron's recompute modules.
   if (l.recompute_modules)
     return invalid_argument("recompute_modules=" + recompute_modules_text(l.recompute_modules) +
                             ": Loom's executor re-runs the attention core only under recompute=selective; plan with "

@@ -747,15 +747,17 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // all-gathered: the whole sequence's K/V (cp times a rank's) and, in
   // backward, its dK/dV beside them (Transformer Engine's k_ag, v_ag, dk,
   // dv); Loom's executor also keeps its own packed K/V and the dK/dV coming
-  // home (exec/model/cp_all_gather.cc). With the heads exchanged (a2a,
-  // Megatron only): Q, K and V copied for the all-to-all and received
-  // (TE's flash_attn_a2a_communicate); what is kept for backward is the
-  // received, the same size as the activations it replaces.
+  // home (exec/model/cp_all_gather.cc). With the heads exchanged (a2a): Q,
+  // K and V copied for the all-to-all and received (TE's
+  // flash_attn_a2a_communicate), what is kept for backward being the
+  // received, the same size as the activations it replaces; Loom's
+  // executor's backward holds Q, K, V, O and dO in the head split, dQ, dK
+  // and dV, and one exchange's send and receive buffers (exec/model/cp_a2a.cc).
   if (l.cp > 1) {
     const double kv_heads = double(m.mla.enabled ? m.num_heads : m.num_kv_heads);
-    const double kv = T * kv_heads / l.tp * 2 * double(m.head_dim);
+    const double kv = T * kv_heads / l.tp * 2 * double(m.head_dim), q = T * double(m.num_heads) / l.tp * m.head_dim;
     if (l.cp_comm == CpComm::kAllGather) comm += (loom_executor ? 4.0 * (2 * l.cp + 2) : 2 * e * l.cp) * kv;
-    else if (l.cp_comm == CpComm::kA2a) comm += 2 * e * (kv + T * double(m.num_heads) / l.tp * double(m.head_dim));
+    else if (l.cp_comm == CpComm::kA2a) comm += loom_executor ? 4.0 * (2 * (q + kv) + 4 * q) : 2 * e * (kv + q);
     else comm += (loom_executor ? 5 * 4.0 : 2 * e) * kv;
   }
   if (loom_executor && l.dp * l.cp > 1 && l.zero >= 2 && train.grad_reduce != GradReduce::kFp32)

@@ -69,9 +69,10 @@ struct SearchSpace {
   int max_cp = 8;
   int min_cp_chunk = 512;
   // How CP layouts exchange keys and values (Layout::cp_comm): each cp > 1
-  // layout is tried with each the stack runs (the ring and the all-gather
-  // for Loom's executor and Megatron-core); --fix cp_comm=X pins one.
-  std::vector<CpComm> cp_comms{CpComm::kP2p, CpComm::kAllGather};
+  // layout is tried with each the stack runs (all three for Loom's executor
+  // and Megatron-core; the heads exchange where cp divides the heads);
+  // --fix cp_comm=X pins one.
+  std::vector<CpComm> cp_comms{CpComm::kP2p, CpComm::kAllGather, CpComm::kA2a};
   std::optional<CpComm> fix_cp_comm;
   // Pinned dimensions (0 = free), e.g. to reproduce a published layout.
   int fix_dp = 0, fix_tp = 0, fix_pp = 0, fix_ep = 0, fix_etp = 0, fix_cp = 0, fix_micro = 0, fix_zero = -1, fix_v = 0;

@@ -1,6 +1,7 @@
 // Context parallelism: the sequence split over the CP group in Megatron's
-// load-balanced order, and attention over it: ring attention (cp_comm=p2p)
-// or the K/V all-gathered (cp_comm=all_gather).
+// load-balanced order, and attention over it: ring attention (cp_comm=p2p),
+// the K/V all-gathered (cp_comm=all_gather) or the heads exchanged
+// (cp_comm=a2a).
 //
 // The sequence of T tokens is cut into 2·cp chunks of c = T / (2·cp); CP rank
 // r holds chunks r and 2·cp−1−r, so under the causal mask every rank does
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/layout.h"
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
 
@@ -36,7 +38,7 @@ namespace loom::exec {
 struct CpGroup {
   int size = 1, rank = 0;
   Communicator* comm = nullptr;  // the CP group; null when size == 1
-  bool all_gather = false;       // cp_comm=all_gather: AllGatherAttention, else RingAttention
+  CpComm exchange = CpComm::kP2p;  // the layout's cp_comm: RingAttention, AllGatherAttention or A2aAttention
   bool enabled() const { return size > 1; }
   // The chunk index (of 2·size) of half h (0 or 1) of this rank's rows.
   int64_t chunk_of_half(int h) const { return h == 0 ? rank : 2 * size - 1 - rank; }
@@ -127,6 +129,37 @@ class AllGatherAttention : public CpAttention {
   // Offsets in the gathered buffer of global chunk g's keys and values.
   int64_t k_offset(int64_t g) const;
   int64_t v_offset(int64_t g) const { return k_offset(g) + 2 * kv_half(); }
+};
+
+// DeepSpeed-Ulysses (Transformer Engine's AttnFuncWithCPAndQKVOA2A, Megatron
+// --cp-comm-type a2a): all-to-alls trade the sequence split for a head
+// split. Q, K and V go out head group by head group, each rank getting
+// heads/cp heads of every rank's tokens, which it puts back in sequence
+// order; the attention is then an ordinary causal one over the whole
+// sequence; the output and its log-sum-exp go back the same way. Backward
+// sends Q, K, V, the output, its log-sum-exp and the output gradient over
+// again (they are not kept in the head split), runs the whole sequence's
+// attention backward and sends dQ, dK and dV home. Needs cp to divide Hq
+// and Hk (the layout check says so).
+class A2aAttention : public CpAttention {
+ public:
+  A2aAttention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c, int64_t Hq, int64_t Hk, int64_t D);
+  Status forward(const float* q, const float* k, const float* v, float* out, float* lse) override;
+  Status backward(const float* dout, const float* q, const float* k, const float* v, const float* out,
+                  const float* lse, float* dq, float* dk, float* dv) override;
+
+ private:
+  // (2, B, c, H, D) on this rank -> (B, s, H/cp, D), s = 2·cp·c, and back.
+  Result<DeviceBuffer> to_heads(const float* x, int64_t H);
+  Status to_seq(const float* x, int64_t H, float* out);
+  // The log-sum-exp: (2, B, Hq, c) -> (B, Hq/cp, s), and back.
+  Result<DeviceBuffer> lse_to_heads(const float* lse);
+  Status lse_to_seq(const float* lse, float* out);
+  int64_t tokens() const { return 2 * B_ * c_; }  // this rank's
+
+  // Row indices of the four gathers around each all-to-all (device int32).
+  DeviceBuffer heads_pack_, heads_order_, seq_pack_, seq_unpack_;
+  DeviceBuffer lse_heads_pack_, lse_heads_order_, lse_seq_pack_, lse_seq_unpack_;
 };
 
 }  // namespace loom::exec

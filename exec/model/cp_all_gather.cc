@@ -13,7 +13,11 @@ DeviceBuffer uninit(ComputeBackend* be, int64_t floats) {
 
 std::unique_ptr<CpAttention> make_cp_attention(ComputeBackend* backend, const CpGroup& cp, int64_t B, int64_t c,
                                                int64_t Hq, int64_t Hk, int64_t D) {
-  if (cp.all_gather) return std::make_unique<AllGatherAttention>(backend, cp, B, c, Hq, Hk, D);
+  switch (cp.exchange) {
+    case CpComm::kAllGather: return std::make_unique<AllGatherAttention>(backend, cp, B, c, Hq, Hk, D);
+    case CpComm::kA2a: return std::make_unique<A2aAttention>(backend, cp, B, c, Hq, Hk, D);
+    case CpComm::kP2p: break;
+  }
   return std::make_unique<RingAttention>(backend, cp, B, c, Hq, Hk, D);
 }
 

@@ -65,11 +65,6 @@ Status Trainer::Impl::check_can_run() const {
 }
 
 Status executor_runs_layout(const Layout& l) {
-  if (l.cp > 1 && l.cp_comm != CpComm::kP2p && l.cp_comm != CpComm::kAllGather)
-    return unsupported(std::string("execute: the plan's context parallelism exchanges heads (cp_comm=") +
-                       cp_comm_name(l.cp_comm) +
-                       "); Loom's executor runs cp_comm=p2p or all_gather: plan with one of those, or run the plan's "
-                       "--export megatron");
   if (l.recompute_modules)
     return unsupported("execute: the plan recomputes Megatron's modules " + recompute_modules_text(l.recompute_modules) +
                        " (recompute_modules); Loom's executor re-runs the attention core only under "
@@ -185,7 +180,7 @@ Status Trainer::Impl::setup() {
     cc.has_head = last_global(c);
     cc.micro_batch = l.micro_batch;
     cc.seq = cfg.train.seq_len / l.cp;
-    cc.cp = CpGroup{l.cp, coords.cp, cp.get(), l.cp_comm == CpComm::kAllGather};
+    cc.cp = CpGroup{l.cp, coords.cp, cp.get(), l.cp_comm};
     cc.tp_size = l.tp;
     cc.tp_rank = coords.tp;
     cc.sequence_parallel = l.sequence_parallel;

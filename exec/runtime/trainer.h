@@ -38,8 +38,8 @@ class CheckpointReader;
 namespace loom::exec {
 class Trainer;
 // What of a valid layout Loom's executor does not run (Megatron's recompute
-// modules, the heads exchange of context parallelism): kUnsupported naming
-// the field and the way out; checked before a run asks for ranks.
+// modules): kUnsupported naming the field and the way out; checked before a
+// run asks for ranks.
 Status executor_runs_layout(const Layout& layout);
 Status snapshot_trainer(Trainer& trainer, int64_t next_step, bool light, ckpt::SaveRequest* out);
 Status restore_trainer(Trainer& trainer, const ckpt::CheckpointReader& reader, int64_t* next_step);

@@ -343,24 +343,19 @@ TEST_F(LoomCli, RecomputeModulesArePlannedForMegatronNotExecuted) {
   EXPECT_NE(r.err.find("--export megatron"), std::string::npos) << describe(r);
 }
 
-// The heads exchange of context parallelism (cp_comm=a2a) likewise: planned
-// for Megatron, refused by `loom execute` (it would otherwise run the ring)
-// with the fix; cp_comm=all_gather runs.
-TEST_F(LoomCli, HeadsExchangeIsPlannedForMegatronNotExecuted) {
+// The heads exchange of context parallelism (cp_comm=a2a) needs cp to
+// divide each TP rank's query and key/value heads: a layout where it does
+// not is refused with the counts and the other exchanges, exit 2.
+TEST_F(LoomCli, HeadsExchangeNeedsHeadsThatDivide) {
   const std::vector<std::string> base = {"plan", "--model", "gpt2-124m", "--scale",
-                                         "layers=2,hidden=64,heads=4,vocab=256", "--hw", "cpu-local", "--gpus", "2",
-                                         "--global-batch", "2", "--seq", "32", "--layout", "dp=1,cp=2,micro=2,cp_comm=a2a"};
-  Outcome own = loom(base);
-  expect_bad_input(own, {"cp_comm=a2a", "--framework megatron-core"});
-  std::vector<std::string> megatron = base;
-  for (const char* a : {"--framework", "megatron-core", "--out"}) megatron.push_back(a);
-  megatron.push_back(path("a2a.json").string());
-  Outcome p = loom(megatron);
-  ASSERT_EQ(p.exit_code, 0) << describe(p);
-  Outcome r = loom({"execute", path("a2a.json").string(), "--steps", "1"});
-  EXPECT_EQ(r.exit_code, 2) << describe(r);
-  EXPECT_NE(r.err.find("cp_comm=a2a"), std::string::npos) << describe(r);
-  EXPECT_NE(r.err.find("--export megatron"), std::string::npos) << describe(r);
+                                         "layers=2,hidden=96,heads=6,vocab=256", "--hw", "cpu-local", "--gpus", "4",
+                                         "--global-batch", "2", "--seq", "32", "--layout", "dp=1,cp=4,micro=2,cp_comm=a2a"};
+  Outcome r = loom(base);
+  expect_bad_input(r, {"cp_comm=a2a", "6 query", "cp_comm=p2p"});
+  std::vector<std::string> two = base;
+  two.back() = "dp=2,cp=2,micro=1,cp_comm=a2a";
+  Outcome ok = loom(two);
+  EXPECT_EQ(ok.exit_code, 0) << describe(ok);
 }
 
 // --- issue #14: no silent wrong results, no crashes ------------------------------

@@ -70,6 +70,13 @@ const Case kCases[] = {
     {"dp=1,cp=2,tp=2,sp=1,micro=2,cp_comm=all_gather", 4},
     {"dp=1,cp=2,pp=2,schedule=1f1b,micro=2,cp_comm=all_gather", 4},
     {"dp=2,cp=2,zero=3,recompute=selective,cp_comm=all_gather", 4},
+    // The heads exchanged (cp_comm=a2a, DeepSpeed-Ulysses): the test models'
+    // heads divide over 2 and 4 ranks (and over 2 under tp=2).
+    {"dp=1,cp=2,cp_comm=a2a", 2},
+    {"dp=1,cp=4,cp_comm=a2a", 4},
+    {"dp=1,cp=2,tp=2,sp=1,micro=2,cp_comm=a2a", 4},
+    {"dp=1,cp=2,pp=2,schedule=1f1b,micro=2,cp_comm=a2a", 4},
+    {"dp=2,cp=2,zero=3,recompute=selective,cp_comm=a2a", 4},
 };
 
 // Mixture-of-experts layouts (issue #18): experts sharded over EP ranks of
@@ -205,6 +212,13 @@ int main(int argc, char** argv) {
       if (c.ranks > world->size()) continue;
       if (match && std::string(c.layout).find(match) == std::string::npos) continue;
       if (family == kQwen3EveryField && std::string(c.layout).find("tp=2") == std::string::npos) continue;
+      // The heads exchange runs where cp divides the family's (TP-local)
+      // heads: GPT-2's 4 over 2 and 4 ranks, Llama's 2 KV heads over cp=2.
+      if (std::string(c.layout).find("cp_comm=a2a") != std::string::npos) {
+        const Layout l = parse_layout(c.layout).value();
+        const TrainerConfig cfg = config(family, l);
+        if (!validate_layout(l, cfg.model, cfg.train, c.ranks).is_ok()) continue;
+      }
       bool member = world->rank() < c.ranks;
       auto sub = world->split(member ? 0 : 1, world->rank(), "case");
       if (!sub.is_ok()) return 1;
