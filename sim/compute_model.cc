@@ -1,6 +1,6 @@
 #include "sim/compute_model.h"
 
-#include "sim/cp_ring.h"
+#include "sim/cp_exchange.h"
 #include "sim/tp_collectives.h"
 
 #include <algorithm>
@@ -478,106 +478,27 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     fwd_compute += hidden * contention * fwd_compute / compute;
     bwd_compute += hidden * contention * bwd_compute / compute;
   }
-  // --- context parallelism: the ring ---------------------------------------
-  // Each step sends this rank's K and V (b s/cp tokens, the local KV heads)
-  // to the next CP rank while the attention blocks of the K/V it holds run
-  // (exec/model/context_parallel.h). Forward: cp-1 exchanges. Backward: the
-  // K/V again (cp-1) and the dK/dV one step behind them (cp, the last one
-  // going home after the last block). The ring's ops, each waiting on what
-  // the executor waits on, are timed by the event engine (sim/cp_ring.h);
-  // what the blocks (1/cp of the core per step) do not cover is exposed, and
-  // the hidden part slows them (contention), as TP's does.
+  // --- context parallelism: the K/V exchange (sim/cp_exchange.h) --------------
   // The forward's share of the CP traffic: a recompute that re-runs the
   // attention core exchanges it again.
   LinkBytes cp_fwd_bytes;
   int cp_fwd_calls = 0;
   double cp_fwd_total_s = 0;
-  if (cp > 1 && sh.cp_comm == CpComm::kA2a) {
-    // --- or the heads exchanged (DeepSpeed-Ulysses; Transformer Engine's
-    // AttnFuncWithCPAndQKVOA2A, Megatron --cp-comm-type a2a): forward
-    // all-to-alls Q, K and V (each rank keeps heads/cp heads of the whole
-    // sequence) and the output back; backward the output gradient, then dQ,
-    // dK and dV back. Each rank sends (cp-1)/cp of the tensor. TE overlaps
-    // one tensor's all-to-all only with the reordering of the one before:
-    // all exposed here. Around each all-to-all the tensor is copied twice
-    // (the head split before it, the chunks back in sequence order after),
-    // memory traffic on the compute stream.
-    // Loom's executor (exec/model/cp_a2a.cc) keeps nothing in the head
-    // split: its backward sends Q, K, V, the output and the output gradient
-    // over again, and the log-sum-exp (fp32, one per token and head) goes
-    // with the output both ways.
-    const bool executor = opt.for_loom_executor();
-    const double q = T * (a / t) * qk_dim * e, k = T * (kv_heads / t) * qk_dim * e;
-    const double v = T * (kv_heads / t) * v_dim * e, o = T * (a / t) * v_dim * e;
-    const double lse = executor ? T * (a / t) * 4 : 0;
-    const CollectiveCost cq = collective_cost(hw, Collective::kAllToAll, sh.cp_group, q);
-    const CollectiveCost ck = collective_cost(hw, Collective::kAllToAll, sh.cp_group, k);
-    const CollectiveCost cv = collective_cost(hw, Collective::kAllToAll, sh.cp_group, v);
-    const CollectiveCost co = collective_cost(hw, Collective::kAllToAll, sh.cp_group, o);
-    const CollectiveCost cl = executor ? collective_cost(hw, Collective::kAllToAll, sh.cp_group, lse) : CollectiveCost{};
-    const double pass = cq.time_s + ck.time_s + cv.time_s + co.time_s;  // Q, K, V out and O back (TE's backward: dO, dQ, dK, dV)
-    const double bwd_factor = executor ? 2 : 1;
-    c.fwd_cp_s = pass + cl.time_s;
-    c.bwd_cp_s = bwd_factor * pass + cl.time_s;
-    for (const CollectiveCost* x : {&cq, &ck, &cv, &co}) {
-      c.cp_bytes.add(*x, 1 + bwd_factor);
-      cp_fwd_bytes.add(*x, 1);
-    }
-    const int lse_calls = executor ? 1 : 0;
-    c.cp_bytes.add(cl, 2 * lse_calls);
-    cp_fwd_bytes.add(cl, lse_calls);
-    c.cp_calls = executor ? 5 + 9 : 8;
-    c.cp_comm_total_s = c.fwd_cp_s + c.bwd_cp_s;
-    cp_fwd_calls = 4 + lse_calls;
-    cp_fwd_total_s = c.fwd_cp_s;
-    const double reorder_fwd_s = mem_time_s(hw, opt, 4 * (q + k + v + o + lse), 8 + 2 * lse_calls);
-    const double reorder_bwd_s =
-        mem_time_s(hw, opt, 4 * (bwd_factor * (q + k + v + o) + lse), int(8 * bwd_factor) + 2 * lse_calls);
-    fwd_compute += reorder_fwd_s;
-    bwd_compute += reorder_bwd_s;
-  } else if (cp > 1 && sh.cp_comm == CpComm::kAllGather) {
-    // --- or the K/V all-gathered (Transformer Engine's
-    // AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is
-    // exposed"). Forward: K and V gathered, one all-gather each. Backward:
-    // gathered again (not kept) and the whole sequence's dK and dV
-    // reduce-scattered home, one each. Nothing overlaps them.
-    const double k_total = cp * T * (kv_heads / t) * qk_dim * e, v_total = cp * T * (kv_heads / t) * v_dim * e;
-    const CollectiveCost ag_k = collective_cost(hw, Collective::kAllGather, sh.cp_group, k_total);
-    const CollectiveCost ag_v = collective_cost(hw, Collective::kAllGather, sh.cp_group, v_total);
-    const CollectiveCost rs_k = collective_cost(hw, Collective::kReduceScatter, sh.cp_group, k_total);
-    const CollectiveCost rs_v = collective_cost(hw, Collective::kReduceScatter, sh.cp_group, v_total);
-    const double gather = ag_k.time_s + ag_v.time_s;
-    c.fwd_cp_s = gather;
-    c.bwd_cp_s = gather + rs_k.time_s + rs_v.time_s;
-    c.cp_bytes.add(ag_k, 2);
-    c.cp_bytes.add(ag_v, 2);
-    c.cp_bytes.add(rs_k, 1);
-    c.cp_bytes.add(rs_v, 1);
-    c.cp_calls = 6;
-    c.cp_comm_total_s = c.fwd_cp_s + c.bwd_cp_s;
-    cp_fwd_bytes.add(ag_k, 1);
-    cp_fwd_bytes.add(ag_v, 1);
-    cp_fwd_calls = 2;
-    cp_fwd_total_s = gather;
-  } else if (cp > 1) {
-    const int n = sh.cp;
-    const double kv_bytes = T * (kv_heads / t) * (qk_dim + v_dim) * e;
-    const bool net = sh.cp_group.nodes > 1;  // the ring's slowest hop crosses nodes
-    const GroupShape pair{2, net ? 2 : 1, net ? 1 : 2};
-    const CollectiveCost step = collective_cost(hw, Collective::kSendRecv, pair, kv_bytes);
-    const double x = step.time_s;
-    const CpRingTime ring = cp_ring_time(n, x, x, core_fwd_s / cp, core_bwd_s / cp);
-    c.fwd_cp_s = ring.fwd_exposed_s;
-    c.bwd_cp_s = ring.bwd_exposed_s;
-    const double fwd_total = (n - 1) * x, bwd_total = (2 * n - 1) * x;
-    c.cp_bytes.add(step, 3 * n - 2);
-    c.cp_calls = 3 * n - 2;
-    c.cp_comm_total_s = fwd_total + bwd_total;
-    cp_fwd_bytes.add(step, n - 1);
-    cp_fwd_calls = n - 1;
-    cp_fwd_total_s = fwd_total;
-    fwd_compute += std::max(0.0, fwd_total - c.fwd_cp_s) * contention;
-    bwd_compute += std::max(0.0, bwd_total - c.bwd_cp_s) * contention;
+  if (cp > 1) {
+    const CpExchangeCost x = cp_exchange_cost(hw, opt, sh.cp_comm, sh.cp_group,
+                                              CpTensors{T, a / t, kv_heads / t, qk_dim, v_dim, e}, core_fwd_s, core_bwd_s);
+    c.fwd_cp_s = x.fwd_exposed_s;
+    c.bwd_cp_s = x.bwd_exposed_s;
+    c.cp_bytes.add(x.bytes);
+    c.cp_calls = x.calls;
+    c.cp_comm_total_s = x.total_s;
+    cp_fwd_bytes = x.fwd_bytes;
+    cp_fwd_calls = x.fwd_calls;
+    cp_fwd_total_s = x.fwd_total_s;
+    if (x.fwd_copy_kernels > 0) fwd_compute += mem_time_s(hw, opt, x.fwd_copy_bytes, x.fwd_copy_kernels);
+    if (x.bwd_copy_kernels > 0) bwd_compute += mem_time_s(hw, opt, x.bwd_copy_bytes, x.bwd_copy_kernels);
+    fwd_compute += x.fwd_hidden_s * contention;
+    bwd_compute += x.bwd_hidden_s * contention;
   }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s + c.fwd_cp_s;
   c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s + c.bwd_cp_s;

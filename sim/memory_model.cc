@@ -11,6 +11,7 @@
 
 #include "core/program.h"
 #include "sim/compute_model.h"
+#include "sim/cp_exchange.h"
 
 namespace loom {
 
@@ -741,25 +742,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // freed them); ZeRO-0/1 start them in the last backward as its activations
   // are freed, after the stage's peak (measured: 0 bytes of them live at the
   // peak of dp=2 ZeRO-0/1, 0 or 2 b per parameter under ZeRO-2/3).
-  // Context parallelism's ring: the K/V held and the one arriving, and in
-  // backward also the dK/dV step, the one sent on and the one arriving
-  // (exec/model/context_parallel.cc; fp32 in Loom's executor). With the K/V
-  // all-gathered: the whole sequence's K/V (cp times a rank's) and, in
-  // backward, its dK/dV beside them (Transformer Engine's k_ag, v_ag, dk,
-  // dv); Loom's executor also keeps its own packed K/V and the dK/dV coming
-  // home (exec/model/cp_all_gather.cc). With the heads exchanged (a2a): Q,
-  // K and V copied for the all-to-all and received (TE's
-  // flash_attn_a2a_communicate), what is kept for backward being the
-  // received, the same size as the activations it replaces; Loom's
-  // executor's backward holds Q, K, V, O and dO in the head split, dQ, dK
-  // and dV, and one exchange's send and receive buffers (exec/model/cp_a2a.cc).
-  if (l.cp > 1) {
-    const double kv_heads = double(m.mla.enabled ? m.num_heads : m.num_kv_heads);
-    const double kv = T * kv_heads / l.tp * 2 * double(m.head_dim), q = T * double(m.num_heads) / l.tp * m.head_dim;
-    if (l.cp_comm == CpComm::kAllGather) comm += (loom_executor ? 4.0 * (2 * l.cp + 2) : 2 * e * l.cp) * kv;
-    else if (l.cp_comm == CpComm::kA2a) comm += loom_executor ? 4.0 * (2 * (q + kv) + 4 * q) : 2 * e * (kv + q);
-    else comm += (loom_executor ? 5 * 4.0 : 2 * e) * kv;
-  }
+  // Context parallelism's K/V exchange (sim/cp_exchange.h).
+  if (l.cp > 1) comm += cp_exchange_buffer_bytes(m, l, T, e, loom_executor);
   if (loom_executor && l.dp * l.cp > 1 && l.zero >= 2 && train.grad_reduce != GradReduce::kFp32)
     comm += 2 * grad_reduce_element_bytes(train.grad_reduce) * params.total();
   sm.comm_buffer_bytes = comm;
