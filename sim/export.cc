@@ -92,8 +92,8 @@ Result<std::string> export_megatron_args(const Plan& p) {
   if (l.ep > 1) o << "--expert-model-parallel-size " << l.ep << "\n";
   // Megatron-Core defaults the experts' TP size to tp; parallel folding states 1.
   if (l.folded_experts()) o << "--expert-tensor-parallel-size " << l.expert_tp() << "\n";
-  // Context parallelism: the ring of K/V send/recv (Megatron's default p2p),
-  // as Loom's executor runs it.
+  // Context parallelism with the plan's K/V exchange (p2p is Megatron's
+  // default; docs/simulator.md §3.2b).
   if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type " << cp_comm_name(l.cp_comm) << "\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(p.sim_options_json));
