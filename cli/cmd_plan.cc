@@ -48,6 +48,7 @@ struct PlanArgs {
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;
   std::string tp_comm_overlap_cfg;
+  std::string attention_kernel;
   bool ep_comm_overlap = false;
   bool pp_blocking_p2p = false;
   bool no_pp_blocking_p2p = false;
@@ -178,6 +179,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.tp_async_backward = a.tp_async_backward;
   req.tp_comm_overlap = a.tp_comm_overlap;
   req.tp_comm_overlap_cfg = a.tp_comm_overlap_cfg;
+  req.attention_kernel = a.attention_kernel;
+  LOOM_RETURN_IF_ERROR(apply_request_to_hw(req, &in.hw));
   req.ep_comm_overlap = a.ep_comm_overlap;
   req.pp_blocking_p2p = a.pp_blocking_p2p;
   req.no_pp_blocking_p2p = a.no_pp_blocking_p2p;
@@ -230,6 +233,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   // is known to be valid (cli/cpu_local.h); the shipped file only checked it.
   if (a.hw == "cpu-local") {
     LOOM_ASSIGN_OR_RETURN(in.hw, measured_cpu_local(a.gpus));
+    LOOM_RETURN_IF_ERROR(apply_request_to_hw(req, &in.hw));
     LOOM_ASSIGN_OR_RETURN(in.train, make_train_spec(req, in.hw, &in.model));
     in.opt = make_sim_options(req, in.hw, fw);
   }
@@ -394,6 +398,10 @@ int cmd_plan(int argc, char** argv) {
                  "--tp-comm-overlap-cfg, NeMo's tp_comm_overlap_cfg): a name from frameworks/tp_overlap/ "
                  "(e.g. nemo-25.02-bf16-h100-h8192-tp4), te1_defaults, te2_defaults, or a JSON file with TE's keys; "
                  "default: the --framework's, else te2_defaults");
+  app.add_option("--attention-kernel", a.attention_kernel,
+                 "the attention kernel to price, from the hardware profile's measured ones (dgx-h100: cudnn-9.19, "
+                 "the default; cudnn-2024-07, the cuDNN of mid-2024 stacks; fa2, FlashAttention-2); the plan embeds "
+                 "the profile with it");
   app.add_flag("--ep-comm-overlap", a.ep_comm_overlap,
                "MoE all-to-alls behind another micro-batch's compute (DualPipe, Megatron-core "
                "--overlap-moe-expert-parallel-comm): only what a forward+backward pair cannot cover is exposed");

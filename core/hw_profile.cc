@@ -120,6 +120,46 @@ Status parse_gemm_table(const Json& acc, const std::string& where, GemmEfficienc
   return Status::ok();
 }
 
+// "attention_kernel": the name of the kernel attention_efficiency measures;
+// "attention_kernels": {name: {"attention_efficiency": [...],
+// "attention_backward_ratio": R, "source": "..."}}, the other kernels
+// measured on the device. Alternatives need the default named, so that a
+// selection can always be undone.
+Status parse_attention_kernels(const Json& a, const std::string& where, AcceleratorSpec& acc) {
+  if (a.contains("attention_kernel")) {
+    LOOM_ASSIGN_OR_RETURN(acc.attention_kernel, json_string(a, "attention_kernel", where));
+    if (acc.attention_kernel.empty() || acc.attention_efficiency.flops.empty())
+      return invalid_argument(where + ".attention_kernel names the kernel attention_efficiency measures; give both, "
+                                      "the name not empty");
+  }
+  if (!a.contains("attention_kernels")) return Status::ok();
+  const std::string w = where + ".attention_kernels";
+  const Json& o = a["attention_kernels"];
+  if (!o.is_object() || o.empty())
+    return invalid_argument(w + " must be an object {name: {\"attention_efficiency\": [...], "
+                                "\"attention_backward_ratio\": R, \"source\": \"...\"}}");
+  if (acc.attention_kernel.empty())
+    return invalid_argument(w + " needs attention_kernel: name the kernel attention_efficiency measures");
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    const std::string wk = w + "." + it.key();
+    if (it.key().empty() || it.key() == acc.attention_kernel)
+      return invalid_argument(wk + ": each kernel needs its own non-empty name, other than attention_kernel's");
+    if (!it.value().is_object()) return invalid_argument(wk + " must be an object");
+    for (auto f = it.value().begin(); f != it.value().end(); ++f) {
+      if (f.key() != "attention_efficiency" && f.key() != "attention_backward_ratio" && f.key() != "source")
+        return invalid_argument(wk + " has an unknown key '" + f.key() +
+                                "'; the keys are attention_efficiency, attention_backward_ratio and source");
+    }
+    AcceleratorSpec::AttentionKernel k;
+    LOOM_RETURN_IF_ERROR(parse_gemm_table(it.value(), wk, k.efficiency, "attention_efficiency"));
+    LOOM_ASSIGN_OR_RETURN(k.backward_ratio, positive_or(it.value(), "attention_backward_ratio", 0, wk,
+                                                        "backward / forward time of attention"));
+    LOOM_ASSIGN_OR_RETURN(k.source, source_of(it.value(), wk));
+    acc.attention_kernels.emplace(it.key(), std::move(k));
+  }
+  return Status::ok();
+}
+
 // {"bf16": T, "fp8": T}: a large GEMM's throughput sustained at the power
 // cap, each at most its precision's peak (fp8 only on a device with an FP8
 // rate). Call after the peaks are parsed.
@@ -196,6 +236,7 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   }
   LOOM_ASSIGN_OR_RETURN(acc.attention_backward_ratio,
                         positive_or(a, "attention_backward_ratio", 0, where, "backward / forward time of attention"));
+  LOOM_RETURN_IF_ERROR(parse_attention_kernels(a, where, acc));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
   LOOM_ASSIGN_OR_RETURN(acc.cpu_threads, positive_or(a, "cpu_threads", 0, where,
                                                      "compute threads per rank the CPU figures are for"));
@@ -458,6 +499,18 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   if (!a.attention_efficiency.flops.empty()) acc["attention_efficiency"] = gemm_table_json(a.attention_efficiency);
   if (!a.head_gemm_efficiency.flops.empty()) acc["head_gemm_efficiency"] = gemm_table_json(a.head_gemm_efficiency);
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
+  if (!a.attention_kernel.empty()) acc["attention_kernel"] = a.attention_kernel;
+  if (!a.attention_kernels.empty()) {
+    OrderedJson ks = OrderedJson::object();
+    for (const auto& [name, k] : a.attention_kernels) {
+      OrderedJson kj;
+      kj["attention_efficiency"] = gemm_table_json(k.efficiency);
+      if (k.backward_ratio > 0) kj["attention_backward_ratio"] = k.backward_ratio;
+      kj["source"] = k.source;
+      ks[name] = kj;
+    }
+    acc["attention_kernels"] = ks;
+  }
   if (a.cpu_threads > 0) acc["cpu_threads"] = a.cpu_threads;
   if (a.xent_fwd_ns_per_logit > 0) {
     acc["cross_entropy_fwd_ns_per_logit"] = a.xent_fwd_ns_per_logit;
@@ -535,6 +588,37 @@ double AcceleratorSpec::relative_wave_efficiency(double m, double n, double k) c
   };
   if (tiles(m, n) < sm_count || tiles(side, side) < sm_count) return 1.0;
   return wave_efficiency(m, n) / wave_efficiency(side, side);
+}
+
+std::string attention_kernel_names(const HwProfile& hw) {
+  const AcceleratorSpec& a = hw.accel;
+  if (a.attention_kernel.empty()) return "none named";
+  std::string out = a.attention_kernel + " (in use)";
+  for (const auto& [name, k] : a.attention_kernels) out += ", " + name;
+  return out;
+}
+
+Status select_attention_kernel(HwProfile* hw, const std::string& name) {
+  AcceleratorSpec& a = hw->accel;
+  if (name == a.attention_kernel) return Status::ok();
+  auto it = a.attention_kernels.find(name);
+  if (it == a.attention_kernels.end())
+    return invalid_argument("attention kernel '" + name + "': hwprofile " + hw->name + " has " +
+                            (a.attention_kernel.empty() ? std::string("no named attention kernels")
+                                                        : attention_kernel_names(*hw)) +
+                            "; add its measured table to the profile's accelerator.attention_kernels");
+  AcceleratorSpec::AttentionKernel chosen = std::move(it->second);
+  a.attention_kernels.erase(it);
+  // The kernel in use keeps its table under its name; its source is the
+  // profile's, where attention_efficiency's measurement is described.
+  a.attention_kernels.emplace(a.attention_kernel,
+                              AcceleratorSpec::AttentionKernel{a.attention_efficiency, a.attention_backward_ratio,
+                                                               "as accelerator.source describes attention_efficiency"});
+  a.attention_efficiency = std::move(chosen.efficiency);
+  a.attention_backward_ratio = chosen.backward_ratio;
+  a.attention_kernel = name;
+  a.source += " Attention kernel in use: " + name + ", " + chosen.source;
+  return Status::ok();
 }
 
 HwProfile canonical_hw_profile(const HwProfile& hw) {

@@ -102,6 +102,18 @@ struct AcceleratorSpec {
   // kernels (scores recomputed), 2 for materialized scores. CPU kernels measure
   // about 1.2-1.3 (`loom calibrate`).
   double attention_backward_ratio = 0;
+  // Optional: which attention kernel (and release) attention_efficiency and
+  // attention_backward_ratio measure, e.g. "cudnn-9.19"; the other kernels
+  // measured on this device sit in attention_kernels under their names. A run
+  // whose stack ran another kernel (an older cuDNN, FlashAttention-2) selects
+  // it with select_attention_kernel. Empty when the profile names none.
+  std::string attention_kernel;
+  struct AttentionKernel {
+    GemmEfficiencyTable efficiency;
+    double backward_ratio = 0;
+    std::string source;
+  };
+  std::map<std::string, AttentionKernel> attention_kernels;  // the others, by name
   // Wave quantization: a GEMM runs as ceil(m/tile_m)*ceil(n/tile_n) output
   // tiles over `sm_count` SMs; a partly filled last wave idles SMs (NVIDIA,
   // "Matrix Multiplication Background", tile and wave quantization). The
@@ -198,6 +210,15 @@ struct HwProfile {
   NetworkSpec net;
   bool is_cpu() const { return accel.sm_arch == 0; }
 };
+
+// Makes `name` the profile's attention kernel: its table and backward ratio
+// become attention_efficiency and attention_backward_ratio, and the kernel
+// they replace moves into attention_kernels, so the profile (and a plan that
+// embeds it) still holds every measurement. The current kernel's name is a
+// no-op. kInvalidArgument naming the kernels the profile has otherwise.
+Status select_attention_kernel(HwProfile* hw, const std::string& name);
+// "cudnn-9.19 (in use), cudnn-2024-07, fa2": the profile's attention kernels.
+std::string attention_kernel_names(const HwProfile& hw);
 
 // Parses hwprofile JSON text. Errors name the key and its expected unit
 // ("hwprofile dgx-h100: accelerator.memory_gib must be a positive number").

@@ -40,8 +40,10 @@ Status PlannerSession::load_hw(const std::string& path_or_name) {
 Status PlannerSession::rebuild_evaluator() {
   if (model_.name.empty()) return invalid_argument("no model loaded; choose one from models/ or a config.json");
   if (hw_.name.empty()) return invalid_argument("no hardware profile loaded; choose one from hwprofiles/");
-  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_, &model_));
-  eval_ = std::make_shared<const Evaluator>(model_, hw_, train, make_sim_options(req_, hw_));
+  HwProfile hw = hw_;
+  LOOM_RETURN_IF_ERROR(apply_request_to_hw(req_, &hw));
+  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw, &model_));
+  eval_ = std::make_shared<const Evaluator>(model_, hw, train, make_sim_options(req_, hw));
   return Status::ok();
 }
 
@@ -76,9 +78,11 @@ Result<Plan> PlannerSession::plan() const {
 
 Result<PlannerSession::SearchJob> PlannerSession::search_job() const {
   if (model_.name.empty() || hw_.name.empty()) return invalid_argument("load a model and a hardware profile first");
-  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw_, &model_));
+  HwProfile hw = hw_;
+  LOOM_RETURN_IF_ERROR(apply_request_to_hw(req_, &hw));
+  LOOM_ASSIGN_OR_RETURN(TrainSpec train, make_train_spec(req_, hw, &model_));
   SearchJob job;
-  job.eval = std::make_shared<const Evaluator>(model_, hw_, train, make_sim_options(req_, hw_));
+  job.eval = std::make_shared<const Evaluator>(model_, hw, train, make_sim_options(req_, hw));
   job.space = make_search_space(req_);
   // Leave a core to the event loop.
   job.space.threads = std::max(1, int(std::thread::hardware_concurrency()) - 1);

@@ -6,6 +6,13 @@
 
 namespace loom {
 
+Status apply_request_to_hw(const PlanRequest& req, HwProfile* hw) {
+  if (req.attention_kernel.empty()) return Status::ok();
+  Status s = select_attention_kernel(hw, req.attention_kernel);
+  if (!s.is_ok()) return invalid_argument("--attention-kernel: " + s.message());
+  return s;
+}
+
 Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, const ModelSpec* model) {
   TrainSpec train;
   train.global_batch = req.global_batch;

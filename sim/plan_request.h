@@ -30,6 +30,10 @@ struct PlanRequest {
   // empty: Loom's own. The fields below override it where set: a false flag
   // and an empty fp8_scaling / dropout -2 leave the framework's value.
   std::string framework;
+  // The profile's attention kernel to price (HwProfile's attention_kernels,
+  // e.g. "cudnn-2024-07", "fa2"); empty: the profile's own. Applied to the
+  // profile by apply_request_to_hw, so a plan embeds what it priced.
+  std::string attention_kernel;
   bool flash_attention = true;
   bool fp32_main_grads = false;
   bool tp_async_backward = false;  // SimOptions::tp_async_backward
@@ -61,6 +65,10 @@ struct PlanRequest {
 // Errors name the field: sizes, precision, fp8 on hardware without it, gpus,
 // a framework that does not load.
 // `model` (may be null) gives the MoE load-balancing coefficient's default.
+// What the request changes in the hardware profile (its attention kernel);
+// errors name the kernels the profile has.
+Status apply_request_to_hw(const PlanRequest& req, HwProfile* hw);
+
 Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, const ModelSpec* model = nullptr);
 // CPU profiles reserve no device runtime and always use the flash-style
 // attention kernel (the CPU kernel keeps no s x s scores).

@@ -111,6 +111,9 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
       if (Status s = load_tp_overlap_config(p.tp_comm_overlap_cfg).status(); !s.is_ok())
         return invalid_argument(w + ".tp_comm_overlap_cfg: " + s.message());
     }
+    LOOM_ASSIGN_OR_RETURN(p.attention_kernel, json_string_or(r, "attention_kernel", "", w));
+    if (!p.attention_kernel.empty() && !(r.contains("attention_kernel_source") && r["attention_kernel_source"].is_string()))
+      return invalid_argument(w + ".attention_kernel_source is missing: say why the row's stack ran that kernel");
     LOOM_ASSIGN_OR_RETURN(p.layer_split, json_string_or(r, "layer_split", "", w));
     LayerSplitRule split;
     if (!p.layer_split.empty() && !parse_layer_split(p.layer_split, &split))
@@ -156,6 +159,8 @@ RunPrediction predict_run(const PublishedRun& run) {
   req.seq = run.seq;
   req.precision = run.precision;
   req.framework = run.framework;
+  req.attention_kernel = run.attention_kernel;
+  if (Status s = apply_request_to_hw(req, &*hw); !s.is_ok()) return fail(s);
   auto train = make_train_spec(req, *hw);
   if (!train.is_ok()) return fail(train.status());
   std::optional<Framework> framework;

@@ -45,6 +45,9 @@ struct PublishedRun {
   std::string fp8_scaling;
   std::string cross_entropy;  // the loss's implementation (SimOptions::cross_entropy); empty: the framework's
   std::string tp_comm_overlap_cfg;  // SimOptions::tp_overlap (frameworks/tp_overlap/); empty: the framework's
+  // The hardware profile's attention kernel the row's stack ran (HwProfile's
+  // attention_kernels); empty: the profile's own. Needs attention_kernel_source.
+  std::string attention_kernel;
   // The layer splits the row's stack release can state (Framework::layer_split:
   // any or equal_chunks); empty: the framework's. A row whose release predates
   // the framework file's sets it, with its source in the notes.

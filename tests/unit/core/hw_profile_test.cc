@@ -450,5 +450,52 @@ TEST(HwProfile, CpuThreadsRoundTripAndAreChecked) {
   EXPECT_NE(bad.status().message().find("cpu_threads"), std::string::npos);
 }
 
+TEST(HwProfile, AttentionKernelsSwapAndRoundTrip) {
+  const std::string kernels = R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.6}], "attention_backward_ratio": 3,
+      "attention_kernel": "new",
+      "attention_kernels": {"old": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.3}],
+                                    "attention_backward_ratio": 2.5, "source": "a paper"}})";
+  auto r = parse_hw_profile(minimal_profile(kernels), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  HwProfile hw = *r;
+  EXPECT_EQ(attention_kernel_names(hw), "new (in use), old");
+  ASSERT_TRUE(select_attention_kernel(&hw, "old").is_ok());
+  EXPECT_EQ(hw.accel.attention_kernel, "old");
+  EXPECT_EQ(hw.accel.attention_efficiency.efficiency, std::vector<double>{0.3});
+  EXPECT_EQ(hw.accel.attention_backward_ratio, 2.5);
+  ASSERT_EQ(hw.accel.attention_kernels.count("new"), 1u);  // kept, under its name
+  EXPECT_EQ(hw.accel.attention_kernels.at("new").efficiency.efficiency, std::vector<double>{0.6});
+  EXPECT_NE(hw.accel.source.find("old, a paper"), std::string::npos) << hw.accel.source;
+  // What a plan embeds reads back as the same profile, and swaps back.
+  auto back = parse_hw_profile(hw_profile_to_json(hw), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(hw_profile_to_json(*back), hw_profile_to_json(hw));
+  ASSERT_TRUE(select_attention_kernel(&*back, "new").is_ok());
+  EXPECT_EQ(back->accel.attention_efficiency.efficiency, std::vector<double>{0.6});
+  EXPECT_EQ(back->accel.attention_backward_ratio, 3);
+  // An unknown kernel names the ones there are.
+  Status s = select_attention_kernel(&hw, "fa3");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'fa3'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("old (in use), new"), std::string::npos) << s.message();
+  HwProfile plain = *parse_hw_profile(minimal_profile(), "t");
+  EXPECT_NE(select_attention_kernel(&plain, "fa2").message().find("no named attention kernels"), std::string::npos);
+  // Alternatives need the table in use named; names are unique; every table has a source.
+  expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.6}],
+      "attention_kernels": {"x": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.3}], "source": "s"}})"),
+               StatusCode::kInvalidArgument, {"attention_kernels needs attention_kernel"});
+  expect_error(minimal_profile(R"(, "attention_kernel": "x")"), StatusCode::kInvalidArgument,
+               {"attention_kernel", "attention_efficiency"});
+  expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.6}], "attention_kernel": "x",
+      "attention_kernels": {"x": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.3}], "source": "s"}})"),
+               StatusCode::kInvalidArgument, {"attention_kernels.x", "own non-empty name"});
+  expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.6}], "attention_kernel": "x",
+      "attention_kernels": {"y": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.3}]}})"),
+               StatusCode::kInvalidArgument, {"attention_kernels.y.source"});
+  expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.6}], "attention_kernel": "x",
+      "attention_kernels": {"y": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.3}], "source": "s", "ratio": 2}})"),
+               StatusCode::kInvalidArgument, {"attention_kernels.y", "unknown key 'ratio'"});
+}
+
 }  // namespace
 }  // namespace loom

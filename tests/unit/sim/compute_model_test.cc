@@ -433,6 +433,34 @@ TEST(ComputeModel, PowerCapBoundsLargeGemms) {
   EXPECT_NEAR(2 * n * n * n / gemm_time_s(a100, Precision::kBf16, n, n, n) / (0.859 * 312e12), 1.0, 0.01);
 }
 
+// A stack that ran another attention kernel (FlashAttention-2, an older
+// cuDNN) prices the core at that kernel's published rate: at 16k tokens the
+// FlashAttention-3 paper measured FA2's causal head-dim-128 forward at 335
+// TFLOP/s on H100 and cuDNN 9.19 runs it at 673 (cudnn-frontend CSV); the
+// backward is 2.94 and 2.98 times the forward. Nothing else in the layer moves.
+TEST(ComputeModel, TheAttentionKernelTheStackRanSetsTheCoreRate) {
+  const HwProfile cudnn = testing::load_hw_or_die("dgx-h100");
+  ASSERT_EQ(cudnn.accel.attention_kernel, "cudnn-9.19");
+  HwProfile fa2 = cudnn;
+  ASSERT_TRUE(select_attention_kernel(&fa2, "fa2").is_ok());
+  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  Layout l;
+  const double s = 16384;
+  const ComputeShape sh = shape_for(l, int64_t(s), cudnn);
+  const PieceCost a = layer_cost(m, cudnn, opt, Precision::kBf16, sh, false);
+  const PieceCost b = layer_cost(m, fa2, opt, Precision::kBf16, sh, false);
+  const double core_flops = 4 * s * s * 128 * (s + 1) / (2 * s) * 32;  // 32 heads of 128, causal
+  const double t_cudnn = core_flops / 673e12, t_fa2 = core_flops / 335e12;
+  const double launches = 2 * opt.kernel_overhead_s;
+  EXPECT_NEAR(b.fwd_s - a.fwd_s, t_fa2 - t_cudnn, 1e-3 * t_fa2);
+  EXPECT_NEAR(b.bwd_s - a.bwd_s, 2.94 * (t_fa2 + launches) - 2.98 * (t_cudnn + launches), 1e-3 * t_fa2);
+  EXPECT_EQ(a.fwd_flops, b.fwd_flops);
+  // Selecting the profile's own kernel again restores it exactly.
+  ASSERT_TRUE(select_attention_kernel(&fa2, "cudnn-9.19").is_ok());
+  EXPECT_EQ(layer_cost(m, fa2, opt, Precision::kBf16, sh, false).bwd_s, a.bwd_s);
+}
+
 TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
   // Start from the GEMM table's rate for the core (the shipped profile has FA2's).
