@@ -218,6 +218,11 @@ void MainWindow::build_inputs() {
   framework_->setToolTip("Training stack whose defaults the simulator models (frameworks/*.json): gradient dtype, "
                          "overlaps, FP8 recipe, and the layouts the search tries");
   form->addRow("Framework", framework_);
+  attention_kernel_ = new QComboBox();
+  attention_kernel_->setToolTip("The attention kernel the stack runs, from those the hardware profile measured "
+                                "(--attention-kernel): cuDNN releases differ by up to a quarter on H100, "
+                                "FlashAttention-2 by half");
+  form->addRow("Attention kernel", attention_kernel_);
   tp_overlap_ = new QComboBox();
   tp_overlap_->addItems(QStringList{"off", "te2_defaults", "te1_defaults"} + shipped("frameworks/tp_overlap"));
   tp_overlap_->setToolTip("Megatron's --tp-comm-overlap (Transformer Engine userbuffers, with sequence parallelism) "
@@ -290,7 +295,8 @@ void MainWindow::build_inputs() {
   };
   for (QSpinBox* s : {gpus_, batch_, seq_, dp_, tp_, pp_, ep_, etp_, cp_, micro_, v_, recompute_layers_})
     connect(s, &QSpinBox::valueChanged, this, changed);
-  for (QComboBox* c : {precision_, grad_reduce_, framework_, tp_overlap_, cp_comm_, zero_, schedule_, recompute_})
+  for (QComboBox* c : {precision_, grad_reduce_, framework_, attention_kernel_, tp_overlap_, cp_comm_, zero_, schedule_,
+                        recompute_})
     connect(c, &QComboBox::currentIndexChanged, this, changed);
   for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) connect(d, &QDoubleSpinBox::valueChanged, this, changed);
   for (QCheckBox* c : {sp_, overlap_grad_, overlap_param_}) connect(c, &QCheckBox::toggled, this, changed);
@@ -354,6 +360,14 @@ void MainWindow::write_controls() {
   moe_capacity_->setValue(r.moe_capacity_factor < 0 ? 0 : r.moe_capacity_factor);
   for (QDoubleSpinBox* d : {moe_aux_, moe_z_, moe_capacity_}) d->setEnabled(session_.model().is_moe());
   framework_->setCurrentText(r.framework.empty() ? QString("(Loom)") : QString::fromStdString(r.framework));
+  // The loaded profile's kernels: the one it prices by default first.
+  const AcceleratorSpec& acc = session_.hw().accel;
+  attention_kernel_->clear();
+  attention_kernel_->addItem(acc.attention_kernel.empty() ? QString("(profile's)")
+                                                          : QString::fromStdString(acc.attention_kernel));
+  for (const auto& [name, k] : acc.attention_kernels) attention_kernel_->addItem(QString::fromStdString(name));
+  attention_kernel_->setEnabled(attention_kernel_->count() > 1);
+  if (!r.attention_kernel.empty()) attention_kernel_->setCurrentText(QString::fromStdString(r.attention_kernel));
   tp_overlap_->setCurrentText(!r.tp_comm_overlap ? QString("off")
                               : r.tp_comm_overlap_cfg.empty() ? QString("te2_defaults")
                                                               : QString::fromStdString(r.tp_comm_overlap_cfg));
@@ -390,6 +404,7 @@ void MainWindow::read_controls() {
   r.moe_z_loss_coeff = moe_z_->value();
   r.moe_capacity_factor = moe_capacity_->value() > 0 ? moe_capacity_->value() : -1;
   r.framework = framework_->currentIndex() == 0 ? std::string() : framework_->currentText().toStdString();
+  r.attention_kernel = attention_kernel_->currentIndex() <= 0 ? std::string() : attention_kernel_->currentText().toStdString();
   r.tp_comm_overlap = tp_overlap_->currentIndex() != 0;
   r.tp_comm_overlap_cfg = r.tp_comm_overlap ? tp_overlap_->currentText().toStdString() : std::string();
   l.dp = dp_->value();
@@ -482,6 +497,12 @@ void MainWindow::set_layout_text(const QString& text) {
 
 void MainWindow::set_gpus(int gpus) {
   session_.request().gpus = gpus;
+  write_controls();
+  reevaluate();
+}
+
+void MainWindow::set_attention_kernel(const QString& name) {
+  session_.request().attention_kernel = name.toStdString();
   write_controls();
   reevaluate();
 }

@@ -45,6 +45,8 @@ class MainWindow : public QMainWindow {
   // Megatron's --tp-comm-overlap with its userbuffers settings: "" = off, else
   // te1_defaults, te2_defaults or a name from frameworks/tp_overlap/.
   void set_tp_comm_overlap(const QString& cfg);
+  // The hardware profile's attention kernel to price (loom plan --attention-kernel); empty: the profile's own.
+  void set_attention_kernel(const QString& name);
   bool save_plan(const QString& path);
   bool export_trace(const QString& path);
   bool export_text(const QString& path, const QString& kind);  // "megatron" | "deepspeed"
@@ -87,6 +89,7 @@ class MainWindow : public QMainWindow {
   bool remember_;
   bool updating_ = false;
   QComboBox *model_box_, *hw_box_, *precision_, *grad_reduce_, *framework_, *zero_, *schedule_, *recompute_;
+  QComboBox* attention_kernel_ = nullptr;  // the profile's measured attention kernels (--attention-kernel)
   QComboBox* tp_overlap_ = nullptr;  // off, or the userbuffers settings (--tp-comm-overlap-cfg)
   QComboBox* cp_comm_ = nullptr;     // with cp > 1: the ring or the all-gathered K/V (Layout::cp_comm)
   QDoubleSpinBox *moe_aux_ = nullptr, *moe_z_ = nullptr, *moe_capacity_ = nullptr;  // MoE options

@@ -32,6 +32,8 @@ Status PlannerSession::load_hw(const std::string& path_or_name) {
   LOOM_ASSIGN_OR_RETURN(HwProfile h, load_hw_profile(path_or_name));
   hw_ = std::move(h);
   hw_source_ = path_or_name;
+  // Another profile measured other kernels: price its own.
+  req_.attention_kernel.clear();
   result_.reset();
   eval_.reset();
   return Status::ok();

@@ -252,6 +252,11 @@ RunPrediction predict_run(const PublishedRun& run) {
 std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
   std::ostringstream o;
   char buf[512];
+  auto g4 = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4g", v);
+    return std::string(b);
+  };
   o << "| ID | model | hardware | GPUs | precision | framework | layout predicted | metric | published | predicted | "
        "error | pinned within | fits |\n";
   o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -268,21 +273,21 @@ std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
     const std::string model = fs::path(r.model).stem().string();
     if (!p.ok) {
       if (r.pending.empty()) ++errors;
-      std::snprintf(buf, sizeof buf, "| %s | %s | %s | %d | %s | %s | %s: %s | | %.4g | | | | |\n", r.id.c_str(),
-                    model.c_str(), r.hw.c_str(), r.gpus, r.precision.c_str(), r.framework.c_str(),
-                    r.pending.empty() ? "error" : "pending", r.pending.empty() ? p.error.c_str() : r.pending.c_str(),
-                    r.published);
-      o << buf;
+      // Streamed, not formatted into a fixed buffer: a pending reason can be
+      // longer than any buffer, and a cut row would lose its line end.
+      o << "| " << r.id << " | " << model << " | " << r.hw << " | " << r.gpus << " | " << r.precision << " | "
+        << r.framework << " | " << (r.pending.empty() ? "error" : "pending") << ": "
+        << (r.pending.empty() ? p.error : r.pending) << " | | " << g4(r.published) << " | | | | |\n";
       continue;
     }
     if (!p.fits && r.pending.empty()) ++not_fit;
     const std::string tol = r.pending.empty() ? "±" + std::to_string(int(std::lround(100 * r.tolerance))) + "%"
                                               : "pending: " + r.pending;
-    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %d | %s | %s | %s | %s | %.4g | %.4g | %+.1f%% | %s | %s |\n",
-                  r.id.c_str(), model.c_str(), r.hw.c_str(), r.gpus, r.precision.c_str(),
-                  r.framework.empty() ? "—" : r.framework.c_str(), p.layout.c_str(), run_metric_name(r.metric),
-                  r.published, p.predicted, 100 * p.rel_error, tol.c_str(), p.fits ? "yes" : "**no**");
-    o << buf;
+    std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * p.rel_error);
+    o << "| " << r.id << " | " << model << " | " << r.hw << " | " << r.gpus << " | " << r.precision << " | "
+      << (r.framework.empty() ? "—" : r.framework) << " | " << p.layout << " | " << run_metric_name(r.metric) << " | "
+      << g4(r.published) << " | " << g4(p.predicted) << " | " << buf << " | " << tol << " | "
+      << (p.fits ? "yes" : "**no**") << " |\n";
     if (!p.fits || !r.pending.empty()) continue;
     const double e = std::fabs(p.rel_error);
     all.sum += e;

@@ -127,6 +127,10 @@ class GuiTest : public QObject {
     check_views(w, inputs + QStringList{"--tp-comm-overlap", "--tp-comm-overlap-cfg", "nemo-25.02-bf16-h100-h8192-tp4"},
                 layout);
     w.set_tp_comm_overlap("");
+    // Another attention kernel of the profile's: loom plan's prediction with it.
+    w.set_attention_kernel("fa2");
+    check_views(w, inputs + QStringList{"--attention-kernel", "fa2"}, layout);
+    w.set_attention_kernel("");
     // Context parallelism with the K/V all-gathered: the controls keep the
     // exchange, and the views are loom plan's.
     layout = "dp=4,tp=4,pp=1,cp=4,zero=1,micro=1,schedule=1f1b,v=1,sp=1,recompute=none,cp_comm=all_gather";

@@ -135,6 +135,7 @@ TEST(ValidationTable, BadRowsNameTheField) {
   expect_error(R"("source": "s")", R"("source": "s", "framework": "megatron-core", "layer_split": "even")",
                "layer_split must be any or equal_chunks");
   expect_error(R"("source": "s")", R"("source": "s", "layer_split": "equal_chunks")", "layer_split needs a framework");
+  expect_error(R"("source": "s")", R"("source": "s", "attention_kernel": "fa2")", "attention_kernel_source is missing");
   // A row that cannot be predicted says why instead of a number.
   auto runs = parse_published_runs(good, ".");
   PublishedRun bad = (*runs)[0];
@@ -142,6 +143,21 @@ TEST(ValidationTable, BadRowsNameTheField) {
   RunPrediction p = predict_run(bad);
   EXPECT_FALSE(p.ok);
   EXPECT_FALSE(p.error.empty());
+  // A kernel the profile has not measured: the row names it and the ones there are.
+  PublishedRun kernel = (*runs)[0];
+  kernel.attention_kernel = "fa3";
+  p = predict_run(kernel);
+  EXPECT_FALSE(p.ok);
+  EXPECT_NE(p.error.find("cudnn-9.19 (in use), cudnn-2024-07, fa2"), std::string::npos) << p.error;
+  // One it has: the row is priced with it, slower than with cuDNN 9.19.
+  kernel.attention_kernel = "fa2";
+  kernel.seq = 16384;
+  kernel.global_batch = 8;
+  PublishedRun cudnn = kernel;
+  cudnn.attention_kernel.clear();
+  const RunPrediction with_fa2 = predict_run(kernel), with_cudnn = predict_run(cudnn);
+  ASSERT_TRUE(with_fa2.ok && with_cudnn.ok) << with_fa2.error << with_cudnn.error;
+  EXPECT_GT(with_fa2.predicted, 1.05 * with_cudnn.predicted);  // step_time_s: slower is larger
 }
 
 }  // namespace
