@@ -319,9 +319,10 @@ std::string format_pareto(const SearchResult& r, int rows) {
   o << "Pareto front (memory vs throughput): " << front.size() << " layouts\n";
   char buf[256];
   for (int i = 0; i < int(front.size()) && i < rows; ++i) {
-    std::snprintf(buf, sizeof buf, "  %10s  %12.0f tokens/s  %s\n", human_bytes(front[i]->estimate.peak_memory_bytes).c_str(),
-                  front[i]->estimate.figures.tokens_per_s, front[i]->layout.to_string().c_str());
-    o << buf;
+    // The layout streamed, not formatted: a long one must not be cut.
+    std::snprintf(buf, sizeof buf, "  %10s  %12.0f tokens/s  ", human_bytes(front[i]->estimate.peak_memory_bytes).c_str(),
+                  front[i]->estimate.figures.tokens_per_s);
+    o << buf << front[i]->layout.to_string() << "\n";
   }
   return o.str();
 }
