@@ -103,6 +103,13 @@ Result<std::string> export_megatron_args(const Plan& p) {
     o << "--tp-comm-overlap\n";
     if (!is_te_default_tp_overlap(opt.tp_overlap)) o << "--tp-comm-overlap-cfg " << opt.tp_overlap.name << ".yaml\n";
   }
+  // The attention kernel the plan priced (the profile's attention_kernel,
+  // docs/simulator.md §3.2): Megatron's --attention-backend (since fa0dcc4872,
+  // 2024-12) makes Transformer Engine run it: fused = cuDNN, flash =
+  // FlashAttention, pinned to version 2 with --flash-attention-version.
+  const std::string& kernel = p.hw.accel.attention_kernel;
+  if (opt.flash_attention && kernel.rfind("cudnn", 0) == 0) o << "--attention-backend fused\n";
+  if (opt.flash_attention && kernel == "fa2") o << "--attention-backend flash\n--flash-attention-version 2\n";
   if (l.zero == 1) o << "--use-distributed-optimizer\n";
   if (l.overlap_grad_reduce && l.dp > 1) o << "--overlap-grad-reduce\n";
   // Megatron's bf16 reduction is NCCL's (a ring re-rounding partial sums),

@@ -32,6 +32,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(ea > 0 && ea <= 1.0 + 1e-9, "attention efficiency outside (0, 1]: " + std::to_string(ea));
     }
   }
+  // Every other attention kernel the profile carries can be put in use and
+  // back; the profile with it in use reads back as written.
+  for (const auto& [name, k] : a.attention_kernels) {
+    HwProfile sel = *hw;
+    Status st = select_attention_kernel(&sel, name);
+    FUZZ_CHECK(st.is_ok(), st.to_string());
+    FUZZ_CHECK(sel.accel.attention_kernel == name, "the selected kernel is not the one in use");
+    FUZZ_CHECK(sel.accel.attention_kernels.count(a.attention_kernel) == 1, "the kernel replaced was dropped");
+    const double ea = sel.accel.attention_efficiency.lookup(1e9);
+    FUZZ_CHECK(ea > 0 && ea <= 1.0 + 1e-9, "selected attention efficiency outside (0, 1]: " + std::to_string(ea));
+    auto back = parse_hw_profile(hw_profile_to_json(sel), "fuzz (kernel selected)");
+    FUZZ_CHECK(back.is_ok(), back.status().to_string());
+    st = select_attention_kernel(&sel, a.attention_kernel);
+    FUZZ_CHECK(st.is_ok(), st.to_string());
+    FUZZ_CHECK(sel.accel.attention_efficiency.efficiency == a.attention_efficiency.efficiency,
+               "selecting the first kernel again did not restore its table");
+  }
   for (double m : {1.0, 100.0, 4096.0}) {
     double w = a.wave_efficiency(m, m);
     FUZZ_CHECK(w > 0 && w <= 1.0 + 1e-9, "wave efficiency outside (0, 1]: " + std::to_string(w));

@@ -137,6 +137,45 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
   }
 }
 
+// The attention kernel the plan priced is the one Megatron runs: cuDNN's
+// fused attention (--attention-backend fused) for the H100 profile's cuDNN
+// tables, FlashAttention-2 (flash, version 2) where the plan priced it (the
+// A100 profile's own, or H100 with --attention-kernel fa2); nothing for a
+// profile that names no kernel, or for materialized scores.
+TEST(ExportMegatron, TheAttentionBackendIsTheKernelThePlanPriced) {
+  const auto flags = megatron_flags();
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 4096;
+  auto args_of = [&](const HwProfile& hw, const SimOptions& opt) {
+    Evaluator eval(testing::load_model_or_die("llama-3-8b"), hw, t, opt);
+    auto r = simulate_layout(eval, *parse_layout("dp=4,tp=2,zero=1,micro=1,sp=1"));
+    LOOM_CHECK(r.is_ok(), r.status().to_string());
+    auto a = export_megatron_args(make_plan(eval, *r, 8));
+    LOOM_CHECK(a.is_ok(), a.status().to_string());
+    expect_accepted(*a, flags, hw.name + " " + hw.accel.attention_kernel);
+    return *a;
+  };
+  HwProfile h100 = testing::load_hw_or_die("dgx-h100");
+  std::string a = args_of(h100, SimOptions{});
+  EXPECT_NE(a.find("--attention-backend fused\n"), std::string::npos) << a;
+  EXPECT_EQ(a.find("--flash-attention-version"), std::string::npos) << a;
+  ASSERT_TRUE(select_attention_kernel(&h100, "cudnn-2024-07").is_ok());
+  EXPECT_NE(args_of(h100, SimOptions{}).find("--attention-backend fused\n"), std::string::npos);
+  ASSERT_TRUE(select_attention_kernel(&h100, "fa2").is_ok());
+  a = args_of(h100, SimOptions{});
+  EXPECT_NE(a.find("--attention-backend flash\n--flash-attention-version 2\n"), std::string::npos) << a;
+  a = args_of(testing::load_hw_or_die("dgx-a100-80gb"), SimOptions{});
+  EXPECT_NE(a.find("--attention-backend flash\n"), std::string::npos) << a;
+  SimOptions materialized;
+  materialized.flash_attention = false;
+  EXPECT_EQ(args_of(testing::load_hw_or_die("dgx-h100"), materialized).find("--attention-backend"), std::string::npos);
+  HwProfile unnamed = testing::load_hw_or_die("dgx-h100");
+  unnamed.accel.attention_kernel.clear();
+  unnamed.accel.attention_kernels.clear();
+  EXPECT_EQ(args_of(unnamed, SimOptions{}).find("--attention-backend"), std::string::npos);
+}
+
 // Userbuffers as the plan priced them: --tp-comm-overlap (Megatron accepts
 // it), with --tp-comm-overlap-cfg naming the YAML `--export
 // tp-comm-overlap-cfg` prints when the settings are not Transformer Engine's
