@@ -241,11 +241,14 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
 }
 
 void print_header(const PlanArgs& a, const PlanInputs& in) {
-  std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s%s%s\n", in.model.name.c_str(), a.gpus,
+  std::printf("%s on %d x %s (%s), global batch %lld x %lld tokens, %s%s%s%s%s\n", in.model.name.c_str(), a.gpus,
               in.hw.accel.name.c_str(), in.hw.name.c_str(), (long long)a.global_batch, (long long)a.seq,
               precision_name(in.train.precision),
               in.train.grad_reduce == GradReduce::kFp32 ? "" : ", gradients reduced in ",
-              in.train.grad_reduce == GradReduce::kFp32 ? "" : grad_reduce_name(in.train.grad_reduce));
+              in.train.grad_reduce == GradReduce::kFp32 ? "" : grad_reduce_name(in.train.grad_reduce),
+              // The attention kernel priced, where the profile names one (--attention-kernel).
+              in.hw.accel.attention_kernel.empty() ? "" : ", attention ",
+              in.hw.accel.attention_kernel.c_str());
   if (in.model.is_moe()) {
     const MoeSpec& e = in.model.moe;
     const TrainSpec& t = in.train;
