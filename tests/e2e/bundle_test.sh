@@ -74,7 +74,7 @@ sed -n '/^gpu-validate:/,/^$/p' "$tmp/gv.out"
 [ "$rc" = 1 ] || { cat "$tmp/gv.out"; fail "rehearsal exited $rc (expected 1: its 1-layer loss cannot match GPT-2's curve)"; }
 for stage in "1 env" "2 ops (small)" "2 ops (production)" "2 cuDNN attention" "3 trainer" "3 trainer (poisoned)" "4 loss vs CPU fp32" \
              "5 checkpoint+resume" "6 perf gpt2-124m" "6 perf gpt2-355m" "6 calibrate" "6 predicted gpt2-124m" \
-             "6d layer vs Loom" "6b 2 GPUs" "7 memcheck" "8 A/B optimizer" "8 A/B fused-head" "8 A/B gemm-packed" "8 A/B gemm-epilogue" "8 A/B cudnn-attention"; do
+             "6d layer vs Loom" "6e attention kernels" "6b 2 GPUs" "7 memcheck" "8 A/B optimizer" "8 A/B fused-head" "8 A/B gemm-packed" "8 A/B gemm-epilogue" "8 A/B cudnn-attention"; do
   grep -q "^$stage  " "$tmp/gv/summary.txt" || fail "the rehearsal's summary has no line for stage '$stage'"
 done
 grep -q "^5 checkpoint+resume *PASS" "$tmp/gv/summary.txt" || fail "the rehearsal's resume was not bit-identical"
@@ -84,6 +84,10 @@ grep -q "step_time " "$tmp/gv/compare.txt" || fail "no predicted-vs-measured tab
 grep -q "^8 A/B fused-head *INFO.*on/off [0-9.]*" "$tmp/gv/summary.txt" || fail "no A/B figures for the fused head"
 grep -q "^2 cuDNN attention *PASS" "$tmp/gv/summary.txt" || fail "the cuDNN attention stage did not pass (its loading tests run without a GPU)"
 grep -q "^6d layer vs Loom *PASS.*Loom's layer [0-9.]* ms" "$tmp/gv/summary.txt" || fail "the layer stage's Loom side did not run"
+# The dry attention bench plays the profile's table back: what it writes is
+# the profile's own rates again, and `loom plan --attention-kernel` loads it.
+grep -q "^6e attention kernels *PASS.*16K fwd 673 TFLOP/s (1.00x the profile's), bwd ratio 2.98" "$tmp/gv/summary.txt" ||
+  fail "the attention-kernel stage's dry run did not reproduce the dgx-h100 table"
 files=$(find "$tmp/gv" -type f | wc -l)
 (( files <= 8 )) || fail "gpu-validate left $files files (at most 8)"
 
