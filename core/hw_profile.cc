@@ -132,6 +132,11 @@ Status parse_attention_kernels(const Json& a, const std::string& where, Accelera
       return invalid_argument(where + ".attention_kernel names the kernel attention_efficiency measures; give both, "
                                       "the name not empty");
   }
+  if (a.contains("attention_kernel_source")) {
+    LOOM_ASSIGN_OR_RETURN(acc.attention_kernel_source, json_string(a, "attention_kernel_source", where));
+    if (acc.attention_kernel.empty())
+      return invalid_argument(where + ".attention_kernel_source needs attention_kernel, the kernel it describes");
+  }
   if (!a.contains("attention_kernels")) return Status::ok();
   const std::string w = where + ".attention_kernels";
   const Json& o = a["attention_kernels"];
@@ -500,6 +505,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   if (!a.head_gemm_efficiency.flops.empty()) acc["head_gemm_efficiency"] = gemm_table_json(a.head_gemm_efficiency);
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (!a.attention_kernel.empty()) acc["attention_kernel"] = a.attention_kernel;
+  if (!a.attention_kernel_source.empty()) acc["attention_kernel_source"] = a.attention_kernel_source;
   if (!a.attention_kernels.empty()) {
     OrderedJson ks = OrderedJson::object();
     for (const auto& [name, k] : a.attention_kernels) {
@@ -607,17 +613,19 @@ Status select_attention_kernel(HwProfile* hw, const std::string& name) {
                             (a.attention_kernel.empty() ? std::string("no named attention kernels")
                                                         : attention_kernel_names(*hw)) +
                             "; add its measured table to the profile's accelerator.attention_kernels");
+  // The profile's own table is described by accelerator.source; a kernel
+  // moved out keeps its source, so every selection can be undone exactly.
+  static const std::string kOwn = "as accelerator.source describes attention_efficiency";
   AcceleratorSpec::AttentionKernel chosen = std::move(it->second);
   a.attention_kernels.erase(it);
-  // The kernel in use keeps its table under its name; its source is the
-  // profile's, where attention_efficiency's measurement is described.
-  a.attention_kernels.emplace(a.attention_kernel,
-                              AcceleratorSpec::AttentionKernel{a.attention_efficiency, a.attention_backward_ratio,
-                                                               "as accelerator.source describes attention_efficiency"});
+  a.attention_kernels.emplace(
+      a.attention_kernel,
+      AcceleratorSpec::AttentionKernel{a.attention_efficiency, a.attention_backward_ratio,
+                                       a.attention_kernel_source.empty() ? kOwn : a.attention_kernel_source});
   a.attention_efficiency = std::move(chosen.efficiency);
   a.attention_backward_ratio = chosen.backward_ratio;
   a.attention_kernel = name;
-  a.source += " Attention kernel in use: " + name + ", " + chosen.source;
+  a.attention_kernel_source = chosen.source == kOwn ? std::string() : std::move(chosen.source);
   return Status::ok();
 }
 

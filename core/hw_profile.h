@@ -114,6 +114,9 @@ struct AcceleratorSpec {
     std::string source;
   };
   std::map<std::string, AttentionKernel> attention_kernels;  // the others, by name
+  // Where the table in use comes from when select_attention_kernel put
+  // another kernel in use; empty: accelerator.source describes it.
+  std::string attention_kernel_source;
   // Wave quantization: a GEMM runs as ceil(m/tile_m)*ceil(n/tile_n) output
   // tiles over `sm_count` SMs; a partly filled last wave idles SMs (NVIDIA,
   // "Matrix Multiplication Background", tile and wave quantization). The

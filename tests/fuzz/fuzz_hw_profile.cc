@@ -48,6 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(st.is_ok(), st.to_string());
     FUZZ_CHECK(sel.accel.attention_efficiency.efficiency == a.attention_efficiency.efficiency,
                "selecting the first kernel again did not restore its table");
+    FUZZ_CHECK(a.attention_kernel_source.empty() ? hw_profile_to_json(sel) == canon : true,
+               "selecting a kernel and back changed the profile");
   }
   for (double m : {1.0, 100.0, 4096.0}) {
     double w = a.wave_efficiency(m, m);
