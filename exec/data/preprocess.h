@@ -127,4 +127,9 @@ std::string shard_prefix(const std::string& prefix, int i, int n);
 // XXH64 (seed 0) of a whole file.
 Result<uint64_t> xxh64_file(const std::string& path);
 
+// The manifest of a finished run (s.manifest_path): tokenizer, dtype, inputs,
+// counts, skipped lines, cleaning, and each shard's files, sizes and XXH64,
+// written durably. io_error when it cannot be written.
+Status write_preprocess_manifest(const PreprocessOptions& options, const PreprocessStats& stats);
+
 }  // namespace loom::data
