@@ -34,6 +34,7 @@ Prints one summary line; exits 2 without PyTorch or a GPU, 1 on an error.
 """
 import datetime
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -55,7 +56,6 @@ def fwd_flops(batch, s):
 
 def lookup(table, gflop):
     """The profile's efficiency table, interpolated in log(FLOPs) as Loom does, clamped."""
-    import math
     pts = [(p["gflop"], p["efficiency"]) for p in table]
     if gflop <= pts[0][0]:
         return pts[0][1]
@@ -168,7 +168,7 @@ def check_with_loom(loom, profile, kernels):
 
 def main():
     if len(sys.argv) not in (3, 4):
-        print(__doc__.strip().splitlines()[-6], file=sys.stderr)
+        print("usage: gpu-attention-bench.py PROFILE.json OUT.json [LOOM]", file=sys.stderr)
         return 1
     profile_path, out_path = sys.argv[1], sys.argv[2]
     loom = sys.argv[3] if len(sys.argv) == 4 else None

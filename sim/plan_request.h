@@ -62,13 +62,13 @@ struct PlanRequest {
   int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };
 
-// Errors name the field: sizes, precision, fp8 on hardware without it, gpus,
-// a framework that does not load.
-// `model` (may be null) gives the MoE load-balancing coefficient's default.
 // What the request changes in the hardware profile (its attention kernel);
 // errors name the kernels the profile has.
 Status apply_request_to_hw(const PlanRequest& req, HwProfile* hw);
 
+// Errors name the field: sizes, precision, fp8 on hardware without it, gpus,
+// a framework that does not load.
+// `model` (may be null) gives the MoE load-balancing coefficient's default.
 Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, const ModelSpec* model = nullptr);
 // CPU profiles reserve no device runtime and always use the flash-style
 // attention kernel (the CPU kernel keeps no s x s scores).
