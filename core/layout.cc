@@ -14,6 +14,7 @@ const char* schedule_name(Schedule s) {
     case Schedule::kGpipe: return "gpipe";
     case Schedule::k1F1B: return "1f1b";
     case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kDualPipeV: return "dualpipev";
   }
   return "?";
 }
@@ -31,7 +32,8 @@ Result<Schedule> parse_schedule(const std::string& text) {
   if (text == "gpipe") return Schedule::kGpipe;
   if (text == "1f1b") return Schedule::k1F1B;
   if (text == "interleaved" || text == "interleaved-1f1b") return Schedule::kInterleaved;
-  return invalid_argument("layout: schedule '" + text + "' is unknown; use gpipe, 1f1b or interleaved");
+  if (text == "dualpipev" || text == "dualpipe-v") return Schedule::kDualPipeV;
+  return invalid_argument("layout: schedule '" + text + "' is unknown; use gpipe, 1f1b, interleaved or dualpipev");
 }
 
 const char* cp_comm_name(CpComm c) {
@@ -237,6 +239,8 @@ Result<Layout> parse_layout(const std::string& text, const Layout& base) {
   if (l.etp == l.tp) l.etp = 0;
   if (l.schedule == Schedule::kInterleaved && l.virtual_stages == 1 && !v_given)
     l.virtual_stages = 2;
+  // DualPipeV holds two chunks per stage, always.
+  if (l.schedule == Schedule::kDualPipeV && !v_given) l.virtual_stages = 2;
   return l;
 }
 

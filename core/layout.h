@@ -27,7 +27,12 @@
 
 namespace loom {
 
-enum class Schedule { kGpipe, k1F1B, kInterleaved };
+// kDualPipeV: DeepSeek's DualPipeV (deepseek-ai/DualPipe dualpipev.py), two
+// model chunks per stage placed as a V (stage s holds global chunks s and
+// 2*pp-1-s, so the embedding and the head are both on stage 0), a forward of
+// one chunk paired with a backward of the other, and zero-bubble weight
+// gradients deferred to fill the drain (core/program.cc dualpipev_order).
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kDualPipeV };
 enum class Recompute { kNone, kSelective, kFull };
 // How context-parallel attention gets the other ranks' keys and values
 // (Megatron's --cp-comm-type, Transformer Engine's cp_comm_type):
@@ -97,6 +102,15 @@ struct Layout {
   std::string rank_order = "tp-cp-ep-dp-pp";
 
   int world() const { return dp * tp * pp * cp; }
+  // Pipeline placement: the global model chunk (0 .. pp*v-1, in the order the
+  // layers run) of chunk `chunk` on stage `stage`: chunk*pp + stage (Megatron's
+  // interleaving), or the V of DualPipeV (chunk 0 = stage, chunk 1 =
+  // 2*pp-1-stage).
+  int global_chunk(int stage, int chunk) const {
+    return schedule == Schedule::kDualPipeV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+  }
+  // The stage that holds the last chunk (the LM head and the loss).
+  int head_stage() const { return schedule == Schedule::kDualPipeV ? 0 : pp - 1; }
   // The modules recompute=selective re-runs (kRecomputeCoreAttn when none are
   // named); 0 without selective recompute.
   unsigned selective_modules() const {

@@ -134,9 +134,25 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
   if (l.pp > m.num_layers)
     return invalid_argument("layout: pp=" + std::to_string(l.pp) + " is more than the model's " +
                             std::to_string(m.num_layers) + " layers; use pp <= " + std::to_string(m.num_layers));
-  if (l.virtual_stages > 1 && l.schedule != Schedule::kInterleaved)
+  if (l.schedule == Schedule::kDualPipeV) {
+    if (l.virtual_stages != 2)
+      return invalid_argument("layout: schedule=dualpipev places two model chunks on each stage (v=2), got v=" +
+                              std::to_string(l.virtual_stages) + "; set v=2 or leave v out");
+    if (l.pp < 2)
+      return invalid_argument("layout: schedule=dualpipev needs pp >= 2 (it runs 2*pp chunks as a V over the stages); "
+                              "use schedule=1f1b with pp=1");
+    if (2 * int64_t(l.pp) > m.num_layers)
+      return invalid_argument("layout: schedule=dualpipev runs 2*pp = " + std::to_string(2 * int64_t(l.pp)) +
+                              " chunks but the model has only " + std::to_string(m.num_layers) + " layers; lower pp");
+    if (l.zero > 1)
+      return invalid_argument("layout: schedule=dualpipev with zero=" + std::to_string(l.zero) +
+                              " is not modelled: its deferred weight gradients finish a chunk's gradients after the "
+                              "backward that a ZeRO-2/3 reduce-scatter follows; use zero=0 or zero=1 (DeepSeek-V3 ran "
+                              "ZeRO-1)");
+  } else if (l.virtual_stages > 1 && l.schedule != Schedule::kInterleaved) {
     return invalid_argument("layout: v=" + std::to_string(l.virtual_stages) +
                             " needs schedule=interleaved; set v=1 or schedule=interleaved");
+  }
   if (l.first_stage_layers < 0 || l.last_stage_layers < 0)
     return invalid_argument("layout: first= and last= must be >= 0 (0 = the even split)");
   if (l.first_stage_layers > 0 || l.last_stage_layers > 0) {
@@ -212,6 +228,10 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
                             "; choose a global batch that is a multiple of " + std::to_string(per_step) +
                             " or a micro batch in " + divisors_of(t.global_batch / std::max(1, l.dp), 4096));
   int64_t micro_batches = t.global_batch / per_step;
+  if (l.schedule == Schedule::kDualPipeV && micro_batches < 2 * int64_t(l.pp))
+    return invalid_argument("layout: schedule=dualpipev needs at least 2*pp = " + std::to_string(2 * int64_t(l.pp)) +
+                            " micro-batches per step (deepseek-ai/DualPipe asserts num_chunks >= num_ranks * 2), got " +
+                            std::to_string(micro_batches) + "; raise the global batch or lower the micro batch");
   if (l.schedule == Schedule::kInterleaved && micro_batches % l.pp != 0)
     return invalid_argument("layout: interleaved schedule needs the number of micro-batches (" +
                             std::to_string(micro_batches) + ") to be a multiple of pp=" + std::to_string(l.pp) +

@@ -1,10 +1,12 @@
-// Program builder: expands a pipeline schedule (GPipe, 1F1B, interleaved 1F1B)
+// Program builder: expands a pipeline schedule (GPipe, 1F1B, interleaved 1F1B,
+// DualPipeV)
 // plus the data-parallel sync ops into the per-stage op lists of core/program.h.
 //
 // Building happens in two steps per stage:
 //   1. the *compute order*: the sequence of (forward | backward, chunk, micro)
 //      the schedule runs on that stage (gpipe_order / one_f_one_b_order /
-//      interleaved_order below, the only schedule-specific code);
+//      interleaved_order / dualpipev_order below, the only schedule-specific
+//      code, with the chunk placement of ProgramConfig::global_chunk);
 //   2. the emitter wraps each compute op in its p2p and DP ops: a recv is
 //      issued right before the compute op that consumes it, a send right after
 //      the op that produces it, DP ops right after the op they follow.
@@ -35,6 +37,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::kParamGather: return "param_gather";
     case OpKind::kGradSync: return "grad_sync";
     case OpKind::kOptimizer: return "optimizer";
+    case OpKind::kWeightGrad: return "wgrad";
   }
   return "unknown";
 }
@@ -67,6 +70,7 @@ std::string Program::op_name(const Op& op) const {
     name += std::to_string(op.micro);
   }
   if (op.kind == OpKind::kBackward && op.num_parts > 1) field('p', op.part);
+  if (op.kind == OpKind::kBackward && op.defers_wgrad) name += " dgrad";
   if (op.kind == OpKind::kParamGather && op.micro >= 0) name += op.part == 0 ? " fwd" : " bwd";
   return name;
 }
@@ -164,27 +168,22 @@ const char* schedule_str(Schedule s) {
     case Schedule::kGpipe: return "gpipe";
     case Schedule::k1F1B: return "1f1b";
     case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kDualPipeV: return "dualpipev";
   }
   return "unknown";
 }
 
-// One compute op of the schedule on one stage.
-struct Step {
-  bool fwd;
-  int16_t chunk;
-  int32_t micro;
-};
 
 // GPipe: every forward, then every backward, micro-batches in ascending order
 // both times (FIFO, like 1F1B; with equal stages the timing is the same as
 // running the backwards newest-first).
-void gpipe_order(int64_t m, std::vector<Step>& out) {
+void gpipe_order(int64_t m, std::vector<ComputeStep>& out) {
   for (int64_t i = 0; i < m; ++i) out.push_back({true, 0, static_cast<int32_t>(i)});
   for (int64_t i = 0; i < m; ++i) out.push_back({false, 0, static_cast<int32_t>(i)});
 }
 
 // 1F1B (PipeDream-flush, Megatron's forward_backward_pipelining_without_interleaving).
-void one_f_one_b_order(int pp, int stage, int64_t m, std::vector<Step>& out) {
+void one_f_one_b_order(int pp, int stage, int64_t m, std::vector<ComputeStep>& out) {
   const int64_t warmup = std::min<int64_t>(pp - stage - 1, m);
   const int64_t steady = m - warmup;
   // warm-up: forwards only, filling the pipeline below this stage
@@ -200,7 +199,7 @@ void one_f_one_b_order(int pp, int stage, int64_t m, std::vector<Step>& out) {
 
 // Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving),
 // v chunks per stage, micro-batches taken in groups of pp.
-void interleaved_order(int pp, int v, int stage, int64_t m, std::vector<Step>& out) {
+void interleaved_order(int pp, int v, int stage, int64_t m, std::vector<ComputeStep>& out) {
   const int64_t total = m * v;
   const int64_t group = int64_t(pp) * v;
   // Megatron's get_model_chunk_id and micro-batch id for virtual micro-step k.
@@ -208,7 +207,7 @@ void interleaved_order(int pp, int v, int stage, int64_t m, std::vector<Step>& o
     int chunk = static_cast<int>((k / pp) % v);
     if (!fwd) chunk = v - 1 - chunk;
     int64_t micro = (k / group) * pp + k % pp;
-    return Step{fwd, static_cast<int16_t>(chunk), static_cast<int32_t>(micro)};
+    return ComputeStep{fwd, static_cast<int16_t>(chunk), static_cast<int32_t>(micro)};
   };
   const int64_t warmup = std::min<int64_t>(int64_t(pp - stage - 1) * 2 + int64_t(v - 1) * pp, total);
   const int64_t steady = total - warmup;
@@ -222,6 +221,69 @@ void interleaved_order(int pp, int v, int stage, int64_t m, std::vector<Step>& o
   // cool-down
   for (int64_t k = steady; k < total; ++k) out.push_back(step(k, false));
 }
+
+}  // namespace
+
+// DualPipeV (deepseek-ai/DualPipe 3da1bbe, dualpipe/dualpipev.py
+// DualPipeV.step) on stage r of P with m micro-batches, m >= 2P. Chunk 0 is
+// global chunk r, chunk 1 global chunk 2P-1-r. Each chunk takes its
+// micro-batches in order; a backward marked zb defers its weight gradients
+// to a later W, which runs the oldest deferred ones (WeightGradStore's
+// queue). The reference's overlapped pairs (_forward_backward_chunk: a
+// forward of one chunk beside a backward of the other) are a forward then a
+// backward here; their all-to-alls hiding behind each other is the cost
+// model's (SimOptions::ep_comm_overlap).
+void dualpipev_order(int P, int r, int64_t m, std::vector<ComputeStep>& out) {
+  int32_t f[2] = {0, 0}, b[2] = {0, 0};
+  std::deque<ComputeStep> deferred;
+  auto F = [&](int c) { out.push_back({true, int16_t(c), f[c]++}); };
+  auto B = [&](int c, bool zb = false) {
+    ComputeStep st{false, int16_t(c), b[c]++, false, zb};
+    out.push_back(st);
+    if (zb) deferred.push_back({false, int16_t(c), st.micro, true, false});
+  };
+  auto W = [&] {
+    out.push_back(deferred.front());
+    deferred.pop_front();
+  };
+  for (int i = 0; i < 2 * (P - r - 1); ++i) F(0);  // step 1: nF0
+  for (int i = 0; i < r + 1; ++i) {                  // step 2: nF0F1
+    F(0);
+    F(1);
+  }
+  for (int i = 0; i < P - r - 1; ++i) {  // step 3: nB1W1F1 (zero bubble)
+    B(1, true);
+    W();
+    F(1);
+  }
+  for (int64_t i = 0; i < m - 2 * P + r + 1; ++i) {  // step 4 (main): nF0B1F1B0
+    F(0);
+    B(1);
+    F(1);
+    B(0);
+  }
+  for (int i = 0; i < P - r - 1; ++i) {  // step 5: nB1F1B0
+    B(1);
+    F(1);
+    B(0);
+  }
+  bool zb = false;  // step 6: nB1B0, the second half deferring its weight gradients
+  for (int i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
+    B(1, zb);
+    if (i == (r + 1) / 2 && r % 2 == 0) zb = true;
+    B(0, zb);
+  }
+  for (int i = 0; i < P - r - 1; ++i) {  // step 7: nWB0 (zero bubble)
+    W();
+    B(0, true);
+  }
+  for (int i = 0; i < r + 1; ++i) W();  // step 8: nW
+  LOOM_CHECK(deferred.empty() && f[0] == m && f[1] == m && b[0] == m && b[1] == m,
+             "dualpipev_order: the schedule did not run every micro-batch once");
+}
+
+namespace {
 
 Status validate(const ProgramConfig& c) {
   auto s = [](int64_t x) { return std::to_string(x); };
@@ -239,6 +301,16 @@ Status validate(const ProgramConfig& c) {
       return invalid_argument("program: schedule=interleaved needs micro_batches divisible by pp (m=" +
                               s(c.micro_batches) + ", pp=" + s(c.pp) + "); make m a multiple of " + s(c.pp) +
                               " or use schedule=1f1b");
+  } else if (c.schedule == Schedule::kDualPipeV) {
+    if (c.virtual_stages != 2 || c.pp < 2)
+      return invalid_argument("program: schedule=dualpipev needs v=2 and pp >= 2 (got v=" + s(c.virtual_stages) +
+                              ", pp=" + s(c.pp) + ")");
+    if (c.micro_batches < 2 * int64_t(c.pp))
+      return invalid_argument("program: schedule=dualpipev needs micro_batches >= 2*pp (m=" + s(c.micro_batches) +
+                              ", pp=" + s(c.pp) + "); raise the global batch or lower the micro batch");
+    if (c.dp_comm && c.zero > 1)
+      return invalid_argument("program: schedule=dualpipev with zero=" + s(c.zero) +
+                              " is not supported (deferred weight gradients); use zero=0 or zero=1");
   } else if (c.virtual_stages != 1) {
     return invalid_argument("program: virtual_stages=" + s(c.virtual_stages) + " needs schedule=interleaved (got " +
                             schedule_str(c.schedule) + "); set v=1 or schedule=interleaved");
@@ -286,11 +358,16 @@ class Builder {
 
   int64_t unit(int stage, int chunk, int64_t micro) const { return (int64_t(stage) * v_ + chunk) * m_ + micro; }
 
-  // Global chunk g = chunk*pp + stage; its neighbours as (stage, chunk).
-  std::pair<int, int> prev_chunk(int s, int c) const { return s > 0 ? std::pair{s - 1, c} : std::pair{p_ - 1, c - 1}; }
-  std::pair<int, int> next_chunk(int s, int c) const { return s < p_ - 1 ? std::pair{s + 1, c} : std::pair{0, c + 1}; }
-  bool is_first_chunk(int s, int c) const { return s == 0 && c == 0; }
-  bool is_last_chunk(int s, int c) const { return s == p_ - 1 && c == v_ - 1; }
+  // Global chunk g (ProgramConfig::global_chunk) and back; a chunk's
+  // neighbours in layer order as (stage, chunk).
+  std::pair<int, int> place(int g) const {
+    if (c_.schedule == Schedule::kDualPipeV) return g < p_ ? std::pair{g, 0} : std::pair{2 * p_ - 1 - g, 1};
+    return {g % p_, g / p_};
+  }
+  std::pair<int, int> prev_chunk(int s, int c) const { return place(c_.global_chunk(s, c) - 1); }
+  std::pair<int, int> next_chunk(int s, int c) const { return place(c_.global_chunk(s, c) + 1); }
+  bool is_first_chunk(int s, int c) const { return c_.global_chunk(s, c) == 0; }
+  bool is_last_chunk(int s, int c) const { return c_.global_chunk(s, c) == p_ * v_ - 1; }
 
   int32_t add(OpKind kind, Stream stream, int s, int c, int64_t micro, int part, int num_parts,
               std::initializer_list<int32_t> deps) {
@@ -354,6 +431,7 @@ class Builder {
       case Schedule::kGpipe: gpipe_order(m_, order_); break;
       case Schedule::k1F1B: one_f_one_b_order(p_, s, m_, order_); break;
       case Schedule::kInterleaved: interleaved_order(p_, v_, s, m_, order_); break;
+      case Schedule::kDualPipeV: dualpipev_order(p_, s, m_, order_); break;
     }
     const int64_t n = static_cast<int64_t>(order_.size());
     const bool dp = c_.dp_comm;
@@ -369,9 +447,11 @@ class Builder {
     const bool zero3 = dp && zero == 3;
     const int ahead = c_.overlap_param_gather ? 2 : 1;  // ZeRO-3 gather for op i waits on op i-ahead
 
+    // The op that completes each chunk's gradients: its last backward, or
+    // the last deferred weight gradients after it.
     last_bwd_.assign(v_, -1);
     for (int64_t j = 0; j < n; ++j)
-      if (!order_[j].fwd) last_bwd_[order_[j].chunk] = j;
+      if (!order_[j].fwd && (order_[j].wgrad || !order_[j].defers_wgrad)) last_bwd_[order_[j].chunk] = j;
     syncs_.clear();
 
     // ZeRO-1/2 all-gather of updated parameters, overlapped with this step's
@@ -384,7 +464,7 @@ class Builder {
     gather_.assign(zero3 ? n : 0, -1);
     auto emit_gather = [&](int64_t j, int32_t after) {
       if (!zero3 || j >= n) return;
-      const Step& st = order_[j];
+      const ComputeStep& st = order_[j];
       gather_[j] = add(OpKind::kParamGather, Stream::kDpComm, s, st.chunk, st.micro, st.fwd ? 0 : 1, 1, {after});
     };
     for (int64_t j = 0; j < ahead; ++j) emit_gather(j, -1);
@@ -392,10 +472,18 @@ class Builder {
     int32_t block_on = -1;  // a blocking reduce-scatter the next compute op waits for
     int32_t last_compute = -1;
     for (int64_t j = 0; j < n; ++j) {
-      const Step& st = order_[j];
+      const ComputeStep& st = order_[j];
       const int c = st.chunk;
       const int64_t i = st.micro;
       const int32_t gather = zero3 ? gather_[j] : -1;
+      if (st.wgrad) {
+        last_compute = add(OpKind::kWeightGrad, Stream::kCompute, s, c, i, 0, 1, {block_on});
+        block_on = -1;
+        if (bucketed && c_.overlap_grad_reduce && j == last_bwd_[c])
+          for (int k = 0; k < nb; ++k)
+            syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, c, -1, k, nb, {last_compute}));
+        continue;
+      }
       if (st.fwd) {
         int32_t recv = -1;
         if (!is_first_chunk(s, c)) {
@@ -419,15 +507,19 @@ class Builder {
       }
       // The chunk's last backward is split to match its buckets: part k covers
       // the k-th slice of the chunk's layers counted from the top, as backward runs.
-      const int parts = (split && j == last_bwd_[c]) ? nb : 1;
+      // (DualPipeV's backwards stay whole: their buckets follow at once.)
+      const bool whole = c_.schedule == Schedule::kDualPipeV;
+      const int parts = (split && !whole && j == last_bwd_[c]) ? nb : 1;
       for (int k = 0; k < parts; ++k) {
         last_compute = k == 0 ? add(OpKind::kBackward, Stream::kCompute, s, c, i, 0, parts, {recv, gather, block_on})
                               : add(OpKind::kBackward, Stream::kCompute, s, c, i, k, parts, {});
         block_on = -1;
         // ZeRO 0/1 with overlap: bucket k as soon as part k is done (parts == nb here)
         if (bucketed && c_.overlap_grad_reduce && j == last_bwd_[c])
-          syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, c, -1, k, nb, {last_compute}));
+          for (int b = whole ? 0 : k; b < (whole ? nb : k + 1); ++b)
+            syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, c, -1, b, nb, {last_compute}));
       }
+      prog_.ops[size_t(last_compute)].defers_wgrad = st.defers_wgrad;
       mark_release(j, last_compute);  // after the last part
       if (!is_first_chunk(s, c) && prev_chunk(s, c).first != s)
         send_grad_[unit(s, c, i)] = add_send(OpKind::kSendGrad, s, c, i, last_compute);
@@ -441,7 +533,7 @@ class Builder {
     // ZeRO 0/1 without overlap: every bucket after the stage's last backward.
     if (bucketed && !c_.overlap_grad_reduce) {
       for (int64_t j = 0; j < n; ++j) {  // chunks in the order their last backward ran
-        if (order_[j].fwd || last_bwd_[order_[j].chunk] != j) continue;
+        if (order_[j].fwd || last_bwd_[order_[j].chunk] != j) continue;  // (a backward or a wgrad)
         for (int b = 0; b < nb; ++b)
           syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, order_[j].chunk, -1, b, nb, {last_compute}));
       }
@@ -464,7 +556,7 @@ class Builder {
   std::vector<int32_t> send_act_, send_grad_;  // op id per (stage, chunk, micro), -1 when none
   std::vector<Fixup> fixups_;
   // Per-stage scratch, reused.
-  std::vector<Step> order_;
+  std::vector<ComputeStep> order_;
   std::vector<int64_t> last_bwd_;
   std::vector<int32_t> syncs_, step_gather_, gather_;
 };
@@ -477,34 +569,38 @@ Result<Program> build_program(const ProgramConfig& config) {
 }
 
 Status check_p2p_in_order(const Program& p) {
+  // Per (receiving stage, sending stage, channel): the receives' matched
+  // sends must be the sender's sends to it on that channel, in issue order.
   const int P = int(p.stage_ops.size());
-  for (bool grad : {false, true}) {
-    const OpKind send_kind = grad ? OpKind::kSendGrad : OpKind::kSendActivation;
-    const OpKind recv_kind = grad ? OpKind::kRecvGrad : OpKind::kRecvActivation;
-    for (int r = 0; r < P; ++r) {
-      const int from = grad ? (r + 1) % P : (r + P - 1) % P;
-      std::vector<int32_t> sent, matched;
-      for (int32_t id : p.stage_ops[size_t(from)])
-        if (p.ops[size_t(id)].kind == send_kind) sent.push_back(id);
-      for (int32_t id : p.stage_ops[size_t(r)]) {
-        const Op& op = p.ops[size_t(id)];
-        if (op.kind != recv_kind) continue;
-        for (int32_t d : p.deps_of(op))
-          if (p.ops[size_t(d)].kind == send_kind) matched.push_back(d);
+  auto is_send = [](OpKind k) { return k == OpKind::kSendActivation || k == OpKind::kSendGrad; };
+  auto is_recv = [](OpKind k) { return k == OpKind::kRecvActivation || k == OpKind::kRecvGrad; };
+  for (int r = 0; r < P; ++r)
+    for (int from = 0; from < P; ++from)
+      for (int ch = 0; ch < 4; ++ch) {
+        std::vector<int32_t> sent, matched;
+        for (int32_t id : p.stage_ops[size_t(from)]) {
+          const Op& op = p.ops[size_t(id)];
+          if (is_send(op.kind) && op.peer_stage == r && int(p2p_channel(op, p.config)) == ch) sent.push_back(id);
+        }
+        for (int32_t id : p.stage_ops[size_t(r)]) {
+          const Op& op = p.ops[size_t(id)];
+          if (!is_recv(op.kind) || op.peer_stage != from || int(p2p_channel(op, p.config)) != ch) continue;
+          for (int32_t d : p.deps_of(op))
+            if (is_send(p.ops[size_t(d)].kind)) matched.push_back(d);
+        }
+        if (sent == matched) continue;
+        const bool grad = ch == int(P2pChannel::kGradient) || ch == int(P2pChannel::kGradientWrap);
+        size_t k = 0;
+        while (k < sent.size() && k < matched.size() && sent[k] == matched[k]) ++k;
+        std::string detail = k < sent.size() && k < matched.size()
+                                 ? ": the sender's transfer " + std::to_string(k) + " is " +
+                                       p.op_name(p.ops[size_t(sent[k])]) + " but the receiver expects " +
+                                       p.op_name(p.ops[size_t(matched[k])])
+                                 : "";
+        return unsupported(std::string("stage ") + std::to_string(r) + " receives its " +
+                           (grad ? "gradients" : "activations") + " from stage " + std::to_string(from) +
+                           " in another order than they are sent" + detail);
       }
-      if (sent == matched) continue;
-      size_t k = 0;
-      while (k < sent.size() && k < matched.size() && sent[k] == matched[k]) ++k;
-      std::string detail = k < sent.size() && k < matched.size()
-                               ? ": the sender's transfer " + std::to_string(k) + " is " +
-                                     p.op_name(p.ops[size_t(sent[k])]) + " but the receiver expects " +
-                                     p.op_name(p.ops[size_t(matched[k])])
-                               : "";
-      return unsupported(std::string("stage ") + std::to_string(r) + " receives its " +
-                         (grad ? "gradients" : "activations") + " from stage " + std::to_string(from) +
-                         " in another order than they are sent" + detail);
-    }
-  }
   return Status::ok();
 }
 
@@ -520,12 +616,23 @@ P2pChannel p2p_channel(const Op& op, int pp) {
   return P2pChannel::kActivation;
 }
 
+P2pChannel p2p_channel(const Op& op, const ProgramConfig& c) {
+  if (c.schedule != Schedule::kDualPipeV) return p2p_channel(op, c.pp);
+  // DualPipeV: each arm of the V has its own pair of channels (chunk 0 runs
+  // from the first stage to the last, chunk 1 back).
+  const bool grad = op.kind == OpKind::kSendGrad || op.kind == OpKind::kRecvGrad;
+  LOOM_CHECK(grad || op.kind == OpKind::kSendActivation || op.kind == OpKind::kRecvActivation,
+             "p2p_channel of a non-transfer op");
+  if (op.chunk == 0) return grad ? P2pChannel::kGradient : P2pChannel::kActivation;
+  return grad ? P2pChannel::kGradientWrap : P2pChannel::kActivationWrap;
+}
+
 Status check_p2p_progress(const Program& p, bool wrap_channels) {
   const int P = int(p.stage_ops.size());
   auto is_send = [](OpKind k) { return k == OpKind::kSendActivation || k == OpKind::kSendGrad; };
   auto is_recv = [](OpKind k) { return k == OpKind::kRecvActivation || k == OpKind::kRecvGrad; };
   auto channel = [&](const Op& op) {
-    int c = int(p2p_channel(op, P));
+    int c = int(p2p_channel(op, p.config));
     return wrap_channels ? c : c % 2;
   };
   std::vector<std::array<std::deque<int32_t>, 4>> queue(static_cast<size_t>(P));  // per stage and channel, in issue order
@@ -555,7 +662,7 @@ Status check_p2p_progress(const Program& p, bool wrap_channels) {
         auto& q = queue[size_t(s)][size_t(c)];
         if (q.empty() || !is_send(p.ops[size_t(q.front())].kind)) continue;
         const Op& send = p.ops[size_t(q.front())];
-        const int peer = send.kind == OpKind::kSendActivation ? (s + 1) % P : (s + P - 1) % P;
+        const int peer = send.peer_stage;
         auto& pq = queue[size_t(peer)][size_t(c)];
         if (pq.empty()) continue;
         const Op& recv = p.ops[size_t(pq.front())];

@@ -14,7 +14,10 @@
 //
 // Ops, all coarse:
 //   kForward / kBackward  one model chunk, one micro-batch (backward includes
-//                         recompute and both input- and weight-gradients)
+//                         recompute and both input- and weight-gradients,
+//                         unless it defers the weight gradients)
+//   kWeightGrad           the deferred weight gradients of one earlier
+//                         backward (DualPipeV's zero-bubble W)
 //   kSend* / kRecv*       pipeline p2p of activations (forward) or gradients
 //                         (backward) between neighbouring stages
 //   kParamGather          ZeRO-3: all-gather of a chunk's parameters before its
@@ -45,6 +48,7 @@ enum class OpKind : uint8_t {
   kParamGather,
   kGradSync,
   kOptimizer,
+  kWeightGrad,
 };
 const char* op_kind_name(OpKind k);  // "fwd", "bwd", "send_act", ...
 
@@ -57,7 +61,7 @@ struct Op {
   OpKind kind = OpKind::kForward;
   Stream stream = Stream::kCompute;
   int16_t stage = 0;      // pipeline rank, 0..pp-1
-  int16_t chunk = 0;      // model chunk on this stage, 0..v-1 (global chunk = chunk*pp + stage)
+  int16_t chunk = 0;      // model chunk on this stage, 0..v-1 (global chunk: ProgramConfig::global_chunk)
   int32_t micro = -1;     // micro-batch index, -1 when the op is per step
   int16_t part = 0;       // backward part / gradient bucket index within the chunk;
                           // ZeRO-3 param gather: 0 = before the forward, 1 = before the backward
@@ -73,6 +77,9 @@ struct Op {
   // ZeRO-3: a compute op after which the chunk's gathered parameters are
   // released (no later op before the next gather uses them).
   bool releases_params = false;
+  // A backward that leaves its weight gradients to a later kWeightGrad op of
+  // the same chunk and micro-batch (zero-bubble scheduling).
+  bool defers_wgrad = false;
 };
 
 struct ProgramConfig {
@@ -86,6 +93,12 @@ struct ProgramConfig {
   int grad_buckets = 1;         // buckets per chunk; the last backward of a chunk is split to match
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
+
+  // The global chunk (in layer order) of chunk `chunk` on stage `stage`:
+  // Layout::global_chunk's rule.
+  int global_chunk(int stage, int chunk) const {
+    return schedule == Schedule::kDualPipeV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+  }
 };
 
 // Gradient buckets per chunk when nothing says otherwise (Megatron's default
@@ -134,18 +147,38 @@ struct Program {
 // chunk `peer_chunk` (on the receiving stage) for micro-batch `micro`.
 int32_t p2p_tag(bool grad, int peer_chunk, int32_t micro);
 
+// One compute op of a schedule on one stage: a forward, a backward (which
+// may defer its weight gradients), or the deferred weight gradients (wgrad)
+// of an earlier backward of that chunk and micro-batch.
+struct ComputeStep {
+  bool fwd;
+  int16_t chunk;
+  int32_t micro;
+  bool wgrad = false;
+  bool defers_wgrad = false;
+};
+// DualPipeV's compute order on stage `stage` of `pp` with `m` >= 2*pp
+// micro-batches (deepseek-ai/DualPipe dualpipev.py DualPipeV.step), as
+// build_program expands it; appended to `out`.
+void dualpipev_order(int pp, int stage, int64_t m, std::vector<ComputeStep>& out);
+
 // Expands the schedule. Errors: kInvalidArgument when m, pp or v make the
-// schedule impossible (interleaved needs m % pp == 0 and v >= 2; pp >= 1).
+// schedule impossible (interleaved needs m % pp == 0 and v >= 2; dualpipev
+// v == 2, pp >= 2, m >= 2*pp and zero <= 1; pp >= 1).
 // Complexity O(pp * v * m) time and memory.
 Result<Program> build_program(const ProgramConfig& config);
 
 // The channel a pipeline transfer (a send or recv op) travels on:
 // activations or gradients, and whether it wraps between the last stage and
 // the first (interleaved schedules: the last stage feeds the next chunk of
-// stage 0, and stage 0 returns its gradient). An executor without message
-// tags (NCCL) gives each channel its own communicator and stream.
+// stage 0, and stage 0 returns its gradient) or, under DualPipeV, belongs to
+// chunk 1 (the V's second arm, which runs from the last stage back to the
+// first). An executor without message tags (NCCL) gives each channel its own
+// communicator and stream.
 enum class P2pChannel { kActivation = 0, kGradient = 1, kActivationWrap = 2, kGradientWrap = 3 };
 P2pChannel p2p_channel(const Op& op, int pp);
+// The same for any schedule (DualPipeV's arms have channels of their own).
+P2pChannel p2p_channel(const Op& op, const ProgramConfig& config);
 
 // Whether the transfers can make progress when each (stage, channel) is one
 // first-in-first-out stream on which a send completes only once its receive

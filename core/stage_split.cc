@@ -6,18 +6,20 @@ namespace loom {
 
 int StageSplit::stage_layers(int stage) const {
   int n = 0;
-  for (int c = 0; c < v; ++c) n += chunk_layers[c * pp + stage];
+  for (int c = 0; c < v; ++c) n += chunk_layers[size_t(global(stage, c))];
   return n;
 }
 
 int StageSplit::stage_moe_layers(int stage) const {
   int n = 0;
-  for (int c = 0; c < v; ++c) n += chunk_moe_layers[c * pp + stage];
+  for (int c = 0; c < v; ++c) n += chunk_moe_layers[size_t(global(stage, c))];
   return n;
 }
 
 StageSplit split_layers(const ModelSpec& model, const Layout& l) {
-  return split_layers(model, l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers);
+  StageSplit s = split_layers(model, l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers);
+  s.v_shape = l.schedule == Schedule::kDualPipeV;
+  return s;
 }
 
 RecomputedLayers chunk_recomputed_layers(const ModelSpec& model, const Layout& l, const StageSplit& split, int g) {
@@ -39,7 +41,7 @@ RecomputedLayers chunk_recomputed_layers(const ModelSpec& model, const Layout& l
 RecomputedLayers stage_recomputed_layers(const ModelSpec& model, const Layout& l, const StageSplit& split, int stage) {
   RecomputedLayers r;
   for (int c = 0; c < l.virtual_stages; ++c) {
-    const RecomputedLayers x = chunk_recomputed_layers(model, l, split, c * l.pp + stage);
+    const RecomputedLayers x = chunk_recomputed_layers(model, l, split, l.global_chunk(stage, c));
     r.dense += x.dense;
     r.moe += x.moe;
   }

@@ -11,9 +11,11 @@ namespace loom {
 // How the layers are split over the pp*v model chunks.
 struct StageSplit {
   int pp = 1, v = 1;
-  std::vector<int> chunk_first_layer;  // global chunk g = chunk*pp + stage
+  bool v_shape = false;  // DualPipeV's placement (Layout::global_chunk)
+  std::vector<int> chunk_first_layer;  // by global chunk (Layout::global_chunk)
   std::vector<int> chunk_layers;
   std::vector<int> chunk_moe_layers;
+  int global(int stage, int chunk) const { return v_shape && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage; }
   int stage_layers(int stage) const;
   int stage_moe_layers(int stage) const;
 };

@@ -16,6 +16,7 @@ QColor op_color(OpKind k) {
   switch (k) {
     case OpKind::kForward: return QColor(0x4c, 0x72, 0xb0);
     case OpKind::kBackward: return QColor(0x55, 0xa8, 0x68);
+    case OpKind::kWeightGrad: return QColor(0x8c, 0xc8, 0x96);
     case OpKind::kSendActivation:
     case OpKind::kRecvActivation:
     case OpKind::kSendGrad:
@@ -94,7 +95,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawRect(box);
     if (op.micro >= 0 && box.width() > 16) {
       p.setPen(Qt::white);
-      p.drawText(box, Qt::AlignCenter, QString("%1%2").arg(op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kBackward ? "B" : "").arg(op.micro));
+      p.drawText(box, Qt::AlignCenter, QString("%1%2").arg(op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kBackward ? "B" : op.kind == OpKind::kWeightGrad ? "W" : "").arg(op.micro));
     }
   }
   p.setClipping(false);

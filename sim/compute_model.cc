@@ -502,6 +502,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s + c.fwd_cp_s;
   c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s + c.bwd_cp_s;
+  c.wgrad_s = gemm.bwd_s / 2;
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
@@ -720,6 +721,7 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   c.fwd_s = head_gemm_fwd + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
   c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
+  c.wgrad_s = head_gemm_bwd / 2;
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;
   return c;
@@ -736,6 +738,7 @@ PieceCost mtp_projection_cost(const ModelSpec& m, const HwProfile& hw, const Sim
   const double bytes = T * h * e * r * (1 + 2 * 2 + 2 * 2);
   c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, bytes, 4) + gemm.cast_s(gemm.fp8_inputs);
   c.bwd_s = gemm.bwd_s + mem_time_s(hw, opt, 2 * bytes, 4) + gemm.cast_s(gemm.fp8_output_grads);
+  c.wgrad_s = gemm.bwd_s / 2;
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;

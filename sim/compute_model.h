@@ -43,6 +43,10 @@ struct PieceCost {
   double fwd_s = 0;        // compute + exposed TP/EP comm of the forward
   double bwd_s = 0;        // compute + exposed comm of the backward, without recompute
   double recompute_s = 0;  // extra forward work redone in backward
+  // The weight-gradient GEMMs inside bwd_s: half the GEMMs' backward (each
+  // linear's wgrad has its dgrad's FLOPs). What a zero-bubble schedule
+  // (DualPipeV's W) runs apart from the rest of the backward.
+  double wgrad_s = 0;
   // The communication parts of the above (already included in them).
   double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;
   double fwd_ep_s = 0, bwd_ep_s = 0;

@@ -2,6 +2,7 @@
 
 #include "core/executor_head.h"
 #include "sim/dp_exposure.h"
+#include "sim/dualpipev_time.h"
 #include "core/throughput.h"
 
 #include <algorithm>
@@ -146,6 +147,7 @@ void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
   if (!sc.chunk_fwd_s.empty()) {
     sc.chunk_fwd_s[chunk] += pc.fwd_s * count;
     sc.chunk_bwd_s[chunk] += (pc.bwd_s + pc.recompute_s) * count;
+    sc.chunk_wgrad_s[chunk] += pc.wgrad_s * count;
   }
   sc.tp_s += (pc.fwd_tp_s + pc.bwd_tp_s + pc.recompute_tp_s) * count;
   sc.ep_s += (pc.fwd_ep_s + pc.bwd_ep_s) * count;
@@ -246,13 +248,15 @@ const StageSplit& Evaluator::split(const Layout& l) const {
   thread_local uint64_t key_id[kSlots] = {};
   thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {}, key_first[kSlots] = {}, key_last[kSlots] = {};
   thread_local StageSplit value[kSlots];
-  const size_t h = cache_slot({l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers}, kSlots);
-  if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != l.virtual_stages || key_first[h] != l.first_stage_layers ||
+  // The V placement (DualPipeV) sums other chunks into a stage: part of the key.
+  const int v_key = l.virtual_stages + (l.schedule == Schedule::kDualPipeV ? 1 << 20 : 0);
+  const size_t h = cache_slot({l.pp, v_key, l.first_stage_layers, l.last_stage_layers}, kSlots);
+  if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != v_key || key_first[h] != l.first_stage_layers ||
       key_last[h] != l.last_stage_layers) {
     value[h] = split_layers(model_, l);
     key_id[h] = id_;
     key_pp[h] = l.pp;
-    key_v[h] = l.virtual_stages;
+    key_v[h] = v_key;
     key_first[h] = l.first_stage_layers;
     key_last[h] = l.last_stage_layers;
   }
@@ -273,7 +277,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   sc.chunk_max_s = sc.chunk0_fwd_s = 0;
   for (int c = 0; c < l.virtual_stages; ++c) {
     const double before = sc.fwd_s + sc.bwd_s + sc.recompute_s, fwd_before = sc.fwd_s;
-    int g = c * l.pp + s;
+    int g = l.global_chunk(s, c);
     int moe_layers = split.chunk_moe_layers[g];
     int dense_layers = split.chunk_layers[g] - moe_layers;
     // Partial recompute: the first recompute_layers of the chunk recompute,
@@ -376,7 +380,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // Multi-token prediction keeps a copy of the embedding on the last stage
   // too (Megatron-core's gpt_model.py builds it where mtp_process), reduced
   // with the first stage's the same way.
-  if (embedding_copy_on_last_stage(model_, l.pp) && (s == 0 || s == l.pp - 1)) {
+  if (embedding_copy_on_last_stage(model_, l) && (s == 0 || s == l.pp - 1)) {
     const GroupShape pp = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
     GroupShape pair;
     pair.ranks = 2;
@@ -398,6 +402,7 @@ std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
     StageCosts& sc = out[s];
     sc.chunk_fwd_s.assign(l.virtual_stages, 0);
     sc.chunk_bwd_s.assign(l.virtual_stages, 0);
+    sc.chunk_wgrad_s.assign(l.virtual_stages, 0);
     sc.chunk_grad_fraction.assign(l.virtual_stages, 0);
     fill_stage(l, pc, split, s, sc);
     sc.norm_sync_s = norm_s;
@@ -587,6 +592,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
   RecomputedLayers prev_rec{-1, -1}, mem_rec{-1, -1};
   const int64_t micro_batches = l.num_micro_batches(train_.global_batch);
   const std::vector<P2pBuffers>* p2p = act.executor.p2p;
+  // DualPipeV's pipeline time needs each stage's chunks apart (its stages
+  // hold different pairs of chunks, so none shares another's costs).
+  const bool v_shape = l.schedule == Schedule::kDualPipeV;
   for (int s = 0; s < l.pp; ++s) {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
     const RecomputedLayers rec = l.recompute_layers > 0 ? stage_recomputed_layers(model_, l, split, s) : RecomputedLayers{};
@@ -610,7 +618,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
       }
     }
     // (Under the all-to-all overlap each stage has its own unpaired share.)
-    if (!ends && s > 1 && layers == prev_layers && moe == prev_moe && rec == prev_rec &&
+    if (!ends && !v_shape && s > 1 && layers == prev_layers && moe == prev_moe && rec == prev_rec &&
         !(opt_.ep_comm_overlap && moe > 0)) {
       kind[s] = kind[s - 1];
       continue;
@@ -621,6 +629,15 @@ Estimate Evaluator::estimate(const Layout& l) const {
     prev_rec = ends ? RecomputedLayers{-1, -1} : rec;
     sc.fwd_s = sc.bwd_s = sc.recompute_s = sc.tp_s = sc.ep_s = sc.cp_s = sc.flops_per_micro = sc.weight_cast_s = 0;
     sc.traffic_per_micro = Traffic{};
+    if (v_shape) {
+      sc.chunk_fwd_s.assign(2, 0);
+      sc.chunk_bwd_s.assign(2, 0);
+      sc.chunk_wgrad_s.assign(2, 0);
+    } else {
+      sc.chunk_fwd_s.clear();
+      sc.chunk_bwd_s.clear();
+      sc.chunk_wgrad_s.clear();
+    }
     fill_stage(l, pc, split, s, sc);
   }
   est.fits = est.peak_memory_bytes <= hw_.accel.memory_bytes;
@@ -647,7 +664,20 @@ Estimate Evaluator::estimate(const Layout& l) const {
   }
   const double t_p2p = p2p_time_s(l);
   double pipe, blocking_extra = 0;
-  if (l.schedule == Schedule::kInterleaved) {
+  if (v_shape) {
+    // DualPipeV: its order replayed with each stage's chunk times.
+    thread_local std::vector<DualPipeVStageTimes> chunk_times;
+    chunk_times.assign(size_t(p), {});
+    for (int s = 0; s < p; ++s) {
+      const StageCosts& sc = stages[kind[s]];
+      for (int c = 0; c < 2; ++c) {
+        chunk_times[size_t(s)].fwd[c] = sc.chunk_fwd_s[size_t(c)];
+        chunk_times[size_t(s)].bwd[c] = sc.chunk_bwd_s[size_t(c)];
+        chunk_times[size_t(s)].wgrad[c] = sc.chunk_wgrad_s[size_t(c)];
+      }
+    }
+    pipe = dualpipev_pipeline_s(p, m, chunk_times, t_p2p);
+  } else if (l.schedule == Schedule::kInterleaved) {
     // The fill and the drain: (p − 1) chunk executions of the other stages,
     // each at its slowest chunk (with equal chunks, (Σ_s t_s − t_max)/v).
     pipe = double(m) * t_max + (chunk_max_sum - chunk_max_crit) + 2.0 * (double(p) * v - 1) * t_p2p;
@@ -712,7 +742,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
   StepBreakdown& tb = est.time;
   split_compute(c, m, &tb);
   tb.pp_comm_s =
-      l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved ? double(p) * v - 1 : p - 1) * t_p2p + blocking_extra : 0;
+      l.pp > 1 ? 2.0 * (l.schedule == Schedule::kInterleaved || v_shape ? double(p) * v - 1 : p - 1) * t_p2p +
+                     blocking_extra
+               : 0;
   tb.bubble_s = std::max(0.0, pipe - double(m) * t_max - tb.pp_comm_s);
   tb.dp_comm_s = dp_exposed;
   tb.contention_s = contention;

@@ -88,6 +88,7 @@ struct StageCosts {
   int layers = 0, moe_layers = 0;
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;  // one micro-batch, all chunks of the stage
   std::vector<double> chunk_fwd_s, chunk_bwd_s;  // per chunk; bwd includes recompute
+  std::vector<double> chunk_wgrad_s;             // per chunk: the weight-gradient GEMMs inside chunk_bwd_s
   double chunk_max_s = 0;   // the slowest chunk's fwd + bwd + recompute
   double chunk0_fwd_s = 0;  // the first chunk's forward
   double tp_s = 0, ep_s = 0, cp_s = 0;           // exposed, included above (one micro-batch)

@@ -10,6 +10,20 @@
 
 namespace loom {
 
+namespace {
+
+// Megatron-LM and DeepSpeed run no DualPipeV.
+Status refuse_dualpipev(const Layout& l, const std::string& stack) {
+  if (l.schedule != Schedule::kDualPipeV) return Status::ok();
+  return unsupported("export " + stack + ": schedule=dualpipev has no " +
+                     (stack == "megatron" ? "Megatron-LM equivalent (its pipeline runs 1F1B and interleaved 1F1B)"
+                                          : "DeepSpeed equivalent (its pipeline engine runs 1F1B)") +
+                     "; use --export torchtitan (pipeline_parallel_schedule = \"DualPipeV\", torchtitan 803906b8f and "
+                     "later), or plan with schedule=1f1b or interleaved");
+}
+
+}  // namespace
+
 Status megatron_split_status(const ModelSpec& m, const Layout& l) {
   if (l.schedule == Schedule::kInterleaved) {
     if (l.first_stage_layers > 0 || l.last_stage_layers > 0)
@@ -63,6 +77,7 @@ std::string megatron_pipeline_layout(const ModelSpec& m, const Layout& l) {
 }
 
 Result<std::string> export_megatron_args(const Plan& p) {
+  LOOM_RETURN_IF_ERROR(refuse_dualpipev(p.layout, "megatron"));
   const Layout& l = p.layout;
   const ModelSpec& m = p.model;
   const TrainSpec& t = p.train;
@@ -208,6 +223,7 @@ Result<std::string> export_megatron_args(const Plan& p) {
 }
 
 Result<std::string> export_deepspeed_config(const Plan& p) {
+  LOOM_RETURN_IF_ERROR(refuse_dualpipev(p.layout, "deepspeed"));
   const Layout& l = p.layout;
   const TrainSpec& t = p.train;
   if (l.pp > 1 && l.zero >= 2)
@@ -286,7 +302,10 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
     o << "context_parallel_rotate_method = \"alltoall\"\n";
   }
   if (l.pp > 1) {
-    const char* sched = l.schedule == Schedule::kGpipe ? "GPipe" : l.schedule == Schedule::k1F1B ? "1F1B" : "Interleaved1F1B";
+    const char* sched = l.schedule == Schedule::kGpipe       ? "GPipe"
+                        : l.schedule == Schedule::k1F1B      ? "1F1B"
+                        : l.schedule == Schedule::kDualPipeV ? "DualPipeV"
+                                                             : "Interleaved1F1B";
     o << "pipeline_parallel_schedule = \"" << sched << "\"\n";
     o << "pipeline_parallel_microbatch_size = " << l.micro_batch << "\n";
     // The split stated module by module (torchtitan's module_fqns_per_model_part,

@@ -15,8 +15,9 @@
 
 namespace loom {
 
-bool embedding_copy_on_last_stage(const ModelSpec& m, int pp) {
-  return pp > 1 && (m.tied_embeddings || m.num_mtp_layers > 0);
+bool embedding_copy_on_last_stage(const ModelSpec& m, const Layout& l) {
+  // DualPipeV's V puts the head on the embedding's stage: one copy serves both.
+  return l.pp > 1 && l.head_stage() != 0 && (m.tied_embeddings || m.num_mtp_layers > 0);
 }
 
 StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& split, int stage) {
@@ -32,12 +33,12 @@ StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& 
   };
   add_blocks(split.stage_layers(stage), split.stage_moe_layers(stage));
   if (stage == 0) p.dense += double(m.embedding_params()) / t + double(m.position_params());
-  if (stage == l.pp - 1) {
+  if (stage == l.head_stage()) {
     p.dense += double(m.final_norm_params());
     if (!m.tied_embeddings) p.dense += double(m.lm_head_params()) / t;
     // The embedding's copy: the tied head's matrix, or the one multi-token
     // prediction keeps.
-    if (embedding_copy_on_last_stage(m, l.pp)) p.dense += double(m.embedding_params()) / t;
+    if (embedding_copy_on_last_stage(m, l)) p.dense += double(m.embedding_params()) / t;
     // Multi-token-prediction modules (DeepSeek-V3 section 2.2), on the last
     // stage: a block like the last layer, two RMSNorms and a 2h x h
     // projection each; the output head and the embedding are shared.
@@ -158,6 +159,9 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
   if (!built.is_ok() || int(built->stage_ops.size()) != config.pp) return out;
   const Program& prog = *built;
   const int pp = config.pp, last_global = pp * std::max(1, config.virtual_stages) - 1;
+  // (A chunk whose neighbour sits on the same stage passes its output in place:
+  // DualPipeV's tip, global chunks pp-1 and pp on the last stage.)
+  const bool v_shape = config.schedule == Schedule::kDualPipeV;
   // Each op's position in its stage's issue order, and each receive by (stage, kind, tag).
   std::vector<int> pos(prog.ops.size(), 0);
   std::map<std::tuple<int, int, int>, int32_t> recv_of;
@@ -212,7 +216,9 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
     const std::vector<int32_t>& mine = prog.stage_ops[size_t(stage)];
     for (size_t i = 0; i < mine.size(); ++i) {
       const Op& op = prog.ops[size_t(mine[i])];
-      const int global = op.chunk * pp + op.stage;
+      const int global = config.global_chunk(op.stage, op.chunk);
+      const bool in_from_peer = global != 0 && !(v_shape && global == pp);
+      const bool out_to_peer = global != last_global && !(v_shape && global == pp - 1);
       switch (op.kind) {
         case OpKind::kRecvActivation:
         case OpKind::kRecvGrad: ++live; break;
@@ -220,14 +226,14 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
         case OpKind::kSendGrad: --live; break;
         case OpKind::kForward:
           ++in_flight;
-          if (global != last_global) ++live;  // the output, until sent
-          if (global != 0) --live;            // the received input, consumed
+          if (out_to_peer) ++live;  // the output, until sent
+          if (in_from_peer) --live;  // the received input, consumed
           break;
         case OpKind::kBackward: {
           const bool last_part = op.part == op.num_parts - 1;
           if (op.part == 0) {
             // The input's gradient is allocated before a one-part backward runs.
-            const Moment m{int(i), live + (last_part && global != 0 ? 1 : 0)};
+            const Moment m{int(i), live + (last_part && in_from_peer ? 1 : 0)};
             if (in_flight > best_in_flight) peak.clear();
             if (in_flight >= best_in_flight) {
               best_in_flight = in_flight;
@@ -236,8 +242,8 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
           }
           if (last_part) {
             --in_flight;
-            if (global != 0) ++live;            // the input's gradient, until sent
-            if (global != last_global) --live;  // the received gradient, consumed
+            if (in_from_peer) ++live;  // the input's gradient, until sent
+            if (out_to_peer) --live;   // the received gradient, consumed
           }
           break;
         }
@@ -362,7 +368,7 @@ void executor_transients(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // forward has a moment of its own, at a block's GEMMs: the normed input
   // (local and gathered), the last layer's spare output buffer, and the
   // block's logits and per-row statistics.
-  const bool last = stage == l.pp - 1;
+  const bool last = stage == l.head_stage();
   const bool fused = executor_head_grad_in_forward(l.zero);
   double head_keep = 0, held_heads = 0, head_fwd_act = 0, head_fwd_ws = 0;
   if (last) {
@@ -559,6 +565,10 @@ int64_t in_flight_micro_batches(const Layout& l, int64_t m, int stage, bool ep_o
       int64_t v = l.virtual_stages;
       return std::min<int64_t>(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1 + (ep_overlap ? 1 : 0));
     }
+    case Schedule::kDualPipeV:
+      // Chunk-micro-batches: 2p + 1 on every stage (the reference order
+      // replayed; deepseek-ai/DualPipe's README: PP + 1 for PP stages).
+      return std::min<int64_t>(2 * m, 2 * p + 1);
   }
   return m;
 }
@@ -681,9 +691,10 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   const double r = l.sequence_parallel ? 1.0 / l.tp : 1.0;
   const int layers = sm.layers, moe_layers = split.stage_moe_layers(stage), dense_layers = layers - moe_layers;
   // Interleaved counts chunk-micro-batches: each holds layers / v layers.
-  const double per_unit = l.schedule == Schedule::kInterleaved ? 1.0 / l.virtual_stages : 1.0;
+  const double per_unit =
+      l.schedule == Schedule::kInterleaved || l.schedule == Schedule::kDualPipeV ? 1.0 / l.virtual_stages : 1.0;
   if (loom_executor) {
-    const int top_chunk = (l.virtual_stages - 1) * l.pp + stage;
+    const int top_chunk = l.global_chunk(stage, l.virtual_stages - 1);
     const int top_chunk_kept =
         split.chunk_layers[top_chunk] - chunk_recomputed_layers(m, l, split, top_chunk).total();
     executor_transients(m, l, train, act.executor, stage, layers, moe_layers, stage_recomputed_layers(m, l, split, stage),
@@ -707,7 +718,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
       sm.activations_bytes += std::max(dense_layers > 0 ? act.rerun : 0.0, moe_layers > 0 ? act.rerun_moe : 0.0);
     }
     if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
-    if (stage == l.pp - 1) {
+    if (stage == l.head_stage()) {
       // One micro-batch's logits: 16-bit logits and the fp32 copy the
       // framework's cross-entropy makes (Megatron's vocab-parallel loss upcasts).
       sm.activations_bytes += T * (double(m.vocab) / l.tp) * (e + 4) + T * h * e * r;

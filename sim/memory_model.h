@@ -42,7 +42,7 @@ StageParams stage_params(const ModelSpec& model, const Layout& layout, const Sta
 // whose gradient is all-reduced with the first stage's: a tied output head,
 // or multi-token prediction (Megatron-core builds the embedding on the MTP
 // stage).
-bool embedding_copy_on_last_stage(const ModelSpec& model, int pp);
+bool embedding_copy_on_last_stage(const ModelSpec& model, const Layout& layout);
 
 // Activation bytes one layer keeps for backward, per micro-batch, on one rank.
 double layer_activation_bytes(const ModelSpec& model, const Layout& layout, const SimOptions& opt, int64_t seq,

@@ -81,7 +81,11 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
               if (sp.fix_schedule && sched != *sp.fix_schedule) continue;
               if (pp == 1 && sched != Schedule::k1F1B && !sp.fix_schedule) continue;
               std::vector<int> vs{1};
-              if (sched == Schedule::kInterleaved) {
+              if (sched == Schedule::kDualPipeV) {
+                // Two chunks a stage as a V, at least 2*pp micro-batches, ZeRO 0/1.
+                if (pp < 2 || mb < 2 * int64_t(pp) || zero > 1 || 2 * pp > m.num_layers) continue;
+                vs = {2};
+              } else if (sched == Schedule::kInterleaved) {
                 vs.clear();
                 if (pp < 2 || mb % pp) continue;
                 int per_stage = m.num_layers / pp;
@@ -407,6 +411,15 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
                                    "fewer on the last, or on the first and last, chunk)");
     } else if (k == "schedule") {
       LOOM_ASSIGN_OR_RETURN(Schedule s, parse_schedule(v));
+      if (std::find(sp.schedules.begin(), sp.schedules.end(), s) == sp.schedules.end()) {
+        std::string runs;
+        for (Schedule x : sp.schedules) runs += std::string(runs.empty() ? "" : ", ") + schedule_name(x);
+        return invalid_argument("--fix: schedule=" + v + " is not among the schedules of the modelled stack (" + runs +
+                                ": Loom's executor, or the --framework's list)" +
+                                (s == Schedule::kDualPipeV ? "; DualPipeV runs under --framework torchtitan, or "
+                                                             "evaluate one layout with --layout ...,schedule=dualpipev"
+                                                           : ""));
+      }
       sp.fix_schedule = s;
     } else if (k == "recompute") {
       LOOM_ASSIGN_OR_RETURN(Recompute r, parse_recompute(v));

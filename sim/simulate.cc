@@ -22,7 +22,11 @@ std::vector<double> op_durations(const Evaluator& eval, const Layout& l, const P
     double t = 0;
     switch (op.kind) {
       case OpKind::kForward: t = sc.chunk_fwd_s[op.chunk]; break;
-      case OpKind::kBackward: t = sc.chunk_bwd_s[op.chunk] / std::max<int>(1, op.num_parts); break;
+      case OpKind::kBackward:
+        t = (sc.chunk_bwd_s[op.chunk] - (op.defers_wgrad ? sc.chunk_wgrad_s[op.chunk] : 0.0)) /
+            std::max<int>(1, op.num_parts);
+        break;
+      case OpKind::kWeightGrad: t = sc.chunk_wgrad_s[op.chunk]; break;
       case OpKind::kSendActivation:
       case OpKind::kSendGrad: t = 0; break;  // the transfer is timed on the receiving side
       case OpKind::kRecvActivation:

@@ -69,6 +69,11 @@ Status executor_runs_layout(const Layout& l) {
     return unsupported("execute: the plan recomputes Megatron's modules " + recompute_modules_text(l.recompute_modules) +
                        " (recompute_modules); Loom's executor re-runs the attention core only under "
                        "recompute=selective: plan without recompute_modules, or run the plan's --export megatron");
+  if (l.schedule == Schedule::kDualPipeV)
+    return unsupported("execute: the plan's schedule is dualpipev, which Loom's executor does not run (its backward "
+                       "computes the weight gradients with the input gradients, so it has no deferred W to place); "
+                       "plan with schedule=1f1b or interleaved, or run the plan's --export torchtitan "
+                       "(pipeline_parallel_schedule = \"DualPipeV\")");
   return Status::ok();
 }
 
@@ -369,6 +374,9 @@ Status Trainer::Impl::run_op(const Op& op) {
       LOOM_RETURN_IF_ERROR(sharding->param_gather(op.chunk));
       times.dp_comm_exposed_s += op_seconds();
       break;
+    case OpKind::kWeightGrad:
+      return unsupported("execute: the program defers weight gradients (" + program.op_name(op) +
+                         "), which Loom's executor does not run");
     case OpKind::kOptimizer:
       LOOM_RETURN_IF_ERROR(pipeline->wait_sends());  // the stage's last sends: pipeline time
       times.pipeline_wait_s += seconds_since(t0);

@@ -44,6 +44,28 @@ TEST(Layout, ParseAndPrintRoundTrip) {
 // fewer on the first and the last stage (Llama 3 report, section 3.3.2):
 // first=7, last=7 leaves 112 for the 14 middle stages, 8 each, as a 128-layer
 // model would have everywhere.
+// DualPipeV: v = 2 implied, printed and parsed back; the V placement puts
+// the first and the last global chunk on stage 0.
+TEST(Layout, DualPipeVPlacesItsTwoChunksAsAV) {
+  auto l = parse_layout("dp=2,pp=4,schedule=dualpipev,zero=1");
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  EXPECT_EQ(l->schedule, Schedule::kDualPipeV);
+  EXPECT_EQ(l->virtual_stages, 2);
+  auto back = parse_layout(l->to_string());
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(*back, *l);
+  EXPECT_EQ(l->head_stage(), 0);
+  const int expect[4][2] = {{0, 7}, {1, 6}, {2, 5}, {3, 4}};
+  for (int s = 0; s < 4; ++s)
+    for (int c = 0; c < 2; ++c) EXPECT_EQ(l->global_chunk(s, c), expect[s][c]) << s << "," << c;
+  // Llama-3-8B's 32 layers over 8 chunks of 4: stage 0 runs layers 0-3 and 28-31.
+  ModelSpec m = load_model_or_die("llama-3-8b");
+  const StageSplit split = split_layers(m, *l);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(split.stage_layers(s), 8);
+  EXPECT_EQ(split.chunk_first_layer[size_t(split.global(0, 1))], 28);
+  EXPECT_EQ(parse_layout("dp=2,pp=4,schedule=interleaved,v=2")->head_stage(), 3);
+}
+
 TEST(Layout, PinnedFirstAndLastChunks) {
   auto l = parse_layout("dp=8,tp=8,pp=16,first=7,last=7");
   ASSERT_TRUE(l.is_ok()) << l.status().to_string();
@@ -127,6 +149,10 @@ TEST(Layout, ValidateRejectsImpossibleLayoutsWithAFix) {
       {"dp=1,sp=1", 1, "needs tp > 1"},
       {"dp=1,pp=16,schedule=interleaved,v=4", 16, "chunks but only 32 layers"},
       {"dp=2,micro=0", 2, "micro=0 must be >= 1"},
+      {"dp=1,pp=4,schedule=dualpipev,v=3", 4, "two model chunks on each stage (v=2)"},
+      {"dp=1,schedule=dualpipev", 1, "dualpipev needs pp >= 2"},
+      {"dp=1,pp=2,schedule=dualpipev,zero=2", 2, "zero=2 is not modelled"},
+      {"dp=1,pp=32,schedule=dualpipev", 32, "64 chunks but the model has only 32 layers"},
   };
   for (const BadCase& c : cases) {
     auto l = parse_layout(c.layout);
@@ -140,6 +166,11 @@ TEST(Layout, ValidateRejectsImpossibleLayoutsWithAFix) {
   auto l = parse_layout("dp=2,pp=3,schedule=interleaved,v=2");
   Status s = validate_layout(*l, m30, train(64), 6);
   EXPECT_NE(s.message().find("multiple of pp=3"), std::string::npos) << s.message();
+  // DualPipeV needs 2*pp micro-batches (deepseek-ai/DualPipe asserts it):
+  // 64 / (2 * 8) = 4 < 2 * 4.
+  auto few = parse_layout("dp=2,pp=4,micro=8,schedule=dualpipev");
+  s = validate_layout(*few, m, train(64), 8);
+  EXPECT_NE(s.message().find("at least 2*pp = 8 micro-batches"), std::string::npos) << s.message();
   // A good layout passes.
   auto good = parse_layout("dp=2,tp=4,pp=2,zero=1,micro=2,schedule=interleaved,v=2,sp=1");
   EXPECT_TRUE(validate_layout(*good, m, train(), 16).is_ok()) << validate_layout(*good, m, train(), 16).to_string();

@@ -60,7 +60,8 @@ TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
   std::string worst_text;
   int cells = 0;
   const char* bases[] = {"dp=64", "dp=8,tp=8,sp=1", "dp=16,pp=4", "dp=8,tp=2,pp=4,schedule=interleaved,v=2",
-                         "dp=16,tp=2,pp=2,schedule=gpipe", "dp=16,pp=4,recompute=full,recompute_layers=3"};
+                         "dp=16,tp=2,pp=2,schedule=gpipe", "dp=16,pp=4,recompute=full,recompute_layers=3",
+                         "dp=8,tp=2,pp=4,schedule=dualpipev,sp=1", "dp=32,pp=2,schedule=dualpipev,first=6,last=6"};
   // 0: Loom's executor; 1: blocking sends; 2: a published stack.
   std::vector<std::pair<int, std::string>> cases;
   for (const char* base : bases) cases.push_back({0, base});

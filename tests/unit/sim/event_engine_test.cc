@@ -3,6 +3,7 @@
 // order, p2p paid once, idle attribution, cycle and input errors) and a
 // predicted trace that round-trips and never overlaps on one track.
 #include "sim/event_engine.h"
+#include "sim/dualpipev_time.h"
 
 #include <gtest/gtest.h>
 
@@ -38,6 +39,7 @@ Program build(const ProgramConfig& c) {
 struct Costs {
   double fwd_s = 0, bwd_s = 0;  // per chunk per micro-batch (a split backward shares bwd_s)
   double p2p_s = 0, gather_s = 0, sync_s = 0, optimizer_s = 0;
+  double wgrad_s = 0;  // the part of bwd_s a deferring backward leaves to its W
 };
 
 std::vector<double> durations(const Program& p, const Costs& c) {
@@ -45,7 +47,8 @@ std::vector<double> durations(const Program& p, const Costs& c) {
   for (const Op& op : p.ops) {
     switch (op.kind) {
       case OpKind::kForward: d[op.id] = c.fwd_s; break;
-      case OpKind::kBackward: d[op.id] = c.bwd_s / op.num_parts; break;
+      case OpKind::kBackward: d[op.id] = (c.bwd_s - (op.defers_wgrad ? c.wgrad_s : 0)) / op.num_parts; break;
+      case OpKind::kWeightGrad: d[op.id] = c.wgrad_s; break;
       case OpKind::kSendActivation:
       case OpKind::kRecvActivation:
       case OpKind::kSendGrad:
@@ -115,6 +118,50 @@ TEST(EventEngine, InterleavedBubbleShrinksByV) {
         Timeline plain = run(build(cfg(Schedule::k1F1B, p, m)), {tf, tb});
         EXPECT_LT(t.step_time_s, plain.step_time_s);
       }
+}
+
+// DualPipeV without communication, chunk times F, B (W inside it): the step
+// times of deepseek-ai/DualPipe's order (dualpipev.py DualPipeV.step)
+// replayed by a separate script from the reference's loops, every stage
+// busy 2m(F + B). Where W = F and B = 2F the idle is (p - 1)(F + B - 2W) =
+// (p - 1)F on every stage, a third of interleaved 1F1B's (p - 1)(F + B) with
+// the same two chunks per stage. The closed form's replay
+// (dualpipev_pipeline_s) gives the same.
+TEST(EventEngine, DualPipeVStepMatchesTheReferenceReplay) {
+  struct Case {
+    int p;
+    int64_t m;
+    double f, b, w, step;
+  };
+  for (const Case& k : {Case{2, 4, 1, 2, 1, 25}, Case{2, 4, 1, 2, 0.5, 26}, Case{4, 8, 1, 2, 0.5, 54.5},
+                        Case{4, 12, 1, 2, 0.5, 78.5}, Case{3, 7, 1, 3, 1, 61}}) {
+    SCOPED_TRACE("p=" + std::to_string(k.p) + " m=" + std::to_string(k.m) + " W=" + std::to_string(k.w));
+    Costs c{k.f, k.b};
+    c.wgrad_s = k.w;
+    Timeline t = run(build(cfg(Schedule::kDualPipeV, k.p, k.m, 2)), c);
+    EXPECT_DOUBLE_EQ(t.step_time_s, k.step);
+    for (int s = 0; s < k.p; ++s) EXPECT_DOUBLE_EQ(t.compute_busy_s[s], 2.0 * k.m * (k.f + k.b));
+    std::vector<DualPipeVStageTimes> times(size_t(k.p));
+    for (auto& x : times)
+      for (int ch = 0; ch < 2; ++ch) x.fwd[ch] = k.f, x.bwd[ch] = k.b, x.wgrad[ch] = k.w;
+    EXPECT_DOUBLE_EQ(dualpipev_pipeline_s(k.p, k.m, times, 0.0), k.step);
+  }
+  for (int p : {2, 4, 8})
+    for (int64_t m : {2 * int64_t(p), 5 * int64_t(p)}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      Costs c{1, 2};
+      c.wgrad_s = 1;
+      Timeline t = run(build(cfg(Schedule::kDualPipeV, p, m, 2)), c);
+      for (int s = 0; s < p; ++s)
+        EXPECT_DOUBLE_EQ(t.idle[s].pipeline_s + t.idle[s].tail_s, (p - 1) * 1.0) << "stage " << s;
+      Timeline inter = run(build(cfg(Schedule::kInterleaved, p, m, 2)), {1, 2});
+      EXPECT_DOUBLE_EQ(inter.step_time_s - 2.0 * m * 3, (p - 1) * 3.0);
+      // The closed form extrapolates past 4p micro-batches at the slowest stage's rate.
+      std::vector<DualPipeVStageTimes> times(static_cast<size_t>(p), DualPipeVStageTimes{});
+      for (auto& x : times)
+        for (int ch = 0; ch < 2; ++ch) x.fwd[ch] = 1, x.bwd[ch] = 2, x.wgrad[ch] = 1;
+      EXPECT_DOUBLE_EQ(dualpipev_pipeline_s(p, 10 * p, times, 0.0), 2.0 * 10 * p * 3 + (p - 1));
+    }
 }
 
 TEST(EventEngine, SingleStageHasNoBubble) {

@@ -283,6 +283,30 @@ TEST(ExportContextParallel, TorchtitanStatesItDeepSpeedRefuses) {
   EXPECT_NE(refused.status().message().find("cp_comm=p2p"), std::string::npos) << refused.status().message();
 }
 
+// DualPipeV: torchtitan names it (PyTorch's ScheduleDualPipeV, placing the
+// model parts as a V, so the parts stay in layer order); Megatron-LM and
+// DeepSpeed have no such schedule and say so.
+TEST(ExportDualPipeV, TorchtitanNamesItOthersRefuse) {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  const Plan p = plan_of("llama-3-8b", "dgx-h100", "dp=2,pp=4,schedule=dualpipev,micro=1", 8, t);
+  auto toml = export_torchtitan_toml(p);
+  ASSERT_TRUE(toml.is_ok()) << toml.status().to_string();
+  EXPECT_NE(toml->find("pipeline_parallel_schedule = \"DualPipeV\"\n"), std::string::npos) << *toml;
+  EXPECT_NE(toml->find("[[\"tok_embeddings\", \"layers.0\", \"layers.1\", \"layers.2\", \"layers.3\"]"),
+            std::string::npos)
+      << *toml;
+  EXPECT_NE(toml->find("\"layers.31\", \"norm\", \"output\"]]"), std::string::npos) << *toml;
+  for (const auto& refused : {export_megatron_args(p), export_deepspeed_config(p)}) {
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(refused.status().message().find("schedule=dualpipev has no"), std::string::npos)
+        << refused.status().message();
+    EXPECT_NE(refused.status().message().find("--export torchtitan"), std::string::npos);
+  }
+}
+
 // What a run needs that Megatron would otherwise default differently: the
 // iterations (it refuses to start without), the tokenizer and vocabulary, the
 // RoPE base, no dropout for the families planned without, Qwen3's q/k norm.
