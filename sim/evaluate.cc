@@ -564,6 +564,16 @@ void split_compute(const StageCosts& c, int64_t m, StepBreakdown* tb) {
 
 double ep_unpaired_fraction(const Layout& l, int64_t micro_batches, int stage) {
   const double chunks = double(micro_batches) * l.virtual_stages;
+  if (l.schedule == Schedule::kDualPipeV && chunks > 0) {
+    // DualPipeV pairs a forward with a backward in its steps 4 (two pairs an
+    // iteration, m - 2p + s + 1 of them; the last stage runs its first pair
+    // apart) and 5 (one pair, p - s - 1 times): of its 2m forwards
+    // 3p - s - 1 run alone, one more on the last stage (core/program.cc
+    // dualpipev_order); as many backwards.
+    const int64_t p = l.pp;
+    const double alone = double(3 * p - stage - 1 + (stage == p - 1 ? 1 : 0));
+    return std::min(1.0, alone / chunks);
+  }
   return chunks > 0 ? std::min(1.0, double(in_flight_micro_batches(l, micro_batches, stage)) / chunks) : 0.0;
 }
 

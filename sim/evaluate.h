@@ -116,6 +116,8 @@ void split_compute(const StageCosts& critical, int64_t micro_batches, StepBreakd
 // get_pp_rank_microbatches; without a pipeline, the first forward and the
 // last backward of combined_1f1b_schedule_for_no_pipelining). That count is
 // the stage's micro-batches in flight; over micro_batches x v chunks.
+// DualPipeV: the forwards its order runs outside a pair (3p - s - 1, one
+// more on the last stage).
 double ep_unpaired_fraction(const Layout& layout, int64_t micro_batches, int stage);
 
 struct DpCollectives {

@@ -558,6 +558,13 @@ TEST(Evaluate, EpOverlapLeavesTheWarmupAndCooldownUnpaired) {
   EXPECT_DOUBLE_EQ(ep_unpaired_fraction(L("dp=64,ep=8"), 32, 0), 1.0 / 32);
   EXPECT_DOUBLE_EQ(ep_unpaired_fraction(L("dp=16,pp=4,ep=8,schedule=gpipe"), 8, 1), 1.0);  // no steady state
   EXPECT_DOUBLE_EQ(ep_unpaired_fraction(b6, 2, 0), 1.0);  // fewer micro-batches than the warmup
+  // DualPipeV over 4 stages, 8 micro-batches: stage 0 runs six F0, then F0
+  // F1, then three (B1 W F1) alone before its one step-4 iteration's two
+  // pairs, then three step-5 (B1, F1&B0): of 16 forwards 2 + 3 = 5 paired, 11
+  // alone; the last stage pairs 2*4 - 1 (its first pair runs apart), 9 alone.
+  const Layout v = L("dp=16,pp=4,ep=8,schedule=dualpipev");
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(v, 8, 0), 11.0 / 16);
+  EXPECT_DOUBLE_EQ(ep_unpaired_fraction(v, 8, 3), 9.0 / 16);
 
   // A stage's MoE layers cost the blend: that share at the no-overlap price,
   // the rest paired.

@@ -294,6 +294,35 @@ TEST(MemoryModel, InFlightMicroBatchesPerSchedule) {
     EXPECT_EQ(in_flight_micro_batches(l, 64, 0, true), in_flight_micro_batches(l, 64, 0) + 1) << "v=" << v;
   }
   EXPECT_EQ(in_flight_micro_batches(l, 1, 0, true), 4);  // never more than the m x v there are
+  // DualPipeV: 2p + 1 chunk-micro-batches on every stage (deepseek-ai/DualPipe
+  // README: PP + 1 activations for PP = 2p stages), 4.5 stage-equivalents
+  // where 1F1B's first stage holds 4.
+  l.schedule = Schedule::kDualPipeV;
+  l.virtual_stages = 2;
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(in_flight_micro_batches(l, 16, s), 9) << "stage " << s;
+}
+
+// The V puts the embedding and the head on stage 0 (global chunks 0 and
+// 2p-1): its parameters are the two chunks' layers plus both ends, and a
+// tied embedding needs no copy (one stage holds both uses).
+TEST(MemoryModel, DualPipeVHoldsBothEndsOnTheFirstStage) {
+  ModelSpec m = gpt_block_model(1024, 16, 8);  // GPT-style: tied embeddings
+  ASSERT_TRUE(m.tied_embeddings);
+  Layout l;
+  l.pp = 2;
+  l.schedule = Schedule::kDualPipeV;
+  l.virtual_stages = 2;
+  const StageSplit split = split_layers(m, l);
+  const double layer = double(m.attention_params()) + double(m.norm_params_per_layer()) + double(m.dense_mlp_params());
+  const double ends = double(m.embedding_params()) + double(m.position_params()) + double(m.final_norm_params());
+  EXPECT_EQ(split.stage_layers(0), 4);
+  EXPECT_EQ(split.stage_layers(1), 4);
+  EXPECT_DOUBLE_EQ(stage_params(m, l, split, 0).dense, 4 * layer + ends);
+  EXPECT_DOUBLE_EQ(stage_params(m, l, split, 1).dense, 4 * layer);
+  EXPECT_FALSE(embedding_copy_on_last_stage(m, l));
+  l.schedule = Schedule::k1F1B;
+  l.virtual_stages = 1;
+  EXPECT_TRUE(embedding_copy_on_last_stage(m, l));
 }
 
 TEST(MemoryModel, FirstStageActivationsScaleWithSchedule) {
