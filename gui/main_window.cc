@@ -251,7 +251,7 @@ void MainWindow::build_inputs() {
   zero_ = new QComboBox();
   zero_->addItems({"0 (none)", "1 (optimizer)", "2 (+gradients)", "3 (+parameters)"});
   schedule_ = new QComboBox();
-  schedule_->addItems({"gpipe", "1f1b", "interleaved"});
+  schedule_->addItems({"gpipe", "1f1b", "interleaved", "dualpipev"});
   recompute_ = new QComboBox();
   recompute_->addItems({"none", "selective", "full"});
   recompute_layers_ = spin(0, 1 << 16, 0);
@@ -420,6 +420,8 @@ void MainWindow::read_controls() {
   l.virtual_stages = v_->value();
   l.zero = zero_->currentIndex();
   if (auto s = parse_schedule(schedule_->currentText().toStdString()); s.is_ok()) l.schedule = *s;
+  // DualPipeV always holds two chunks a stage (as the layout text's default).
+  if (l.schedule == Schedule::kDualPipeV && l.virtual_stages == 1) l.virtual_stages = 2;
   if (auto rc = parse_recompute(recompute_->currentText().toStdString()); rc.is_ok()) l.recompute = *rc;
   // A count of recomputed layers means something under full recompute only.
   l.recompute_layers = l.recompute == Recompute::kFull ? recompute_layers_->value() : 0;
