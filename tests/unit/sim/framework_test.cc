@@ -118,6 +118,33 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
       EXPECT_EQ(l.overlap_grad_reduce, overlap) << name << " " << l.to_string();
     }
   }
+  // DualPipeV only where the stack runs it (torchtitan), and there with
+  // v = 2, ZeRO 0 (torchtitan's DDP; FSDP's ZeRO-3 has no DualPipeV form
+  // here) and at least 2*pp micro-batches; --fix refuses it elsewhere,
+  // naming what the stack runs.
+  for (const char* name : {"megatron-core", "torchtitan", "deepspeed"}) {
+    const Framework f = load_or_die(name);
+    SearchSpace sp;
+    sp.world = 16;
+    apply_framework(f, &sp);
+    const Status fixed = apply_search_fix("schedule=dualpipev", &sp);
+    EXPECT_EQ(fixed.is_ok(), std::string(name) == "torchtitan") << name << ": " << fixed.to_string();
+    if (!fixed.is_ok()) {
+      EXPECT_NE(fixed.message().find("--framework torchtitan"), std::string::npos) << fixed.message();
+      continue;
+    }
+    const std::vector<Layout> vee = enumerate_layouts(eval, sp);
+    ASSERT_FALSE(vee.empty());
+    for (const Layout& l : vee) {
+      EXPECT_EQ(l.schedule, Schedule::kDualPipeV) << l.to_string();
+      EXPECT_EQ(l.virtual_stages, 2) << l.to_string();
+      EXPECT_EQ(l.zero, 0) << l.to_string();
+      EXPECT_GE(l.num_micro_batches(t.global_batch), 2 * l.pp) << l.to_string();
+    }
+  }
+  SearchSpace own;
+  own.world = 16;
+  EXPECT_FALSE(apply_search_fix("schedule=dualpipev", &own).is_ok());  // Loom's executor
   // And a layout the stack cannot run says what it offers instead.
   Layout z2;
   z2.dp = 16;
