@@ -428,7 +428,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     const int v = l.virtual_stages;
     std::vector<int> chunk_layers(size_t(l.pp) * size_t(v));
     for (int s = 0; s < l.pp; ++s)
-      for (int c = 0; c < v; ++c) chunk_layers[size_t(s) * v + c] = split.chunk_layers[size_t(c) * l.pp + s];
+      for (int c = 0; c < v; ++c) chunk_layers[size_t(s) * v + c] = split.chunk_layers[size_t(split.global(s, c))];
     with_layered_dp(r.program, chunk_layers, cfg.grad_buckets, &r.durations_s, &hidden_dp, &stall_dp);
     for (size_t i = 0; i < stall_dp.size(); ++i) {
       r.durations_s[i] += stall_dp[i];

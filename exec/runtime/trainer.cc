@@ -176,7 +176,7 @@ Status Trainer::Impl::setup() {
                                           has_embedding_copy_pair ? emb.get() : nullptr, counts);
   optimizer->allocate();
   for (int c = 0; c < l.virtual_stages; ++c) {
-    const int g = c * l.pp + coords.pp;
+    const int g = l.global_chunk(coords.pp, c);
     ChunkConfig cc;
     cc.dims = dims;
     cc.first_layer = split.chunk_first_layer[g];
@@ -224,7 +224,7 @@ Status Trainer::Impl::lay_out_params(const StageSplit& split) {
   // ZeRO-2/3 sync whole chunks after every micro-batch: one bucket.
   const int nb = sharding->zero() >= 2 ? 1 : program.config.grad_buckets;
   for (int c = 0; c < l.virtual_stages; ++c) {
-    const int g = c * l.pp + coords.pp;
+    const int g = l.global_chunk(coords.pp, c);
     const int first = split.chunk_first_layer[g], count = split.chunk_layers[g];
     const bool emb_here = first_global(c), head_here = last_global(c);
     if ((emb_here || head_here) && has_embedding_copy_pair)
