@@ -214,7 +214,7 @@ void MainWindow::build_inputs() {
   form->addRow("MoE z-loss coeff", moe_z_);
   form->addRow("MoE capacity factor", moe_capacity_);
   framework_ = new QComboBox();
-  framework_->addItems({"(Loom)", "megatron-core", "torchtitan", "deepspeed"});
+  framework_->addItems({"(Loom)", "megatron-core", "torchtitan", "deepspeed", "deepseek-v3"});
   framework_->setToolTip("Training stack whose defaults the simulator models (frameworks/*.json): gradient dtype, "
                          "overlaps, FP8 recipe, and the layouts the search tries");
   form->addRow("Framework", framework_);

@@ -98,7 +98,7 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   t.global_batch = 64;
   t.seq_len = 4096;
   Evaluator eval(m, hw, t, SimOptions{});
-  for (const char* name : {"megatron-core", "torchtitan", "deepspeed"}) {
+  for (const char* name : {"megatron-core", "torchtitan", "deepspeed", "deepseek-v3"}) {
     const Framework f = load_or_die(name);
     SearchSpace sp;
     sp.world = 16;
