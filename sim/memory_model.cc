@@ -701,23 +701,48 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
                         top_chunk_kept, double(in_flight) * per_unit, micro_batches, p2p, &sm);
   } else {
     const double act_dense = act.dense, act_moe = moe_layers ? act.moe : 0;
+    // DualPipeV's peak holds 2p - s micro-batches of the stage's chunk 0 and
+    // s + 1 of its chunk 1 (its order replayed), whose layers differ where the
+    // split pins the first and last chunks: the in-flight units by chunk.
+    const bool vee = l.schedule == Schedule::kDualPipeV;
+    const double vee_units[2] = {double(std::min<int64_t>(micro_batches, 2 * int64_t(l.pp) - stage)),
+                                 double(std::min<int64_t>(micro_batches, stage + 1))};
     if (l.recompute == Recompute::kFull) {
       // The recomputed layers keep their input only, the others (partial
       // recompute: past the first recompute_layers of a chunk) everything.
       const RecomputedLayers rc = stage_recomputed_layers(m, l, split, stage);
-      sm.activations_bytes = double(in_flight) * per_unit *
-                             (rc.total() * act.checkpoint + (dense_layers - rc.dense) * act.kept_dense +
-                              (moe_layers - rc.moe) * act.kept_moe);
+      auto held = [&](int dense, int moe, const RecomputedLayers& x) {
+        return x.total() * act.checkpoint + (dense - x.dense) * act.kept_dense + (moe - x.moe) * act.kept_moe;
+      };
+      sm.activations_bytes = double(in_flight) * per_unit * held(dense_layers, moe_layers, rc);
+      if (vee) {
+        sm.activations_bytes = 0;
+        for (int c = 0; c < 2; ++c) {
+          const int g = l.global_chunk(stage, c), moe_c = split.chunk_moe_layers[size_t(g)];
+          sm.activations_bytes += vee_units[c] * held(split.chunk_layers[size_t(g)] - moe_c, moe_c,
+                                                      chunk_recomputed_layers(m, l, split, g));
+        }
+      }
       // Backward of one layer re-materializes that layer's activations.
       sm.activations_bytes += std::max(rc.dense > 0 ? act_dense : 0.0, rc.moe > 0 ? act_moe : 0.0);
     } else {
       sm.activations_bytes = double(in_flight) * per_unit * (dense_layers * act_dense + moe_layers * act_moe);
+      if (vee) {
+        sm.activations_bytes = 0;
+        for (int c = 0; c < 2; ++c) {
+          const int g = l.global_chunk(stage, c), moe_c = split.chunk_moe_layers[size_t(g)];
+          sm.activations_bytes += vee_units[c] * ((split.chunk_layers[size_t(g)] - moe_c) * act_dense + moe_c * act_moe);
+        }
+      }
       // torchtitan's selective op AC re-runs a dense layer's unsaved ops in
       // its backward, recompute modules a layer's dropped tensors: that
       // layer's tensors are whole again for a moment.
       sm.activations_bytes += std::max(dense_layers > 0 ? act.rerun : 0.0, moe_layers > 0 ? act.rerun_moe : 0.0);
     }
-    if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += double(in_flight) * T * h * r;  // embedding dropout
+    // (Under DualPipeV the embedding is chunk 0's, the head chunk 1's, of stage 0.)
+    const double first_units = vee ? vee_units[0] : double(in_flight);
+    const double head_units = vee ? vee_units[1] : double(in_flight) * per_unit;
+    if (stage == 0 && uses_dropout(m, opt)) sm.activations_bytes += first_units * T * h * r;  // embedding dropout
     if (stage == l.head_stage()) {
       // One micro-batch's logits: 16-bit logits and the fp32 copy the
       // framework's cross-entropy makes (Megatron's vocab-parallel loss upcasts).
@@ -728,7 +753,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
       if (m.num_mtp_layers > 0) {
         const double block = l.recompute == Recompute::kFull ? act.checkpoint
                              : m.is_moe_layer(m.num_layers - 1) ? act.moe : act.dense;
-        sm.activations_bytes += m.num_mtp_layers * (double(in_flight) * per_unit * (block + 2 * T * h * e * r) +
+        sm.activations_bytes += m.num_mtp_layers * (head_units * (block + 2 * T * h * e * r) +
                                                     T * (double(m.vocab) / l.tp) * (e + 4));
       }
     }

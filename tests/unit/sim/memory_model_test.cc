@@ -325,6 +325,31 @@ TEST(MemoryModel, DualPipeVHoldsBothEndsOnTheFirstStage) {
   EXPECT_TRUE(embedding_copy_on_last_stage(m, l));
 }
 
+// DualPipeV's peak on stage s holds 2p - s micro-batches of chunk 0 and
+// s + 1 of chunk 1 (the reference order replayed). With p = 2, stage 0
+// holds 4 of the first chunk and 1 of the last: pinning 2 layers first and
+// 1 last holds 4*2 + 1*1 = 9 layers' activations, 1 first and 2 last
+// 4*1 + 1*2 = 6; the head's terms are the same in both.
+TEST(MemoryModel, DualPipeVHoldsItsChunksInTheirOwnCounts) {
+  ModelSpec m = gpt_block_model(1024, 16, 8);
+  TrainSpec t;
+  t.global_batch = 16;
+  t.seq_len = 1024;
+  SimOptions opt = korthikanti_options();
+  auto acts = [&](int first, int last) {
+    Layout l;
+    l.pp = 2;
+    l.schedule = Schedule::kDualPipeV;
+    l.virtual_stages = 2;
+    l.first_stage_layers = first;
+    l.last_stage_layers = last;
+    return stage_memory(m, l, t, opt, split_layers(m, l), 0).activations_bytes;
+  };
+  Layout plain;
+  const double per_layer = layer_activation_bytes(m, plain, opt, 1024, Precision::kBf16, false);
+  EXPECT_NEAR(acts(2, 1) - acts(1, 2), 3 * per_layer, 1e-6 * per_layer);
+}
+
 TEST(MemoryModel, FirstStageActivationsScaleWithSchedule) {
   ModelSpec m = gpt_block_model(4096, 32, 32);
   TrainSpec t;
