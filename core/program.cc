@@ -173,7 +173,6 @@ const char* schedule_str(Schedule s) {
   return "unknown";
 }
 
-
 // GPipe: every forward, then every backward, micro-batches in ascending order
 // both times (FIFO, like 1F1B; with equal stages the timing is the same as
 // running the backwards newest-first).

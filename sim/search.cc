@@ -416,9 +416,9 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
         for (Schedule x : sp.schedules) runs += std::string(runs.empty() ? "" : ", ") + schedule_name(x);
         return invalid_argument("--fix: schedule=" + v + " is not among the schedules of the modelled stack (" + runs +
                                 ": Loom's executor, or the --framework's list)" +
-                                (s == Schedule::kDualPipeV ? "; DualPipeV runs under --framework torchtitan, or "
-                                                             "evaluate one layout with --layout ...,schedule=dualpipev"
-                                                           : ""));
+                                (s == Schedule::kDualPipeV
+                                     ? "; DualPipeV runs under --framework torchtitan (or deepseek-v3, DeepSeek's DualPipe)"
+                                     : ""));
       }
       sp.fix_schedule = s;
     } else if (k == "recompute") {
