@@ -47,6 +47,14 @@ enum class Recompute { kNone, kSelective, kFull };
 //               sequence for heads/cp heads (AttnFuncWithCPAndQKVOA2A).
 enum class CpComm { kP2p, kAllGather, kA2a };
 const char* schedule_name(Schedule s);
+// Pipeline placement: the global model chunk (0 .. pp*v-1, in the order the
+// layers run) of chunk `chunk` on stage `stage` under schedule `s`:
+// chunk*pp + stage (Megatron's interleaving), or the V of DualPipeV (chunk 0
+// = stage, chunk 1 = 2*pp-1-stage). The one rule the layout, the stage split
+// and the program share.
+inline int global_chunk_of(Schedule s, int pp, int stage, int chunk) {
+  return s == Schedule::kDualPipeV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
+}
 const char* recompute_name(Recompute r);
 const char* cp_comm_name(CpComm c);  // "p2p", "all_gather", "a2a" (Megatron's spelling)
 Result<Schedule> parse_schedule(const std::string& text);
@@ -102,13 +110,8 @@ struct Layout {
   std::string rank_order = "tp-cp-ep-dp-pp";
 
   int world() const { return dp * tp * pp * cp; }
-  // Pipeline placement: the global model chunk (0 .. pp*v-1, in the order the
-  // layers run) of chunk `chunk` on stage `stage`: chunk*pp + stage (Megatron's
-  // interleaving), or the V of DualPipeV (chunk 0 = stage, chunk 1 =
-  // 2*pp-1-stage).
-  int global_chunk(int stage, int chunk) const {
-    return schedule == Schedule::kDualPipeV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
-  }
+  // The global model chunk of chunk `chunk` on stage `stage` (global_chunk_of).
+  int global_chunk(int stage, int chunk) const { return global_chunk_of(schedule, pp, stage, chunk); }
   // The stage that holds the last chunk (the LM head and the loss).
   int head_stage() const { return schedule == Schedule::kDualPipeV ? 0 : pp - 1; }
   // The modules recompute=selective re-runs (kRecomputeCoreAttn when none are

@@ -94,11 +94,8 @@ struct ProgramConfig {
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
 
-  // The global chunk (in layer order) of chunk `chunk` on stage `stage`:
-  // Layout::global_chunk's rule.
-  int global_chunk(int stage, int chunk) const {
-    return schedule == Schedule::kDualPipeV && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage;
-  }
+  // The global chunk (in layer order) of chunk `chunk` on stage `stage` (global_chunk_of).
+  int global_chunk(int stage, int chunk) const { return global_chunk_of(schedule, pp, stage, chunk); }
 };
 
 // Gradient buckets per chunk when nothing says otherwise (Megatron's default

@@ -18,7 +18,7 @@ int StageSplit::stage_moe_layers(int stage) const {
 
 StageSplit split_layers(const ModelSpec& model, const Layout& l) {
   StageSplit s = split_layers(model, l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers);
-  s.v_shape = l.schedule == Schedule::kDualPipeV;
+  s.schedule = l.schedule;
   return s;
 }
 

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/layout.h"
 #include "core/model_spec.h"
 
 namespace loom {
@@ -11,11 +12,11 @@ namespace loom {
 // How the layers are split over the pp*v model chunks.
 struct StageSplit {
   int pp = 1, v = 1;
-  bool v_shape = false;  // DualPipeV's placement (Layout::global_chunk)
-  std::vector<int> chunk_first_layer;  // by global chunk (Layout::global_chunk)
+  Schedule schedule = Schedule::k1F1B;  // for the placement (global_chunk_of)
+  std::vector<int> chunk_first_layer;  // by global chunk (global_chunk_of)
   std::vector<int> chunk_layers;
   std::vector<int> chunk_moe_layers;
-  int global(int stage, int chunk) const { return v_shape && chunk == 1 ? 2 * pp - 1 - stage : chunk * pp + stage; }
+  int global(int stage, int chunk) const { return global_chunk_of(schedule, pp, stage, chunk); }
   int stage_layers(int stage) const;
   int stage_moe_layers(int stage) const;
 };
@@ -26,8 +27,7 @@ struct StageSplit {
 // num-layers / --decoder-last-pipeline-num-layers do; the other chunks share
 // the rest by the rule above. validate_layout checks that they fit.
 StageSplit split_layers(const ModelSpec& model, int pp, int v, int first = 0, int last = 0);
-// The split of a layout (its pp, v, first_stage_layers, last_stage_layers).
-struct Layout;
+// The split of a layout (its pp, v, schedule, first_stage_layers, last_stage_layers).
 StageSplit split_layers(const ModelSpec& model, const Layout& layout);
 
 // Layers of a chunk that recompute under the layout: all of them with
