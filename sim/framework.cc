@@ -277,12 +277,7 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
   if (f) return check_layout_for_framework(*f, model, l);
   // Loom's executor (no framework) runs every layout validate_layout
-  // accepts, but for Megatron's recompute modules and DualPipeV.
-  if (l.schedule == Schedule::kDualPipeV)
-    return invalid_argument("schedule=dualpipev: Loom's executor does not run DualPipeV (its backward computes the "
-                            "weight gradients with the input gradients, leaving no deferred W to place); plan with "
-                            "--framework torchtitan (pipeline_parallel_schedule = \"DualPipeV\"), or use "
-                            "schedule=1f1b or interleaved");
+  // accepts, but for Megatron's recompute modules.
   if (l.recompute_modules)
     return invalid_argument("recompute_modules=" + recompute_modules_text(l.recompute_modules) +
                             ": Loom's executor re-runs the attention core only under recompute=selective; plan with "

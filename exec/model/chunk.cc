@@ -349,7 +349,7 @@ Status ModelChunk::layer_forward(int layer, const float* x_in, float* x_out, Lay
 
 // Backward's own buffers (activation gradients, temporaries) are workspace;
 // what it restores or recomputes of the forward is activations.
-Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a) {
+Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a, DeferredWgrad* defer) {
   MemoryClassScope charge(MemoryClass::kWorkspace);
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
@@ -358,6 +358,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   const std::string p = L(layer);
   ParamStore& P = *params_;
   const bool qkv_bias = d.gpt2 || d.qkv_bias;
+  std::vector<Gemm>* dw = defer ? &defer->gemms : nullptr;
   if (a.packed) {
     MemoryClassScope restored(MemoryClass::kActivations);
     a.for_each_large(residual_16bit(backend_), [&](DeviceBuffer& b) {
@@ -387,19 +388,34 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     // (N, F) buffer, not two), which sums fc1's bias gradient too.
     DeviceBuffer da = make(backend_, N * F);
     linear_backward(k, dfull.f32(), a.f32(a.g), P.param(p + "mlp.fc2.weight"), P.grad(p + "mlp.fc2.weight"), nullptr,
-                    da.f32(), N, F, C, false, a.b16(a.g), a.a.f32(), P.grad(p + "mlp.fc1.bias"));
+                    da.f32(), N, F, C, false, a.b16(a.g), a.a.f32(), P.grad(p + "mlp.fc1.bias"), dw);
     linear_backward(k, da.f32(), a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"), nullptr,
-                    dh_part.f32(), N, C, F, false, a.b16(a.h2));
+                    dh_part.f32(), N, C, F, false, a.b16(a.h2), nullptr, nullptr, dw);
+    if (defer) defer->keep.push_back(std::move(da));
   } else {
     DeviceBuffer ds = make(backend_, N * F);
     linear_backward(k, dfull.f32(), a.f32(a.s), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"),
-                    nullptr, ds.f32(), N, F, C, false, a.b16(a.s));
+                    nullptr, ds.f32(), N, F, C, false, a.b16(a.s), nullptr, nullptr, dw);
     DeviceBuffer dgate = make(backend_, N * F), dup = make(backend_, N * F);
     k.swiglu_backward({ds.f32(), a.a.f32(), a.g.f32(), dgate.f32(), dup.f32(), N * F});
     linear_backward(k, dgate.f32(), a.f32(a.h2), P.param(p + "mlp.gate.weight"), P.grad(p + "mlp.gate.weight"),
-                    d.mlp_bias ? P.grad(p + "mlp.gate.bias") : nullptr, dh_part.f32(), N, C, F, false, a.b16(a.h2));
+                    d.mlp_bias ? P.grad(p + "mlp.gate.bias") : nullptr, dh_part.f32(), N, C, F, false, a.b16(a.h2),
+                    nullptr, nullptr, dw);
     linear_backward(k, dup.f32(), a.f32(a.h2), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"),
-                    d.mlp_bias ? P.grad(p + "mlp.up.bias") : nullptr, dh_part.f32(), N, C, F, true, a.b16(a.h2));
+                    d.mlp_bias ? P.grad(p + "mlp.up.bias") : nullptr, dh_part.f32(), N, C, F, true, a.b16(a.h2),
+                    nullptr, nullptr, dw);
+    if (defer) {
+      defer->keep.push_back(std::move(dgate));
+      defer->keep.push_back(std::move(dup));
+    }
+  }
+  if (defer && !d.moe.is_moe(layer)) {
+    // The MLP's deferred GEMMs read its output gradient, which the
+    // attention's would overwrite next, and its saved inputs.
+    defer->keep.push_back(std::move(dfull));
+    dfull = make(backend_, N * C);
+    for (DeviceBuffer* b : {&a.g, &a.s, &a.h2})
+      if (!b->empty()) defer->keep.push_back(std::move(*b));
   }
   DeviceBuffer dh = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
@@ -416,7 +432,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   LOOM_RETURN_IF_ERROR(enter_tp(dx_mid.f32(), dfull.f32()));
   DeviceBuffer dctx = make(backend_, N * Hq * D);
   linear_backward(k, dfull.f32(), a.ctx.f32(), P.param(p + "attn.o.weight"), P.grad(p + "attn.o.weight"), nullptr,
-                  dctx.f32(), N, Hq * D, C, false);
+                  dctx.f32(), N, Hq * D, C, false, nullptr, nullptr, nullptr, dw);
   DeviceBuffer dq = make(backend_, N * Hq * D), dk = make(backend_, N * Hk * D), dv = make(backend_, N * Hk * D);
   LOOM_RETURN_IF_ERROR(attention_backward(dctx.f32(), a, dq.f32(), dk.f32(), dv.f32()));
   if (!d.gpt2) {
@@ -451,11 +467,17 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     }
   }
   linear_backward(k, dq.f32(), a.f32(a.h1), P.param(p + "attn.q.weight"), P.grad(p + "attn.q.weight"),
-                  qkv_bias ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false, a.b16(a.h1));
+                  qkv_bias ? P.grad(p + "attn.q.bias") : nullptr, dh_part.f32(), N, C, Hq * D, false, a.b16(a.h1),
+                  nullptr, nullptr, dw);
   linear_backward(k, dk.f32(), a.f32(a.h1), P.param(p + "attn.k.weight"), P.grad(p + "attn.k.weight"),
-                  qkv_bias ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1));
+                  qkv_bias ? P.grad(p + "attn.k.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1),
+                  nullptr, nullptr, dw);
   linear_backward(k, dv.f32(), a.f32(a.h1), P.param(p + "attn.v.weight"), P.grad(p + "attn.v.weight"),
-                  qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1));
+                  qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1),
+                  nullptr, nullptr, dw);
+  if (defer)
+    for (DeviceBuffer* b : {&dfull, &a.ctx, &dq, &dk, &dv, &a.h1})
+      if (!b->empty()) defer->keep.push_back(std::move(*b));
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
     k.layernorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
@@ -587,13 +609,16 @@ struct ModelChunk::BackwardInFlight {
   int next_part = 0;
   std::unique_ptr<MicroActs> acts;
   DeviceBuffer dx, dy;
+  bool defer = false;
+  DeferredWgrad deferred;
 };
 
 Status ModelChunk::backward(int micro, const float* dout, float* dinput) {
   return backward_part(micro, dout, dinput, 0, 1);
 }
 
-Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, int part, int num_parts) {
+Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, int part, int num_parts,
+                                 bool defer_wgrad) {
   Kernels& k = backend_->kernels();
   const ModelDims& d = cfg_.dims;
   const int64_t B = cfg_.micro_batch, T = cfg_.seq, N = B * T, Nl = activation_rows(), C = d.C;
@@ -608,8 +633,12 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
     auto it = saved_.find(micro);
     if (it == saved_.end())
       return internal_error("backward of micro-batch " + std::to_string(micro) + " before its forward");
+    if (defer_wgrad && deferred_.count(micro))
+      return internal_error("backward of micro-batch " + std::to_string(micro) +
+                            " defers weight gradients its earlier backward still defers");
     bwd_ = std::make_unique<BackwardInFlight>();
     bwd_->micro = micro;
+    bwd_->defer = defer_wgrad;
     bwd_->acts = std::move(it->second);
     saved_.erase(it);
     bwd_->dx = make(backend_, Nl * C);
@@ -644,14 +673,15 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
     } else {
       backend_->copy(bwd_->dx.f32(), dout, size_t(Nl * C) * sizeof(float));
     }
-  } else if (!bwd_ || bwd_->micro != micro || bwd_->next_part != part) {
+  } else if (!bwd_ || bwd_->micro != micro || bwd_->next_part != part || bwd_->defer != defer_wgrad) {
     return internal_error("backward part " + std::to_string(part) + " of micro-batch " + std::to_string(micro) +
                           " out of order");
   }
   BackwardInFlight& b = *bwd_;
   const LayerRange layers = backward_part_layers(cfg_.num_layers, part, num_parts);
   for (int i = layers.end - 1; i >= layers.begin; --i) {
-    LOOM_RETURN_IF_ERROR(layer_backward(cfg_.first_layer + i, b.dx.f32(), b.dy.f32(), b.acts->layers[size_t(i)]));
+    LOOM_RETURN_IF_ERROR(layer_backward(cfg_.first_layer + i, b.dx.f32(), b.dy.f32(), b.acts->layers[size_t(i)],
+                                        b.defer ? &b.deferred : nullptr));
     std::swap(b.dx, b.dy);
   }
   b.next_part = part + 1;
@@ -664,7 +694,20 @@ Status ModelChunk::backward_part(int micro, const float* dout, float* dinput, in
   } else {
     backend_->copy(dinput, b.dx.f32(), size_t(Nl * C) * sizeof(float));
   }
+  if (b.defer) deferred_[micro] = std::move(b.deferred);
   bwd_.reset();
+  return k.status();
+}
+
+Status ModelChunk::weight_grad(int micro) {
+  auto it = deferred_.find(micro);
+  if (it == deferred_.end())
+    return internal_error("weight gradients of micro-batch " + std::to_string(micro) + " were not deferred");
+  Kernels& k = backend_->kernels();
+  // In the order backward met them: each accumulates into its weight's
+  // gradient as the backward would have.
+  for (const Gemm& g : it->second.gemms) k.gemm(g);
+  deferred_.erase(it);  // after the GEMMs: a device backend's stream orders the frees
   return k.status();
 }
 

@@ -84,7 +84,16 @@ class ModelChunk {
   // embedding and writes `dinput`; when part k returns, the gradients of its
   // layers (and of the head after part 0) are final for this micro-batch,
   // which is what lets gradient bucket k's sync start.
-  Status backward_part(int micro, const float* dout, float* dinput, int part, int num_parts);
+  Status backward_part(int micro, const float* dout, float* dinput, int part, int num_parts, bool defer_wgrad = false);
+  // Zero-bubble backward (DualPipeV, core/program.h Op::defers_wgrad): with
+  // `defer_wgrad` the layers' linear weight-gradient GEMMs (attention and
+  // dense MLP; a MoE layer's experts and router, the norms, the head and the
+  // embedding still take theirs in the backward) are not run but kept, with
+  // the saved inputs and output gradients they read, until weight_grad(micro)
+  // runs them: the gradients of the micro-batch are complete only then.
+  Status weight_grad(int micro);
+  // Micro-batches whose weight gradients wait for weight_grad.
+  size_t deferred_wgrads() const { return deferred_.size(); }
 
   // fp16 loss scaling: the gradient of the loss is multiplied by `s` (the
   // reported loss is not).
@@ -110,8 +119,14 @@ class ModelChunk {
   struct LayerActs;
   struct MicroActs;
   struct BackwardInFlight;
+  // The weight-gradient GEMMs of one deferring backward and the tensors they read.
+  struct DeferredWgrad {
+    std::vector<Gemm> gemms;
+    std::vector<DeviceBuffer> keep;
+  };
   Status layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep);
-  Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a);
+  // `defer` (not null): the layer's linear weight-gradient GEMMs go there.
+  Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a, DeferredWgrad* defer);
   // The head's loss and gradients in its forward (ChunkConfig::head_grad_in_forward).
   double* loss_total();  // the device total, allocated at first use
   Status head_loss_block(const float* hf, const int32_t* targets, const float* W, int64_t n, float loss_scale,
@@ -137,6 +152,7 @@ class ModelChunk {
   Communicator* tp_;
   std::map<int, std::unique_ptr<MicroActs>> saved_;
   std::unique_ptr<BackwardInFlight> bwd_;
+  std::map<int, DeferredWgrad> deferred_;  // by micro-batch, until weight_grad
   DeviceBuffer loss_total_;  // one double (the last chunk): the forwards' loss since take_loss()
   float grad_scale_ = 1.f;
   std::unique_ptr<MoeLayer> moe_;  // when the model has MoE layers

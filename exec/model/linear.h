@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "exec/backend/kernels.h"
 
@@ -23,11 +24,18 @@ inline void linear(Kernels& k, const float* x, const float* W, const float* b, f
 // dgelu_db (with dgelu_pre): the previous layer's bias gradient, += the sum
 // of dx's rows, in that GEMM too (Gemm::dbias): that layer's backward then
 // takes no db of its own.
+// defer: where the weight-gradient GEMM goes instead of running now (a
+// zero-bubble schedule's later W, ModelChunk::weight_grad); the caller then
+// keeps dy and x alive until it runs.
 inline void linear_backward(Kernels& k, const float* dy, const float* x, const float* W, float* dW, float* db,
                             float* dx, int64_t N, int64_t in, int64_t out, bool accumulate_dx,
                             const uint16_t* x16 = nullptr, const float* dgelu_pre = nullptr,
-                            float* dgelu_db = nullptr) {
-  k.gemm({true, false, out, in, N, 1.f, dy, x, 1.f, dW, nullptr, x16});
+                            float* dgelu_db = nullptr, std::vector<Gemm>* defer = nullptr) {
+  const Gemm wgrad{true, false, out, in, N, 1.f, dy, x, 1.f, dW, nullptr, x16};
+  if (defer)
+    defer->push_back(wgrad);
+  else
+    k.gemm(wgrad);
   if (db) k.bias_backward({dy, db, N, out});
   LOOM_CHECK(!(accumulate_dx && dgelu_pre), "linear_backward: GELU's backward cannot fuse into an accumulating dx");
   LOOM_CHECK(!dgelu_db || (dgelu_pre && dx), "linear_backward: the fused bias gradient needs GELU's backward in dx");

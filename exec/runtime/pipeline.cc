@@ -17,7 +17,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(Communicator& world, int colo
 }
 
 Communicator& Pipeline::channel(const Op& op) {
-  switch (p2p_channel(op, layout_.pp)) {
+  ProgramConfig pc;
+  pc.pp = layout_.pp;
+  pc.schedule = layout_.schedule;
+  switch (p2p_channel(op, pc)) {
     case P2pChannel::kActivation: return *act_;
     case P2pChannel::kGradient: return *grad_;
     case P2pChannel::kActivationWrap: return *act_wrap_;
@@ -26,10 +29,19 @@ Communicator& Pipeline::channel(const Op& op) {
   return *act_;
 }
 
+// The chunk of this stage holding global chunk g, or -1 (interleaving with
+// pp = 1: every chunk; DualPipeV: the two arms meet on the last stage).
+int Pipeline::local_chunk(int g) const {
+  for (int c = 0; c < layout_.virtual_stages; ++c)
+    if (layout_.global_chunk(stage_, c) == g) return c;
+  return -1;
+}
+
 Result<const float*> Pipeline::forward_input(int c, int micro) {
   const Key key{c, micro};
-  if (layout_.pp == 1 && c > 0 && !act_in_.count(key)) {  // the previous chunk on this same stage
-    auto prev = act_out_.find({c - 1, micro});
+  const int prev_here = local_chunk(layout_.global_chunk(stage_, c) - 1);
+  if (prev_here >= 0 && !act_in_.count(key)) {  // the previous chunk on this same stage
+    auto prev = act_out_.find({prev_here, micro});
     if (prev != act_out_.end()) {
       act_in_[key] = std::move(prev->second);
       act_out_.erase(prev);
@@ -49,8 +61,9 @@ void Pipeline::forward_done(int c, int micro, DeviceBuffer output) {
 
 Result<const float*> Pipeline::backward_input(int c, int micro) {
   const Key key{c, micro};
-  if (layout_.pp == 1 && !grad_in_.count(key)) {  // the next chunk on this same stage
-    auto next = grad_out_.find({c + 1, micro});
+  const int next_here = local_chunk(layout_.global_chunk(stage_, c) + 1);
+  if (next_here >= 0 && !grad_in_.count(key)) {  // the next chunk on this same stage
+    auto next = grad_out_.find({next_here, micro});
     if (next != grad_out_.end()) {
       grad_in_[key] = std::move(next->second);
       grad_out_.erase(next);

@@ -33,7 +33,8 @@ class Pipeline {
   const Communicator& activation_channel() const { return *act_; }
 
   // Forward input of (chunk, micro): received from the previous stage, or
-  // the previous chunk's output on this stage (pp = 1 with several chunks).
+  // the previous chunk's output on this stage (pp = 1 with several chunks;
+  // DualPipeV's last stage, where chunk 0's output is chunk 1's input).
   Result<const float*> forward_input(int chunk, int micro);
   void forward_done(int chunk, int micro, DeviceBuffer output);  // output empty on the last global chunk
   // Backward input (the gradient of the chunk's output) and result.
@@ -51,6 +52,7 @@ class Pipeline {
  private:
   Pipeline(const Layout& layout, int stage, ComputeBackend* backend) : layout_(layout), stage_(stage), backend_(backend) {}
   Communicator& channel(const Op& op);
+  int local_chunk(int global_chunk) const;
   // Frees the buffers of the sends that have completed (each send and receive
   // reaps), so a stage holds the outputs its peer has not yet received, not
   // every output of the step.

@@ -69,11 +69,6 @@ Status executor_runs_layout(const Layout& l) {
     return unsupported("execute: the plan recomputes Megatron's modules " + recompute_modules_text(l.recompute_modules) +
                        " (recompute_modules); Loom's executor re-runs the attention core only under "
                        "recompute=selective: plan without recompute_modules, or run the plan's --export megatron");
-  if (l.schedule == Schedule::kDualPipeV)
-    return unsupported("execute: the plan's schedule is dualpipev, which Loom's executor does not run (its backward "
-                       "computes the weight gradients with the input gradients, so it has no deferred W to place); "
-                       "plan with schedule=1f1b or interleaved, or run the plan's --export torchtitan "
-                       "(pipeline_parallel_schedule = \"DualPipeV\")");
   return Status::ok();
 }
 
@@ -136,7 +131,8 @@ Status Trainer::Impl::setup() {
   LOOM_ASSIGN_OR_RETURN(pipeline, Pipeline::create(*devw, color_of(Dim::kPp), l, coords.pp, backend));
   // Tied embeddings on two stages: the first and last stage keep a copy each
   // and sum their gradients (Megatron's embedding group).
-  has_embedding_copy_pair = dims.tied && l.pp > 1;
+  // (DualPipeV holds both on stage 0: no copy.)
+  has_embedding_copy_pair = dims.tied && l.head_stage() != 0;
   const bool in_emb = has_embedding_copy_pair && (coords.pp == 0 || coords.pp == l.pp - 1);
   const int emb_color = in_emb ? color_of(Dim::kPp) : world->size() + world->rank();
   LOOM_ASSIGN_OR_RETURN(emb, devw->split(emb_color, coords.pp, "embedding"));
@@ -308,7 +304,7 @@ Status Trainer::Impl::backward(const Op& op) {
   MemoryClassScope charge(MemoryClass::kCommBuffers);  // the input's gradient, until it is sent
   if (last_part && !first_global(c))
     din = DeviceBuffer::uninitialized(backend, size_t(chunk.activation_floats()) * sizeof(float));
-  LOOM_RETURN_IF_ERROR(chunk.backward_part(micro, dout, din.f32(), op.part, op.num_parts));
+  LOOM_RETURN_IF_ERROR(chunk.backward_part(micro, dout, din.f32(), op.part, op.num_parts, op.defers_wgrad));
   if (last_part) pipeline->backward_done(c, micro, std::move(din));
   return Status::ok();
 }
@@ -354,6 +350,10 @@ Status Trainer::Impl::run_op(const Op& op) {
       if (op.releases_params) sharding->release(op.chunk);
       times.backward_s += op_seconds();
       break;
+    case OpKind::kWeightGrad:
+      LOOM_RETURN_IF_ERROR(chunks[size_t(op.chunk)]->weight_grad(op.micro));
+      times.backward_s += op_seconds();
+      break;
     case OpKind::kSendActivation:
     case OpKind::kSendGrad:
       LOOM_RETURN_IF_ERROR(pipeline->send(op));
@@ -374,9 +374,6 @@ Status Trainer::Impl::run_op(const Op& op) {
       LOOM_RETURN_IF_ERROR(sharding->param_gather(op.chunk));
       times.dp_comm_exposed_s += op_seconds();
       break;
-    case OpKind::kWeightGrad:
-      return unsupported("execute: the program defers weight gradients (" + program.op_name(op) +
-                         "), which Loom's executor does not run");
     case OpKind::kOptimizer:
       LOOM_RETURN_IF_ERROR(pipeline->wait_sends());  // the stage's last sends: pipeline time
       times.pipeline_wait_s += seconds_since(t0);
@@ -480,9 +477,9 @@ Status Trainer::run_step(int64_t step, StepResult* out) {
   r.lr = s.update.lr;
   r.skipped = s.update.skipped;
   r.loss_scale = loss_scale;
-  // The loss: the last stage's TP rank 0 of every DP rank holds a part; the
+  // The loss: the head stage's TP rank 0 of every DP rank holds a part; the
   // MoE losses: every stage's TP rank 0 (TP ranks route alike).
-  double parts[4] = {(s.coords.pp == l.pp - 1 && s.coords.tp == 0) ? s.loss_sum : 0.0, 0, 0, 0};
+  double parts[4] = {(s.coords.pp == l.head_stage() && s.coords.tp == 0) ? s.loss_sum : 0.0, 0, 0, 0};
   double max_load = 0;
   for (auto& chunk : s.chunks) {
     const MoeStats m = chunk->take_moe_stats();

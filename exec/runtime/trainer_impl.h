@@ -59,8 +59,11 @@ struct Trainer::Impl {
   int expert_fold() const { return cfg.layout.expert_fold_index(coords.tp, coords.dp); }
   // The rank that speaks for its expert-DP group (the ranks holding the same experts).
   bool expert_dp_rank_zero() const { return expert_fold() < cfg.layout.ep && coords.cp == 0; }
-  bool first_global(int c) const { return c == 0 && coords.pp == 0; }
-  bool last_global(int c) const { return c == cfg.layout.virtual_stages - 1 && coords.pp == cfg.layout.pp - 1; }
+  bool first_global(int c) const { return cfg.layout.global_chunk(coords.pp, c) == 0; }
+  bool last_global(int c) const {
+    const Layout& l = cfg.layout;
+    return l.global_chunk(coords.pp, c) == l.pp * l.virtual_stages - 1;
+  }
 
   Status setup();
   Status check_can_run() const;

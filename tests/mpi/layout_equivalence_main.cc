@@ -42,6 +42,14 @@ const Case kCases[] = {
     {"dp=2,tp=2,pp=2,schedule=interleaved,v=2,sp=1,zero=1,micro=2", 8},
     {"dp=2,pp=2,recompute=full,micro=1", 4},
     {"dp=2,pp=2,recompute=full,recompute_layers=1,micro=1", 4},
+    // DualPipeV: the V placement (stage 0 holds the embedding and the head),
+    // the last stage's hand-off between its two chunks, each arm's channels,
+    // and backwards that defer their weight gradients to later W ops; with
+    // DP + ZeRO-1 (m = 2pp, the least the order takes), TP + SP, recompute.
+    {"dp=1,pp=2,schedule=dualpipev,micro=1", 2},
+    {"dp=2,pp=2,schedule=dualpipev,zero=1,micro=1", 4},
+    {"dp=1,tp=2,pp=2,sp=1,schedule=dualpipev,micro=1", 4},
+    {"dp=1,pp=2,schedule=dualpipev,recompute=full,micro=1", 2},
     // Other gradient buckets: the chunk's last backward runs in that many
     // parts and each bucket syncs as its part ends (more buckets than the
     // chunk has layers leaves some empty); ZeRO with one DP rank is ZeRO-0.
@@ -95,6 +103,7 @@ const Case kMoeCases[] = {
     {"dp=4,ep=2,zero=2", 4},
     {"dp=2,ep=2,tp=2,sp=1", 4},
     {"dp=2,ep=2,pp=2,micro=1", 4},
+    {"dp=2,ep=2,pp=2,schedule=dualpipev,micro=1", 4},
     {"dp=2,ep=2,recompute=full", 2},
     {"dp=2,ep=2,recompute=full,recompute_layers=1", 2},
     // With context parallelism: the routing statistics summed over the CP
