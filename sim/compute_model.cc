@@ -285,6 +285,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   int moe_kernels = 0;
   CollectiveCost dispatch, combine;  // one MoE dispatch / combine exchange
   double moe_fp8_quant_bytes = 0;    // the FP8 dispatch's quantizing pass (forward)
+  double wgrad_gemm_bwd = -1;        // the GEMMs' backward a zero-bubble W takes half of (-1: all)
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
@@ -296,6 +297,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     mlp_row_s = gemm.fwd_s - before - mlp_column_s;
     act_elem_fwd += T * f / t;
   } else {
+    // Loom's executor defers the attention's weight gradients only on a MoE
+    // layer (exec/model/chunk.h ModelChunk::weight_grad): the experts, the
+    // router and the shared experts take theirs in the backward.
+    if (opt.for_loom_executor()) wgrad_gemm_bwd = gemm.bwd_s;
     const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
     gemm.weight(T, E, h, 1, false);  // router, replicated, 16-bit
     double local_experts = E / sh.ep;
@@ -502,7 +507,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s + c.fwd_cp_s;
   c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s + c.bwd_cp_s;
-  c.wgrad_s = gemm.bwd_s / 2;
+  c.wgrad_s = (wgrad_gemm_bwd >= 0 ? wgrad_gemm_bwd : gemm.bwd_s) / 2;
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;
@@ -721,7 +726,8 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   c.fwd_s = head_gemm_fwd + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
   c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
-  c.wgrad_s = head_gemm_bwd / 2;
+  // (Loom's executor leaves the head's weight gradient in its backward.)
+  c.wgrad_s = opt.for_loom_executor() ? 0 : head_gemm_bwd / 2;
   c.fwd_flops = gemm.fwd_flops;
   c.bwd_flops = 2 * gemm.fwd_flops;
   return c;

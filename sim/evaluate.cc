@@ -602,8 +602,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   RecomputedLayers prev_rec{-1, -1}, mem_rec{-1, -1};
   const int64_t micro_batches = l.num_micro_batches(train_.global_batch);
   const std::vector<P2pBuffers>* p2p = act.executor.p2p;
-  // DualPipeV's pipeline time needs each stage's chunks apart (its stages
-  // hold different pairs of chunks, so none shares another's costs).
+  // DualPipeV's pipeline time needs each stage's chunks apart.
   const bool v_shape = l.schedule == Schedule::kDualPipeV;
   for (int s = 0; s < l.pp; ++s) {
     const int layers = split.stage_layers(s), moe = split.stage_moe_layers(s);
@@ -627,8 +626,18 @@ Estimate Evaluator::estimate(const Layout& l) const {
         mem_p2p = p2p_most;
       }
     }
-    // (Under the all-to-all overlap each stage has its own unpaired share.)
-    if (!ends && !v_shape && s > 1 && layers == prev_layers && moe == prev_moe && rec == prev_rec &&
+    // (Under the all-to-all overlap each stage has its own unpaired share.
+    // DualPipeV: an interior stage shares the previous one's costs when each
+    // of its two chunks has the layers of the other's same chunk.)
+    const bool same_chunks = !v_shape || (split.chunk_layers[size_t(split.global(s, 0))] ==
+                                              split.chunk_layers[size_t(split.global(s - 1, 0))] &&
+                                          split.chunk_layers[size_t(split.global(s, 1))] ==
+                                              split.chunk_layers[size_t(split.global(s - 1, 1))] &&
+                                          split.chunk_moe_layers[size_t(split.global(s, 0))] ==
+                                              split.chunk_moe_layers[size_t(split.global(s - 1, 0))] &&
+                                          split.chunk_moe_layers[size_t(split.global(s, 1))] ==
+                                              split.chunk_moe_layers[size_t(split.global(s - 1, 1))]);
+    if (!ends && same_chunks && s > 1 && layers == prev_layers && moe == prev_moe && rec == prev_rec &&
         !(opt_.ep_comm_overlap && moe > 0)) {
       kind[s] = kind[s - 1];
       continue;

@@ -21,9 +21,10 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
   if (!built.is_ok() || int(built->stage_ops.size()) != config.pp) return out;
   const Program& prog = *built;
   const int pp = config.pp, last_global = pp * std::max(1, config.virtual_stages) - 1;
-  // (A chunk whose neighbour sits on the same stage passes its output in place:
-  // DualPipeV's tip, global chunks pp-1 and pp on the last stage.)
-  const bool v_shape = config.schedule == Schedule::kDualPipeV;
+  // A chunk whose neighbour sits on the same stage (interleaving with pp = 1;
+  // DualPipeV's tip, global chunks pp-1 and pp on the last stage) hands its
+  // output and its input's gradient over in a buffer of the same kind, held
+  // until the neighbour's op takes it (exec/runtime/pipeline.h).
   // Each op's position in its stage's issue order, and each receive by (stage, kind, tag).
   std::vector<int> pos(prog.ops.size(), 0);
   std::map<std::tuple<int, int, int>, int32_t> recv_of;
@@ -79,8 +80,8 @@ std::vector<P2pBuffers> p2p_buffers_per_stage(const ProgramConfig& config) {
     for (size_t i = 0; i < mine.size(); ++i) {
       const Op& op = prog.ops[size_t(mine[i])];
       const int global = config.global_chunk(op.stage, op.chunk);
-      const bool in_from_peer = global != 0 && !(v_shape && global == pp);
-      const bool out_to_peer = global != last_global && !(v_shape && global == pp - 1);
+      const bool in_from_peer = global != 0;
+      const bool out_to_peer = global != last_global;
       switch (op.kind) {
         case OpKind::kRecvActivation:
         case OpKind::kRecvGrad: ++live; break;

@@ -5,7 +5,8 @@
 //
 // Enumerated: factorizations world = dp * tp * pp (ep | dp and | experts for
 // MoE models), ZeRO 0-3, micro-batch sizes dividing B/dp, schedules GPipe /
-// 1F1B / interleaved with v dividing the layers per stage, sequence parallel
+// 1F1B / interleaved with v dividing the layers per stage / DualPipeV (v = 2,
+// ZeRO 0-1, m >= 2pp), sequence parallel
 // on/off (tp > 1), recompute none / selective / full (and, per fitting full
 // layout, the fewest recomputed layers a chunk that fit). TP is kept inside one
 // NVLink domain (tp <= devices per node), as every production stack does.
@@ -28,7 +29,7 @@ struct SearchSpace {
   int max_virtual_stages = 8;
   std::vector<int> zero_stages{0, 1, 2, 3};
   std::vector<Recompute> recompute{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
-  std::vector<Schedule> schedules{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved};
+  std::vector<Schedule> schedules{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kDualPipeV};
   bool try_sequence_parallel = true;
   // Pipelined layouts also with one layer fewer on the last chunk, and one
   // fewer on both the first and the last (Megatron's --decoder-first/last-

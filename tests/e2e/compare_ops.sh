@@ -27,6 +27,7 @@ layouts="dp2 dp=2,micro=2 2 2
 tp2 dp=1,tp=2,micro=2 2 2
 pp2-1f1b dp=1,pp=2,schedule=1f1b,micro=2 2 1
 pp2-interleaved dp=1,pp=2,schedule=interleaved,v=2,micro=2 4 1
+pp2-dualpipev dp=1,pp=2,schedule=dualpipev,micro=1 4 1
 dp2-zero1 dp=2,zero=1,micro=2 2 2
 dp2-zero2 dp=2,zero=2,micro=2 2 2
 dp2-zero3 dp=2,zero=3,micro=2 2 2"
@@ -63,11 +64,13 @@ if name.startswith("dp2"):
     assert any(k["kind"] == "grad_sync" for k in j["kinds"]), (name, j["kinds"])
 if name.startswith("pp2"):
     assert any(k["kind"] == "recv_act" for k in j["kinds"]), (name, j["kinds"])
+if name == "pp2-dualpipev":  # the deferred weight gradients, measured as ops of their own
+    assert any(k["kind"] == "wgrad" and k["count"] > 0 for k in j["kinds"]), (name, j["kinds"])
 PY
   echo "ok: $name ($n ops)"
   done_layouts=$((done_layouts + 1))
 done <<<"$layouts"
-[ "$done_layouts" = 7 ] || fail "$done_layouts of the 7 layouts ran"
+[ "$done_layouts" = 8 ] || fail "$done_layouts of the 8 layouts ran"
 
 # The dp=2 run against the same layout planned with 2 buckets: another program.
 plan other dp=2,micro=2 2 2

@@ -110,6 +110,11 @@ const Case kCases[] = {
     {"llama", "dp=1,pp=2,schedule=1f1b,micro=2,recompute=full,recompute_layers=1", 2, GradReduce::kFp32,
      Precision::kBf16},
     {"mixtral", "dp=1,micro=8,recompute=full,recompute_layers=3", 1},
+    // DualPipeV: both ends on stage 0, each stage's two chunks' micro-batches
+    // in flight, and the tensors a deferred weight gradient reads held until its W.
+    {"gpt2", "dp=1,pp=2,schedule=dualpipev,micro=1", 2},
+    {"llama", "dp=1,pp=2,schedule=dualpipev,micro=1", 2, GradReduce::kFp32, Precision::kBf16},
+    {"mixtral", "dp=1,pp=2,schedule=dualpipev,micro=1", 2},
 };
 
 ModelSpec model_of(const std::string& family) {
@@ -164,8 +169,11 @@ int main(int argc, char** argv) {
   auto& world = setup.world;
   auto data = &setup.data;
   int failures = 0;
+  // LOOM_MEMORY_MATCH=text runs only the layouts containing it (default: all).
+  const char* match = std::getenv("LOOM_MEMORY_MATCH");
   for (const Case& c : kCases) {
     if (c.ranks > world->size()) continue;
+    if (match && std::string(c.layout).find(match) == std::string::npos) continue;
     const bool member = world->rank() < c.ranks;
     auto sub = world->split(member ? 0 : 1, world->rank(), "case");
     if (!sub.is_ok()) return 1;

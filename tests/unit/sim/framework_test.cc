@@ -142,9 +142,20 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
       EXPECT_GE(l.num_micro_batches(t.global_batch), 2 * l.pp) << l.to_string();
     }
   }
+  // Loom's executor (no framework) runs DualPipeV too, with ZeRO 0 and 1.
   SearchSpace own;
   own.world = 16;
-  EXPECT_FALSE(apply_search_fix("schedule=dualpipev", &own).is_ok());  // Loom's executor
+  ASSERT_TRUE(apply_search_fix("schedule=dualpipev", &own).is_ok());
+  const std::vector<Layout> own_vee = enumerate_layouts(eval, own);
+  ASSERT_FALSE(own_vee.empty());
+  bool zero1 = false;
+  for (const Layout& l : own_vee) {
+    EXPECT_EQ(l.schedule, Schedule::kDualPipeV) << l.to_string();
+    EXPECT_LE(l.zero, 1) << l.to_string();
+    EXPECT_GE(l.num_micro_batches(t.global_batch), 2 * l.pp) << l.to_string();
+    zero1 |= l.zero == 1;
+  }
+  EXPECT_TRUE(zero1);
   // And a layout the stack cannot run says what it offers instead.
   Layout z2;
   z2.dp = 16;
