@@ -453,6 +453,21 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   c.fwd_tp_s = tp.fwd_exposed;
   c.bwd_tp_s = tp.bwd_exposed;
   c.tp_comm_total_s = tp.fwd_total + tp.bwd_total;
+  // Gathered FP8 shards share one scale per tensor: with current scaling the
+  // TP ranks all-reduce each gathered tensor's amax before casting (Transformer
+  // Engine's Float8CurrentScalingQuantizer with_amax_reduction over the TP
+  // group, set for sequence-parallel column-parallel inputs and row-parallel
+  // output gradients, te/pytorch/module/linear.py set_quantizer_amax_reduction_group):
+  // two in forward (QKV and FC1 inputs) and two in backward (proj and FC2
+  // output gradients), 4 bytes each, latency-bound and on the compute
+  // stream's path (the cast waits for them).
+  if (fp8_gathers && opt.fp8_scaling == Fp8Scaling::kCurrent) {
+    const double amax = collective_cost(hw, Collective::kAllReduce, sh.tp_group, 4).time_s;
+    c.fwd_tp_s += 2 * amax;
+    c.bwd_tp_s += 2 * amax;
+    c.tp_calls += 4;
+    c.tp_comm_total_s += 4 * amax;
+  }
   // The collectives hidden behind GEMMs slow those GEMMs (the SMs they hold).
   const double contention = comm_contention_fraction(hw);
   double fwd_compute = gemm.fwd_s + core_fwd_s + elem_fwd_s + gemm.cast_s(gemm.fp8_inputs) + tp.fwd_sm_s;

@@ -109,6 +109,39 @@ TEST(Fp8, LayerGemmsWithCastsMatchTransformerEnginesProfile) {
   }
 }
 
+// FP8 gathered under sequence parallelism with current scaling: every TP
+// rank casts its shard with the tensor's one scale, so the ranks all-reduce
+// the amax first, as Transformer Engine does for the column-parallel inputs
+// (QKV, FC1) in forward and the row-parallel output gradients (proj, FC2) in
+// backward: 2 + 2 latency-bound all-reduces a layer, on the compute path.
+// Delayed scaling (last step's amax) and 16-bit gathers have none.
+TEST(Fp8, CurrentScalingReducesTheGatheredTensorsAmaxOverTp) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-70b");
+  Layout l = *parse_layout("dp=1,tp=8,sp=1");
+  const ComputeShape sh = compute_shape(l, 8192, hw);
+  auto layer = [&](Precision p, Fp8Scaling s, const ComputeShape& shape) {
+    SimOptions opt;
+    opt.fp8_scaling = s;
+    return layer_cost(m, hw, opt, p, shape, false);
+  };
+  const PieceCost cur = layer(Precision::kFp8, Fp8Scaling::kCurrent, sh);
+  const PieceCost del = layer(Precision::kFp8, Fp8Scaling::kDelayed, sh);
+  EXPECT_EQ(cur.tp_calls - del.tp_calls, 4);
+  const double fwd = cur.fwd_tp_s - del.fwd_tp_s, bwd = cur.bwd_tp_s - del.bwd_tp_s;
+  EXPECT_GT(fwd, 0);
+  EXPECT_DOUBLE_EQ(fwd, bwd);
+  // Latency-bound: a few microseconds each, and far below the layer.
+  EXPECT_GT(fwd / 2, 1e-6);
+  EXPECT_LT(fwd / 2, 50e-6);
+  EXPECT_LT(2 * (fwd + bwd), 0.02 * (cur.fwd_s + cur.bwd_s));
+  // BF16 gathers need no common scale; without SP nothing is gathered.
+  EXPECT_EQ(layer(Precision::kBf16, Fp8Scaling::kCurrent, sh).tp_calls, layer(Precision::kBf16, Fp8Scaling::kDelayed, sh).tp_calls);
+  const ComputeShape no_sp = compute_shape(*parse_layout("dp=1,tp=8,sp=0"), 8192, hw);
+  EXPECT_EQ(layer(Precision::kFp8, Fp8Scaling::kCurrent, no_sp).tp_calls,
+            layer(Precision::kFp8, Fp8Scaling::kDelayed, no_sp).tp_calls);
+}
+
 TEST(Fp8, TheAttentionCoreAndTheHeadStaySixteenBit) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   ModelSpec m = testing::load_model_or_die("llama-3-8b");
