@@ -20,8 +20,9 @@ struct DualPipeVStageTimes {
 // Step time of the pipeline (from the first forward to the last compute op
 // of any stage) for m >= 2*pp micro-batches, with `t_p2p` on every transfer
 // between stages. `stages` has pp entries. Replays min(m, 4*pp) micro-batches
-// and adds the rest at the slowest stage's rate (the steady state, which
-// the extra micro-batches lengthen and nothing else does). O(pp^2).
+// and adds the rest at the slowest stage's rate: exact for equal stages (the
+// idle stops growing at m = 2*pp) and up to m = 4*pp, within 1% of the whole
+// order where the stages differ (tests/unit/sim/event_engine_test.cc). O(pp^2).
 double dualpipev_pipeline_s(int pp, int64_t m, std::span<const DualPipeVStageTimes> stages, double t_p2p);
 
 }  // namespace loom
