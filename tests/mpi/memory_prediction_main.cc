@@ -115,6 +115,11 @@ const Case kCases[] = {
     {"gpt2", "dp=1,pp=2,schedule=dualpipev,micro=1", 2},
     {"llama", "dp=1,pp=2,schedule=dualpipev,micro=1", 2, GradReduce::kFp32, Precision::kBf16},
     {"mixtral", "dp=1,pp=2,schedule=dualpipev,micro=1", 2},
+    // Three layers a chunk and a small vocabulary: the peak is in the layers,
+    // where a deferring backward keeps its output gradients until the W.
+    {"llama_12l", "dp=1,pp=2,schedule=dualpipev,micro=1", 2},
+    {"llama_12l", "dp=1,pp=2,schedule=dualpipev,micro=1", 2, GradReduce::kFp32, Precision::kBf16},
+    {"llama_12l", "dp=1,pp=2,schedule=1f1b,micro=1", 2},
 };
 
 ModelSpec model_of(const std::string& family) {
@@ -124,6 +129,10 @@ ModelSpec model_of(const std::string& family) {
       : family == "llama"
           ? R"({"model_type":"llama","hidden_size":64,"intermediate_size":176,"num_hidden_layers":4,
                 "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":6000,"max_position_embeddings":128,
+                "tie_word_embeddings":false})"
+      : family == "llama_12l"
+          ? R"({"model_type":"llama","hidden_size":64,"intermediate_size":176,"num_hidden_layers":12,
+                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":128,
                 "tie_word_embeddings":false})"
       : family == "mixtral"
           ? R"({"model_type":"mixtral","hidden_size":64,"intermediate_size":96,"num_hidden_layers":4,
