@@ -144,11 +144,6 @@ Status validate_layout(const Layout& l, const ModelSpec& m, const TrainSpec& t, 
     if (2 * int64_t(l.pp) > m.num_layers)
       return invalid_argument("layout: schedule=dualpipev runs 2*pp = " + std::to_string(2 * int64_t(l.pp)) +
                               " chunks but the model has only " + std::to_string(m.num_layers) + " layers; lower pp");
-    if (l.zero > 1)
-      return invalid_argument("layout: schedule=dualpipev with zero=" + std::to_string(l.zero) +
-                              " is not modelled: its deferred weight gradients finish a chunk's gradients after the "
-                              "backward that a ZeRO-2/3 reduce-scatter follows; use zero=0 or zero=1 (DeepSeek-V3 ran "
-                              "ZeRO-1)");
   } else if (l.virtual_stages > 1 && l.schedule != Schedule::kInterleaved) {
     return invalid_argument("layout: v=" + std::to_string(l.virtual_stages) +
                             " needs schedule=interleaved; set v=1 or schedule=interleaved");

@@ -109,6 +109,7 @@ OrderedJson program_json(const ProgramConfig& c) {
   j["grad_buckets"] = c.grad_buckets;
   j["overlap_grad_reduce"] = c.overlap_grad_reduce;
   j["overlap_param_gather"] = c.overlap_param_gather;
+  if (c.syncs_after_backward) j["syncs_after_backward"] = true;
   return j;
 }
 
@@ -144,6 +145,9 @@ Result<ProgramConfig> parse_program_config(const std::string& text, const std::s
   LOOM_ASSIGN_OR_RETURN(int64_t nb, int_field("grad_buckets", 1, 32767));
   LOOM_ASSIGN_OR_RETURN(c.overlap_grad_reduce, bool_field("overlap_grad_reduce"));
   LOOM_ASSIGN_OR_RETURN(c.overlap_param_gather, bool_field("overlap_param_gather"));
+  if (j.contains("syncs_after_backward")) {
+    LOOM_ASSIGN_OR_RETURN(c.syncs_after_backward, bool_field("syncs_after_backward"));
+  }
   c.pp = int(pp);
   c.virtual_stages = int(v);
   c.zero = int(zero);
@@ -506,8 +510,9 @@ class Builder {
       }
       // The chunk's last backward is split to match its buckets: part k covers
       // the k-th slice of the chunk's layers counted from the top, as backward runs.
-      // (DualPipeV's backwards stay whole: their buckets follow at once.)
-      const bool whole = c_.schedule == Schedule::kDualPipeV;
+      // (DualPipeV's backwards, and any under syncs_after_backward, stay
+      // whole: their buckets follow at once.)
+      const bool whole = c_.schedule == Schedule::kDualPipeV || c_.syncs_after_backward;
       const int parts = (split && !whole && j == last_bwd_[c]) ? nb : 1;
       for (int k = 0; k < parts; ++k) {
         last_compute = k == 0 ? add(OpKind::kBackward, Stream::kCompute, s, c, i, 0, parts, {recv, gather, block_on})

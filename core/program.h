@@ -93,6 +93,11 @@ struct ProgramConfig {
   int grad_buckets = 1;         // buckets per chunk; the last backward of a chunk is split to match
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
+  // ZeRO 0/1 with overlap: each chunk's buckets all sync after its whole last
+  // backward instead of splitting it (FSDP's post-backward under a pipeline,
+  // as torch.distributed.pipelining runs it; DualPipeV's always do). Written
+  // to the program's JSON only when set.
+  bool syncs_after_backward = false;
 
   // The global chunk (in layer order) of chunk `chunk` on stage `stage` (global_chunk_of).
   int global_chunk(int stage, int chunk) const { return global_chunk_of(schedule, pp, stage, chunk); }

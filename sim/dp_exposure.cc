@@ -15,9 +15,11 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
   // still run their last micro-batches' backwards after the first chunk is
   // done (Megatron's cooldown takes min(p, m) of them per chunk).
   const double b_chunk = b_last / v;
+  // (FSDP's post-backward under a pipeline syncs after the whole last
+  // backward: none of it hides inside that backward.)
+  const double in_last = priced_after_backward(l, opt) ? 0.0 : 1.0 - 1.0 / std::max(1, opt.grad_buckets);
   double window = l.overlap_grad_reduce
-                      ? b_chunk * (1.0 - 1.0 / std::max(1, opt.grad_buckets)) +
-                            double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk
+                      ? b_chunk * in_last + double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk
                       : 0.0;
   double exposed = 0;
   if (l.zero <= 1) {

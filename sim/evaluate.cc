@@ -578,6 +578,7 @@ double ep_unpaired_fraction(const Layout& l, int64_t micro_batches, int stage) {
 }
 
 Estimate Evaluator::estimate(const Layout& l) const {
+  if (fsdp_once_per_step(l, opt_)) return estimate(priced_layout(l, opt_));
   Estimate est;
   const StageSplit& split = this->split(l);
   const Pieces& pc = pieces(l);

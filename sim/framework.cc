@@ -90,6 +90,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(const Json* pp, section(j, "pipeline", w));
   LOOM_ASSIGN_OR_RETURN(f.pp_blocking_p2p, required_bool(*pp, "blocking_p2p", w + ".pipeline"));
   LOOM_ASSIGN_OR_RETURN(f.pp_overlap_p2p_comm, required_bool(*pp, "overlap_p2p_comm", w + ".pipeline"));
+  LOOM_ASSIGN_OR_RETURN(f.pp_fsdp_once, json_bool_or(*pp, "fsdp_once", false, w + ".pipeline"));
   LOOM_ASSIGN_OR_RETURN(std::string split, json_string_or(*pp, "layer_split", "any", w + ".pipeline"));
   if (!parse_layer_split(split, &f.layer_split))
     return invalid_argument(w + ".pipeline.layer_split must be any or equal_chunks, got '" + split + "'");
@@ -185,6 +186,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->tp_overlap = f.tp_overlap;
   opt->pp_blocking_p2p = f.pp_blocking_p2p;
   opt->pp_overlap_p2p_comm = f.pp_overlap_p2p_comm;
+  opt->pp_fsdp_once = f.pp_fsdp_once;
   opt->fp8_scaling = f.fp8_scaling;
   opt->fp8_attention = f.fp8_attention;
   opt->selective_recompute = f.selective_recompute;
@@ -275,6 +277,15 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
 }
 
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
+  // DualPipeV's deferred weight gradients finish a chunk's gradients after
+  // the backward a per-micro-batch reduce-scatter would follow: ZeRO-2/3 run
+  // with it only where FSDP syncs once a step (torchtitan's pipelines).
+  if (l.schedule == Schedule::kDualPipeV && l.zero > 1 && !(f && f->pp_fsdp_once && l.zero == 3))
+    return invalid_argument("schedule=dualpipev with zero=" + std::to_string(l.zero) +
+                            " is not modelled for " + (f ? f->name : std::string("Loom's executor")) +
+                            ": its deferred weight gradients finish a chunk's gradients after the backward that a "
+                            "ZeRO-2/3 reduce-scatter follows; use zero=0 or zero=1 (DeepSeek-V3 ran ZeRO-1), or "
+                            "--framework torchtitan, whose FSDP reduces once a step under a pipeline (zero=3)");
   if (f) return check_layout_for_framework(*f, model, l);
   // Loom's executor (no framework) runs every layout validate_layout
   // accepts, but for Megatron's recompute modules.

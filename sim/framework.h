@@ -45,6 +45,7 @@ struct Framework {
   TpOverlapConfig tp_overlap = te2_default_tp_overlap();  // overlap.tp_comm_overlap_cfg (a name from frameworks/tp_overlap/)
   bool pp_blocking_p2p = false;       // SimOptions::pp_blocking_p2p
   bool pp_overlap_p2p_comm = false;   // SimOptions::pp_overlap_p2p_comm
+  bool pp_fsdp_once = false;          // pipeline.fsdp_once (SimOptions::pp_fsdp_once)
   LayerSplitRule layer_split = LayerSplitRule::kAny;  // pipeline.layer_split
   std::vector<int> zero_stages;
   std::vector<Schedule> schedules;

@@ -623,6 +623,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
 
 MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout& l, const TrainSpec& train,
                            const SimOptions& opt) {
+  if (fsdp_once_per_step(l, opt)) return memory_report(m, hw, priced_layout(l, opt), train, opt);
   MemoryReport r;
   r.capacity_bytes = hw.accel.memory_bytes;
   StageSplit split = split_layers(m, l);

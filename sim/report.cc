@@ -145,6 +145,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["moe_capacity_factor"] = o.moe_capacity_factor;
   if (o.expert_gemm != ExpertGemm::kGrouped) j["expert_gemm"] = expert_gemm_name(o.expert_gemm);
   j["pp_overlap_p2p_comm"] = o.pp_overlap_p2p_comm;
+  if (o.pp_fsdp_once) j["pp_fsdp_once"] = true;  // (absent before it existed: plans keep their hash)
   j["kernel_overhead_s"] = o.kernel_overhead_s;
   j["dp_comm_host_progress"] = o.dp_comm_host_progress;
   return j.dump();
@@ -199,6 +200,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   if (o.moe_capacity_factor < 0 || !(o.moe_load_imbalance >= 1))
     return invalid_argument(w + ": moe_capacity_factor must be >= 0 (0 = dropless) and moe_load_imbalance >= 1");
   LOOM_ASSIGN_OR_RETURN(o.pp_overlap_p2p_comm, json_bool_or(j, "pp_overlap_p2p_comm", o.pp_overlap_p2p_comm, w));
+  LOOM_ASSIGN_OR_RETURN(o.pp_fsdp_once, json_bool_or(j, "pp_fsdp_once", o.pp_fsdp_once, w));
   LOOM_ASSIGN_OR_RETURN(o.dp_comm_host_progress,
                         json_bool_or(j, "dp_comm_host_progress", o.dp_comm_host_progress, w));
   return o;

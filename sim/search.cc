@@ -82,8 +82,10 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
               if (pp == 1 && sched != Schedule::k1F1B && !sp.fix_schedule) continue;
               std::vector<int> vs{1};
               if (sched == Schedule::kDualPipeV) {
-                // Two chunks a stage as a V, at least 2*pp micro-batches, ZeRO 0/1.
-                if (pp < 2 || mb < 2 * int64_t(pp) || zero > 1 || 2 * pp > m.num_layers) continue;
+                // Two chunks a stage as a V, at least 2*pp micro-batches, ZeRO
+                // 0/1 (or FSDP synced once a step: check_layout_for_stack).
+                const bool fsdp_once = eval.options().pp_fsdp_once && zero == 3;
+                if (pp < 2 || mb < 2 * int64_t(pp) || (zero > 1 && !fsdp_once) || 2 * pp > m.num_layers) continue;
                 vs = {2};
               } else if (sched == Schedule::kInterleaved) {
                 vs.clear();

@@ -118,6 +118,14 @@ struct SimOptions {
   double fragmentation_fraction = 0.05;
   // DP gradient buckets per model chunk (buckets overlap backward).
   int grad_buckets = kDefaultGradBuckets;
+  // ZeRO-3 (FSDP) under a pipeline syncs once a step, as torchtitan runs
+  // FSDP2 with torch.distributed.pipelining: parameters stay gathered from
+  // each chunk's first forward to the step's end (reshard_after_forward off
+  // when PP is on), and gradients accumulate unsharded (in the reduce dtype)
+  // until the chunk's last backward, after which each chunk reduce-scatters
+  // once. Priced as ZeRO-1 with one bucket a chunk whose sync follows the
+  // whole last backward (sim/evaluate.h fsdp_once_per_step).
+  bool pp_fsdp_once = false;
   // Megatron's --tp-comm-overlap (Transformer Engine userbuffers; needs
   // sequence parallelism): forward all-gathers and reduce-scatters
   // ring-exchanged with their GEMMs in t chunks, backward bulk overlaps
@@ -219,6 +227,33 @@ struct SimOptions {
 inline bool every_other_matmul(const SimOptions& o, Precision p, bool moe_layer, bool mla) {
   return o.selective_recompute == SelectiveRecompute::kEveryOtherMatmul && !o.framework.empty() && !moe_layer && !mla &&
          p != Precision::kFp8;
+}
+
+// ZeRO-3 under a pipeline on a stack that syncs FSDP once a step
+// (SimOptions::pp_fsdp_once).
+inline bool fsdp_once_per_step(const Layout& l, const SimOptions& o) {
+  return o.pp_fsdp_once && l.pp > 1 && l.zero == 3 && l.dp * l.cp > 1;
+}
+// The layout the simulator prices for `l`: under fsdp_once_per_step the
+// communication and memory of ZeRO-1 (parameters whole from the chunk's
+// first forward to the step's end, gathered once and overlapped with the
+// forwards; gradients whole in the reduce dtype until one reduce-scatter a
+// chunk; the optimizer's state sharded), its syncs after the chunk's whole
+// last backward (priced_after_backward); otherwise `l` itself. Under that
+// stack a zero=1 pipelined layout is only ever this form (the stack offers
+// no ZeRO-1 of its own).
+inline Layout priced_layout(const Layout& l, const SimOptions& o) {
+  if (!fsdp_once_per_step(l, o)) return l;
+  Layout x = l;
+  x.zero = 1;
+  x.overlap_grad_reduce = true;
+  x.overlap_param_gather = true;
+  return x;
+}
+// A priced layout whose gradient syncs start after each chunk's whole last
+// backward (FSDP's post-backward under a pipeline), not bucket by bucket in it.
+inline bool priced_after_backward(const Layout& l, const SimOptions& o) {
+  return o.pp_fsdp_once && l.pp > 1 && l.zero == 1 && l.dp * l.cp > 1;
 }
 
 // Whether a stage's compute waits for its pipeline sends under `schedule`.

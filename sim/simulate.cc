@@ -382,6 +382,13 @@ Program with_posted_ahead_recvs(const Program& prog) {
 
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   LOOM_RETURN_IF_ERROR(validate_layout(l, eval.model(), eval.train(), 0));
+  if (fsdp_once_per_step(l, eval.options())) {
+    // Timed as the stack runs it (priced_layout): the program and the
+    // figures are the priced form's, the layout stays the one asked for.
+    LOOM_ASSIGN_OR_RETURN(SimResult priced, simulate_layout(eval, priced_layout(l, eval.options())));
+    priced.layout = l;
+    return priced;
+  }
   SimResult r;
   r.layout = l;
   r.memory = memory_report(eval.model(), eval.hw(), l, eval.train(), eval.options());
@@ -392,6 +399,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   for (const StageCosts& sc : r.stages) dp.push_back(eval.dp_collectives(l, sc));
 
   ProgramConfig cfg = program_config_for(l, eval.train().global_batch, eval.options().grad_buckets);
+  cfg.syncs_after_backward = priced_after_backward(l, eval.options());
   LOOM_ASSIGN_OR_RETURN(r.program, build_program(cfg));
   // The engine times the program the framework runs; r.program stays the
   // executor's (its ops, ids and hash are the plan's).

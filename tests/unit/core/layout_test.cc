@@ -151,7 +151,6 @@ TEST(Layout, ValidateRejectsImpossibleLayoutsWithAFix) {
       {"dp=2,micro=0", 2, "micro=0 must be >= 1"},
       {"dp=1,pp=4,schedule=dualpipev,v=3", 4, "two model chunks on each stage (v=2)"},
       {"dp=1,schedule=dualpipev", 1, "dualpipev needs pp >= 2"},
-      {"dp=1,pp=2,schedule=dualpipev,zero=2", 2, "zero=2 is not modelled"},
       {"dp=1,pp=32,schedule=dualpipev", 32, "64 chunks but the model has only 32 layers"},
   };
   for (const BadCase& c : cases) {

@@ -431,6 +431,34 @@ TEST(Program, BucketsFollowThePartsOfTheLastBackward) {
   }
 }
 
+// syncs_after_backward (FSDP's post-backward under a pipeline): the last
+// backward stays whole and every bucket of the chunk follows it, with the
+// overlap kept (the next step's forwards still wait only for the gather).
+// Written to the JSON only when set, so other programs keep their hash.
+TEST(Program, SyncsAfterTheWholeLastBackward) {
+  ProgramConfig c = dp_cfg(1, 4, true, true);
+  const std::string plain = program_config_to_json(c);
+  c.syncs_after_backward = true;
+  Program p = build(c);
+  for (int s = 0; s < 2; ++s) {
+    auto bwds = ops_of(p, s, OpKind::kBackward);
+    for (const Op* b : bwds) EXPECT_EQ(b->num_parts, 1) << p.op_name(*b);
+    auto syncs = ops_of(p, s, OpKind::kGradSync);
+    ASSERT_EQ(syncs.size(), 4u);
+    for (const Op* g : syncs) {
+      ASSERT_EQ(g->dep_count, 1);
+      EXPECT_EQ(p.deps_of(*g)[0], bwds.back()->id);
+    }
+    EXPECT_EQ(ops_of(p, s, OpKind::kParamGather).size(), 1u);
+  }
+  EXPECT_EQ(plain.find("syncs_after_backward"), std::string::npos);
+  auto back = parse_program_config(program_config_to_json(c), "program");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_TRUE(back->syncs_after_backward);
+  EXPECT_EQ(program_config_diff(c, *back), "");
+  EXPECT_NE(program_hash(c), program_hash(dp_cfg(1, 4, true, true)));
+}
+
 TEST(Program, UnoverlappedBucketsFollowChunkOrder) {
   // Stage 0 of pp=2, v=2, m=4 ends "... B3.1 B2.0 B3.0": chunk 1 finishes first.
   ProgramConfig c = cfg(Schedule::kInterleaved, 2, 4, 2);

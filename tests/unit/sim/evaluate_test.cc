@@ -56,28 +56,40 @@ TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
   SimOptions stack = blocking;
   stack.pp_overlap_p2p_comm = true;
   stack.loom_executor = false;
+  // torchtitan's FSDP under a pipeline: ZeRO-3 synced once a step.
+  SimOptions fsdp_once = stack;
+  fsdp_once.pp_fsdp_once = true;
   double worst = 0;
   std::string worst_text;
   int cells = 0;
   const char* bases[] = {"dp=64", "dp=8,tp=8,sp=1", "dp=16,pp=4", "dp=8,tp=2,pp=4,schedule=interleaved,v=2",
                          "dp=16,tp=2,pp=2,schedule=gpipe", "dp=16,pp=4,recompute=full,recompute_layers=3",
                          "dp=8,tp=2,pp=4,schedule=dualpipev,sp=1", "dp=32,pp=2,schedule=dualpipev,first=6,last=6"};
-  // 0: Loom's executor; 1: blocking sends; 2: a published stack.
+  // 0: Loom's executor; 1: blocking sends; 2: a published stack; 3: one
+  // whose FSDP syncs once a step under a pipeline (zero=3 only).
   std::vector<std::pair<int, std::string>> cases;
   for (const char* base : bases) cases.push_back({0, base});
   for (const char* base : bases)
     if (std::string(base).find("pp=") != std::string::npos) cases.push_back({1, base});
   for (const char* base : bases) cases.push_back({2, base});
+  for (const char* base : bases)
+    if (std::string(base).find("pp=") != std::string::npos) cases.push_back({3, base});
   for (const auto& [mode, base] : cases) {
     Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 512, 4096,
-                               mode == 0 ? SimOptions{} : mode == 1 ? blocking : stack);
-    for (int zero = 0; zero <= 3; ++zero)
+                               mode == 0 ? SimOptions{} : mode == 1 ? blocking : mode == 2 ? stack : fsdp_once);
+    for (int zero = mode == 3 ? 3 : 0; zero <= 3; ++zero)
       for (const char* overlap : {"", ",overlap_grad=0", ",overlap_param=0", ",overlap_grad=0,overlap_param=0"})
         for (int micro : {1, 2}) {
           const std::string text = base + ",zero=" + std::to_string(zero) + ",micro=" + std::to_string(micro) +
-                                   overlap + (mode == 1 ? " (blocking p2p)" : mode == 2 ? " (published stack)" : "");
+                                   overlap +
+                                   (mode == 1   ? " (blocking p2p)"
+                                    : mode == 2 ? " (published stack)"
+                                    : mode == 3 ? " (FSDP once a step)"
+                                                : "");
           Layout l = L(text.substr(0, text.find(' ')));
           if (!validate_layout(l, eval.model(), eval.train(), 64).is_ok()) continue;
+          // DualPipeV with ZeRO-2/3 only where FSDP syncs once a step (check_layout_for_stack).
+          if (l.schedule == Schedule::kDualPipeV && zero > 1 && mode != 3) continue;
           auto r = simulate_layout(eval, l);
           ASSERT_TRUE(r.is_ok()) << text << ": " << r.status().to_string();
           const double engine = r->time.step_time_s, closed = r->closed_form.time.step_time_s;

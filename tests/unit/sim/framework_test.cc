@@ -82,6 +82,8 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_EQ(titan_back->cross_entropy, CrossEntropyImpl::kTorch);
   EXPECT_EQ(titan_back->layer_ops, LayerOps::kTorchEager);
   EXPECT_TRUE(titan_back->fsdp_copies);
+  EXPECT_TRUE(titan_back->pp_fsdp_once);
+  EXPECT_EQ(sim_options_json(SimOptions{}).find("pp_fsdp_once"), std::string::npos);
   EXPECT_EQ(sim_options_json(SimOptions{}).find("layer_ops"), std::string::npos);
   EXPECT_FALSE(parse_sim_options(R"({"layer_ops": "compiled"})").is_ok());
   EXPECT_EQ(parse_sim_options(sim_options_json(SimOptions{}))->cross_entropy, CrossEntropyImpl::kFused);
@@ -291,6 +293,77 @@ TEST_F(FrameworkSplits, MegatronStatesAnySplitWithTheLayoutFlag) {
   }
   EXPECT_GT(uneven, 0);
   EXPECT_GT(pinned, 0);
+}
+
+// FSDP under a pipeline, as torchtitan runs it (frameworks/torchtitan.json
+// pipeline.fsdp_once): each chunk's parameters are gathered once a step and
+// its gradients reduce-scattered once, after its last backward, not once per
+// micro-batch. By hand, for Llama-3.1-405B at tp=8, pp=8, dp=8 in bf16 with
+// fp32 reduction: a rank holds P = 405.9e9/64 parameters (the stages differ
+// by a layer), and its DP traffic a step is one reduce-scatter of 4P bytes
+// and one all-gather of 2P bytes, each sending 7/8 of its buffer: about
+// 6 x 6.3e9 x 7/8 = 33 GB, whatever the micro-batch count. Its memory holds
+// the whole 16-bit parameters and fp32 gradients of its stage, the
+// optimizer state sharded 8 ways. Without a pipeline FSDP stays per layer.
+TEST(Framework, TorchtitanFsdpUnderAPipelineSyncsOnceAStep) {
+  const ModelSpec m = testing::load_model_or_die("llama-3.1-405b");
+  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  TrainSpec t;
+  t.seq_len = 8192;
+  t.precision = Precision::kBf16;
+  SimOptions opt;
+  apply_framework(load_or_die("torchtitan"), &opt);
+  ASSERT_TRUE(opt.pp_fsdp_once);
+  Layout l = *parse_layout("dp=8,tp=8,pp=8,zero=3,micro=1,schedule=interleaved,v=2,sp=1,recompute=full");
+  double dp_bytes[2];
+  int k = 0;
+  for (int64_t batch : {64, 256}) {  // 8 and 32 micro-batches a step
+    t.global_batch = batch;
+    Evaluator eval(m, hw, t, opt);
+    auto r = simulate_layout(eval, l);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->layout.zero, 3);  // the plan keeps the layout asked for
+    double sent = 0;
+    for (int c = 0; c < kNumLinkClasses; ++c) sent += r->traffic.bytes[int(CommKind::kDp)][c];
+    dp_bytes[k++] = sent;
+    EXPECT_NEAR(sent / (6 * 405.9e9 / 64 * 7 / 8), 1.0, 0.05) << batch;
+    // The whole stage's parameters (2 bytes) and gradients (4 bytes) are held.
+    const StageMemory& s1 = r->memory.stages[1];
+    EXPECT_NEAR(s1.weights_bytes / (2 * 405.9e9 / 64), 1.0, 0.05);
+    EXPECT_NEAR(s1.grads_bytes / (4 * 405.9e9 / 64), 1.0, 0.05);
+    EXPECT_NEAR(s1.optimizer_bytes / (12 * 405.9e9 / 64 / 8), 1.0, 0.05);
+    // The closed form prices the same form.
+    EXPECT_NEAR(eval.estimate(l).time.step_time_s / r->time.step_time_s, 1.0, 0.1);
+  }
+  EXPECT_NEAR(dp_bytes[1] / dp_bytes[0], 1.0, 1e-9);  // not per micro-batch
+  // DualPipeV with that FSDP: the deferred weight gradients end before the
+  // one reduce-scatter, so torchtitan runs it; Loom's executor and Megatron
+  // do not (ZeRO-2/3 would reduce after each backward), and say so.
+  Layout vee = *parse_layout("dp=8,tp=8,pp=8,zero=3,micro=1,schedule=dualpipev,sp=1,recompute=full");
+  const Framework tt = load_or_die("torchtitan");
+  EXPECT_TRUE(check_layout_for_stack(&tt, m, vee).is_ok());
+  {
+    t.global_batch = 256;
+    Evaluator eval(m, hw, t, opt);
+    auto r = simulate_layout(eval, vee);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->layout.schedule, Schedule::kDualPipeV);
+  }
+  Status own = check_layout_for_stack(nullptr, m, vee);
+  ASSERT_FALSE(own.is_ok());
+  EXPECT_NE(own.message().find("--framework torchtitan"), std::string::npos) << own.message();
+  Layout vee2 = vee;
+  vee2.zero = 2;
+  EXPECT_FALSE(check_layout_for_stack(&tt, m, vee2).is_ok());
+  const Framework mc = load_or_die("megatron-core");
+  EXPECT_FALSE(check_layout_for_stack(&mc, m, vee).is_ok());
+  // The same stack without a pipeline: FSDP per layer, every micro-batch.
+  t.global_batch = 64;
+  Evaluator eval(m, hw, t, opt);
+  Layout flat = *parse_layout("dp=64,tp=8,pp=1,zero=3,micro=1,sp=1,recompute=full");
+  auto r = simulate_layout(eval, flat);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_LT(r->memory.stages[0].weights_bytes, 2 * 405.9e9 / 8 / 10);
 }
 
 TEST(Framework, BadFilesNameTheKey) {
