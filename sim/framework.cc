@@ -99,6 +99,15 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   const std::string wl = w + ".layouts";
   LOOM_ASSIGN_OR_RETURN(f.zero_stages, zero_list(*l, "zero_stages", wl));
   if (f.zero_stages.empty()) return invalid_argument(wl + ".zero_stages must name at least one ZeRO stage");
+  if (l->contains("pipeline_zero_stages")) {
+    LOOM_ASSIGN_OR_RETURN(f.pipeline_zero_stages, zero_list(*l, "pipeline_zero_stages", wl));
+    for (int z : f.pipeline_zero_stages)
+      if (!contains(f.zero_stages, z))
+        return invalid_argument(wl + ".pipeline_zero_stages: ZeRO " + std::to_string(z) +
+                                " is not among zero_stages; list a subset of them");
+    if (f.pipeline_zero_stages.empty())
+      return invalid_argument(wl + ".pipeline_zero_stages must name at least one ZeRO stage, or be left out");
+  }
   LOOM_ASSIGN_OR_RETURN(auto scheds, string_list(*l, "schedules", wl));
   for (const auto& s : scheds) {
     auto r = parse_schedule(s);
@@ -199,6 +208,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
 
 void apply_framework(const Framework& f, SearchSpace* sp) {
   sp->zero_stages = f.zero_stages;
+  sp->pipeline_zero_stages = f.pipeline_zero_stages;
   sp->schedules = f.schedules;
   sp->recompute = f.recompute;
   sp->try_sequence_parallel = f.sequence_parallel != SequenceParallelRule::kNever;
@@ -241,6 +251,10 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
   if (!contains(f.zero_stages, l.zero))
     return invalid_argument("zero=" + std::to_string(l.zero) + ": " + f.name + " offers ZeRO " +
                             names(f.zero_stages, [](int z) { return std::to_string(z); }));
+  if (l.pp > 1 && !f.pipeline_zero_stages.empty() && !contains(f.pipeline_zero_stages, l.zero))
+    return invalid_argument("zero=" + std::to_string(l.zero) + " with pp=" + std::to_string(l.pp) + ": " + f.name +
+                            " runs ZeRO " + names(f.pipeline_zero_stages, [](int z) { return std::to_string(z); }) +
+                            " under a pipeline; use one of them, or pp=1");
   if (l.pp > 1 && !contains(f.schedules, l.schedule))
     return invalid_argument(std::string("schedule=") + schedule_name(l.schedule) + ": " + f.name + " offers " +
                             names(f.schedules, [](Schedule s) { return schedule_name(s); }));

@@ -48,6 +48,9 @@ struct Framework {
   bool pp_fsdp_once = false;          // pipeline.fsdp_once (SimOptions::pp_fsdp_once)
   LayerSplitRule layer_split = LayerSplitRule::kAny;  // pipeline.layer_split
   std::vector<int> zero_stages;
+  // The ZeRO stages the stack runs under a pipeline (layouts.pipeline_zero_stages;
+  // DeepSpeed's PipelineEngine refuses ZeRO-2/3); empty: zero_stages.
+  std::vector<int> pipeline_zero_stages;
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;  // what recompute=selective re-runs

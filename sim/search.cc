@@ -72,6 +72,10 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
         if (sp.fix_ep && ep != sp.fix_ep) continue;
         if (sp.fix_etp && (etp ? etp : tp) != sp.fix_etp) continue;
         for (int zero : sp.zero_stages) {
+          if (pp > 1 && !sp.pipeline_zero_stages.empty() &&
+              std::find(sp.pipeline_zero_stages.begin(), sp.pipeline_zero_stages.end(), zero) ==
+                  sp.pipeline_zero_stages.end())
+            continue;
           if (sp.fix_zero >= 0 && zero != sp.fix_zero) continue;
           if (dp * cp == 1 && zero > 0) continue;  // nothing to shard over
           for (int micro : divisors(t.global_batch / dp, sp.max_micro_batch)) {

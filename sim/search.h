@@ -28,6 +28,8 @@ struct SearchSpace {
   int max_micro_batch = 64;
   int max_virtual_stages = 8;
   std::vector<int> zero_stages{0, 1, 2, 3};
+  // The stages tried when pp > 1 (a stack's pipeline_zero_stages); empty: zero_stages.
+  std::vector<int> pipeline_zero_stages;
   std::vector<Recompute> recompute{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<Schedule> schedules{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kDualPipeV};
   bool try_sequence_parallel = true;

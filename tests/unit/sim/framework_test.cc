@@ -113,6 +113,18 @@ TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
       return l.first_stage_layers > 0 || l.last_stage_layers > 0;
     });
     EXPECT_EQ(pinned, std::string(name) != "deepspeed") << name;
+    // DeepSpeed's PipelineEngine refuses ZeRO-2/3: under a pipeline only 0
+    // and 1, without one all four.
+    if (std::string(name) == "deepspeed") {
+      std::set<int> piped, flat;
+      for (const Layout& l : layouts) (l.pp > 1 ? piped : flat).insert(l.zero);
+      EXPECT_EQ(piped, (std::set<int>{0, 1}));
+      EXPECT_EQ(flat, (std::set<int>{0, 1, 2, 3}));
+      Layout z3 = *parse_layout("dp=8,pp=2,zero=3");
+      Status s = check_layout_for_framework(f, m, z3);
+      ASSERT_FALSE(s.is_ok());
+      EXPECT_NE(s.message().find("runs ZeRO 0, 1 under a pipeline"), std::string::npos) << s.message();
+    }
     for (const Layout& l : layouts) {
       EXPECT_TRUE(check_layout_for_framework(f, m, l).is_ok()) << name << " " << l.to_string();
       const bool overlap = std::count(f.grad_reduce_overlap_zero_stages.begin(),
@@ -403,6 +415,9 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "loop", "source": "s"})",
                "moe.expert_gemm must be grouped or per_expert");
   expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "grouped"})", "moe.source");
+  expect_error(R"("zero_stages": [0, 1])", R"("zero_stages": [0, 1], "pipeline_zero_stages": [3])",
+               "layouts.pipeline_zero_stages: ZeRO 3 is not among zero_stages");
+  expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": "yes")", "pipeline.fsdp_once");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());
 }
 
