@@ -285,7 +285,6 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   int moe_kernels = 0;
   CollectiveCost dispatch, combine;  // one MoE dispatch / combine exchange
   double moe_fp8_quant_bytes = 0;    // the FP8 dispatch's quantizing pass (forward)
-  double wgrad_gemm_bwd = -1;        // the GEMMs' backward a zero-bubble W takes half of (-1: all)
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
@@ -297,10 +296,6 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     mlp_row_s = gemm.fwd_s - before - mlp_column_s;
     act_elem_fwd += T * f / t;
   } else {
-    // Loom's executor defers the attention's weight gradients only on a MoE
-    // layer (exec/model/chunk.h ModelChunk::weight_grad): the experts, the
-    // router and the shared experts take theirs in the backward.
-    if (opt.for_loom_executor()) wgrad_gemm_bwd = gemm.bwd_s;
     const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
     gemm.weight(T, E, h, 1, false);  // router, replicated, 16-bit
     double local_experts = E / sh.ep;
@@ -522,7 +517,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   c.fwd_s = fwd_compute + c.fwd_tp_s + c.fwd_ep_s + c.fwd_cp_s;
   c.bwd_s = bwd_compute + c.bwd_tp_s + c.bwd_ep_s + c.bwd_cp_s;
-  c.wgrad_s = (wgrad_gemm_bwd >= 0 ? wgrad_gemm_bwd : gemm.bwd_s) / 2;
+  c.wgrad_s = gemm.bwd_s / 2;
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
   c.fwd_flops = gemm.fwd_flops + core_flops;
   c.bwd_flops = 2 * gemm.fwd_flops + core_flops * core_bwd_factor;

@@ -382,7 +382,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
   LOOM_RETURN_IF_ERROR(enter_tp(dx_out, dfull.f32()));
   DeviceBuffer dh_part = make(backend_, N * C);
   if (d.moe.is_moe(layer)) {
-    LOOM_RETURN_IF_ERROR(moe_->backward(layer, a.h2.f32(), dfull.f32(), dh_part.f32(), &a.moe, grad_scale_));
+    LOOM_RETURN_IF_ERROR(moe_->backward(layer, a.h2.f32(), dfull.f32(), dh_part.f32(), &a.moe, grad_scale_, defer));
   } else if (d.gpt2) {
     // fc2's input gradient goes through GELU's backward in its GEMM (one
     // (N, F) buffer, not two), which sums fc1's bias gradient too.
@@ -409,9 +409,10 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
       defer->keep.push_back(std::move(dup));
     }
   }
-  if (defer && !d.moe.is_moe(layer)) {
+  if (defer) {
     // The MLP's deferred GEMMs read its output gradient, which the
-    // attention's would overwrite next, and its saved inputs.
+    // attention's would overwrite next, and its saved inputs (a MoE
+    // layer's shared experts and router read h2 too).
     defer->keep.push_back(std::move(dfull));
     dfull = make(backend_, N * C);
     for (DeviceBuffer* b : {&a.g, &a.s, &a.h2})
@@ -706,7 +707,7 @@ Status ModelChunk::weight_grad(int micro) {
   Kernels& k = backend_->kernels();
   // In the order backward met them: each accumulates into its weight's
   // gradient as the backward would have.
-  for (const Gemm& g : it->second.gemms) k.gemm(g);
+  it->second.run(k);
   deferred_.erase(it);  // after the GEMMs: a device backend's stream orders the frees
   return k.status();
 }

@@ -19,6 +19,7 @@
 #include "exec/model/context_parallel.h"
 #include "exec/model/moe_layer.h"
 #include "exec/model/params.h"
+#include "exec/model/wgrad_defer.h"
 
 namespace loom::exec {
 
@@ -86,11 +87,12 @@ class ModelChunk {
   // which is what lets gradient bucket k's sync start.
   Status backward_part(int micro, const float* dout, float* dinput, int part, int num_parts, bool defer_wgrad = false);
   // Zero-bubble backward (DualPipeV, core/program.h Op::defers_wgrad): with
-  // `defer_wgrad` the layers' linear weight-gradient GEMMs (attention and
-  // dense MLP; a MoE layer's experts and router, the norms, the head and the
-  // embedding still take theirs in the backward) are not run but kept, with
-  // the saved inputs and output gradients they read, until weight_grad(micro)
-  // runs them: the gradients of the micro-batch are complete only then.
+  // `defer_wgrad` the layers' weight-gradient GEMMs (attention, dense MLP, a
+  // MoE layer's experts, shared experts and router; the norms, biases, head
+  // and embedding still take theirs in the backward) are not run but kept,
+  // with the saved inputs and output gradients they read, until
+  // weight_grad(micro) runs them: the micro-batch's gradients are complete
+  // only then.
   Status weight_grad(int micro);
   // Micro-batches whose weight gradients wait for weight_grad.
   size_t deferred_wgrads() const { return deferred_.size(); }
@@ -119,11 +121,6 @@ class ModelChunk {
   struct LayerActs;
   struct MicroActs;
   struct BackwardInFlight;
-  // The weight-gradient GEMMs of one deferring backward and the tensors they read.
-  struct DeferredWgrad {
-    std::vector<Gemm> gemms;
-    std::vector<DeviceBuffer> keep;
-  };
   Status layer_forward(int layer, const float* x_in, float* x_out, LayerActs& a, bool keep);
   // `defer` (not null): the layer's linear weight-gradient GEMMs go there.
   Status layer_backward(int layer, const float* dx_out, float* dx_in, LayerActs& a, DeferredWgrad* defer);

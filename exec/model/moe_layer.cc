@@ -294,7 +294,8 @@ Status MoeLayer::forward(int layer, const float* h, float* y, int64_t N, MoeActs
   return k.status();
 }
 
-Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh, MoeActsPtr* acts, float grad_scale) {
+Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh, MoeActsPtr* acts, float grad_scale,
+                          DeferredWgrad* defer) {
   Kernels& k = backend_->kernels();
   ParamStore& P = *params_;
   MoeActs& a = **acts;
@@ -356,16 +357,25 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   auto grouped = [&](bool ta, bool tb, float beta, const std::vector<GemmGroup>& g) {
     k.grouped_gemm({ta, tb, 1.f, beta, g.data(), int64_t(g.size())});
   };
-  grouped(true, false, 1.f, w_down);   // dW_down += dy^T s
+  // The weight gradients now, or (defer) kept with what they read for the W.
+  auto weights = [&](std::vector<GemmGroup>& g) {
+    if (!defer)
+      grouped(true, false, 1.f, g);
+    else if (!g.empty())
+      defer->grouped.push_back(std::move(g));
+  };
+  weights(w_down);                     // dW_down += dy^T s
   grouped(false, false, 0.f, x_down);  // ds = dy W_down
   k.swiglu_backward({ds.f32(), a.gate.f32(), a.up.f32(), dgate.f32(), dup.f32(), R * Fl});
   ds = DeviceBuffer();
-  dyg = DeviceBuffer();
-  grouped(true, false, 1.f, w_gate);   // dW_gate += dgate^T x
+  weights(w_gate);                     // dW_gate += dgate^T x
   grouped(false, false, 0.f, x_gate);  // dx = dgate W_gate
-  grouped(true, false, 1.f, w_up);     // dW_up += dup^T x
+  weights(w_up);                       // dW_up += dup^T x
   grouped(false, false, 1.f, x_up);    // dx += dup W_up
   // What the experts saved is used up: only routing and the shared experts' state remain.
+  if (defer)
+    for (DeviceBuffer* b : {&dyg, &dgate, &dup, &a.xg, &a.s}) defer->hold(*b);
+  dyg = DeviceBuffer();
   dgate = DeviceBuffer();
   dup = DeviceBuffer();
   for (DeviceBuffer* b : {&a.xg, &a.gate, &a.up, &a.s}) *b = DeviceBuffer();
@@ -399,18 +409,26 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
       k.sigmoid_gate_backward({dyall, a.gate_logit.f32(), a.ysh.f32(), dysh_buf.f32(), dg.f32(), Nall, C});
       if (tp_size_ > 1) LOOM_RETURN_IF_ERROR(tp_->all_reduce(dg.f32(), size_t(Nall), ReduceOp::kSum));
       const std::string wg = p + "shared_gate.weight";
-      k.gemm({true, false, 1, C, Nall, 1.f, dg.f32(), hall, 1.f, P.grad(wg)});
+      const Gemm gate_wgrad{true, false, 1, C, Nall, 1.f, dg.f32(), hall, 1.f, P.grad(wg)};
+      if (defer)
+        defer->gemms.push_back(gate_wgrad);
+      else
+        k.gemm(gate_wgrad);
       if (tp_rank_ == 0) k.gemm({false, false, Nall, C, 1, 1.f, dg.f32(), P.param(wg), 1.f, dhall});
       dysh = dysh_buf.f32();
+      if (defer) defer->hold(dg);
     }
     DeviceBuffer dss = make(backend_, Nall * Fsl), dsg = make(backend_, Nall * Fsl), dsu = make(backend_, Nall * Fsl);
+    std::vector<Gemm>* dwg = defer ? &defer->gemms : nullptr;
     linear_backward(k, dysh, a.ss.f32(), P.param(p + "shared.down.weight"), P.grad(p + "shared.down.weight"), nullptr,
-                    dss.f32(), Nall, Fsl, C, false);
+                    dss.f32(), Nall, Fsl, C, false, nullptr, nullptr, nullptr, dwg);
     k.swiglu_backward({dss.f32(), a.sg.f32(), a.su.f32(), dsg.f32(), dsu.f32(), Nall * Fsl});
     linear_backward(k, dsg.f32(), hall, P.param(p + "shared.gate.weight"), P.grad(p + "shared.gate.weight"), nullptr,
-                    dhall, Nall, C, Fsl, true);
+                    dhall, Nall, C, Fsl, true, nullptr, nullptr, nullptr, dwg);
     linear_backward(k, dsu.f32(), hall, P.param(p + "shared.up.weight"), P.grad(p + "shared.up.weight"), nullptr,
-                    dhall, Nall, C, Fsl, true);
+                    dhall, Nall, C, Fsl, true, nullptr, nullptr, nullptr, dwg);
+    if (defer)
+      for (DeviceBuffer* b : {&dysh_buf, &dsg, &dsu, &a.ss}) defer->hold(*b);
   }
   // The router: the weights' gradient, the losses', through the softmax.
   DeviceBuffer aux;
@@ -423,11 +441,16 @@ Status MoeLayer::backward(int layer, const float* h, const float* dy, float* dh,
   k.moe_router_backward({a.probs.f32(), a.lse.f32(), a.idx.i32(), a.w.f32(), dw.f32(), aux.empty() ? nullptr : aux.f32(),
                          a.z_grad * grad_scale, dlogits.f32(), N, E, K, d_.moe.normalize});
   const std::string wr = p + "router.weight";
-  k.gemm({true, false, E, C, N, 1.f, dlogits.f32(), h, 1.f, P.grad(wr)});
+  const Gemm router_wgrad{true, false, E, C, N, 1.f, dlogits.f32(), h, 1.f, P.grad(wr)};
+  if (defer)
+    defer->gemms.push_back(router_wgrad);
+  else
+    k.gemm(router_wgrad);
   // Every TP rank holds the whole router gradient (folded: its rows' part,
   // summed over TP by the trainer as other replicated weights under SP); one
   // adds the input part (folded: each its own rows').
   if (tp_rank_ == 0 || folded) k.gemm({false, false, N, C, E, 1.f, dlogits.f32(), P.param(wr), 1.f, dh});
+  if (defer) defer->hold(dlogits);
   acts->reset();
   return k.status();
 }

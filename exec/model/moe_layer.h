@@ -31,6 +31,7 @@
 #include "exec/backend/compute_backend.h"
 #include "exec/comm/communicator.h"
 #include "exec/model/params.h"
+#include "exec/model/wgrad_defer.h"
 
 namespace loom::exec {
 
@@ -88,7 +89,11 @@ class MoeLayer {
   Status forward(int layer, const float* h, float* y, int64_t N, MoeActsPtr* acts, MoeStats* stats);
   // dy: (N, C) whole; dh: (N, C) overwritten with this TP rank's part of the
   // input gradient. `grad_scale`: the loss scale (fp16). Frees the state.
-  Status backward(int layer, const float* h, const float* dy, float* dh, MoeActsPtr* acts, float grad_scale);
+  // `defer` (not null): the weight-gradient GEMMs (experts, shared experts,
+  // router) go there with the tensors they read, for a later W; h and dy
+  // are the caller's to keep.
+  Status backward(int layer, const float* h, const float* dy, float* dh, MoeActsPtr* acts, float grad_scale,
+                  DeferredWgrad* defer = nullptr);
 
  private:
   // Rows over the EP group: blocks per peer in `send`, sizes in rows.

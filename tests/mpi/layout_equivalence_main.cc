@@ -104,6 +104,8 @@ const Case kMoeCases[] = {
     {"dp=2,ep=2,tp=2,sp=1", 4},
     {"dp=2,ep=2,pp=2,micro=1", 4},
     {"dp=2,ep=2,pp=2,schedule=dualpipev,micro=1", 4},
+    {"dp=1,tp=2,sp=1,pp=2,schedule=dualpipev,micro=1", 4},
+    {"dp=1,tp=2,sp=1,ep=2,etp=1,pp=2,schedule=dualpipev,micro=1", 4},
     {"dp=2,ep=2,recompute=full", 2},
     {"dp=2,ep=2,recompute=full,recompute_layers=1", 2},
     // With context parallelism: the routing statistics summed over the CP
