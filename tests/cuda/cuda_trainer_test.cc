@@ -15,6 +15,8 @@
 #include "exec/backend/cuda/cuda_ops.h"
 #include "exec/comm/nccl_communicator.h"
 #include "exec/comm/self_communicator.h"
+#include "exec/model/chunk.h"
+#include "exec/model/params.h"
 #include "exec/runtime/trainer.h"
 #include "tests/support/tiny_training.h"
 
@@ -94,6 +96,60 @@ TEST(CudaTrainer, Fp16WithLossScalingTracksFp32Cpu) {
   SKIP_WITHOUT_GPU();
   TrainerConfig c = config(true, "dp=1,tp=1,pp=1,micro=2");
   expect_tracks(run(c, true, Precision::kFp16), run(c, false), 1e-2, "gpt2 fp16");
+}
+
+// DualPipeV's zero-bubble backward on the GPU: a backward that defers its
+// weight gradients, then the W, gives one backward's gradients (the same
+// cuBLAS calls on the kept tensors, so equal to rounding at most), in fp32
+// and bf16; the deferred tensors outlive their layer on the device stream.
+// (The pipeline around it needs two ranks: the CPU equivalence tests run it.)
+TEST(CudaTrainer, DeferredWeightGradientsMatchOneBackward) {
+  SKIP_WITHOUT_GPU();
+  for (Precision precision : {Precision::kFp32, Precision::kBf16})
+    for (bool gpt2 : {true, false}) {
+      const ModelSpec spec = test_support::tiny_model(gpt2, 64);
+      auto dims = model_dims(spec, 32);
+      ASSERT_TRUE(dims.is_ok()) << dims.status().to_string();
+      auto be = make_cuda_backend(0, precision);
+      ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+      ComputeBackend* backend = be->get();
+      const int64_t B = 2, T = 32;
+      std::vector<int32_t> tok(size_t(B * T)), tgt(size_t(B * T));
+      for (int64_t i = 0; i < B * T; ++i) {
+        tok[size_t(i)] = int32_t((i * 37 + 11) % 256);
+        tgt[size_t(i)] = int32_t((i * 53 + 5) % 256);
+      }
+      DeviceBuffer dtok(backend, tok.size() * sizeof(int32_t)), dtgt(backend, tgt.size() * sizeof(int32_t));
+      backend->copy_to_device(dtok.i32(), tok.data(), tok.size() * sizeof(int32_t));
+      backend->copy_to_device(dtgt.i32(), tgt.data(), tgt.size() * sizeof(int32_t));
+      std::vector<float> grads[2];
+      for (int deferred = 0; deferred < 2; ++deferred) {
+        ParamStore params;
+        add_chunk_params(params, *dims, 0, dims->L, true, true, 1, 0);
+        params.materialize(backend, 7);
+        ChunkConfig cc;
+        cc.dims = *dims;
+        cc.num_layers = dims->L;
+        cc.has_embedding = cc.has_head = true;
+        cc.micro_batch = B;
+        cc.seq = T;
+        ModelChunk chunk(cc, &params, backend, nullptr);
+        ASSERT_TRUE(chunk.forward(0, dtok.i32(), nullptr, dtgt.i32(), 1.0f / float(B * T), nullptr).is_ok());
+        if (deferred) {
+          ASSERT_TRUE(chunk.backward_part(0, nullptr, nullptr, 0, 1, /*defer_wgrad=*/true).is_ok());
+          EXPECT_EQ(chunk.deferred_wgrads(), 1u);
+          ASSERT_TRUE(chunk.weight_grad(0).is_ok());
+        } else {
+          ASSERT_TRUE(chunk.backward(0, nullptr, nullptr).is_ok());
+        }
+        backend->synchronize();
+        grads[deferred].resize(size_t(params.numel()));
+        backend->copy_to_host(grads[deferred].data(), params.grads(), grads[deferred].size() * sizeof(float));
+      }
+      for (size_t i = 0; i < grads[0].size(); ++i)
+        ASSERT_NEAR(grads[1][i], grads[0][i], 1e-6f * (1 + std::fabs(grads[0][i])))
+            << (gpt2 ? "gpt2 " : "llama ") << precision_name(precision) << " element " << i;
+    }
 }
 
 // Checked before any device is looked for, so this runs without a GPU too.
