@@ -12,23 +12,12 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/unit/core/program_test_support.h"
+
 namespace loom {
 namespace {
 
-ProgramConfig cfg(Schedule sch, int pp, int64_t m, int v = 1) {
-  ProgramConfig c;
-  c.schedule = sch;
-  c.pp = pp;
-  c.micro_batches = m;
-  c.virtual_stages = v;
-  return c;
-}
-
-Program build(const ProgramConfig& c) {
-  auto r = build_program(c);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? std::move(r).value() : Program{};
-}
+using namespace program_testing;
 
 // Compute order of a stage as "F<micro>"/"B<micro>" (chunk appended as ".c" when v > 1).
 std::vector<std::string> order(const Program& p, int s) {
@@ -43,56 +32,6 @@ std::vector<std::string> order(const Program& p, int s) {
     out.push_back(x);
   }
   return out;
-}
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t j = text.find(' ', i);
-    if (j == std::string::npos) j = text.size();
-    if (j > i) out.push_back(text.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
-// Independent acyclicity check: iterative three-colour DFS over deps plus
-// "previous op on the same (stage, stream)".
-bool acyclic(const Program& p) {
-  const size_t n = p.ops.size();
-  std::vector<std::vector<int32_t>> preds(n);
-  for (const Op& op : p.ops)
-    for (int32_t d : p.deps_of(op)) preds[op.id].push_back(d);
-  for (const auto& stage : p.stage_ops) {
-    int32_t last[kNumStreams] = {-1, -1, -1};
-    for (int32_t id : stage) {
-      int st = static_cast<int>(p.ops[id].stream);
-      if (last[st] >= 0) preds[id].push_back(last[st]);
-      last[st] = id;
-    }
-  }
-  std::vector<int> colour(n, 0);  // 0 new, 1 on stack, 2 done
-  for (size_t root = 0; root < n; ++root) {
-    if (colour[root]) continue;
-    std::vector<std::pair<int32_t, size_t>> stack{{static_cast<int32_t>(root), 0}};
-    colour[root] = 1;
-    while (!stack.empty()) {
-      auto& [u, k] = stack.back();
-      if (k < preds[u].size()) {
-        int32_t w = preds[u][k++];
-        if (colour[w] == 1) return false;
-        if (colour[w] == 0) {
-          colour[w] = 1;
-          stack.push_back({w, 0});
-        }
-      } else {
-        colour[u] = 2;
-        stack.pop_back();
-      }
-    }
-  }
-  return true;
 }
 
 const Op* find_op(const Program& p, OpKind kind, int stage, int chunk, int micro, int part = 0) {
@@ -154,127 +93,6 @@ TEST(Program, InterleavedOrderMatchesMegatron) {
   EXPECT_EQ(order(p, 1), split("F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0"));
 }
 
-// The invariants every program must satisfy, whatever the schedule.
-void check_invariants(const Program& p) {
-  const auto& c = p.config;
-  const int pp = c.pp, v = c.virtual_stages;
-  const int64_t m = c.micro_batches;
-  SCOPED_TRACE("pp=" + std::to_string(pp) + " v=" + std::to_string(v) + " m=" + std::to_string(m));
-  ASSERT_EQ(p.stage_ops.size(), static_cast<size_t>(pp));
-  std::vector<int> listed(p.ops.size(), 0);
-  for (int s = 0; s < pp; ++s)
-    for (int32_t id : p.stage_ops[s]) {
-      ASSERT_GE(id, 0);
-      ASSERT_LT(id, static_cast<int32_t>(p.ops.size()));
-      EXPECT_EQ(p.ops[id].stage, s);
-      ++listed[id];
-    }
-  std::set<std::string> names;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    const Op& op = p.ops[i];
-    EXPECT_EQ(op.id, static_cast<int32_t>(i));
-    EXPECT_EQ(listed[i], 1) << p.op_name(op);
-    EXPECT_TRUE(names.insert(p.op_name(op)).second) << "duplicate name " << p.op_name(op);
-    for (int32_t d : p.deps_of(op)) {
-      ASSERT_GE(d, 0);
-      ASSERT_LT(d, static_cast<int32_t>(p.ops.size()));
-      EXPECT_NE(d, op.id);
-    }
-    bool p2p = op.kind == OpKind::kSendActivation || op.kind == OpKind::kRecvActivation ||
-               op.kind == OpKind::kSendGrad || op.kind == OpKind::kRecvGrad;
-    bool dp = op.kind == OpKind::kParamGather || op.kind == OpKind::kGradSync;
-    EXPECT_EQ(op.stream, p2p ? Stream::kPpComm : dp ? Stream::kDpComm : Stream::kCompute) << p.op_name(op);
-  }
-  EXPECT_TRUE(acyclic(p));
-
-  // Per stage: one forward and one (possibly split) backward per (chunk, micro), forward first.
-  for (int s = 0; s < pp; ++s) {
-    std::map<std::pair<int, int>, int> fwd_at, bwd_parts;
-    int pos = 0;
-    for (int32_t id : p.stage_ops[s]) {
-      const Op& op = p.ops[id];
-      ++pos;
-      std::pair<int, int> key(op.chunk, op.micro);
-      if (op.kind == OpKind::kForward) {
-        EXPECT_EQ(fwd_at.count(key), 0u) << p.op_name(op);
-        fwd_at[key] = pos;
-      } else if (op.kind == OpKind::kBackward) {
-        EXPECT_EQ(fwd_at.count(key), 1u) << "backward before its forward: " << p.op_name(op);
-        EXPECT_EQ(op.part, bwd_parts[key]) << p.op_name(op);
-        ++bwd_parts[key];
-        if (op.part + 1 == op.num_parts) bwd_parts[key] = op.defers_wgrad ? 2000 : 1000;  // complete (W pending)
-      } else if (op.kind == OpKind::kWeightGrad) {
-        // The deferred weight gradients of a backward that ran before, once.
-        EXPECT_EQ(bwd_parts[key], 2000) << "wgrad without a deferring backward before it: " << p.op_name(op);
-        bwd_parts[key] = 1000;
-      }
-    }
-    EXPECT_EQ(fwd_at.size(), static_cast<size_t>(v * m));
-    EXPECT_EQ(bwd_parts.size(), static_cast<size_t>(v * m));
-    for (auto& [key, parts] : bwd_parts) EXPECT_EQ(parts, 1000) << "incomplete backward c" << key.first;
-  }
-
-  // Pipeline p2p: global chunk g = chunk*pp + stage (DualPipeV: a V, stage s
-  // holding g = s and g = 2pp-1-s) feeds g+1 and gets its gradient back.
-  const bool vee = c.schedule == Schedule::kDualPipeV;
-  auto global_of = [&](int s, int ch) { return vee && ch == 1 ? 2 * pp - 1 - s : ch * pp + s; };
-  auto stage_of = [&](int g) { return vee ? (g < pp ? g : 2 * pp - 1 - g) : g % pp; };
-  auto chunk_of = [&](int g) { return vee ? (g < pp ? 0 : 1) : g / pp; };
-  for (const Op& op : p.ops) {
-    const int g = global_of(op.stage, op.chunk);
-    if (op.kind == OpKind::kForward && g > 0) {
-      const int ps = stage_of(g - 1), pc = chunk_of(g - 1);
-      if (ps == op.stage) continue;  // pp=1: no transfer
-      int recvs = 0;
-      for (int32_t d : p.deps_of(op)) {
-        const Op& r = p.ops[d];
-        if (r.kind != OpKind::kRecvActivation) continue;
-        ++recvs;
-        EXPECT_EQ(r.stage, op.stage);
-        EXPECT_EQ(r.chunk, op.chunk);
-        EXPECT_EQ(r.micro, op.micro);
-        ASSERT_EQ(r.dep_count, 1);
-        const Op& send = p.ops[p.deps_of(r)[0]];
-        EXPECT_EQ(send.kind, OpKind::kSendActivation);
-        EXPECT_EQ(send.stage, ps);
-        EXPECT_EQ(send.chunk, pc);
-        EXPECT_EQ(send.micro, op.micro);
-        ASSERT_EQ(send.dep_count, 1);
-        const Op& producer = p.ops[p.deps_of(send)[0]];
-        EXPECT_EQ(producer.kind, OpKind::kForward);
-        EXPECT_EQ(std::tie(producer.stage, producer.chunk, producer.micro), std::tie(send.stage, send.chunk, send.micro));
-      }
-      EXPECT_EQ(recvs, 1) << p.op_name(op);
-    }
-    if (op.kind == OpKind::kBackward && op.part == 0 && g < pp * v - 1) {
-      const int ns = stage_of(g + 1), nc = chunk_of(g + 1);
-      if (ns == op.stage) continue;
-      int recvs = 0;
-      for (int32_t d : p.deps_of(op)) {
-        const Op& r = p.ops[d];
-        if (r.kind != OpKind::kRecvGrad) continue;
-        ++recvs;
-        ASSERT_EQ(r.dep_count, 1);
-        const Op& send = p.ops[p.deps_of(r)[0]];
-        EXPECT_EQ(send.kind, OpKind::kSendGrad);
-        EXPECT_EQ(std::tie(send.stage, send.chunk, send.micro), std::tie(ns, nc, op.micro));
-        const Op& producer = p.ops[p.deps_of(send)[0]];
-        EXPECT_EQ(producer.kind, OpKind::kBackward);
-        EXPECT_EQ(producer.part + 1, producer.num_parts) << "send_grad must follow the last backward part";
-      }
-      EXPECT_EQ(recvs, 1) << p.op_name(op);
-    }
-  }
-  // Exactly one optimizer per stage, last on the compute stream.
-  for (int s = 0; s < pp; ++s) {
-    int32_t last_compute = -1;
-    for (int32_t id : p.stage_ops[s])
-      if (p.ops[id].stream == Stream::kCompute) last_compute = id;
-    ASSERT_GE(last_compute, 0);
-    EXPECT_EQ(p.ops[last_compute].kind, OpKind::kOptimizer);
-  }
-}
-
 TEST(Program, InvariantsHoldForEverySchedule) {
   for (int pp : {1, 2, 3, 4, 8})
     for (int64_t m : {1, 2, 3, 4, 7, 8, 16}) {
@@ -299,18 +117,6 @@ TEST(Program, InvariantsHoldWithDataParallelOps) {
           c.overlap_param_gather = !overlap;
           check_invariants(build(c));
         }
-}
-
-// Forwards minus backwards at each point of a stage's order (chunk-micro units).
-int max_in_flight(const Program& p, int s) {
-  int now = 0, peak = 0;
-  for (int32_t id : p.stage_ops[s]) {
-    const Op& op = p.ops[id];
-    if (op.kind == OpKind::kForward) peak = std::max(peak, ++now);
-    if (op.kind == OpKind::kBackward && op.part + 1 == op.num_parts) --now;
-  }
-  EXPECT_EQ(now, 0);
-  return peak;
 }
 
 TEST(Program, OneF1BBoundsMicroBatchesInFlight) {
@@ -711,103 +517,6 @@ TEST(Program, ConfigRoundTripsAndHashesWhatDefinesTheProgram) {
   auto missing = parse_program_config(R"({"pp":2})", "plan: program");
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("plan: program"), std::string::npos) << missing.status().message();
-}
-
-// DualPipeV's compute order: the calls deepseek-ai/DualPipe 3da1bbe
-// dualpipe/dualpipev.py DualPipeV.step makes for 2 ranks and num_chunks 4,
-// its eight loops expanded:
-// "F<micro>.<chunk>", a backward that defers its weight gradients "D", the
-// deferred weight gradients "W". Rank 0: step 1 runs 2 F0; step 2 one
-// (F0, F1); step 3 one (B1 zero-bubble, W, F1); step 4 one (F0&B1, F1&B0);
-// step 5 one (B1, F1&B0); step 6 one (B1, B0), rank 0 even, so its only
-// iteration (i = 0 = (r+1)/2) defers B0 only; step 7 one (W, B0 zb); step 8 one W.
-TEST(Program, DualPipeVOrderMatchesTheReference) {
-  Program p = build(cfg(Schedule::kDualPipeV, 2, 4, 2));
-  auto seq = [&](int s) {
-    std::vector<std::string> out;
-    for (int32_t id : p.stage_ops[size_t(s)]) {
-      const Op& op = p.ops[size_t(id)];
-      const char* k = op.kind == OpKind::kForward      ? "F"
-                      : op.kind == OpKind::kWeightGrad ? "W"
-                      : op.kind == OpKind::kBackward   ? (op.defers_wgrad ? "D" : "B")
-                                                       : nullptr;
-      if (k) out.push_back(k + std::to_string(op.micro) + "." + std::to_string(op.chunk));
-    }
-    return out;
-  };
-  EXPECT_EQ(seq(0), split("F0.0 F1.0 F2.0 F0.1 D0.1 W0.1 F1.1 F3.0 B1.1 F2.1 B0.0 B2.1 F3.1 B1.0 B3.1 D2.0 W2.0 "
-                          "D3.0 W3.0"));
-  // Rank 1 (the tip): no step 1; step 2 two (F0, F1); step 4's first pair
-  // unoverlapped on the last rank (F0 then B1); step 6 two iterations, the
-  // second (i = 1 = (r+1)/2, rank odd) deferring both.
-  EXPECT_EQ(seq(1), split("F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1 B0.0 F3.0 B1.1 F3.1 B1.0 B2.1 B2.0 D3.1 D3.0 W3.1 "
-                          "W3.0"));
-}
-
-// The V: stage s holds global chunks s and 2pp-1-s, so stage 0 holds the
-// first and the last (the embedding and the loss) and the last stage hands
-// its chunk 0's output to its own chunk 1 without a transfer.
-TEST(Program, DualPipeVPlacesChunksAsAV) {
-  for (int pp : {2, 3, 4, 8})
-    for (int64_t m : {2 * int64_t(pp), 2 * int64_t(pp) + 3, 4 * int64_t(pp)}) {
-      SCOPED_TRACE("pp=" + std::to_string(pp) + " m=" + std::to_string(m));
-      Program p = build(cfg(Schedule::kDualPipeV, pp, m, 2));
-      for (const Op& op : p.ops) {
-        if (op.kind == OpKind::kRecvActivation) {
-          EXPECT_FALSE(op.stage == 0 && op.chunk == 0) << "the first chunk reads the tokens";
-          EXPECT_FALSE(op.stage == pp - 1 && op.chunk == 1) << "the tip passes its activations in place";
-          EXPECT_EQ(op.peer_stage, op.chunk == 0 ? op.stage - 1 : op.stage + 1) << p.op_name(op);
-        }
-        if (op.kind == OpKind::kRecvGrad) {
-          EXPECT_FALSE(op.stage == 0 && op.chunk == 1) << "the loss is on stage 0's chunk 1";
-          EXPECT_FALSE(op.stage == pp - 1 && op.chunk == 0) << "the tip passes its gradients in place";
-          EXPECT_EQ(op.peer_stage, op.chunk == 0 ? op.stage + 1 : op.stage - 1) << p.op_name(op);
-        }
-      }
-      // Every stage defers 2pp - s - 1 backwards to a W (steps 3, 6 and 7).
-      for (int s = 0; s < pp; ++s) {
-        int w = 0;
-        for (int32_t id : p.stage_ops[size_t(s)]) w += p.ops[size_t(id)].kind == OpKind::kWeightGrad;
-        EXPECT_EQ(w, 2 * pp - s - 1) << "stage " << s;
-        // 2pp + 1 chunk-micro-batches in flight on every stage (the
-        // README's PP + 1 activations for PP = 2pp stages).
-        EXPECT_EQ(max_in_flight(p, s), 2 * pp + 1) << "stage " << s;
-      }
-      EXPECT_TRUE(check_p2p_in_order(p).is_ok()) << check_p2p_in_order(p).to_string();
-      EXPECT_TRUE(check_p2p_progress(p).is_ok()) << check_p2p_progress(p).to_string();
-    }
-}
-
-// ZeRO-1 buckets follow the op that completes a chunk's gradients: its last
-// backward, or the W of its last deferred backward.
-TEST(Program, DualPipeVSyncsFollowTheLastWeightGradients) {
-  ProgramConfig c = cfg(Schedule::kDualPipeV, 4, 8, 2);
-  c.dp_comm = true;
-  c.zero = 1;
-  c.grad_buckets = 3;
-  Program p = build(c);
-  check_invariants(p);
-  for (int s = 0; s < 4; ++s)
-    for (int chunk = 0; chunk < 2; ++chunk) {
-      int32_t last = -1;  // the chunk's last gradient-completing op
-      for (int32_t id : p.stage_ops[size_t(s)]) {
-        const Op& op = p.ops[size_t(id)];
-        if (op.chunk == chunk && (op.kind == OpKind::kWeightGrad || (op.kind == OpKind::kBackward && !op.defers_wgrad)))
-          last = id;
-      }
-      int syncs = 0;
-      for (int32_t id : p.stage_ops[size_t(s)]) {
-        const Op& op = p.ops[size_t(id)];
-        if (op.kind != OpKind::kGradSync || op.chunk != chunk) continue;
-        ++syncs;
-        ASSERT_EQ(op.dep_count, 1);
-        EXPECT_EQ(p.deps_of(op)[0], last) << p.op_name(op);
-      }
-      EXPECT_EQ(syncs, 3);
-    }
-  ProgramConfig z2 = c;
-  z2.zero = 2;
-  EXPECT_FALSE(build_program(z2).is_ok());
 }
 
 }  // namespace
