@@ -34,7 +34,7 @@ std::vector<ReplayOp> flatten(int pp, int64_t m) {
   auto at = [&](int c, int s, int64_t i) { return int32_t((size_t(c) * P + size_t(s)) * M + size_t(i)); };
   std::vector<std::vector<ComputeStep>> order(P);
   for (int s = 0; s < pp; ++s) dualpipev_order(pp, s, m, order[size_t(s)]);
-  // done[2 * slot + (backward)]: whether that op has been placed.
+  // Whether the forward / backward of (chunk, stage, micro) has been placed.
   std::vector<char> fwd_done(2 * P * M, 0), bwd_done(2 * P * M, 0);
   std::vector<size_t> next(P, 0);
   std::vector<ReplayOp> out;
@@ -52,7 +52,6 @@ std::vector<ReplayOp> flatten(int pp, int64_t m) {
         // and stage 0's chunk 1 (the head) turns to its backward in place.
         if (!st.wgrad) {
           const bool fwd = st.fwd;
-          const std::vector<char>& fd = fwd_done;
           int32_t dep = -1;
           bool dep_bwd = false;
           if (fwd) {
@@ -66,7 +65,7 @@ std::vector<ReplayOp> flatten(int pp, int64_t m) {
             else if (c == 0 && s == pp - 1) dep = at(1, s, i), op.remote = false;
             else dep = c == 1 ? at(1, s - 1, i) : at(0, s + 1, i);
           }
-          if (dep >= 0 && !(dep_bwd ? bwd_done : fd)[size_t(dep)]) break;
+          if (dep >= 0 && !(dep_bwd ? bwd_done : fwd_done)[size_t(dep)]) break;
           op.dep = dep < 0 ? -1 : 2 * dep + (dep_bwd ? 1 : 0);
           op.slot = 2 * at(c, s, i) + (fwd ? 0 : 1);
           (fwd ? fwd_done : bwd_done)[size_t(at(c, s, i))] = 1;

@@ -630,14 +630,11 @@ Estimate Evaluator::estimate(const Layout& l) const {
     // (Under the all-to-all overlap each stage has its own unpaired share.
     // DualPipeV: an interior stage shares the previous one's costs when each
     // of its two chunks has the layers of the other's same chunk.)
-    const bool same_chunks = !v_shape || (split.chunk_layers[size_t(split.global(s, 0))] ==
-                                              split.chunk_layers[size_t(split.global(s - 1, 0))] &&
-                                          split.chunk_layers[size_t(split.global(s, 1))] ==
-                                              split.chunk_layers[size_t(split.global(s - 1, 1))] &&
-                                          split.chunk_moe_layers[size_t(split.global(s, 0))] ==
-                                              split.chunk_moe_layers[size_t(split.global(s - 1, 0))] &&
-                                          split.chunk_moe_layers[size_t(split.global(s, 1))] ==
-                                              split.chunk_moe_layers[size_t(split.global(s - 1, 1))]);
+    auto same_chunk = [&](int c) {
+      const size_t g = size_t(split.global(s, c)), h = size_t(split.global(s - 1, c));
+      return split.chunk_layers[g] == split.chunk_layers[h] && split.chunk_moe_layers[g] == split.chunk_moe_layers[h];
+    };
+    const bool same_chunks = !v_shape || (s > 0 && same_chunk(0) && same_chunk(1));
     if (!ends && same_chunks && s > 1 && layers == prev_layers && moe == prev_moe && rec == prev_rec &&
         !(opt_.ep_comm_overlap && moe > 0)) {
       kind[s] = kind[s - 1];

@@ -91,6 +91,8 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.pp_blocking_p2p, required_bool(*pp, "blocking_p2p", w + ".pipeline"));
   LOOM_ASSIGN_OR_RETURN(f.pp_overlap_p2p_comm, required_bool(*pp, "overlap_p2p_comm", w + ".pipeline"));
   LOOM_ASSIGN_OR_RETURN(f.pp_fsdp_once, json_bool_or(*pp, "fsdp_once", false, w + ".pipeline"));
+  // (A pipelined zero=1 layout is then only ever FSDP's priced form:
+  // sim_options.h priced_after_backward. Checked with the layouts below.)
   LOOM_ASSIGN_OR_RETURN(std::string split, json_string_or(*pp, "layer_split", "any", w + ".pipeline"));
   if (!parse_layer_split(split, &f.layer_split))
     return invalid_argument(w + ".pipeline.layer_split must be any or equal_chunks, got '" + split + "'");
@@ -108,6 +110,9 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     if (f.pipeline_zero_stages.empty())
       return invalid_argument(wl + ".pipeline_zero_stages must name at least one ZeRO stage, or be left out");
   }
+  if (f.pp_fsdp_once && contains(f.zero_stages, 1))
+    return invalid_argument(w + ".pipeline.fsdp_once prices a pipelined ZeRO-3 as ZeRO-1's traffic, so the stack "
+                            "cannot also offer ZeRO-1 (" + wl + ".zero_stages lists 1); drop one of them");
   LOOM_ASSIGN_OR_RETURN(auto scheds, string_list(*l, "schedules", wl));
   for (const auto& s : scheds) {
     auto r = parse_schedule(s);
@@ -291,10 +296,7 @@ Status check_layout_for_framework(const Framework& f, const ModelSpec& model, co
 }
 
 Status check_layout_for_stack(const Framework* f, const ModelSpec& model, const Layout& l) {
-  // DualPipeV's deferred weight gradients finish a chunk's gradients after
-  // the backward a per-micro-batch reduce-scatter would follow: ZeRO-2/3 run
-  // with it only where FSDP syncs once a step (torchtitan's pipelines).
-  if (l.schedule == Schedule::kDualPipeV && l.zero > 1 && !(f && f->pp_fsdp_once && l.zero == 3))
+  if (l.schedule == Schedule::kDualPipeV && !dualpipev_runs_zero(l.zero, f && f->pp_fsdp_once))
     return invalid_argument("schedule=dualpipev with zero=" + std::to_string(l.zero) +
                             " is not modelled for " + (f ? f->name : std::string("Loom's executor")) +
                             ": its deferred weight gradients finish a chunk's gradients after the backward that a "

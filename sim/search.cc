@@ -86,10 +86,11 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
               if (pp == 1 && sched != Schedule::k1F1B && !sp.fix_schedule) continue;
               std::vector<int> vs{1};
               if (sched == Schedule::kDualPipeV) {
-                // Two chunks a stage as a V, at least 2*pp micro-batches, ZeRO
-                // 0/1 (or FSDP synced once a step: check_layout_for_stack).
-                const bool fsdp_once = eval.options().pp_fsdp_once && zero == 3;
-                if (pp < 2 || mb < 2 * int64_t(pp) || (zero > 1 && !fsdp_once) || 2 * pp > m.num_layers) continue;
+                // Two chunks a stage as a V, at least 2*pp micro-batches, the
+                // ZeRO stages it runs with.
+                if (pp < 2 || mb < 2 * int64_t(pp) || !dualpipev_runs_zero(zero, eval.options().pp_fsdp_once) ||
+                    2 * pp > m.num_layers)
+                  continue;
                 vs = {2};
               } else if (sched == Schedule::kInterleaved) {
                 vs.clear();
@@ -423,7 +424,8 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
         return invalid_argument("--fix: schedule=" + v + " is not among the schedules of the modelled stack (" + runs +
                                 ": Loom's executor, or the --framework's list)" +
                                 (s == Schedule::kDualPipeV
-                                     ? "; DualPipeV runs under --framework torchtitan (or deepseek-v3, DeepSeek's DualPipe)"
+                                     ? "; DualPipeV runs without --framework (Loom's executor) and under --framework "
+                                       "torchtitan (or deepseek-v3, DeepSeek's DualPipe)"
                                      : ""));
       }
       sp.fix_schedule = s;

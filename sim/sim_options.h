@@ -123,8 +123,8 @@ struct SimOptions {
   // each chunk's first forward to the step's end (reshard_after_forward off
   // when PP is on), and gradients accumulate unsharded (in the reduce dtype)
   // until the chunk's last backward, after which each chunk reduce-scatters
-  // once. Priced as ZeRO-1 with one bucket a chunk whose sync follows the
-  // whole last backward (sim/evaluate.h fsdp_once_per_step).
+  // once. Priced as ZeRO-1 whose buckets all follow the chunk's whole last
+  // backward (priced_layout below).
   bool pp_fsdp_once = false;
   // Megatron's --tp-comm-overlap (Transformer Engine userbuffers; needs
   // sequence parallelism): forward all-gathers and reduce-scatters
@@ -228,6 +228,12 @@ inline bool every_other_matmul(const SimOptions& o, Precision p, bool moe_layer,
   return o.selective_recompute == SelectiveRecompute::kEveryOtherMatmul && !o.framework.empty() && !moe_layer && !mla &&
          p != Precision::kFp8;
 }
+
+// The ZeRO stages DualPipeV runs with: 0 and 1, and 3 where FSDP syncs once
+// a step under a pipeline (`fsdp_once`: its last W ends before the one
+// reduce-scatter). A per-micro-batch ZeRO-2/3 reduce-scatter would follow
+// a backward whose weight gradients are still deferred.
+inline bool dualpipev_runs_zero(int zero, bool fsdp_once) { return zero <= 1 || (fsdp_once && zero == 3); }
 
 // ZeRO-3 under a pipeline on a stack that syncs FSDP once a step
 // (SimOptions::pp_fsdp_once).

@@ -418,6 +418,8 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("zero_stages": [0, 1])", R"("zero_stages": [0, 1], "pipeline_zero_stages": [3])",
                "layouts.pipeline_zero_stages: ZeRO 3 is not among zero_stages");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": "yes")", "pipeline.fsdp_once");
+  expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": true)",
+               "cannot also offer ZeRO-1");  // the good file's zero_stages are [0, 1]
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());
 }
 
