@@ -391,7 +391,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
                     da.f32(), N, F, C, false, a.b16(a.g), a.a.f32(), P.grad(p + "mlp.fc1.bias"), dw);
     linear_backward(k, da.f32(), a.f32(a.h2), P.param(p + "mlp.fc1.weight"), P.grad(p + "mlp.fc1.weight"), nullptr,
                     dh_part.f32(), N, C, F, false, a.b16(a.h2), nullptr, nullptr, dw);
-    if (defer) defer->keep.push_back(std::move(da));
+    if (defer) defer->hold(da);
   } else {
     DeviceBuffer ds = make(backend_, N * F);
     linear_backward(k, dfull.f32(), a.f32(a.s), P.param(p + "mlp.down.weight"), P.grad(p + "mlp.down.weight"),
@@ -404,19 +404,16 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
     linear_backward(k, dup.f32(), a.f32(a.h2), P.param(p + "mlp.up.weight"), P.grad(p + "mlp.up.weight"),
                     d.mlp_bias ? P.grad(p + "mlp.up.bias") : nullptr, dh_part.f32(), N, C, F, true, a.b16(a.h2),
                     nullptr, nullptr, dw);
-    if (defer) {
-      defer->keep.push_back(std::move(dgate));
-      defer->keep.push_back(std::move(dup));
-    }
+    if (defer)
+      for (DeviceBuffer* b : {&dgate, &dup}) defer->hold(*b);
   }
   if (defer) {
     // The MLP's deferred GEMMs read its output gradient, which the
     // attention's would overwrite next, and its saved inputs (a MoE
     // layer's shared experts and router read h2 too).
-    defer->keep.push_back(std::move(dfull));
+    defer->hold(dfull);
     dfull = make(backend_, N * C);
-    for (DeviceBuffer* b : {&a.g, &a.s, &a.h2})
-      if (!b->empty()) defer->keep.push_back(std::move(*b));
+    for (DeviceBuffer* b : {&a.g, &a.s, &a.h2}) defer->hold(*b);
   }
   DeviceBuffer dh = make(backend_, Nl * C);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
@@ -477,8 +474,7 @@ Status ModelChunk::layer_backward(int layer, const float* dx_out, float* dx_in, 
                   qkv_bias ? P.grad(p + "attn.v.bias") : nullptr, dh_part.f32(), N, C, Hk * D, true, a.b16(a.h1),
                   nullptr, nullptr, dw);
   if (defer)
-    for (DeviceBuffer* b : {&dfull, &a.ctx, &dq, &dk, &dv, &a.h1})
-      if (!b->empty()) defer->keep.push_back(std::move(*b));
+    for (DeviceBuffer* b : {&dfull, &a.ctx, &dq, &dk, &dv, &a.h1}) defer->hold(*b);
   LOOM_RETURN_IF_ERROR(leave_tp_backward(dh_part.f32(), dh.f32()));
   if (d.gpt2)
     k.layernorm_backward({dh.f32(), a.x_in.f32(), P.param(p + "ln1.weight"), a.mean1.f32(), a.rstd1.f32(), dx_in,
