@@ -18,24 +18,13 @@
 #include "core/program.h"
 #include "core/trace.h"
 #include "sim/simulate.h"
+#include "tests/unit/core/program_test_support.h"
 
 namespace loom {
 namespace {
 
-ProgramConfig cfg(Schedule sch, int pp, int64_t m, int v = 1) {
-  ProgramConfig c;
-  c.schedule = sch;
-  c.pp = pp;
-  c.micro_batches = m;
-  c.virtual_stages = v;
-  return c;
-}
-
-Program build(const ProgramConfig& c) {
-  auto r = build_program(c);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? std::move(r).value() : Program{};
-}
+using program_testing::build;
+using program_testing::cfg;
 
 struct Costs {
   double fwd_s = 0, bwd_s = 0;  // per chunk per micro-batch (a split backward shares bwd_s)
