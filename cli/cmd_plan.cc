@@ -90,7 +90,7 @@ Status write_outputs(const PlanArgs& a, const Evaluator& eval, const SimResult& 
   }
   if (!a.trace.empty()) {
     LOOM_RETURN_IF_ERROR(
-        write_trace(predicted_trace(r, plan.plan_hash(), program_hash(plan.program_config())), a.trace));
+        write_trace(predicted_trace(r, plan.plan_hash()), a.trace));
     if (!a.json) std::printf("predicted trace written to %s (open in https://ui.perfetto.dev)\n", a.trace.c_str());
   }
   if (!a.export_kind.empty()) {

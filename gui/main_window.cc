@@ -543,7 +543,7 @@ bool MainWindow::export_trace(const QString& path) {
     error("Cannot export the trace", QString::fromStdString(plan.status().message()));
     return false;
   }
-  if (Status s = write_trace(predicted_trace(*session_.result(), plan->plan_hash(), program_hash(plan->program_config())),
+  if (Status s = write_trace(predicted_trace(*session_.result(), plan->plan_hash()),
                              path.toStdString());
       !s.is_ok()) {
     error("Cannot export the trace", QString::fromStdString(s.message()));

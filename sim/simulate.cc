@@ -532,11 +532,11 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   return r;
 }
 
-Trace predicted_trace(const SimResult& r, const std::string& plan_hash, const std::string& program_hash) {
+Trace predicted_trace(const SimResult& r, const std::string& plan_hash) {
   Trace t;
   t.kind = "predicted";
   t.plan_hash = plan_hash;
-  t.program_hash = program_hash;
+  t.program_hash = program_hash(r.program.config);
   for (int s = 0; s < r.layout.pp; ++s) t.process_names.push_back("stage " + std::to_string(s));
   for (int i = 0; i < kNumStreams; ++i) t.thread_names.push_back(stream_name(static_cast<Stream>(i)));
   t.events.reserve(r.program.ops.size());

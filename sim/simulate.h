@@ -119,8 +119,11 @@ std::vector<double> with_nic_sharing(const Program& prog, const Timeline& tl, co
 Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& layout);
 
 // The predicted timeline as a Chrome trace: pid = pipeline stage, tid = stream.
-// `program_hash` (program_hash(plan.program_config())) is what `loom compare
-// --ops` checks against the measured trace's.
-Trace predicted_trace(const SimResult& result, const std::string& plan_hash, const std::string& program_hash);
+// Its program hash is that of the program the engine timed
+// (result.program.config): the plan's, except where the stack runs another
+// form of the layout (torchtitan's FSDP under a pipeline, priced_layout), so
+// that `loom compare --ops` refuses to join a measured trace of the plan's
+// program with the ops of another.
+Trace predicted_trace(const SimResult& result, const std::string& plan_hash);
 
 }  // namespace loom

@@ -385,9 +385,42 @@ TEST(OpCompare, TheProgramHashRoundTripsThroughTheTrace) {
   Evaluator eval(p.model, p.hw, tr, SimOptions{});
   auto r = simulate_layout(eval, p.layout);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  const Trace pt = predicted_trace(*r, p.plan_hash(), program_hash(p.program_config()));
+  const Trace pt = predicted_trace(*r, p.plan_hash());
   EXPECT_EQ(pt.program_hash, program_hash(p.program_config()));
   EXPECT_FALSE(pt.program_hash.empty());
+}
+
+// torchtitan's FSDP under a pipeline syncs once a step: the engine times the
+// ZeRO-1 form (priced_layout), not the plan's ZeRO-3 program. Its predicted
+// trace says so by its program hash, and `compare --ops` against a run of
+// the plan's program refuses to join the two instead of pairing ops by id.
+TEST(CompareOps, FsdpOncePredictedTraceIsOfThePricedProgram) {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  SimOptions opt;
+  opt.pp_fsdp_once = true;
+  opt.loom_executor = false;
+  Evaluator eval(testing::load_model_or_die("gpt2-124m"), testing::load_hw_or_die("dgx-h100"), t, opt);
+  auto l = parse_layout("dp=4,pp=2,zero=3,micro=2");
+  ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+  auto r = simulate_layout(eval, *l);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const Plan p = make_plan(eval, *r, 8);
+  EXPECT_EQ(p.layout.zero, 3);
+  const Trace pt = predicted_trace(*r, p.plan_hash());
+  EXPECT_NE(pt.program_hash, program_hash(p.program_config()));
+  EXPECT_EQ(pt.program_hash, program_hash(r->program.config));
+  EXPECT_EQ(r->program.config.zero, 1);
+  EXPECT_TRUE(r->program.config.syncs_after_backward);
+
+  // A measured trace of the plan's own program (what `loom execute` writes).
+  Trace meas = pt;
+  meas.kind = "measured";
+  meas.program_hash = program_hash(p.program_config());
+  auto c = compare_ops(pt, meas, "pred.json", "meas.json");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("different programs"), std::string::npos) << c.status().message();
 }
 
 }  // namespace
