@@ -585,15 +585,41 @@ double AcceleratorSpec::wave_efficiency(double m, double n) const {
   return std::max(waves(gemm_tile_m, gemm_tile_n), waves(gemm_tile_n, gemm_tile_m));
 }
 
+namespace {
+double output_tiles(const AcceleratorSpec& a, double m, double n) {
+  return std::max(std::ceil(m / a.gemm_tile_m) * std::ceil(n / a.gemm_tile_n),
+                  std::ceil(m / a.gemm_tile_n) * std::ceil(n / a.gemm_tile_m));
+}
+}  // namespace
+
+double AcceleratorSpec::table_wave_efficiency(double flops) const {
+  if (sm_count <= 0 || !(flops > 0)) return 1.0;
+  // One output's waves, an output under one wave counted as full.
+  auto waves = [&](double m, double n) { return output_tiles(*this, m, n) < sm_count ? 1.0 : wave_efficiency(m, n); };
+  // Chain point e: the shape of m*n*k = 2^e, its three (m, n) orientations.
+  constexpr int kLargestSide = 12;  // 4096: the largest side XLA's tables time
+  auto at = [&](int e) {
+    if (e > 3 * kLargestSide) {  // b batches of 4096^3: b times the 4096 x 4096 output's tiles
+      const double b = std::ldexp(1.0, e - 3 * kLargestSide), tiles = b * output_tiles(*this, 4096, 4096);
+      return tiles / (std::ceil(tiles / sm_count) * sm_count);
+    }
+    const int j = e >= 0 ? e / 3 : -((-e + 2) / 3), r = e - 3 * j;  // 2^e = a^3 * 2^r, a = 2^j
+    const double a = std::ldexp(1.0, j);
+    if (r == 0) return waves(a, a);  // a x a x a
+    // a x a x 2a: outputs a x a and (twice) a x 2a; a x 2a x 2a: 2a x 2a and
+    // (twice) a x 2a. A tile may lie either way, so m x n and n x m are alike.
+    return r == 1 ? (waves(a, a) + 2 * waves(a, 2 * a)) / 3 : (waves(2 * a, 2 * a) + 2 * waves(a, 2 * a)) / 3;
+  };
+  const double e = std::log2(flops / 2);
+  const int lo = int(std::floor(e));
+  const double t = e - lo;
+  return at(lo) * (1 - t) + at(lo + 1) * t;
+}
+
 double AcceleratorSpec::relative_wave_efficiency(double m, double n, double k) const {
   if (sm_count <= 0 || m <= 0 || n <= 0 || k <= 0) return 1.0;
-  const double side = std::cbrt(m * n * k);  // the cube of the same FLOPs
-  auto tiles = [&](double a, double b) {
-    return std::max(std::ceil(a / gemm_tile_m) * std::ceil(b / gemm_tile_n),
-                    std::ceil(a / gemm_tile_n) * std::ceil(b / gemm_tile_m));
-  };
-  if (tiles(m, n) < sm_count || tiles(side, side) < sm_count) return 1.0;
-  return wave_efficiency(m, n) / wave_efficiency(side, side);
+  if (output_tiles(*this, m, n) < sm_count) return 1.0;
+  return wave_efficiency(m, n) / table_wave_efficiency(2 * m * n * k);
 }
 
 std::string attention_kernel_names(const HwProfile& hw) {

@@ -138,12 +138,18 @@ struct AcceleratorSpec {
   int64_t xent_vocab_min = 0, xent_vocab_max = 0;
   // Fraction of the SMs busy over the waves of an m x n output: 1 when full.
   double wave_efficiency(double m, double n) const;
-  // The wave quantization of an m x n output relative to the near-square
-  // GEMM of the same FLOPs (2*m*n*k) the efficiency table was measured on,
-  // whose own waves the table already includes: 1 for that shape, below 1 for
-  // a shape that fills its last wave worse. 1 when either output has fewer
-  // tiles than one wave: cuBLAS then picks smaller tiles or split-K, and the
-  // table's small-GEMM points measured what it does.
+  // The waves of the shapes the efficiency table measured at `flops`
+  // (table_wave_efficiency), which its rates already include: XLA's
+  // near-square chain of powers of two (a^3, a x a x 2a, a x 2a x 2a, up to
+  // 4096^3, then b = 2, 4, ... batches of 4096^3), each (m, n) orientation of
+  // a chain shape alike (the tables are the mean over them), an output under
+  // one wave counted as full; interpolated in log FLOPs between chain points.
+  double table_wave_efficiency(double flops) const;
+  // The wave quantization of an m x n output relative to those shapes: 1 for
+  // a measured shape's mean, below 1 for a shape that fills its last wave
+  // worse. 1 when the output has fewer tiles than one wave: cuBLAS then picks
+  // smaller tiles or split-K, and the table's small-GEMM points measured
+  // what it does.
   double relative_wave_efficiency(double m, double n, double k) const;
   // The matmul peak for that precision. A precision the device lacks (0 above)
   // falls back to the next wider one it has (fp8 -> bf16 -> fp32), so the

@@ -35,8 +35,8 @@ GemmCeilings gemm_ceilings(const AcceleratorSpec& a, Precision precision, bool f
 // Time of `groups` GEMMs (m x k) * (k x n) run as one kernel (groups = 1: a
 // plain GEMM). The table's efficiency at the kernel's FLOPs (measured on
 // near-square shapes, their waves and fixed cost included), the waves of all
-// the groups' output tiles relative to that cube's, never above the best
-// the table measured. An FP8 GEMM runs the same output tiles with half the
+// the groups' output tiles relative to those shapes' (table_wave_efficiency),
+// never above the best the table measured. An FP8 GEMM runs the same output tiles with half the
 // K-steps: the 16-bit table at half the FLOPs, capped by the measured FP8 best.
 double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
   const double flops = groups * 2 * m * n * k;
@@ -48,9 +48,9 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
   if (groups <= 1) {
     wave = a.relative_wave_efficiency(m, n, depth);
   } else if (a.sm_count > 0) {
-    const double tiles = groups * output_tiles(a, m, n), side = std::cbrt(groups * m * n * depth);
-    if (tiles >= a.sm_count && output_tiles(a, side, side) >= a.sm_count)
-      wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.wave_efficiency(side, side);
+    const double tiles = groups * output_tiles(a, m, n);
+    if (tiles >= a.sm_count)
+      wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.table_wave_efficiency(2 * groups * m * n * depth);
   }
   const double eff = std::min(gemm_ceilings(a, precision, fp8).cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
   return flops / (a.peak_flops(precision) * eff);
