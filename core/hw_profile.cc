@@ -610,10 +610,11 @@ double AcceleratorSpec::table_wave_efficiency(double flops) const {
     // (twice) a x 2a. A tile may lie either way, so m x n and n x m are alike.
     return r == 1 ? (waves(a, a) + 2 * waves(a, 2 * a)) / 3 : (waves(2 * a, 2 * a) + 2 * waves(a, 2 * a)) / 3;
   };
-  const double e = std::log2(flops / 2);
-  const int lo = int(std::floor(e));
-  const double t = e - lo;
-  return at(lo) * (1 - t) + at(lo + 1) * t;
+  // flops / 2 = mantissa x 2^exp, mantissa in [0.5, 1): chain point exp - 1
+  // below, exp above; the weight linear in FLOPs between them (they double).
+  int exp = 0;
+  const double t = 2 * std::frexp(flops / 2, &exp) - 1;
+  return at(exp - 1) * (1 - t) + at(exp) * t;
 }
 
 double AcceleratorSpec::relative_wave_efficiency(double m, double n, double k) const {

@@ -143,7 +143,8 @@ struct AcceleratorSpec {
   // near-square chain of powers of two (a^3, a x a x 2a, a x 2a x 2a, up to
   // 4096^3, then b = 2, 4, ... batches of 4096^3), each (m, n) orientation of
   // a chain shape alike (the tables are the mean over them), an output under
-  // one wave counted as full; interpolated in log FLOPs between chain points.
+  // one wave counted as full; interpolated linearly in FLOPs between chain
+  // points (which double).
   double table_wave_efficiency(double flops) const;
   // The wave quantization of an m x n output relative to those shapes: 1 for
   // a measured shape's mean, below 1 for a shape that fills its last wave
