@@ -585,22 +585,21 @@ double AcceleratorSpec::wave_efficiency(double m, double n) const {
   return std::max(waves(gemm_tile_m, gemm_tile_n), waves(gemm_tile_n, gemm_tile_m));
 }
 
-namespace {
-double output_tiles(const AcceleratorSpec& a, double m, double n) {
-  return std::max(std::ceil(m / a.gemm_tile_m) * std::ceil(n / a.gemm_tile_n),
-                  std::ceil(m / a.gemm_tile_n) * std::ceil(n / a.gemm_tile_m));
+double AcceleratorSpec::output_tiles(double m, double n) const {
+  return std::max(std::ceil(m / gemm_tile_m) * std::ceil(n / gemm_tile_n),
+                  std::ceil(m / gemm_tile_n) * std::ceil(n / gemm_tile_m));
 }
-}  // namespace
 
 double AcceleratorSpec::table_wave_efficiency(double flops) const {
   if (sm_count <= 0 || !(flops > 0)) return 1.0;
   // One output's waves, an output under one wave counted as full.
-  auto waves = [&](double m, double n) { return output_tiles(*this, m, n) < sm_count ? 1.0 : wave_efficiency(m, n); };
+  auto waves = [&](double m, double n) { return output_tiles(m, n) < sm_count ? 1.0 : wave_efficiency(m, n); };
   // Chain point e: the shape of m*n*k = 2^e, its three (m, n) orientations.
-  constexpr int kLargestSide = 12;  // 4096: the largest side XLA's tables time
+  constexpr int kLargestSide = 12;  // 2^12 = 4096: the largest side XLA's tables time
   auto at = [&](int e) {
     if (e > 3 * kLargestSide) {  // b batches of 4096^3: b times the 4096 x 4096 output's tiles
-      const double b = std::ldexp(1.0, e - 3 * kLargestSide), tiles = b * output_tiles(*this, 4096, 4096);
+      const double side = std::ldexp(1.0, kLargestSide);
+      const double b = std::ldexp(1.0, e - 3 * kLargestSide), tiles = b * output_tiles(side, side);
       return tiles / (std::ceil(tiles / sm_count) * sm_count);
     }
     const int j = e >= 0 ? e / 3 : -((-e + 2) / 3), r = e - 3 * j;  // 2^e = a^3 * 2^r, a = 2^j
@@ -619,7 +618,7 @@ double AcceleratorSpec::table_wave_efficiency(double flops) const {
 
 double AcceleratorSpec::relative_wave_efficiency(double m, double n, double k) const {
   if (sm_count <= 0 || m <= 0 || n <= 0 || k <= 0) return 1.0;
-  if (output_tiles(*this, m, n) < sm_count) return 1.0;
+  if (output_tiles(m, n) < sm_count) return 1.0;
   return wave_efficiency(m, n) / table_wave_efficiency(2 * m * n * k);
 }
 

@@ -136,6 +136,8 @@ struct AcceleratorSpec {
   // [min, max]. 0 = not measured: the loss is priced as memory traffic.
   double xent_fwd_ns_per_logit = 0, xent_bwd_ns_per_logit = 0;  // ns: an exact JSON round trip
   int64_t xent_vocab_min = 0, xent_vocab_max = 0;
+  // Output tiles of an m x n GEMM in the better orientation of gemm_tile.
+  double output_tiles(double m, double n) const;
   // Fraction of the SMs busy over the waves of an m x n output: 1 when full.
   double wave_efficiency(double m, double n) const;
   // The waves of the shapes the efficiency table measured at `flops`

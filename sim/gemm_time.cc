@@ -10,12 +10,6 @@ namespace loom {
 
 namespace {
 
-// Output tiles of an m x n GEMM in the better orientation of the profile's tile.
-double output_tiles(const AcceleratorSpec& a, double m, double n) {
-  return std::max(std::ceil(m / a.gemm_tile_m) * std::ceil(n / a.gemm_tile_n),
-                  std::ceil(m / a.gemm_tile_n) * std::ceil(n / a.gemm_tile_m));
-}
-
 // The ceilings of a GEMM's efficiency: the best the tables measured (FP8:
 // the measured FP8 best), and that or the power cap's sustained rate,
 // whichever is lower (the table is short microbenchmarks, at boost clocks).
@@ -36,8 +30,9 @@ GemmCeilings gemm_ceilings(const AcceleratorSpec& a, Precision precision, bool f
 // plain GEMM). The table's efficiency at the kernel's FLOPs (measured on
 // near-square shapes, their waves and fixed cost included), the waves of all
 // the groups' output tiles relative to those shapes' (table_wave_efficiency),
-// never above the best the table measured. An FP8 GEMM runs the same output tiles with half the
-// K-steps: the 16-bit table at half the FLOPs, capped by the measured FP8 best.
+// never above the best the table measured. An FP8 GEMM runs the same output
+// tiles with half the K-steps: the 16-bit table at half the FLOPs, capped by
+// the measured FP8 best.
 double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
   const double flops = groups * 2 * m * n * k;
   const AcceleratorSpec& a = hw.accel;
@@ -48,9 +43,10 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
   if (groups <= 1) {
     wave = a.relative_wave_efficiency(m, n, depth);
   } else if (a.sm_count > 0) {
-    const double tiles = groups * output_tiles(a, m, n);
+    const double tiles = groups * a.output_tiles(m, n);
     if (tiles >= a.sm_count)
-      wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) / a.table_wave_efficiency(2 * groups * m * n * depth);
+      wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) /
+             a.table_wave_efficiency(2 * groups * m * n * depth);
   }
   const double eff = std::min(gemm_ceilings(a, precision, fp8).cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
   return flops / (a.peak_flops(precision) * eff);
