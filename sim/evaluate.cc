@@ -3,6 +3,7 @@
 #include "core/executor_head.h"
 #include "sim/dp_exposure.h"
 #include "sim/dualpipev_time.h"
+#include "sim/lru_sets.h"
 #include "core/throughput.h"
 
 #include <algorithm>
@@ -18,11 +19,11 @@ namespace loom {
 namespace {
 std::atomic<uint64_t> g_next_evaluator_id{1};
 
-// The slot of a direct-mapped cache for a key of small integers: each field
-// folded in by a multiply (high bits folded down), then the whole mixed
-// through splitmix64's finalizer, so that keys differing in any field spread
-// over the slots (a linear sum of the fields made many layouts of a search
-// share a slot and evict each other). One multiply per field: the search
+// The hash of a memo key of small integers (its set in an LruSets table,
+// sim/lru_sets.h): each field folded in by a multiply (high bits folded
+// down), then the whole mixed through splitmix64's finalizer, so that keys
+// differing in any field spread over the sets (a linear sum of the fields
+// made many layouts of a search share a slot and evict each other). One multiply per field: the search
 // hashes a few keys per layout.
 uint64_t mix_fields(std::initializer_list<int64_t> fields) {
   uint64_t h = 0x9e3779b97f4a7c15ull;
@@ -37,7 +38,6 @@ uint64_t mix_fields(std::initializer_list<int64_t> fields) {
   h ^= h >> 31;
   return h;
 }
-size_t cache_slot(std::initializer_list<int64_t> fields, size_t slots) { return size_t(mix_fields(fields) % slots); }
 }  // namespace
 
 const char* comm_kind_name(CommKind k) {
@@ -125,18 +125,15 @@ double grad_norm_sync_s(const HwProfile& hw, const Layout& l, const SimOptions& 
     g.ranks_per_node = std::max(1, g.ranks / g.nodes);
   }
   if (g.ranks <= 1) return 0;
-  struct Slot {
+  struct Key {
     const HwProfile* hw = nullptr;
     int ranks = 0, nodes = 0, per_node = 0;
-    double s = 0;
+    bool operator==(const Key&) const = default;
   };
-  constexpr size_t kSlots = 64;
-  thread_local Slot memo[kSlots];
-  Slot& m = memo[cache_slot({int64_t(reinterpret_cast<uintptr_t>(&hw)), g.ranks, g.nodes, g.ranks_per_node}, kSlots)];
-  if (m.hw != &hw || m.ranks != g.ranks || m.nodes != g.nodes || m.per_node != g.ranks_per_node) {
-    m = {&hw, g.ranks, g.nodes, g.ranks_per_node, collective_cost(hw, Collective::kAllReduce, g, 4).time_s};
-  }
-  return m.s;
+  thread_local LruSets<Key, double, 16> memo;
+  return memo.get(mix_fields({int64_t(reinterpret_cast<uintptr_t>(&hw)), g.ranks, g.nodes, g.ranks_per_node}),
+                  Key{&hw, g.ranks, g.nodes, g.ranks_per_node},
+                  [&] { return collective_cost(hw, Collective::kAllReduce, g, 4).time_s; });
 }
 
 void add_piece(StageCosts& sc, const PieceCost& pc, double count, int chunk) {
@@ -223,9 +220,7 @@ struct PieceKey {
 }  // namespace
 
 const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
-  constexpr int kSlots = 1024;
-  thread_local PieceKey keys[kSlots];
-  thread_local Pieces values[kSlots];
+  thread_local LruSets<PieceKey, Pieces, 256> memo;
   const bool default_order = l.rank_order == Layout{}.rank_order;  // tp, ep innermost: placement fixed by tp, ep
   PieceKey k{id_, l.tp, l.ep, l.expert_tp(), l.cp, l.micro_batch, l.sequence_parallel ? 1 : 0, static_cast<int>(l.recompute),
              default_order ? 0 : l.dp, default_order ? 0 : l.pp, 0, l.rank_order};
@@ -233,34 +228,23 @@ const Evaluator::Pieces& Evaluator::pieces(const Layout& l) const {
   k.partial = l.recompute_layers > 0 ? 1 : 0;
   k.modules = l.recompute_modules;
   k.cp_comm = static_cast<int>(l.cp_comm);
-  const size_t h = cache_slot({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd,
-                               k.partial, int64_t(k.modules), k.cp_comm},
-                              kSlots);
-  if (!(keys[h] == k)) {
-    values[h] = compute_pieces(l);
-    keys[h] = k;
-  }
-  return values[h];
+  const uint64_t h = mix_fields({l.tp, l.ep, k.etp, l.cp, l.micro_batch, k.sp, k.recompute, k.dp, k.pp, k.head_fwd,
+                                 k.partial, int64_t(k.modules), k.cp_comm});
+  return memo.get(h, k, [&] { return compute_pieces(l); });
 }
 
 const StageSplit& Evaluator::split(const Layout& l) const {
-  constexpr int kSlots = 256;
-  thread_local uint64_t key_id[kSlots] = {};
-  thread_local int key_pp[kSlots] = {}, key_v[kSlots] = {}, key_first[kSlots] = {}, key_last[kSlots] = {};
-  thread_local StageSplit value[kSlots];
+  struct Key {
+    uint64_t evaluator = 0;
+    int pp = 0, v = 0, first = 0, last = 0;
+    bool operator==(const Key&) const = default;
+  };
+  thread_local LruSets<Key, StageSplit, 64> memo;
   // The V placement (DualPipeV) sums other chunks into a stage: part of the key.
   const int v_key = l.virtual_stages + (l.schedule == Schedule::kDualPipeV ? 1 << 20 : 0);
-  const size_t h = cache_slot({l.pp, v_key, l.first_stage_layers, l.last_stage_layers}, kSlots);
-  if (key_id[h] != id_ || key_pp[h] != l.pp || key_v[h] != v_key || key_first[h] != l.first_stage_layers ||
-      key_last[h] != l.last_stage_layers) {
-    value[h] = split_layers(model_, l);
-    key_id[h] = id_;
-    key_pp[h] = l.pp;
-    key_v[h] = v_key;
-    key_first[h] = l.first_stage_layers;
-    key_last[h] = l.last_stage_layers;
-  }
-  return value[h];
+  const Key k{id_, l.pp, v_key, l.first_stage_layers, l.last_stage_layers};
+  return memo.get(mix_fields({l.pp, v_key, l.first_stage_layers, l.last_stage_layers}), k,
+                  [&] { return split_layers(model_, l); });
 }
 
 void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& split, int s, StageCosts& sc) const {
@@ -426,18 +410,11 @@ struct DpKey {
 }  // namespace
 
 DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) const {
-  constexpr int kSlots = 4096;
-  thread_local DpKey keys[kSlots];
-  thread_local DpCollectives values[kSlots];
-  DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
-  const size_t h = cache_slot({int64_t(std::hash<double>{}(sc.grad_bytes)), int64_t(std::hash<double>{}(sc.expert_grad_bytes)),
-                               l.dp, l.cp, l.tp, l.pp, l.ep, k.etp, l.zero, sc.layers, sc.moe_layers},
-                              kSlots);
-  if (!(keys[h] == k)) {
-    values[h] = compute_dp_collectives(l, sc);
-    keys[h] = k;
-  }
-  return values[h];
+  thread_local LruSets<DpKey, DpCollectives, 1024> memo;
+  const DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  const uint64_t h = mix_fields({int64_t(std::hash<double>{}(sc.grad_bytes)), int64_t(std::hash<double>{}(sc.expert_grad_bytes)),
+                                 l.dp, l.cp, l.tp, l.pp, l.ep, k.etp, l.zero, sc.layers, sc.moe_layers});
+  return memo.get(h, k, [&] { return compute_dp_collectives(l, sc); });
 }
 
 namespace {
@@ -520,23 +497,18 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
 double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
   if (l.pp <= 1) return 0;
   // The transfer depends on the PP group's placement and the micro-batch.
-  constexpr int kSlots = 256;
   struct Key {
     uint64_t evaluator = 0;
     int dp = 0, tp = 0, pp = 0, ep = 0, cp = 0, micro = 0;
     std::string order;
     bool operator==(const Key&) const = default;
   };
-  thread_local Key keys[kSlots];
-  thread_local CollectiveCost values[kSlots];
-  Key k{id_, l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.rank_order};
-  const size_t h = cache_slot({l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch}, kSlots);
-  if (!(keys[h] == k)) {
-    values[h] = p2p_cost(l);
-    keys[h] = k;
-  }
-  if (cost) *cost = values[h];
-  return values[h].time_s;
+  thread_local LruSets<Key, CollectiveCost, 64> memo;
+  const CollectiveCost& c = memo.get(mix_fields({l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch}),
+                                     Key{id_, l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.rank_order},
+                                     [&] { return p2p_cost(l); });
+  if (cost) *cost = c;
+  return c.time_s;
 }
 
 CollectiveCost Evaluator::p2p_cost(const Layout& l) const {
