@@ -225,6 +225,19 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
                                                    "GB/s at which discarded memory is written again (loom calibrate)"));
   acc.discard_bytes_per_s = discard * kGiga;
   LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.gemm_efficiency));
+  if (a.contains("gemm_shapes")) {
+    if (acc.sm_arch <= 0)
+      return invalid_argument(where + ".gemm_shapes is a GPU's measurement; a CPU profile has none");
+    LOOM_RETURN_IF_ERROR(parse_gemm_shape_grid(a["gemm_shapes"], where, acc.gemm_shapes));
+    const GemmShapeGrid& g = acc.gemm_shapes;
+    const double most = *std::max_element(g.flops_per_s.begin(), g.flops_per_s.end());
+    const double peak = g.measured_peak_flops > 0 ? g.measured_peak_flops : acc.peak_bf16_flops;
+    if (most > peak * (1 + 1e-9))
+      return invalid_argument(where + ".gemm_shapes.bf16_tflops holds " + std::to_string(most / kTera) +
+                              " TFLOP/s, above " +
+                              (g.measured_peak_flops > 0 ? "measured_peak_bf16_tflops" : "peak_bf16_tflops") +
+                              ": a transcription error or the wrong device's table");
+  }
   if (a.contains("fp8_gemm_best_efficiency")) {
     if (fp8 <= 0)
       return invalid_argument(where + ".fp8_gemm_best_efficiency needs peak_fp8_tflops: the device has no FP8 rate");
@@ -494,6 +507,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   if (a.optimizer_bw_efficiency > 0) acc["optimizer_bw_efficiency"] = a.optimizer_bw_efficiency;
   if (a.discard_bytes_per_s > 0) acc["discard_gb_per_s"] = a.discard_bytes_per_s / kGiga;
   acc["gemm_efficiency"] = gemm_table_json(a.gemm_efficiency);
+  if (!a.gemm_shapes.empty()) acc["gemm_shapes"] = gemm_shape_grid_json(a.gemm_shapes);
   if (a.fp8_gemm_best_efficiency > 0) acc["fp8_gemm_best_efficiency"] = a.fp8_gemm_best_efficiency;
   if (a.sustained_gemm_bf16_flops > 0 || a.sustained_gemm_fp8_flops > 0) {
     OrderedJson sus;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gemm_shape_grid.h"
 #include "core/status.h"
 
 namespace loom {
@@ -68,6 +69,12 @@ struct AcceleratorSpec {
   // at memory_bw x memory_bw_efficiency, as the CUDA backend's is.
   double discard_bytes_per_s = 0;
   GemmEfficiencyTable gemm_efficiency;
+  // Optional: 16-bit GEMM throughput measured per shape (core/gemm_shape_grid.h).
+  // Where given, a GEMM's time is the grid's at the nearest held shape times
+  // what the efficiency table's model gives for the shape over what it gives
+  // for that held shape (sim/gemm_time.cc): the measurement inside the grid,
+  // the model carrying the measured correction of the grid's edge beyond it.
+  GemmShapeGrid gemm_shapes;
   // The best FP8 GEMM efficiency measured (achieved / peak_fp8), e.g. the
   // maximum achievable matmul FLOPS of torch._scaled_mm (cuBLASLt). An FP8
   // GEMM runs the same output tiles as the 16-bit GEMM with half as many

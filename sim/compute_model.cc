@@ -105,7 +105,7 @@ struct GemmSum {
   // that runs alone.
   double ub_factor(const UbGemm* u, double t, double rows, double cols, double depth) const {
     if (!u) return 1.0;
-    const double whole = gemm_time_s(hw, p, rows, cols, depth);
+    const double whole = gemm_model_time_s(hw, p, rows, cols, depth);
     if (!(whole > 0)) return 1.0;
     double row_slices = 1, col_slices = 1;  // an atomic GEMM is one kernel signalling its chunks
     if (!u->atomic_gemm && u->method == UbMethod::kRingExchange) row_slices = std::max(1.0, u->aggregate ? t / 2 : t);

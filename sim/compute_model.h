@@ -155,8 +155,16 @@ struct MoeExchange {
 MoeExchange moe_exchange(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, const ComputeShape& shape,
                          double elem_bytes, double load);
 
-// Time of one GEMM of shape (m x k) * (k x n).
+// Time of one GEMM of shape (m x k) * (k x n). With the profile's per-shape
+// measurements (AcceleratorSpec::gemm_shapes; 16-bit, and FP8 as the 16-bit
+// GEMM of half the depth): the model's time (gemm_model_time_s) times the
+// measured over the modelled time of the nearest shape the grid holds, so the
+// measurement itself inside the grid and, beyond it, the model with the
+// correction measured at the grid's edge (continuous across it).
 double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
+// The model alone: the efficiency table at the GEMM's FLOPs, its waves
+// relative to the table's shapes, the ceilings (docs/simulator.md 3.1).
+double gemm_model_time_s(const HwProfile& hw, Precision precision, double m, double n, double k);
 // Time of that GEMM as a userbuffers overlap runs it (sim/tp_overlap.h):
 // in `row_slices` x `col_slices` pieces, on `sm_fraction` of the SMs. Each
 // piece runs at the table's rate at its own FLOPs (its fixed cost and small
@@ -164,7 +172,8 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
 // near-one-wave outputs of the pieces, docs/simulator.md 3.1), and on fewer
 // SMs at that fraction of the table's (boost-clock) rate, never above the
 // rate the power cap sustains: a GEMM on fewer SMs draws less power. Equal to
-// gemm_time_s with one piece on every SM.
+// gemm_model_time_s with one piece on every SM (the per-shape grid enters
+// through the plain GEMM's time this is a fraction of, ub_linear).
 double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k, double row_slices,
                       double col_slices, double sm_fraction);
 // Time of `groups` equal GEMMs run as one grouped kernel (MoE experts:

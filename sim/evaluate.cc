@@ -411,9 +411,11 @@ struct DpKey {
 
 DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) const {
   thread_local LruSets<DpKey, DpCollectives, 1024> memo;
-  const DpKey k{id_, l.dp, l.cp, l.tp, l.pp, l.ep, l.expert_tp(), l.zero, sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
-  const uint64_t h = mix_fields({int64_t(std::hash<double>{}(sc.grad_bytes)), int64_t(std::hash<double>{}(sc.expert_grad_bytes)),
-                                 l.dp, l.cp, l.tp, l.pp, l.ep, k.etp, l.zero, sc.layers, sc.moe_layers});
+  const DpKey k{id_,      l.dp,      l.cp,          l.tp,          l.pp,          l.ep,         l.expert_tp(),
+                l.zero,   sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
+  const uint64_t h = mix_fields({int64_t(std::hash<double>{}(sc.grad_bytes)),
+                                 int64_t(std::hash<double>{}(sc.expert_grad_bytes)), l.dp, l.cp, l.tp, l.pp, l.ep, k.etp,
+                                 l.zero, sc.layers, sc.moe_layers});
   return memo.get(h, k, [&] { return compute_dp_collectives(l, sc); });
 }
 

@@ -54,8 +54,38 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
 
 }  // namespace
 
-double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
+double gemm_model_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
   return gemm_kernel_time_s(hw, precision, 1, m, n, k);
+}
+
+double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
+  const double model = gemm_kernel_time_s(hw, precision, 1, m, n, k);
+  const AcceleratorSpec& a = hw.accel;
+  const GemmShapeGrid& grid = a.gemm_shapes;
+  if (grid.empty() || precision == Precision::kFp32 || !(model > 0)) return model;  // the grid is 16-bit
+  // An FP8 GEMM runs the 16-bit GEMM's output tiles with half the K-steps.
+  const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
+  const double depth = fp8 ? 2.0 : 1.0;
+  const double ceiling = a.peak_flops(precision) * gemm_ceilings(a, precision, fp8).cap;
+  // A grid measured on another part: its efficiencies at this part's peak.
+  const double part = grid.measured_peak_flops > 0 ? grid.measured_peak_flops / a.peak_bf16_flops : 1.0;
+  // The measured over the modelled time at the grid points around the
+  // nearest held shape, interpolated in their logs: the model keeps the
+  // waves of the GEMM's own output between the points.
+  GemmShapeGrid::Corner c[16];
+  const int count = grid.corners(grid.nearest(m, n, k / depth), c);
+  double log_ratio = 0;
+  for (int i = 0; i < count; ++i) {
+    const GemmShapeGrid::Shape& s = c[i].shape;
+    const double flops = 2 * s.rows() * s.cols() * s.k * depth;
+    // The same ceilings as the model's: the power cap (and FP8's best).
+    const double measured = std::max(c[i].time_s * part, flops / ceiling);
+    const double modelled = gemm_kernel_time_s(hw, precision, 1, s.rows(), s.cols(), s.k * depth);
+    log_ratio += c[i].weight * std::log(measured / modelled);
+  }
+  // Never above the ceilings at the GEMM's own shape either (the ratio of a
+  // corner held at them over a model below them would carry past them).
+  return std::max(model * std::exp(log_ratio), 2 * m * n * k / ceiling);
 }
 
 double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k, double row_slices,

@@ -553,6 +553,7 @@ Layout tp8_sp() {
 
 TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  hw.accel.gemm_shapes = {};  // the model's GEMM times, which these hand calculations follow
   ModelSpec m = testing::load_model_or_die("llama-3-70b");
   const Layout l = tp8_sp();
   const ComputeShape sh = compute_shape(l, 4096, hw);
@@ -607,6 +608,7 @@ TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
 //   time from it (16/132 of the collective, TE 1.x's SM sharing).
 TEST(ComputeModel, UserbuffersPriceTheGemmSlicesAndTheSmMargin) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  hw.accel.gemm_shapes = {};  // the model's GEMM times, which these hand calculations follow
   ModelSpec m = testing::load_model_or_die("llama-3-70b");
   const double T = 2048;
   const ComputeShape sh = compute_shape(tp8_sp(), int64_t(T), hw);

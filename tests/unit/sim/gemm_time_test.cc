@@ -1,7 +1,9 @@
-// GEMM times: the efficiency table's measured shapes come back as measured,
-// other shapes by the waves of their output relative to the shapes the table
-// measured (table_wave_efficiency), against hand calculations and against
-// XLA's per-shape timings; the power cap over large GEMMs.
+// GEMM times. The model: the efficiency table's measured shapes come back as
+// measured, other shapes by the waves of their output relative to the shapes
+// the table measured (table_wave_efficiency), against hand calculations and
+// against XLA's per-shape timings; the power cap over large GEMMs. Then the
+// per-shape grid on top: its measurements inside it, the model with the
+// edge's correction beyond, continuous across the edge.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,8 +16,10 @@ namespace {
 
 TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
-  // The short-run table alone (PowerCapBoundsLargeGemms checks the cap).
+  // The short-run table alone (PowerCapBoundsLargeGemms checks the cap), and
+  // the model alone, without the per-shape grid (GemmShapeGrid tests below).
   hw.accel.sustained_gemm_bf16_flops = 0;
+  hw.accel.gemm_shapes = {};
   // The measurements the H100 table comes from (XLA's sm_90 matmul table,
   // bf16, near-square): 1024^3 236 TFLOP/s, 2048^3 632, 4096^3 783. A cube is
   // the shape measured, so its time comes back as measured: no second wave
@@ -55,10 +59,13 @@ TEST(ComputeModel, GemmTimeReproducesMeasuredCubesAndQuantizesOtherShapes) {
 // the shapes the table measured (table_wave_efficiency); relative to a cube of
 // the same FLOPs, as before stop 46, 4096 x 4096 x 1024 came out +16.7%.
 // Not covered, and known to be optimistic: outputs under one wave with a deep
-// K (512 x 256 x 4096: 92.8 TFLOP/s measured, 144 priced) and K = 256.
+// K (512 x 256 x 4096: 92.8 TFLOP/s measured, 144 priced) and K = 256, which
+// is why the profile carries the whole grid (gemm_shapes) and gemm_time_s
+// takes it where it reaches.
 TEST(ComputeModel, GemmTimeMatchesMeasuredNonSquareShapes) {
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
   hw.accel.sustained_gemm_bf16_flops = 0;  // short-run timings, as the table's
+  hw.accel.gemm_shapes = {};               // the model alone: these shapes are in the grid
   struct Shape {
     double m, n, k, tflops;
   };
@@ -73,7 +80,8 @@ TEST(ComputeModel, GemmTimeMatchesMeasuredNonSquareShapes) {
 }
 
 TEST(ComputeModel, PowerCapBoundsLargeGemms) {
-  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  hw.accel.gemm_shapes = {};  // the model alone (the grid keeps the cap: GemmShapeGrid tests below)
   // huggingface/gpu-fryer's README: an 8192^3 bf16 cuBLASLt GEMM sustains
   // ~730 TFLOP/s on H100 SXM over a whole run, where the short-run table
   // gives 0.80 x 989 = 791. The cap takes the measured long-run rate.
@@ -132,6 +140,88 @@ TEST(ComputeModel, WaveQuantization) {
   // CPUs have no waves.
   HwProfile cpu = testing::load_hw_or_die("cpu-local");
   EXPECT_DOUBLE_EQ(cpu.accel.wave_efficiency(100, 100), 1.0);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// With the profile's per-shape grid (AcceleratorSpec::gemm_shapes), a shape
+// inside it takes its own measurement: 512 x 256 x 4096 (an output under one
+// wave, a deep K; cuBLAS's split-K) ran at 92.82 TFLOP/s in XLA's sm_90
+// table, where the model gives about 144.
+TEST(ComputeModel, GemmTimeTakesTheMeasuredShapeInsideTheGrid) {
+  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  const double flops = 2.0 * 512 * 256 * 4096;
+  EXPECT_NEAR(flops / gemm_time_s(hw, Precision::kBf16, 512, 256, 4096) / 92.82e12, 1.0, 1e-3);
+  EXPECT_GT(flops / gemm_model_time_s(hw, Precision::kBf16, 512, 256, 4096), 1.4 * 92.82e12);
+  // FP8: the 16-bit GEMM of half the depth (same output tiles, half the
+  // K-steps), 512 x 256 x 2048 measured at 61.68 TFLOP/s in 16 bits.
+  const double t16 = 2.0 * 512 * 256 * 2048 / 61.68e12;
+  EXPECT_NEAR(gemm_time_s(hw, Precision::kFp8, 512, 256, 4096) / t16, 1.0, 1e-3);
+  // Between grid points the measured-over-modelled ratio is interpolated, not
+  // the time: the model keeps the GEMM's own waves. 2048 x 3072 x 4096 sits
+  // log2(1.5) = 0.585 of the way from n = 2048 to n = 4096.
+  auto ratio = [&](double m, double n, double k) {
+    return gemm_time_s(hw, Precision::kBf16, m, n, k) / gemm_model_time_s(hw, Precision::kBf16, m, n, k);
+  };
+  const double w = std::log2(1.5);
+  EXPECT_NEAR(ratio(2048, 3072, 4096),
+              std::pow(ratio(2048, 2048, 4096), 1 - w) * std::pow(ratio(2048, 4096, 4096), w), 1e-9);
+  // GB200 carries B200's grid (measured_peak_bf16_tflops 2250) and reads it as
+  // efficiencies at its own 2500 TFLOP/s peak, as its gemm_efficiency table
+  // takes B200's: B200's 512 x 256 x 4096 at 103.4 TFLOP/s (103383576352782
+  // FLOP/s in the source) runs 2500/2250 faster there.
+  const HwProfile b200 = testing::load_hw_or_die("dgx-b200"), gb200 = testing::load_hw_or_die("gb200-nvl72");
+  EXPECT_NEAR(flops / gemm_time_s(b200, Precision::kBf16, 512, 256, 4096) / 103.4e12, 1.0, 1e-3);
+  EXPECT_NEAR(gemm_time_s(b200, Precision::kBf16, 512, 256, 4096) /
+                  gemm_time_s(gb200, Precision::kBf16, 512, 256, 4096),
+              2500.0 / 2250, 1e-9);
+  // The power cap still bounds what the grid measured at boost clocks:
+  // 4096^3 ran at 780.2 TFLOP/s short, above the 730 sustained.
+  const double n = 4096;
+  EXPECT_NEAR(2 * n * n * n / gemm_time_s(hw, Precision::kBf16, n, n, n) / 730e12, 1.0, 1e-9);
+  EXPECT_NEAR(2 * 8 * n * n * n / gemm_time_s(hw, Precision::kBf16, 2 * n, 2 * n, 2 * n) / 730e12, 1.0, 1e-9);
+}
+
+// Beyond the grid the model carries the correction measured at the grid's
+// edge: the same measured-over-modelled ratio as the nearest held shape.
+// The correction is continuous, across the edge too (at k = 4096, at
+// m = 256, and where rows past 4096 become batches); the time then steps
+// only where the model's own waves do (one more tile row past m = 1024 on a
+// 4096-wide output: 128 tiles in one wave, then 160 in two).
+TEST(ComputeModel, GemmTimeIsContinuousAcrossTheGridsEdge) {
+  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  const Precision bf = Precision::kBf16;
+  struct Shape {
+    double m, n, k;
+  };
+  auto correction = [&](const Shape& x) {
+    return gemm_time_s(hw, bf, x.m, x.n, x.k) / gemm_model_time_s(hw, bf, x.m, x.n, x.k);
+  };
+  for (const Shape& x : {Shape{4096, 256, 4096}, Shape{512, 1024, 4096}, Shape{256, 2048, 1024}, Shape{4096, 768, 512},
+                         Shape{1024, 4096, 2048}, Shape{3000, 1500, 700}}) {
+    SCOPED_TRACE(std::to_string(x.m) + " x " + std::to_string(x.n) + " x " + std::to_string(x.k));
+    const double r = correction(x);
+    const double e = 1 + 1e-9;
+    for (const Shape& y : {Shape{x.m * e, x.n, x.k}, Shape{x.m / e, x.n, x.k}, Shape{x.m, x.n * e, x.k},
+                           Shape{x.m, x.n / e, x.k}, Shape{x.m, x.n, x.k * e}, Shape{x.m, x.n, x.k / e}})
+      EXPECT_NEAR(correction(y) / r, 1.0, 1e-6);
+  }
+  EXPECT_GT(gemm_model_time_s(hw, bf, 1024 * (1 + 1e-9), 4096, 2048),
+            1.6 * gemm_model_time_s(hw, bf, 1024, 4096, 2048));
+  // Twice as deep as the grid: the model's time scaled by the ratio at k = 4096.
+  const double ratio = gemm_time_s(hw, bf, 4096, 256, 4096) / gemm_model_time_s(hw, bf, 4096, 256, 4096);
+  EXPECT_GT(ratio, 1.15);  // the model is optimistic on this skinny shape (measured 21.5 us)
+  EXPECT_NEAR(gemm_time_s(hw, bf, 4096, 256, 8192) / gemm_model_time_s(hw, bf, 4096, 256, 8192), ratio, 1e-9);
+  // Below the grid (64 rows): the ratio at 256 rows.
+  const double small = gemm_time_s(hw, bf, 256, 4096, 4096) / gemm_model_time_s(hw, bf, 256, 4096, 4096);
+  EXPECT_NEAR(gemm_time_s(hw, bf, 64, 4096, 4096) / gemm_model_time_s(hw, bf, 64, 4096, 4096), small, 1e-9);
+  // A profile without a grid is the model.
+  HwProfile a100 = testing::load_hw_or_die("dgx-a100-80gb");
+  EXPECT_EQ(gemm_time_s(a100, bf, 512, 256, 4096), gemm_model_time_s(a100, bf, 512, 256, 4096));
 }
 
 }  // namespace
