@@ -93,14 +93,6 @@ int GemmShapeGrid::corners(const Shape& s, Corner out[16]) const {
   return count;
 }
 
-double GemmShapeGrid::time_s(const Shape& s) const {
-  Corner c[16];
-  const int n = corners(s, c);
-  double log_t = 0;
-  for (int i = 0; i < n; ++i) log_t += c[i].weight * std::log(c[i].time_s);
-  return std::exp(log_t);
-}
-
 Status parse_gemm_shape_grid(const Json& obj, const std::string& where, GemmShapeGrid& grid) {
   const std::string w = where + ".gemm_shapes";
   if (!obj.is_object())
@@ -115,10 +107,13 @@ Status parse_gemm_shape_grid(const Json& obj, const std::string& where, GemmShap
   LOOM_RETURN_IF_ERROR(ascending_axis(obj, "sides", w, g.sides, "GEMM sides m, n, k"));
   LOOM_RETURN_IF_ERROR(ascending_axis(obj, "batches", w, g.batches, "batch counts"));
   if (g.batches.front() != 1) return invalid_argument(w + ".batches must start at 1 (the plain GEMM)");
-  LOOM_ASSIGN_OR_RETURN(double measured_peak, json_number_or(obj, "measured_peak_bf16_tflops", 0, w));
-  if (measured_peak < 0)
-    return invalid_argument(w + ".measured_peak_bf16_tflops must be positive: the 16-bit peak of the part measured");
-  g.measured_peak_flops = measured_peak * kTera;
+  if (obj.contains("measured_peak_bf16_tflops")) {
+    const Json& v = obj["measured_peak_bf16_tflops"];
+    if (!v.is_number() || !(v.get<double>() > 0))
+      return invalid_argument(w + ".measured_peak_bf16_tflops must be a positive TFLOP/s: the dense 16-bit peak of "
+                                  "the part the grid was measured on (leave it out for this profile's own part)");
+    g.measured_peak_flops = v.get<double>() * kTera;
+  }
   LOOM_ASSIGN_OR_RETURN(g.source, json_string(obj, "source", w));
   if (g.source.empty()) return invalid_argument(w + ".source is empty; say where the numbers come from");
   const std::string wt = w + ".bf16_tflops";

@@ -56,9 +56,6 @@ struct GemmShapeGrid {
     double time_s = 0;  // measured
   };
   int corners(const Shape& s, Corner out[16]) const;
-  // Time (s) of the batch `s`: the log of the measured times interpolated
-  // with those weights.
-  double time_s(const Shape& s) const;
 
   // The throughput stored at grid point (batch index, m, n, k side indices).
   double at(size_t b, size_t m, size_t n, size_t k) const;

@@ -70,10 +70,11 @@ struct AcceleratorSpec {
   double discard_bytes_per_s = 0;
   GemmEfficiencyTable gemm_efficiency;
   // Optional: 16-bit GEMM throughput measured per shape (core/gemm_shape_grid.h).
-  // Where given, a GEMM's time is the grid's at the nearest held shape times
-  // what the efficiency table's model gives for the shape over what it gives
-  // for that held shape (sim/gemm_time.cc): the measurement inside the grid,
-  // the model carrying the measured correction of the grid's edge beyond it.
+  // Where given, a GEMM's time is the model's times the measured over the
+  // modelled time at the grid points around the nearest held shape,
+  // interpolated in their logs (sim/gemm_time.cc): the measurement at a grid
+  // point, the model with the measured correction between points and, held at
+  // the grid's edge, beyond it.
   GemmShapeGrid gemm_shapes;
   // The best FP8 GEMM efficiency measured (achieved / peak_fp8), e.g. the
   // maximum achievable matmul FLOPS of torch._scaled_mm (cuBLASLt). An FP8

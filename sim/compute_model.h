@@ -179,7 +179,8 @@ double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double
 // Time of `groups` equal GEMMs run as one grouped kernel (MoE experts:
 // cuBLASLt and CUTLASS grouped GEMM, torch._grouped_mm): one launch, the
 // table's rate at all the groups' FLOPs, the waves of all their output tiles
-// together.
+// together; with the per-shape grid, corrected as the GEMM of the groups'
+// stacked rows (groups x m) is (one group: gemm_time_s).
 double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k);
 // Time of a MoE layer's `groups` equal expert GEMMs as the stack runs them:
 // one grouped kernel, or one GEMM per expert (Transformer Engine's

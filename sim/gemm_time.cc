@@ -58,8 +58,16 @@ double gemm_model_time_s(const HwProfile& hw, Precision precision, double m, dou
   return gemm_kernel_time_s(hw, precision, 1, m, n, k);
 }
 
-double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
-  const double model = gemm_kernel_time_s(hw, precision, 1, m, n, k);
+namespace {
+
+// `groups` GEMMs run as one kernel with the profile's per-shape grid: the
+// model's time times the measured over the modelled time at the grid points
+// around the nearest held shape, interpolated in their logs (the model keeps
+// the waves of the kernel's own output between the points). A grouped kernel
+// is held as the GEMM of its stacked rows (groups x m), as the grid's batches
+// are; groups = 1 is the plain GEMM.
+double grid_corrected_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+  const double model = gemm_kernel_time_s(hw, precision, groups, m, n, k);
   const AcceleratorSpec& a = hw.accel;
   const GemmShapeGrid& grid = a.gemm_shapes;
   if (grid.empty() || precision == Precision::kFp32 || !(model > 0)) return model;  // the grid is 16-bit
@@ -67,13 +75,13 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
   const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
   const double depth = fp8 ? 2.0 : 1.0;
   const double ceiling = a.peak_flops(precision) * gemm_ceilings(a, precision, fp8).cap;
-  // A grid measured on another part: its efficiencies at this part's peak.
-  const double part = grid.measured_peak_flops > 0 ? grid.measured_peak_flops / a.peak_bf16_flops : 1.0;
-  // The measured over the modelled time at the grid points around the
-  // nearest held shape, interpolated in their logs: the model keeps the
-  // waves of the GEMM's own output between the points.
+  // A measured time as an efficiency of the part measured (the grid's own
+  // peak on another part: GB200 reads B200's), at this precision's peak; FP8
+  // at twice the FLOPs of its half-depth 16-bit GEMM.
+  const double measured_peak = grid.measured_peak_flops > 0 ? grid.measured_peak_flops : a.peak_bf16_flops;
+  const double part = measured_peak * depth / a.peak_flops(precision);
   GemmShapeGrid::Corner c[16];
-  const int count = grid.corners(grid.nearest(m, n, k / depth), c);
+  const int count = grid.corners(grid.nearest(groups * m, n, k / depth), c);
   double log_ratio = 0;
   for (int i = 0; i < count; ++i) {
     const GemmShapeGrid::Shape& s = c[i].shape;
@@ -83,9 +91,15 @@ double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n,
     const double modelled = gemm_kernel_time_s(hw, precision, 1, s.rows(), s.cols(), s.k * depth);
     log_ratio += c[i].weight * std::log(measured / modelled);
   }
-  // Never above the ceilings at the GEMM's own shape either (the ratio of a
+  // Never above the ceilings at the kernel's own shape either (the ratio of a
   // corner held at them over a model below them would carry past them).
-  return std::max(model * std::exp(log_ratio), 2 * m * n * k / ceiling);
+  return std::max(model * std::exp(log_ratio), groups * 2 * m * n * k / ceiling);
+}
+
+}  // namespace
+
+double gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k) {
+  return grid_corrected_time_s(hw, precision, 1, m, n, k);
 }
 
 double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double n, double k, double row_slices,
@@ -104,7 +118,7 @@ double ub_gemm_time_s(const HwProfile& hw, Precision precision, double m, double
 
 double grouped_gemm_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
   if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0;
-  return gemm_kernel_time_s(hw, precision, groups, m, n, k);
+  return grid_corrected_time_s(hw, precision, groups, m, n, k);
 }
 
 double expert_gemms_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k,

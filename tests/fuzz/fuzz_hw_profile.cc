@@ -51,6 +51,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(a.attention_kernel_source.empty() ? hw_profile_to_json(sel) == canon : true,
                "selecting a kernel and back changed the profile");
   }
+  // The per-shape grid: the corners around any shape's nearest held shape
+  // weigh 1 together, each a measured time that is positive and finite.
+  if (!a.gemm_shapes.empty()) {
+    const GemmShapeGrid& g = a.gemm_shapes;
+    for (double m : {0.0, 1.0, 300.0, 4096.0, 1e5})
+      for (double k : {1.0, 700.0, 1e6}) {
+        GemmShapeGrid::Corner c[16];
+        const int n = g.corners(g.nearest(m, 2 * m + 1, k), c);
+        FUZZ_CHECK(n >= 1 && n <= 16, "grid corners: " + std::to_string(n));
+        double sum = 0;
+        for (int i = 0; i < n; ++i) {
+          FUZZ_CHECK(c[i].weight > 0 && c[i].time_s > 0 && std::isfinite(c[i].time_s), "a grid corner's time");
+          sum += c[i].weight;
+        }
+        FUZZ_CHECK(std::fabs(sum - 1) < 1e-9, "grid corner weights sum to " + std::to_string(sum));
+      }
+  }
   for (double m : {1.0, 100.0, 4096.0}) {
     double w = a.wave_efficiency(m, m);
     FUZZ_CHECK(w > 0 && w <= 1.0 + 1e-9, "wave efficiency outside (0, 1]: " + std::to_string(w));

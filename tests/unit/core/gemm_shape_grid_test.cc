@@ -18,11 +18,17 @@ namespace {
 // XLA's sm_90 table (openxla/xla default_matmul_perf_table.txtpb @ 336bb15c,
 // bf16xbf16->bf16) as the H100 profile carries it, to 4 significant figures:
 // b=1 256 x 256 x 512 at 11459846994535 FLOP/s, 256 x 4096 x 4096 at
-// 418449658612626, 512 x 2048 x 2048 at 342829445721583.
+// 418449658612626, 512 x 2048 x 2048 at 342829445721583. A grid point is
+// its own only corner.
 TEST(GemmShapeGrid, TheH100GridReadsBackTheSourcesNumbers) {
   const GemmShapeGrid& g = testing::load_hw_or_die("dgx-h100").accel.gemm_shapes;
   ASSERT_FALSE(g.empty());
-  auto rate = [&](double m, double n, double k) { return 2 * m * n * k / g.time_s(g.nearest(m, n, k)); };
+  auto rate = [&](double m, double n, double k) {
+    GemmShapeGrid::Corner c[16];
+    EXPECT_EQ(g.corners(g.nearest(m, n, k), c), 1);
+    EXPECT_EQ(c[0].weight, 1.0);
+    return 2 * m * n * k / c[0].time_s;
+  };
   EXPECT_NEAR(rate(256, 256, 512) / 11459846994535.0, 1.0, 5e-4);
   EXPECT_NEAR(rate(256, 4096, 4096) / 418449658612626.0, 1.0, 5e-4);
   EXPECT_NEAR(rate(512, 2048, 2048) / 342829445721583.0, 1.0, 5e-4);
@@ -33,21 +39,40 @@ TEST(GemmShapeGrid, TheH100GridReadsBackTheSourcesNumbers) {
   }
 }
 
-// Between grid points the log of the time is linear in the logs of the
-// sides: halfway in log m between 256 and 512 (m = 362.04) the time is the
-// geometric mean of the two measured times, by hand.
-TEST(GemmShapeGrid, InterpolatesTheLogTimeInTheLogSides) {
+// Between grid points the corners are weighted multilinearly in the logs of
+// the sides, by hand: halfway in log m between 256 and 512 (m = 362.04) the
+// two rows weigh 1/2 each; at m = 256 * 2^0.25, n = 1024 * 2^0.5 (k = 2048 a
+// grid point) the four weigh the products of (3/4, 1/4) and (1/2, 1/2); with
+// 6144 columns (1.5 batches of 4096, b between 1 and 2 in log2(1.5) = 0.585)
+// and m, k between points, eight corners.
+TEST(GemmShapeGrid, CornersWeighTheNeighboursInTheLogOfEachSide) {
   const GemmShapeGrid& g = testing::load_hw_or_die("dgx-h100").accel.gemm_shapes;
-  const double lo = 2.0 * 256 * 256 * 512 / (11.46e12), hi = 2.0 * 512 * 256 * 512 / (23.05e12);
-  const double m = 256 * std::sqrt(2.0);
-  EXPECT_NEAR(g.time_s(g.nearest(m, 256, 512)) / std::sqrt(lo * hi), 1.0, 1e-9);
-  // Monotone in k along a measured row: deeper is never faster.
-  double prev = 0;
-  for (double k = 256; k <= 4096; k *= 1.1) {
-    const double t = g.time_s(g.nearest(1024, 1024, k));
-    EXPECT_GE(t, prev * (1 - 1e-12)) << k;
-    prev = t;
+  GemmShapeGrid::Corner c[16];
+  ASSERT_EQ(g.corners(g.nearest(256 * std::sqrt(2.0), 256, 512), c), 2);
+  EXPECT_NEAR(c[0].weight, 0.5, 1e-12);
+  EXPECT_NEAR(c[1].weight, 0.5, 1e-12);
+  EXPECT_EQ(c[0].shape.m + c[1].shape.m, 256 + 512);
+  // Interior on three axes: 8 corners, the weights a product and summing to 1.
+  const int n = g.corners(g.nearest(256 * std::pow(2.0, 0.25), 1024 * std::sqrt(2.0), 2048), c);
+  ASSERT_EQ(n, 4);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const double wm = c[i].shape.m == 256 ? 0.75 : 0.25;
+    EXPECT_NEAR(c[i].weight, wm * 0.5, 1e-12);
+    sum += c[i].weight;
   }
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  const int all = g.corners(g.nearest(300, 6144, 700), c);  // b = 1.5 on the columns, m and k between points
+  ASSERT_EQ(all, 8);
+  sum = 0;
+  for (int i = 0; i < all; ++i) {
+    EXPECT_EQ(c[i].shape.bm, 1);  // the batch stacks on the columns, which overflowed
+    const double wb = c[i].shape.bn == 1 ? 1 - std::log2(1.5) : std::log2(1.5);
+    EXPECT_GT(c[i].weight, 0);
+    EXPECT_LE(c[i].weight, wb + 1e-12);
+    sum += c[i].weight;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-12);
 }
 
 TEST(GemmShapeGrid, ClampsSidesAndRunsWideOutputsAsBatches) {

@@ -211,6 +211,13 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
     near(a.accel.gemm_efficiency.flops[i], b.accel.gemm_efficiency.flops[i]);
     near(a.accel.gemm_efficiency.efficiency[i], b.accel.gemm_efficiency.efficiency[i]);
   }
+  const GemmShapeGrid &ga = a.accel.gemm_shapes, &gb = b.accel.gemm_shapes;
+  EXPECT_EQ(ga.sides, gb.sides);
+  EXPECT_EQ(ga.batches, gb.batches);
+  ASSERT_EQ(ga.flops_per_s.size(), gb.flops_per_s.size());
+  for (size_t i = 0; i < ga.flops_per_s.size(); ++i) near(ga.flops_per_s[i], gb.flops_per_s[i]);
+  near(ga.measured_peak_flops, gb.measured_peak_flops);
+  EXPECT_EQ(ga.source, gb.source);
   EXPECT_EQ(a.accel.source, b.accel.source);
   EXPECT_EQ(a.node.devices_per_node, b.node.devices_per_node);
   EXPECT_EQ(a.node.fabric, b.node.fabric);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 namespace loom {
@@ -10,9 +11,9 @@ namespace {
 // One set of four ways: every key lands in it, so the replacement order is
 // visible. make() counts the misses.
 TEST(LruSets, FourKeysOfOneSetStayAndTheFifthEvictsTheLeastRecentlyUsed) {
-  static LruSets<int, std::string, 1> memo;  // static: the table is 4 entries here, but keep it off the stack
+  auto memo = std::make_unique<LruSets<int, std::string, 1>>();  // fresh on every run of the test
   int made = 0;
-  auto get = [&](int key) { return memo.get(0, key, [&] { ++made; return "v" + std::to_string(key); }); };
+  auto get = [&](int key) { return memo->get(0, key, [&] { ++made; return "v" + std::to_string(key); }); };
   for (int k = 1; k <= 4; ++k) EXPECT_EQ(get(k), "v" + std::to_string(k));
   EXPECT_EQ(made, 4);
   for (int k = 4; k >= 1; --k) EXPECT_EQ(get(k), "v" + std::to_string(k));  // all four hit; 4 is now the oldest
@@ -31,14 +32,14 @@ TEST(LruSets, FourKeysOfOneSetStayAndTheFifthEvictsTheLeastRecentlyUsed) {
 
 // A key equal to a default-constructed one is not mistaken for an empty way.
 TEST(LruSets, AnEmptyWayIsNotAHitForTheDefaultKey) {
-  static LruSets<int, int, 2> memo;
+  auto memo = std::make_unique<LruSets<int, int, 2>>();
   int made = 0;
-  EXPECT_EQ(memo.get(0, 0, [&] { ++made; return 42; }), 42);
+  EXPECT_EQ(memo->get(0, 0, [&] { ++made; return 42; }), 42);
   EXPECT_EQ(made, 1);
-  EXPECT_EQ(memo.get(0, 0, [&] { ++made; return 43; }), 42);
+  EXPECT_EQ(memo->get(0, 0, [&] { ++made; return 43; }), 42);
   EXPECT_EQ(made, 1);
   // Another set keeps its own entries.
-  EXPECT_EQ(memo.get(1, 0, [&] { ++made; return 7; }), 7);
+  EXPECT_EQ(memo->get(1, 0, [&] { ++made; return 7; }), 7);
   EXPECT_EQ(made, 2);
 }
 
