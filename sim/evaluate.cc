@@ -109,9 +109,10 @@ double gathered_weight_bytes(Precision p, const SimOptions& opt) {
 // the data- and model-parallel ranks; FSDP's DTensor norm over its whole
 // mesh) and in Loom's executor (a world all-reduce), else Megatron's
 // model-parallel group (TP x PP), whose DP replicas hold the same reduced
-// gradients. Memoized on the group (the search prices a few stage kinds per
-// layout).
-double grad_norm_sync_s(const HwProfile& hw, const Layout& l, const SimOptions& opt) {
+// gradients. Memoized on the evaluator (whose profile it is: an address
+// could be a later profile's) and the group (the search prices a few stage
+// kinds per layout).
+double grad_norm_sync_s(uint64_t evaluator, const HwProfile& hw, const Layout& l, const SimOptions& opt) {
   const int dpn = hw.node.devices_per_node;
   GroupShape g;
   if (opt.for_loom_executor() || l.zero >= 1) {
@@ -126,13 +127,13 @@ double grad_norm_sync_s(const HwProfile& hw, const Layout& l, const SimOptions& 
   }
   if (g.ranks <= 1) return 0;
   struct Key {
-    const HwProfile* hw = nullptr;
+    uint64_t evaluator = 0;
     int ranks = 0, nodes = 0, per_node = 0;
     bool operator==(const Key&) const = default;
   };
   thread_local LruSets<Key, double, 16> memo;
-  return memo.get(mix_fields({int64_t(reinterpret_cast<uintptr_t>(&hw)), g.ranks, g.nodes, g.ranks_per_node}),
-                  Key{&hw, g.ranks, g.nodes, g.ranks_per_node},
+  return memo.get(mix_fields({int64_t(evaluator), g.ranks, g.nodes, g.ranks_per_node}),
+                  Key{evaluator, g.ranks, g.nodes, g.ranks_per_node},
                   [&] { return collective_cost(hw, Collective::kAllReduce, g, 4).time_s; });
 }
 
@@ -381,7 +382,7 @@ std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {
   std::vector<StageCosts> out(l.pp);
   // Every stage's update waits for the gradient norm's all-reduce (the
   // closed form adds it once per layout, estimate()).
-  const double norm_s = grad_norm_sync_s(hw_, l, opt_);
+  const double norm_s = grad_norm_sync_s(id_, hw_, l, opt_);
   for (int s = 0; s < l.pp; ++s) {
     StageCosts& sc = out[s];
     sc.chunk_fwd_s.assign(l.virtual_stages, 0);
@@ -696,7 +697,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   // compute (last backward, later micro-batches) and the pipeline drain after
   // it (stage s finishes about s backward-times before stage 0) cannot hide.
   double dp_exposed = 0, opt_s = 0, contention = 0;
-  const double norm_s = grad_norm_sync_s(hw_, l, opt_);  // the gradient norm's all-reduce before every update
+  const double norm_s = grad_norm_sync_s(id_, hw_, l, opt_);  // the gradient norm's all-reduce before every update
   const double contention_fraction = comm_contention_fraction(hw_);
   // NIC sharing (sim/simulate.cc with_nic_sharing): where the DP collectives
   // cross the network (d.crosses_nodes), the compute they hide behind pays

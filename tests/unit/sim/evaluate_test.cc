@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <new>
+#include <thread>
 
 #include "sim/compute_model.h"
 #include "sim/memory_model.h"
@@ -26,6 +28,34 @@ Evaluator make_eval(const std::string& model, const std::string& hw, int64_t bat
 }
 
 Layout L(const std::string& text) { return testing::layout_or_die(text); }
+
+// Two evaluators built one after the other in the same storage (as a
+// process that plans one run after another may place them) must not share
+// memoized costs: until stop 47 the gradient norm's all-reduce was memoized
+// on the profile's address, and the second evaluator, on a PCIe node (NCCL's
+// PCIe latencies are longer than NVLink's), got the first one's NVLink time.
+// Checked against the same evaluation on a fresh thread, whose memos are
+// empty.
+TEST(Evaluate, AnEvaluatorAtAReusedAddressGetsItsOwnCosts) {
+  TrainSpec t;
+  t.global_batch = 256;
+  t.seq_len = 4096;
+  const ModelSpec model = load_model_or_die("llama-3-8b");
+  HwProfile fast = load_hw_or_die("dgx-h100"), slow = fast;
+  slow.node.fabric = "pcie";
+  const Layout l = L("dp=2,tp=4,pp=1,zero=1,micro=1");  // one node: the norm's all-reduce is intra-node
+  alignas(Evaluator) unsigned char storage[sizeof(Evaluator)];
+  Evaluator* a = new (storage) Evaluator(model, fast, t, SimOptions{});
+  const double first = a->estimate(l).time.optimizer_s;
+  a->~Evaluator();
+  Evaluator* b = new (storage) Evaluator(model, slow, t, SimOptions{});
+  const double second = b->estimate(l).time.optimizer_s;
+  b->~Evaluator();
+  double fresh = 0;
+  std::thread([&] { fresh = Evaluator(model, slow, t, SimOptions{}).estimate(l).time.optimizer_s; }).join();
+  EXPECT_GT(fresh, first);  // the slower network's norm all-reduce shows in the update
+  EXPECT_DOUBLE_EQ(second, fresh);
+}
 
 TEST(Evaluate, ClosedFormAgreesWithEventEngine) {
   Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
