@@ -53,14 +53,21 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
       const double cap = fp8 ? 1.0 : a.sustained_gemm_efficiency(p);
       char capped[96] = "";
       if (cap < e) std::snprintf(capped, sizeof capped, ", capped at the %.2f a large GEMM sustains", cap);
-      char b[420];
+      // The per-shape grid corrects these GEMMs too (sim/gemm_time.cc), with
+      // the correction of its nearest shape; a head priced by its own
+      // measured table (`loom calibrate`) is not.
+      const char* grid = !own && !a.gemm_shapes.empty()
+                             ? "; the per-shape grid's measured correction (gemm_shapes), held at its nearest shape, "
+                               "scales it"
+                             : "";
+      char b[560];
       std::snprintf(b, sizeof b,
                     "gemm: %s (%.0f x %.0f x %.0f, %s) is %s the %sGEMMs %s measured (%s to %s): its efficiency is "
-                    "the table's %s point's, %.2f%s",
+                    "the table's %s point's, %.2f%s%s",
                     x.name, x.m, x.n, x.k, gflop(f).c_str(), below ? "below" : "above", own ? "head " : "",
                     hw.name.c_str(),
                     gflop(g.flops.front()).c_str(), gflop(g.flops.back()).c_str(), below ? "first" : "last", e,
-                    capped);
+                    capped, grid);
       notes.push_back(b);
     }
   }
