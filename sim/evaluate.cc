@@ -23,8 +23,8 @@ std::atomic<uint64_t> g_next_evaluator_id{1};
 // sim/lru_sets.h): each field folded in by a multiply (high bits folded
 // down), then the whole mixed through splitmix64's finalizer, so that keys
 // differing in any field spread over the sets (a linear sum of the fields
-// made many layouts of a search share a slot and evict each other). One multiply per field: the search
-// hashes a few keys per layout.
+// made many layouts of a search share a slot and evict each other). One
+// multiply per field: the search hashes a few keys per layout.
 uint64_t mix_fields(std::initializer_list<int64_t> fields) {
   uint64_t h = 0x9e3779b97f4a7c15ull;
   for (int64_t f : fields) {
