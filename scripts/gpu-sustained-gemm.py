@@ -24,6 +24,15 @@ ring-exchanged all-gather runs t GEMMs of T/t rows; a pipelined
 reduce-scatter 4 GEMMs of a quarter of the columns). Each: 5 warm-up, 20
 timed iterations.
 
+Then, burst only ("fp8_accum"), the Llama-3-8B layer's forward, input-gradient
+and weight-gradient GEMMs at 8192 tokens in bf16 and in fp8 both ways FP8
+training runs them: with fast accumulation (Transformer Engine's forward,
+torchao's output GEMM) and with split accumulation, the partial sums promoted
+to fp32 (TE's and torchao's two backward GEMMs: _2X_ACC_DGRAD/_2X_ACC_WGRAD,
+use_fast_accum=False). The simulator prices all three passes at one FP8 rate
+(docs/simulator.md 11); this measures whether the backward pays for its
+accumulation.
+
 Prints one JSON object; exits 2 without PyTorch or a GPU.
 usage: gpu-sustained-gemm.py [OUT.json]
 """
@@ -136,6 +145,43 @@ if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8
         results["gemms"].append(measure(*SHAPES[0], "fp8"))
     except Exception as e:  # an older torch without _scaled_mm's signature
         results["fp8_error"] = str(e)[:200]
+# Llama-3-8B (h 4096, GQA 32/8 heads, FFN 14336) at 8192 tokens: per linear
+# (m, n, k) of its forward, input gradient and weight gradient.
+LINEARS = [("qkv", 8192, 6144, 4096), ("proj", 8192, 4096, 4096), ("fc1", 8192, 28672, 4096),
+           ("fc2", 8192, 4096, 14336)]
+
+
+def accum_ab(name, t, out, inp):
+    rows = []
+    for pass_name, (m, n, k) in (("fprop", (t, out, inp)), ("dgrad", (t, inp, out)), ("wgrad", (inp, out, t))):
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        one = torch.ones((), device=dev)
+        flops = 2.0 * m * n * k
+        row = {"linear": name, "pass": pass_name, "shape": [m, n, k]}
+        bt = b.t()
+        fns = {"bf16": lambda: a @ bt,
+               "fp8_fast": lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                    use_fast_accum=True),
+               "fp8_split": lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                     use_fast_accum=False)}
+        for key, fn in fns.items():
+            for _ in range(5):
+                fn()
+            row[key + "_tflops"] = round(rate(fn, flops, 20), 1)
+        row["split_over_fast"] = round(row["fp8_split_tflops"] / row["fp8_fast_tflops"], 4)
+        rows.append(row)
+    return rows
+
+
+if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8, 9):
+    try:
+        results["fp8_accum"] = [r for spec in LINEARS for r in accum_ab(*spec)]
+        ratios = sorted(r["split_over_fast"] for r in results["fp8_accum"])
+        results["fp8_split_over_fast_median"] = ratios[len(ratios) // 2]
+    except Exception as e:  # keep the other figures whatever happens here
+        results["fp8_accum_error"] = str(e)[:200]
 try:
     results["waves"] = [burst_only(*s) for s in WAVE_SHAPES]
 except Exception as e:  # keep the sustained figures whatever happens here

@@ -24,8 +24,16 @@ double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int 
 // TN layout, so the weight-gradient GEMM needs transposed copies; Transformer
 // Engine fuses the two writes into cast_transpose), plus, with current
 // scaling, one more read to reduce the tensor's amax before the cast.
+
+}  // namespace
+
 double fp8_cast_bytes(const SimOptions& opt) { return 2 + 1 + 1 + (opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 0); }
 int fp8_cast_kernels(const SimOptions& opt) { return opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 1; }
+double fp8_cast_time_s(const HwProfile& hw, const SimOptions& opt, double elements, int casts) {
+  return mem_time_s(hw, opt, elements * fp8_cast_bytes(opt), casts * fp8_cast_kernels(opt));
+}
+
+namespace {
 
 // Splits three passes' time (the table's mean rate x 3) into forward and
 // backward (input + weight gradient) by the table's measured forward share
@@ -92,9 +100,7 @@ struct GemmSum {
   // The casts' memory time of `elements` (inputs in forward, output gradients
   // in backward, weights once a step: cached across micro-batches as
   // Megatron's Transformer Engine layers do with is_first_microbatch).
-  double cast_s(double elements) const {
-    return fp8_casts ? mem_time_s(hw, opt, elements * fp8_cast_bytes(opt), fp8_casts * fp8_cast_kernels(opt)) : 0;
-  }
+  double cast_s(double elements) const { return fp8_casts ? fp8_cast_time_s(hw, opt, elements, fp8_casts) : 0; }
 
  private:
   // One pass of an (rows x cols x depth) GEMM as a userbuffers overlap runs

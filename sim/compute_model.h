@@ -155,6 +155,15 @@ struct MoeExchange {
 MoeExchange moe_exchange(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, const ComputeShape& shape,
                          double elem_bytes, double load);
 
+// FP8 casts (Transformer Engine's cast_transpose; with current scaling an
+// amax pass first, docs/simulator.md 3.2a): bytes per element of the 16-bit
+// tensor, kernels per cast, and the time of `casts` cast calls covering
+// `elements` in all, at memory_bw x memory_bw_efficiency plus each kernel's
+// kernel_overhead_s.
+double fp8_cast_bytes(const SimOptions& opt);
+int fp8_cast_kernels(const SimOptions& opt);
+double fp8_cast_time_s(const HwProfile& hw, const SimOptions& opt, double elements, int casts);
+
 // Time of one GEMM of shape (m x k) * (k x n). With the profile's per-shape
 // measurements (AcceleratorSpec::gemm_shapes; 16-bit, and FP8 as the 16-bit
 // GEMM of half the depth): the model's time (gemm_model_time_s) times the

@@ -713,5 +713,50 @@ TEST(ComputeModel, MoeDispatchNodeLimitedDeduplicatedFp8AndCapacity) {
   EXPECT_GT(layer_cost(m, hw, capped, Precision::kBf16, sh, true).fwd_s, a.fwd_s);
 }
 
+// FP8 casts against an independent measurement: Transformer Engine's GEMM
+// profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, "Worked
+// Example: 5B Model on H200", H200 NVL, 4.8 TB/s) times each of a layer's
+// GEMMs through te.Linear under Float8CurrentScaling autocast and again
+// pre-quantized; per pass (four GEMMs: QKV, attention out, MLP up, MLP down
+// at M = 31 x 512 = 15872 tokens, hidden 4096, FFN 16384) the difference is
+// what the casts cost: fprop 6.503 - 5.577, dgrad 6.795 - 5.661, wgrad
+// 6.987 - 5.547 ms. Each call casts its activation operand (M x K) with its
+// transpose, as Loom's training casts are priced, and its weight operand
+// (K x N) without one (linear.py: the weight's columnwise copy only when the
+// input needs a gradient, which the benchmark's does not), one byte an
+// element less. The profile's streaming efficiency (0.9, a STREAM copy) and
+// per-kernel cost price them within 8% on every pass.
+TEST(ComputeModel, Fp8CastsPriceTransformerEnginesMeasuredQuantization) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h200");
+  ASSERT_DOUBLE_EQ(hw.accel.memory_bw_bytes_per_s, 4.8e12);  // H200 NVL's too
+  SimOptions opt;
+  opt.fp8_scaling = Fp8Scaling::kCurrent;
+  ASSERT_EQ(fp8_cast_bytes(opt), 6);  // amax read 2, cast read 2, write 1 + transpose 1
+  const double M = 15872, h = 4096, f = 16384;
+  struct Pass {
+    const char* name;
+    double shapes[4][3];  // M x K x N as the guide writes them
+    double measured_ms;
+  };
+  const Pass passes[] = {
+      {"fprop", {{M, h, 3 * h}, {M, h, h}, {M, h, f}, {M, f, h}}, 6.503 - 5.577},
+      {"dgrad", {{M, 3 * h, h}, {M, h, h}, {M, f, h}, {M, h, f}}, 6.795 - 5.661},
+      {"wgrad", {{h, M, 3 * h}, {h, M, h}, {h, M, f}, {f, M, h}}, 6.987 - 5.547},
+  };
+  const double bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  for (const Pass& p : passes) {
+    double t = 0;
+    for (const auto& s : p.shapes) {
+      t += fp8_cast_time_s(hw, opt, s[0] * s[1], 1);             // activation, with its transpose
+      t += fp8_cast_time_s(hw, opt, s[1] * s[2], 1) - s[1] * s[2] / bw;  // weight, without
+    }
+    EXPECT_NEAR(t * 1e3 / p.measured_ms, 1.0, 0.08) << p.name << ": " << t * 1e3 << " ms";
+  }
+  // Delayed scaling fuses the amax into the cast: 4 bytes, one kernel.
+  opt.fp8_scaling = Fp8Scaling::kDelayed;
+  EXPECT_EQ(fp8_cast_bytes(opt), 4);
+  EXPECT_EQ(fp8_cast_kernels(opt), 1);
+}
+
 }  // namespace
 }  // namespace loom
