@@ -212,6 +212,32 @@ Status parse_deepseek(const Json& c, const std::string& where, bool v3, ModelSpe
   return Status::ok();
 }
 
+// A RoPE scaling object (transformers' rope_scaling, or the scaling keys of
+// its rope_parameters): the type, and llama3's frequency factors.
+Status parse_rope_scaling(const Json& r, const std::string& rw, ModelSpec& m) {
+  if (!r.is_object()) return invalid_argument(rw + " must be an object or null");
+  std::string type;
+  if (r.contains("rope_type")) {
+    LOOM_ASSIGN_OR_RETURN(type, json_string(r, "rope_type", rw));
+  } else if (r.contains("type")) {
+    LOOM_ASSIGN_OR_RETURN(type, json_string(r, "type", rw));
+  } else {
+    return invalid_argument(rw + " has no rope_type; add one (e.g. \"llama3\") or set rope_scaling to null");
+  }
+  if (type != "default") {  // transformers: "default" is unscaled RoPE
+    m.rope_scaling.type = type;
+    m.rope_scaling.raw = r.dump();
+    if (type == "llama3") {
+      RopeScaling& x = m.rope_scaling;
+      LOOM_ASSIGN_OR_RETURN(x.factor, json_positive(r, "factor", rw));
+      LOOM_ASSIGN_OR_RETURN(x.low_freq_factor, json_positive(r, "low_freq_factor", rw));
+      LOOM_ASSIGN_OR_RETURN(x.high_freq_factor, json_positive(r, "high_freq_factor", rw));
+      LOOM_ASSIGN_OR_RETURN(x.original_max_position, json_positive_int(r, "original_max_position_embeddings", rw));
+    }
+  }
+  return Status::ok();
+}
+
 // The fields the math needs beyond the shapes: RoPE base and scaling, the norm
 // epsilon, the activation, the attention window. Defaults are transformers'
 // configuration_*.py defaults for the model_type.
@@ -239,28 +265,30 @@ Status parse_math_fields(const Json& c, const std::string& where, const std::str
     }
   }
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-    const Json& r = c["rope_scaling"];
-    const std::string rw = where + ".rope_scaling";
-    if (!r.is_object()) return invalid_argument(rw + " must be an object or null");
-    std::string type;
-    if (r.contains("rope_type")) {
-      LOOM_ASSIGN_OR_RETURN(type, json_string(r, "rope_type", rw));
-    } else if (r.contains("type")) {
-      LOOM_ASSIGN_OR_RETURN(type, json_string(r, "type", rw));
-    } else {
-      return invalid_argument(rw + " has no rope_type; add one (e.g. \"llama3\") or set rope_scaling to null");
-    }
-    if (type != "default") {  // transformers: "default" is unscaled RoPE
-      m.rope_scaling.type = type;
-      m.rope_scaling.raw = r.dump();
-      if (type == "llama3") {
-        RopeScaling& x = m.rope_scaling;
-        LOOM_ASSIGN_OR_RETURN(x.factor, json_positive(r, "factor", rw));
-        LOOM_ASSIGN_OR_RETURN(x.low_freq_factor, json_positive(r, "low_freq_factor", rw));
-        LOOM_ASSIGN_OR_RETURN(x.high_freq_factor, json_positive(r, "high_freq_factor", rw));
-        LOOM_ASSIGN_OR_RETURN(x.original_max_position, json_positive_int(r, "original_max_position_embeddings", rw));
-      }
-    }
+    LOOM_RETURN_IF_ERROR(parse_rope_scaling(c["rope_scaling"], where + ".rope_scaling", m));
+  }
+  // transformers 5's form: rope_parameters holds rope_theta and the scaling
+  // keys together (rope_type "default" = unscaled). Where the old keys are
+  // there too they must say the same.
+  if (c.contains("rope_parameters") && !c["rope_parameters"].is_null()) {
+    const Json& r = c["rope_parameters"];
+    const std::string rw = where + ".rope_parameters";
+    if (!r.is_object() || !r.contains("rope_type"))
+      return invalid_argument(rw + " must be an object with a rope_type (transformers 5: {\"rope_type\": \"default\", "
+                              "\"rope_theta\": ...}), or null");
+    ModelSpec p = m;
+    p.rope_scaling = RopeScaling{};
+    LOOM_ASSIGN_OR_RETURN(p.rope_theta, json_number_or(r, "rope_theta", m.rope_theta, rw));
+    if (!(p.rope_theta > 0)) return invalid_argument(rw + ".rope_theta must be positive");
+    LOOM_RETURN_IF_ERROR(parse_rope_scaling(r, rw, p));
+    if (c.contains("rope_theta") && !c["rope_theta"].is_null() && p.rope_theta != m.rope_theta)
+      return invalid_argument(where + ": rope_theta=" + c["rope_theta"].dump() + " and rope_parameters.rope_theta=" +
+                              r["rope_theta"].dump() + " differ; keep one");
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null() &&
+        (p.rope_scaling.type != m.rope_scaling.type || p.rope_scaling.factor != m.rope_scaling.factor))
+      return invalid_argument(where + ": rope_scaling and rope_parameters describe different RoPE scalings; keep one");
+    m.rope_theta = p.rope_theta;
+    m.rope_scaling = p.rope_scaling;
   }
   return Status::ok();
 }

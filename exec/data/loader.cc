@@ -142,7 +142,15 @@ Status Loader::fill(Batch* batch) {
     const size_t at = static_cast<size_t>((r - row0) * seq_len_), n = static_cast<size_t>(seq_len_);
     std::memcpy(batch->tokens.data() + at, sample_buf_.data(), n * sizeof(int32_t));
     std::memcpy(batch->targets.data() + at, sample_buf_.data() + 1, n * sizeof(int32_t));
-    for (int32_t t : sample_buf_) max_token = std::max<int64_t>(max_token, t);
+    for (int32_t t : sample_buf_) {
+      // A signed shard (int8..int64) can hold negative ids, which no
+      // vocabulary has: the kernels would read them as a zero embedding.
+      if (t < 0)
+        return invalid_argument("loader: token id " + std::to_string(t) + " in global sample " + std::to_string(g) +
+                                " (dataset " + std::to_string(k) + " sample " + std::to_string(idx) +
+                                ") is negative; the shard is not a tokenizer's output: re-run loom preprocess");
+      max_token = std::max<int64_t>(max_token, t);
+    }
   }
   produce_.consumed_samples += global_batch_;
   batch->after = produce_;

@@ -253,6 +253,32 @@ Status open_trainer(Session& s) {
   return Status::ok();
 }
 
+// What a resume continues with that the checkpoint's run did not have, said
+// aloud (a run may change them on purpose: a longer sequence for a
+// long-context phase, a new data order): the seed, from which the data order
+// derives, and the tokens a step takes (global batch x sequence; the data
+// cursor continues by samples).
+Status say_what_the_resume_changes(const Session& s, const ckpt::CheckpointReader& r) {
+  LOOM_ASSIGN_OR_RETURN(std::string text, r.training_state(0));
+  const Json st = Json::parse(text, nullptr, false);
+  if (st.is_discarded() || !st.is_object()) return Status::ok();  // restore_trainer has read it already
+  const TrainSpec& t = s.cfg.train;
+  if (st.contains("rng") && st["rng"].is_object() && st["rng"].contains("seed") &&
+      st["rng"]["seed"].is_number_unsigned() && st["rng"]["seed"].get<uint64_t>() != t.seed)
+    s.say("notice: the checkpoint's run used seed %llu, this one %llu: the data order from here on is not the one "
+          "that run would have seen (a plan made with --seed %llu keeps it)",
+          (unsigned long long)st["rng"]["seed"].get<uint64_t>(), (unsigned long long)t.seed,
+          (unsigned long long)st["rng"]["seed"].get<uint64_t>());
+  if (st.contains("consumed_tokens") && st["consumed_tokens"].is_number_integer() && s.start_step > 0) {
+    const int64_t was = st["consumed_tokens"].get<int64_t>() / s.start_step;
+    if (was != t.tokens_per_step())
+      s.say("notice: the checkpoint's run took %lld tokens a step, this one %lld (global batch %lld x sequence %lld): "
+            "the data continues by sample count, cut at the new sequence length",
+            (long long)was, (long long)t.tokens_per_step(), (long long)t.global_batch, (long long)t.seq_len);
+  }
+  return Status::ok();
+}
+
 // A resume (any layout's checkpoint of this model; every rank reads its
 // slices), then the checkpointer of ckpt_dir.
 Status open_checkpoints(Session& s) {
@@ -266,7 +292,12 @@ Status open_checkpoints(Session& s) {
     auto reader = ckpt::CheckpointReader::open(where);
     if (!reader.is_ok()) return reader.status().with_context("--resume " + o.resume);
     LOOM_RETURN_IF_ERROR(restore_trainer(*s.trainer, **reader, &s.start_step));
+    if (s.start_step >= s.cfg.train.steps)
+      return invalid_argument("--resume " + o.resume + ": the checkpoint is at step " + std::to_string(s.start_step) +
+                              " and the run ends at step " + std::to_string(s.cfg.train.steps) +
+                              ": nothing left to train; raise --steps above " + std::to_string(s.start_step));
     s.say("resumed from %s at step %lld", (*reader)->path().c_str(), (long long)s.start_step);
+    LOOM_RETURN_IF_ERROR(say_what_the_resume_changes(s, **reader));
   }
   if (o.ckpt_dir.empty()) return Status::ok();
   ckpt::CheckpointOptions co;

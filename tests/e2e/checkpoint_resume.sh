@@ -157,6 +157,18 @@ corrupt)
   run p 2 "$tmp/m.jsonl" --ckpt-dir "$tmp/ck" --stop-after 2 --sync-save
   shard=$(ls "$tmp"/ck/step_000002/model_weights/*.h5 | head -n 1)
   "$loom" ckpt verify "$tmp/ck" >/dev/null || { echo "FAIL: a fresh checkpoint does not verify"; exit 1; }
+  # A resume with nothing left to train is refused; one under another seed
+  # says that the data order changes.
+  STEPS=2 plan short "dp=2" 2
+  if "${mpi[@]}" -np 2 "$loom" execute "$tmp/short.json" --quiet --resume "$tmp/ck" >"$tmp/r" 2>&1; then
+    cat "$tmp/r"; echo "FAIL: a resume past the run's last step ran"; exit 1
+  fi
+  grep -q "nothing left to train" "$tmp/r" || { cat "$tmp/r"; echo "FAIL: no clear message past the end"; exit 1; }
+  plan seeded "dp=2" 2 --seed 99
+  run seeded 2 "$tmp/s.jsonl" --resume "$tmp/ck" --stop-after 3
+  grep -q "notice: the checkpoint's run used seed 1234, this one 99" "$tmp/out" ||
+    { cat "$tmp/out"; echo "FAIL: the seed change was not said"; exit 1; }
+  echo "  a resume past the end refused; a seed change said"
   python3 - "$shard" <<'PY'
 import sys
 p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x40; open(p, "wb").write(b)

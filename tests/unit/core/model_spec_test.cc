@@ -456,6 +456,42 @@ TEST(ModelScaleTest, HiddenKeepsTheConfigsRatios) {
   EXPECT_EQ(x.moe.expert_ffn_hidden, 3584);
 }
 
+// transformers 5 writes RoPE as rope_parameters (rope_theta and the scaling
+// keys together; LlamaConfig has no rope_theta or rope_scaling field). Read
+// without it, Llama 3.1 would train with theta 10000 and no llama3 scaling.
+TEST(ModelSpec, TransformersFiveRopeParametersAreRead) {
+  const std::string base = R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000,
+    "max_position_embeddings": 131072)";
+  const std::string llama3 = R"("rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192)";
+  Result<ModelSpec> v5 = parse_model_spec(base + R"(, "rope_parameters": {"rope_theta": 500000.0, )" + llama3 + "}}", "v5");
+  ASSERT_TRUE(v5.is_ok()) << v5.status().message();
+  EXPECT_EQ(v5->rope_theta, 500000.0);
+  EXPECT_EQ(v5->rope_scaling.type, "llama3");
+  EXPECT_EQ(v5->rope_scaling.factor, 8.0);
+  EXPECT_EQ(v5->rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(v5->rope_scaling.original_max_position, 8192);
+  // The same model in transformers 4's keys reads the same.
+  Result<ModelSpec> v4 = parse_model_spec(base + R"(, "rope_theta": 500000.0, "rope_scaling": {)" + llama3 + "}}", "v4");
+  ASSERT_TRUE(v4.is_ok()) << v4.status().message();
+  EXPECT_EQ(v4->rope_theta, v5->rope_theta);
+  EXPECT_EQ(v4->rope_scaling.type, v5->rope_scaling.type);
+  // "default" is unscaled RoPE at its theta.
+  Result<ModelSpec> plain = parse_model_spec(base + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})", "d");
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_EQ(plain->rope_theta, 1e6);
+  EXPECT_TRUE(plain->rope_scaling.type.empty());
+  // Both forms, disagreeing: refused, naming both.
+  Result<ModelSpec> clash = parse_model_spec(
+      base + R"(, "rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})", "c");
+  ASSERT_FALSE(clash.is_ok());
+  EXPECT_NE(clash.status().message().find("rope_parameters.rope_theta"), std::string::npos) << clash.status().message();
+  Result<ModelSpec> bad = parse_model_spec(base + R"(, "rope_parameters": {"rope_theta": 500000.0}})", "b");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("rope_type"), std::string::npos) << bad.status().message();
+}
+
 void expect_same(const ModelSpec& a, const ModelSpec& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.model_type, b.model_type);

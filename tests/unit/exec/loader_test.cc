@@ -259,6 +259,32 @@ TEST_F(LoaderTest, VocabGuardTracksLargestTokenServed) {
   EXPECT_EQ(l->vocab_guard_max_token(), top);
 }
 
+// A negative id (a signed shard written by something other than a tokenizer)
+// is no vocabulary's: refused with the sample named, never served as a zero
+// embedding. The vocab guard alone tracks only the largest id.
+TEST_F(LoaderTest, NegativeTokenIdIsRefused) {
+  const std::string p = (dir_ / "neg").string();
+  auto w = IndexedDatasetWriter::create(p, TokenDtype::kInt32);
+  ASSERT_TRUE(w.is_ok());
+  std::vector<int32_t> t(40, 5);
+  t[17] = -1;
+  t.back() = kEod;
+  ASSERT_TRUE((*w)->add_document(t.data(), t.size()).is_ok());
+  ASSERT_TRUE((*w)->finalize().is_ok());
+  auto ds = IndexedDataset::open(p);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  auto l = make_loader({std::shared_ptr<IndexedDataset>(std::move(ds).value())}, {}, 8, 1, 0, 1, 2);
+  std::vector<int32_t> tok(8), tgt(8);
+  Status err;
+  for (int i = 0; i < 20 && err.is_ok(); ++i) {
+    auto r = l->next(tok.data(), tgt.data());
+    if (!r.is_ok()) err = r.status();
+  }
+  ASSERT_FALSE(err.is_ok()) << "the negative id was served";
+  EXPECT_NE(err.message().find("token id -1"), std::string::npos) << err.message();
+  EXPECT_NE(err.message().find("negative"), std::string::npos) << err.message();
+}
+
 TEST_F(LoaderTest, RefusesBadArguments) {
   auto a = make("a", {40, 50});
   auto bad = [&](std::vector<std::shared_ptr<IndexedDataset>> ds, std::vector<double> w, int64_t seq, int64_t gb,
