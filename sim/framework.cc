@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "core/json_util.h"
 #include "sim/export.h"
@@ -60,10 +62,47 @@ bool parse_layer_split(const std::string& text, LayerSplitRule* out) {
   return true;
 }
 
+// Every key a framework file may hold, per section ("" = the top level): a
+// misspelt key would otherwise fall back to its default without a word (e.g.
+// "fp32_main_grad" halving the gradients' memory and traffic).
+Status check_known_keys(const Json& j, const std::string& w) {
+  static const std::map<std::string, std::set<std::string>> kKeys = {
+      {"", {"name", "version", "description", "export", "gradients", "overlap", "pipeline", "layouts", "fp8",
+            "context_parallel", "loss", "layer", "moe", "dropout", "source", "notes"}},
+      {"gradients", {"fp32_main_grads"}},
+      {"overlap", {"grad_reduce_zero_stages", "param_gather", "tp_async_backward", "tp_comm_overlap",
+                   "tp_comm_overlap_cfg"}},
+      {"pipeline", {"blocking_p2p", "overlap_p2p_comm", "fsdp_once", "layer_split"}},
+      {"layouts", {"zero_stages", "pipeline_zero_stages", "schedules", "recompute", "selective_recompute",
+                   "sequence_parallel"}},
+      {"fp8", {"scaling", "attention"}},
+      {"context_parallel", {"cp_comm"}},
+      {"loss", {"cross_entropy"}},
+      {"layer", {"ops", "fsdp_copies"}},
+      {"moe", {"expert_gemm"}},
+  };
+  for (const auto& [section_name, keys] : kKeys) {
+    const Json* obj = &j;
+    if (!section_name.empty()) {
+      if (!j.contains(section_name) || !j[section_name].is_object()) continue;  // checked where it is read
+      obj = &j[section_name];
+    }
+    for (const auto& [k, v] : obj->items()) {
+      if (keys.count(k) || (!section_name.empty() && (k == "source" || k == "notes"))) continue;
+      std::string known;
+      for (const auto& x : keys) known += (known.empty() ? "" : ", ") + x;
+      return invalid_argument(w + (section_name.empty() ? "" : "." + section_name) + " has no key '" + k +
+                              "'; the keys are " + known);
+    }
+  }
+  return Status::ok();
+}
+
 Result<Framework> parse_framework(const std::string& json_text, const std::string& name) {
   const std::string w = "framework " + name;
   LOOM_ASSIGN_OR_RETURN(Json j, parse_json(json_text, w));
   if (!j.is_object()) return invalid_argument(w + ": the file must hold a JSON object");
+  LOOM_RETURN_IF_ERROR(check_known_keys(j, w));
   Framework f;
   f.name = name;
   LOOM_ASSIGN_OR_RETURN(f.version, json_string(j, "version", w));

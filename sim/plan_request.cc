@@ -1,6 +1,9 @@
 #include "sim/plan_request.h"
 
+#include <cmath>
+#include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "sim/framework.h"
 
@@ -24,6 +27,18 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, c
   train.seed = req.seed;
   LOOM_ASSIGN_OR_RETURN(train.precision, parse_precision(req.precision));
   LOOM_ASSIGN_OR_RETURN(train.grad_reduce, parse_grad_reduce(req.grad_reduce));
+  // NaN passes CLI11's ranges and every comparison below: it would fall back
+  // to each option's default without a word.
+  for (const auto& [flag, v] : {std::pair<const char*, double>{"--moe-load-imbalance", req.moe_load_imbalance},
+                                {"--moe-capacity-factor", req.moe_capacity_factor},
+                                {"--moe-aux-loss-coeff", req.moe_aux_loss_coeff},
+                                {"--moe-z-loss-coeff", req.moe_z_loss_coeff},
+                                {"--lr", req.lr}})
+    if (!std::isfinite(v)) return invalid_argument(std::string(flag) + " must be a finite number");
+  // The plan stores the seed as a JSON integer that `loom execute` reads as
+  // int64 (a negative --seed arrives here wrapped around).
+  if (req.seed > uint64_t(INT64_MAX))
+    return invalid_argument("--seed " + std::to_string(req.seed) + " is out of range: use 0 to 2^63-1");
   train.moe_capacity_factor = req.moe_capacity_factor > 0 ? req.moe_capacity_factor : 0;
   train.moe_z_loss_coeff = req.moe_z_loss_coeff;
   train.moe_aux_loss_coeff = req.moe_aux_loss_coeff >= 0 ? req.moe_aux_loss_coeff

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -372,10 +373,13 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
   if (text.empty()) return Status::ok();
   std::stringstream ss(text);
   std::string item;
+  std::set<std::string> seen;
   while (std::getline(ss, item, ',')) {
     auto eq = item.find('=');
     if (eq == std::string::npos) return invalid_argument("--fix: '" + item + "' is not key=value (e.g. tp=8,pp=2)");
     std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    // As --layout: a key given twice is refused, not settled by the last one.
+    if (!seen.insert(k).second) return invalid_argument("--fix: '" + k + "' is given twice in '" + text + "'; keep one");
     auto to_int = [&](int& field) -> Status {
       try {
         size_t used = 0;

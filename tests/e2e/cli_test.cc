@@ -207,6 +207,12 @@ TEST_F(LoomCli, BadInputsExitTwoWithTheReason) {
       {"unknown export", {"--gpus", "8", "--export", "foo"}, {"'foo'", "megatron", "deepspeed"}},
       {"unknown fix key", {"--gpus", "8", "--fix", "bogus=1"}, {"'bogus'"}},
       {"unknown loss implementation", {"--gpus", "8", "--cross-entropy", "liger"}, {"--cross-entropy liger", "megatron"}},
+      // NaN passes the option ranges; it must not fall back to the default.
+      {"nan learning rate", {"--gpus", "8", "--lr", "nan"}, {"--lr", "finite"}},
+      {"nan load imbalance", {"--model", "mixtral-8x7b", "--gpus", "64", "--moe-load-imbalance", "nan"},
+       {"--moe-load-imbalance", "finite"}},
+      {"negative seed", {"--gpus", "8", "--seed", "-1"}, {"--seed", "out of range"}},
+      {"fix key twice", {"--gpus", "8", "--fix", "tp=8,tp=2"}, {"'tp' is given twice"}},
   };
   for (const BadInput& c : cases) {
     SCOPED_TRACE(c.name);

@@ -420,6 +420,11 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": "yes")", "pipeline.fsdp_once");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": true)",
                "cannot also offer ZeRO-1");  // the good file's zero_stages are [0, 1]
+  // A misspelt key is refused with the section's keys, not left at its default.
+  expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grad": true)",
+               "gradients has no key 'fp32_main_grad'; the keys are fp32_main_grads");
+  expect_error(R"("export": "megatron")", R"("export": "megatron", "dropuot": 0)", "framework f has no key 'dropuot'");
+  expect_error(R"("scaling": "delayed")", R"("scaling": "delayed", "atention": true)", "fp8 has no key 'atention'");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());
 }
 
