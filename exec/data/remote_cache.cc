@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -398,6 +399,51 @@ Result<std::string> sha256_hex(const std::string& data) {
 #endif
 }
 
+bool cached_copy_is(const std::string& path, const std::string& expected_xxh64) {
+  if (::access(path.c_str(), F_OK) != 0) return false;
+  if (expected_xxh64.empty()) return true;
+  const std::string want = lower(expected_xxh64);
+  {
+    std::ifstream side(path + ".xxh64");
+    std::string had;
+    if (side >> had && had.size() == 16) return had == want;
+  }
+  // No record: hash the copy once (XXH64 runs at memory speed).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  std::vector<char> buf(size_t{8} << 20);
+  bool ok = true;
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ok = false;
+    if (n <= 0) break;
+    XXH64_update(st, buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  const std::string got = hex64(XXH64_digest(st));
+  XXH64_freeState(st);
+  if (!ok) return false;
+  note_cached_checksum(path, got);
+  return got == want;
+}
+
+void note_cached_checksum(const std::string& path, const std::string& xxh64) {
+  if (xxh64.empty()) return;
+  const std::string tmp = path + ".xxh64.tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << lower(xxh64) << "\n";
+    if (!out) {
+      ::unlink(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), (path + ".xxh64").c_str()) != 0) ::unlink(tmp.c_str());
+}
+
 Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOptions& opts,
                                    const std::string& expected_xxh64) {
   if (!is_remote(url)) {
@@ -413,7 +459,9 @@ Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOpti
   }
 #ifdef LOOM_HAVE_CURL
   const std::string final_path = cache_path_for(url, opts.cache_dir);
-  if (::access(final_path.c_str(), F_OK) == 0) return final_path;  // published: complete by construction
+  // Published copies are complete by construction; with an expected checksum
+  // the copy must also be that object (the URL may have been re-published).
+  if (!opts.refresh && cached_copy_is(final_path, expected_xxh64)) return final_path;
 
   std::error_code ec;
   fs::create_directories(opts.cache_dir, ec);
@@ -432,9 +480,17 @@ Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOpti
     }
   }
   // Another caller may have published while we waited.
-  if (::access(final_path.c_str(), F_OK) == 0) {
+  if (!opts.refresh && cached_copy_is(final_path, expected_xxh64)) {
     ::close(lock_fd);
     return final_path;
+  }
+  // A copy of another version of the object: replaced (readers that have it
+  // open keep theirs). A refresh replaces it by the rename below instead, so
+  // that a failed download leaves it.
+  const bool had_copy = ::access(final_path.c_str(), F_OK) == 0;
+  if (had_copy && !opts.refresh) {
+    ::unlink(final_path.c_str());
+    ::unlink((final_path + ".xxh64").c_str());
   }
   remove_stale_temps(final_path);
 
@@ -448,7 +504,15 @@ Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOpti
     if (!s.is_ok()) ::unlink(tmp.c_str());
     return s;
   });
+  if (st.is_ok()) {
+    if (expected_xxh64.empty()) ::unlink((final_path + ".xxh64").c_str());  // a refreshed copy: unrecorded
+    note_cached_checksum(final_path, expected_xxh64);
+  }
   ::close(lock_fd);  // releases the flock
+  if (!st.is_ok() && opts.refresh && had_copy && st.code() != StatusCode::kNotFound &&
+      cached_copy_is(final_path, expected_xxh64)) {
+    return final_path;  // unreachable: the copy cached before
+  }
   if (!st.is_ok()) return st;
   return final_path;
 #else

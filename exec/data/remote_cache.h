@@ -48,13 +48,18 @@ struct RemoteCacheOptions {
   // curl CONNECT_TO entries "HOST:PORT:CONNECT-HOST:CONNECT-PORT" (tests:
   // send a request for examplebucket.s3.amazonaws.com to a loopback server).
   std::vector<std::string> connect_to;
+  // fetch_to_cache downloads even where a copy is cached and replaces it (a
+  // manifest, which no checksum pins: the dataset may have been re-published
+  // at its URL); where the download fails with a copy cached, that copy.
+  bool refresh = false;
 };
 
 // Returns a local path for `url`: the path itself for a local path or file://
 // URL, the published cache copy for s3://bucket/key and http(s)://host/path
 // (downloading it first if missing). `expected_xxh64` is 16 hex digits of
 // XXH64(seed 0) of the whole object, or empty for no check; a copy already in
-// the cache is trusted and not re-hashed.
+// the cache is used when it is that object (cached_copy_is), else fetched
+// again; with `refresh`, fetched again in any case.
 // Errors: kNotFound (local file or remote object missing; names the URL),
 // kIoError ("cannot reach ..." naming the URL; an interrupted transfer; a
 // size/ETag/checksum mismatch; cache_dir not writable), kRemoteError (401/403
@@ -66,6 +71,17 @@ Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOpti
 // Where fetch_to_cache publishes `url`:
 // "<cache_dir>/<16 hex of XXH64(url)>-<last path component>".
 std::string cache_path_for(const std::string& url, const std::string& cache_dir);
+
+// Whether the published copy at `path` is the object whose XXH64 is
+// `expected_xxh64` (16 hex digits; empty: any copy is). The checksum verified
+// at publication is kept beside the copy ("<path>.xxh64"); a copy without one
+// (published before, or without an expected checksum) is hashed once and the
+// result kept. False for a missing copy: a manifest re-published with new
+// checksums at the same URLs then fetches the new objects instead of training
+// on the old ones.
+bool cached_copy_is(const std::string& path, const std::string& expected_xxh64);
+// Records that the copy at `path` was verified against `xxh64` (best effort).
+void note_cached_checksum(const std::string& path, const std::string& xxh64);
 
 // Uploads `body` with a PUT to s3://bucket/key or http(s)://host/path (for
 // checkpoints, test fixtures). "s3://bucket/" with an empty key creates the

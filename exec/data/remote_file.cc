@@ -359,6 +359,7 @@ class RemoteBlockFile final : public RemoteFile {
     if (::fsync(part_fd_) == 0 && same_file(part_path_, part_fd_) &&
         std::rename(part_path_.c_str(), final_.c_str()) == 0) {
       ::unlink(map_path_.c_str());
+      note_cached_checksum(final_, expected_);
     }
     map_complete();
     ::flock(lock_fd_, LOCK_UN);
@@ -401,7 +402,13 @@ Result<std::shared_ptr<ByteSource>> open_remote_source(const std::string& url, c
     return invalid_argument("remote_cache: expected checksum '" + expected_xxh64 + "' is not 16 hex digits (xxHash64)");
   }
   const std::string final_path = cache_path_for(url, opts.cache_dir);
-  if (::access(final_path.c_str(), F_OK) == 0) return open_local_source(final_path, mode, true);
+  if (cached_copy_is(final_path, expected_xxh64)) return open_local_source(final_path, mode, true);
+  if (::access(final_path.c_str(), F_OK) == 0) {
+    // A copy of another version (the manifest's checksum differs): fetched
+    // again whole, replacing it under the object's lock.
+    LOOM_ASSIGN_OR_RETURN(std::string path, fetch_to_cache(url, opts, expected_xxh64));
+    return open_local_source(path, mode, true);
+  }
   std::error_code ec;
   fs::create_directories(opts.cache_dir, ec);
   if (ec) return io_error(opts.cache_dir + ": cannot create the cache directory: " + ec.message());

@@ -133,7 +133,15 @@ struct Part {
 };
 
 Status add_manifest(const std::string& manifest, double weight, const DataSpecOptions& o, std::vector<Part>& out) {
-  LOOM_ASSIGN_OR_RETURN(std::string path, local(manifest, o));
+  // No checksum pins a manifest: fetched anew each run (a cached copy only
+  // where the server cannot be reached), so a dataset re-published at its URL
+  // brings its new checksums, and with them its new shards.
+  std::string path = manifest;
+  if (is_remote(manifest)) {
+    data::RemoteCacheOptions ro = remote_options(o);
+    ro.refresh = true;
+    LOOM_ASSIGN_OR_RETURN(path, data::fetch_to_cache(manifest, ro));
+  }
   LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
   LOOM_ASSIGN_OR_RETURN(data::Manifest m, data::parse_manifest(text, manifest));
   if (m.vocab_size > 0 && o.model_vocab > 0 && m.vocab_size > o.model_vocab)

@@ -91,6 +91,53 @@ TEST_F(MotoTest, ChecksumMismatchPublishesNothing) {
   EXPECT_EQ(count_temp_files(opts_.cache_dir), 0);
 }
 
+// A dataset re-published at the same URLs with a new manifest: the manifest's
+// new checksum fetches the new object instead of serving the cached old one,
+// and a copy cached before checksums were recorded is hashed, not trusted.
+TEST_F(MotoTest, ACachedCopyOfAnotherVersionIsFetchedAgain) {
+  const std::string url = "s3://loom-data/republished/part.bin";
+  const std::string v1 = random_bytes(200 * 1024, 31), v2 = random_bytes(200 * 1024, 32);
+  ASSERT_TRUE(put_to_remote(url, v1, opts_).is_ok());
+  auto a = fetch_to_cache(url, opts_, xxh64_hex(v1));
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_TRUE(read_file(*a) == v1);
+  ASSERT_TRUE(put_to_remote(url, v2, opts_).is_ok());
+  EXPECT_TRUE(read_file(*fetch_to_cache(url, opts_, xxh64_hex(v1))) == v1);  // still the one asked for
+  auto b = fetch_to_cache(url, opts_, xxh64_hex(v2));
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ(*b, *a);
+  EXPECT_TRUE(read_file(*b) == v2) << "served the cached old version";
+  // No checksum record (an older cache): the copy is hashed against the ask.
+  fs::remove(*b + ".xxh64");
+  EXPECT_TRUE(cached_copy_is(*b, xxh64_hex(v2)));
+  EXPECT_FALSE(cached_copy_is(*b, xxh64_hex(v1)));
+  EXPECT_TRUE(cached_copy_is(*b, ""));
+  EXPECT_EQ(count_temp_files(opts_.cache_dir), 0);
+}
+
+// A manifest (no checksum pins it) is refreshed on each fetch, and the cached
+// copy serves when the server is gone.
+TEST_F(MotoTest, ARefreshFetchesAgainAndFallsBackToTheCopy) {
+  const std::string url = "s3://loom-data/republished/data.manifest.json";
+  ASSERT_TRUE(put_to_remote(url, "{\"v\": 1}", opts_).is_ok());
+  RemoteCacheOptions ro = opts_;
+  ro.refresh = true;
+  auto a = fetch_to_cache(url, ro);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_EQ(read_file(*a), "{\"v\": 1}");
+  ASSERT_TRUE(put_to_remote(url, "{\"v\": 2}", opts_).is_ok());
+  EXPECT_EQ(read_file(*fetch_to_cache(url, opts_)), "{\"v\": 1}");  // without refresh: the copy
+  auto b = fetch_to_cache(url, ro);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ(read_file(*b), "{\"v\": 2}");
+  moto_->stop();
+  ro.retries = 0;
+  auto c = fetch_to_cache(url, ro);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(read_file(*c), "{\"v\": 2}");
+  EXPECT_EQ(count_temp_files(opts_.cache_dir), 0);
+}
+
 TEST_F(MotoTest, ConcurrentFetchesAllGetTheCompleteFile) {
   const std::string data = random_bytes(4 * 1024 * 1024, 2);
   ASSERT_TRUE(put_to_remote("s3://loom-data/big.bin", data, opts_).is_ok());

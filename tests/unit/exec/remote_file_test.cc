@@ -241,6 +241,16 @@ TEST_F(MotoTest, RangedReadsMatchTheObjectAndAChecksumMismatchFailsReads) {
     ASSERT_TRUE(f->wait_complete(30).is_ok());
   }
   EXPECT_TRUE(read_file(cache_path_for(url, opts_.cache_dir)) == data);
+  // The object re-published under a new checksum: read anew, not the cached copy.
+  {
+    const std::string data2 = random_bytes(data.size(), 25);
+    ASSERT_TRUE(put_to_remote(url, data2, opts_).is_ok());
+    auto src = open_remote_source(url, opts_, xxh64_hex(data2));
+    ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+    std::string out(100, '\0');
+    ASSERT_TRUE((*src)->read(5000, 100, reinterpret_cast<uint8_t*>(out.data())).is_ok());
+    EXPECT_TRUE(out == data2.substr(5000, 100)) << "read the cached old version";
+  }
 
   const std::string bad_url = "s3://loom-data/ranged/shard 1.bin";
   ASSERT_TRUE(put_to_remote(bad_url, data, opts_).is_ok());
