@@ -155,7 +155,9 @@ PreadState& state() {
 
 class PreadSource final : public ByteSource {
  public:
-  PreadSource(std::string path, int64_t size, uint64_t id) : path_(std::move(path)), size_(size), id_(id) {}
+  PreadSource(std::string path, const struct stat& st, uint64_t id)
+      : path_(std::move(path)), size_(st.st_size), id_(id), dev_(st.st_dev), ino_(st.st_ino),
+        mtime_ns_(int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec) {}
   ~PreadSource() override {
     PreadState& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -300,6 +302,18 @@ class PreadSource final : public ByteSource {
       fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     }
     if (fd < 0) return open_error(path_);
+    // Reopened by name (after the open-file bound closed it): it must still be
+    // the file the index was read with. `loom preprocess` replaces its outputs
+    // by rename, so a re-run to the same prefix would otherwise switch the
+    // data under a running job.
+    struct stat now {};
+    if (::fstat(fd, &now) != 0 || now.st_dev != dev_ || now.st_ino != ino_ || now.st_size != size_ ||
+        int64_t(now.st_mtim.tv_sec) * 1000000000 + now.st_mtim.tv_nsec != mtime_ns_) {
+      ::close(fd);
+      s.cv.notify_all();
+      return io_error(path_ + ": the file was replaced or changed since the run opened it; its index describes the "
+                      "old one. Restart the run to read the new data (or keep shards in place while a job reads them)");
+    }
     ++s.stats.opens;
     ++s.stats.open_files;
     s.stats.peak_open_files = std::max(s.stats.peak_open_files, s.stats.open_files);
@@ -322,6 +336,9 @@ class PreadSource final : public ByteSource {
   std::string path_;
   int64_t size_;
   uint64_t id_;
+  dev_t dev_;
+  ino_t ino_;
+  int64_t mtime_ns_;
 };
 
 }  // namespace
@@ -372,7 +389,7 @@ Result<std::shared_ptr<ByteSource>> open_pread_source(const std::string& path) {
     id = s.next_id++;
     block = s.config.block_bytes;
   }
-  auto src = std::make_shared<PreadSource>(path, st.st_size, id);
+  auto src = std::make_shared<PreadSource>(path, st, id);
   src->block_bytes_ = block;
   return std::shared_ptr<ByteSource>(std::move(src));
 }

@@ -7,6 +7,7 @@
 // samples can be parsed into documents and checked against the originals;
 // a dp=1 loader's rows are the global batch that dp>1 ranks must tile.
 #include "exec/data/loader.h"
+#include "exec/data/byte_source.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -432,6 +434,32 @@ TEST_F(LoaderTest, PreadReaderBoundsOpenFilesAndMatchesMmap) {
   EXPECT_GT(st.opens, 32);  // files were closed and opened again
   EXPECT_GT(st.preads, 0);
   EXPECT_GT(st.cache_hits, 0);
+}
+
+// The pread reader reopens a file by name after its open-file bound closed
+// it: a file replaced meanwhile (loom preprocess renames its outputs into
+// place) is refused, never read with the old file's index.
+TEST_F(LoaderTest, PreadReaderRefusesAFileReplacedWhileClosed) {
+  const std::string a = (dir_ / "a.bin").string(), b = (dir_ / "b.bin").string();
+  std::ofstream(a) << std::string(8192, 'a');
+  std::ofstream(b) << std::string(8192, 'b');
+  PreadConfig cfg;
+  cfg.max_open_files = 1;
+  cfg.cache_bytes = 0;
+  set_pread_config(cfg);
+  auto sa = open_pread_source(a), sb = open_pread_source(b);
+  ASSERT_TRUE(sa.is_ok() && sb.is_ok());
+  uint8_t buf[16];
+  ASSERT_TRUE((*sa)->read(0, 16, buf).is_ok());
+  ASSERT_TRUE((*sb)->read(0, 16, buf).is_ok());  // closes a
+  ASSERT_TRUE((*sb)->read(100, 16, buf).is_ok());
+  const std::string fresh = (dir_ / "a.new").string();
+  std::ofstream(fresh) << std::string(8192, 'z');
+  ASSERT_EQ(std::rename(fresh.c_str(), a.c_str()), 0);
+  Status st = (*sa)->read(0, 16, buf);
+  set_pread_config(PreadConfig{});
+  EXPECT_EQ(st.code(), StatusCode::kIoError) << st.to_string();
+  EXPECT_NE(st.message().find("replaced"), std::string::npos) << st.message();
 }
 
 TEST_F(LoaderTest, ReadModeFromEnvironment) {
