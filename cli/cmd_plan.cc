@@ -343,8 +343,14 @@ int plan_search(const PlanArgs& a, const Evaluator& eval, const PlanInputs& in) 
     print_search_json(a, in, *res, chosen);
   } else {
     print_header(a, in);
-    std::printf("searched %lld valid layouts in %.3f s: %lld fit in memory (* = on the Pareto front)\n\n",
-                (long long)res->enumerated, res->elapsed_s, (long long)res->fitting);
+    if (res->partial_variants > 0)
+      std::printf("searched %lld valid layouts and %lld partial-recompute variants in %.3f s: %lld fit in memory "
+                  "(* = on the Pareto front)\n\n",
+                  (long long)res->enumerated, (long long)res->partial_variants, res->elapsed_s,
+                  (long long)res->fitting);
+    else
+      std::printf("searched %lld valid layouts in %.3f s: %lld fit in memory (* = on the Pareto front)\n\n",
+                  (long long)res->enumerated, res->elapsed_s, (long long)res->fitting);
     std::printf("%s\n", format_candidates(*res, a.top).c_str());
     std::printf("%s\n", format_pareto(*res, a.top).c_str());
     std::printf("chosen (#%d):\n%s", a.pick, format_result(chosen, in.hw).c_str());

@@ -5,9 +5,12 @@
 namespace loom {
 
 StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const StageCosts& sc,
-                                  const DpCollectives& d, int64_t m, int stage, double first_chunk_share) {
+                                  const DpCollectives& d, int64_t m, int stage, double first_chunk_share,
+                                  double cycle_s) {
   const int p = l.pp, v = l.virtual_stages;
-  const double t_stage = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+  // Under a pipeline every stage runs at the slowest stage's pace: a lighter
+  // stage's collectives hide behind its waits as well as its compute.
+  const double t_stage = std::max(sc.fwd_s + sc.bwd_s + sc.recompute_s, cycle_s);
   const double b_last = sc.bwd_s + sc.recompute_s;
   const double drain = double(stage) * (b_last / v);
   // The stage's syncs start as its chunks finish their last backward: within
@@ -18,9 +21,9 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
   // (FSDP's post-backward under a pipeline syncs after the whole last
   // backward: none of it hides inside that backward.)
   const double in_last = priced_after_backward(l, opt) ? 0.0 : 1.0 - 1.0 / std::max(1, opt.grad_buckets);
-  double window = l.overlap_grad_reduce
-                      ? b_chunk * in_last + double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk
-                      : 0.0;
+  const double window_other = l.overlap_grad_reduce ? double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk : 0.0;
+  const double window = l.overlap_grad_reduce ? b_chunk * in_last + window_other : 0.0;
+  const bool executor = opt.for_loom_executor();
   double exposed = 0;
   if (l.zero <= 1) {
     exposed = std::max(0.0, d.grad_sync_s - window - drain);
@@ -36,11 +39,41 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
       exposed += l.overlap_param_gather ? double(m) * pg + pg / std::max(1, sc.layers) : 2.0 * double(m) * pg;
   } else {
     // ZeRO-2/3 reduce-scatter after every micro-batch's backward, hidden
-    // behind the next micro-batch; the last one behind the drain only.
-    const double rs = d.grad_sync_s, tail = std::max(0.0, rs - window - drain);
-    if (l.zero == 2) {
-      exposed = double(m - 1) * std::max(0.0, rs - t_stage) + tail;
-    } else if (l.overlap_param_gather && !opt.for_loom_executor()) {
+    // behind the next micro-batch; the last one behind the drain only (and,
+    // interleaved, the other chunks' last backwards). Loom's executor
+    // reduce-scatters a micro-batch's gradients in one collective after its
+    // backward (core/program.cc); the published stacks layer by layer, so
+    // all but the last layer's share runs beside the backward itself, as the
+    // engine times it (simulate.h with_layered_dp).
+    const double rs = d.grad_sync_s;
+    const double k = std::max(1.0, double(std::max(1, sc.layers)) / v);
+    const double beside_own = executor ? 0.0 : std::min(rs, b_last) * (k - 1) / k;
+    const double rs_left = rs - beside_own;
+    const double tail = std::max(0.0, rs_left - window_other - drain);
+    // What runs between two of the stage's backwards (or forwards): 1F1B and
+    // interleaving alternate them, so a micro-batch's whole time; GPipe runs
+    // all forwards and then all backwards, so one backward (one forward),
+    // each with its share of the pipeline's slack.
+    const double own = sc.fwd_s + sc.bwd_s + sc.recompute_s, slack = t_stage - own;
+    const bool gpipe = l.schedule == Schedule::kGpipe;
+    const double f_window = sc.fwd_s + (own > 0 ? slack * sc.fwd_s / own : 0.0);
+    const double b_window = b_last + (own > 0 ? slack * b_last / own : 0.0);
+    const double between = gpipe ? b_window : t_stage;
+    if (l.zero == 2 && !gpipe && l.schedule != Schedule::kDualPipeV) {
+      // (Earlier micro-batches' reduce-scatters share the DP stream with the
+      // one before them: whole, behind the next micro-batch, as the engine.)
+      // 1F1B and interleaving end with backwards only (as many chunk
+      // executions as the stage's warm-up: Megatron's (p − s − 1), or
+      // 2(p − s − 1) + (v − 1)p interleaved; all of them when that exceeds
+      // m·v): there a reduce-scatter has one chunk's backward to hide behind.
+      // (The last one is the tail's.)
+      const double warm = v == 1 ? double(p - 1 - stage) : 2.0 * double(p - 1 - stage) + double(v - 1) * p;
+      const double cool = std::min(double(m) * v - 1, warm);
+      const double steady = std::max(0.0, double(m - 1) - cool / v);
+      exposed = steady * std::max(0.0, rs - between) + cool / v * std::max(0.0, rs - b_window) + tail;
+    } else if (l.zero == 2) {
+      exposed = double(m - 1) * std::max(0.0, rs - between) + tail;
+    } else if (l.overlap_param_gather && !executor) {
       // ZeRO-3 as FSDP and DeepSpeed run it (simulate.h with_layered_dp):
       // each chunk use gathers one layer ahead, and its other layers must
       // cover the rest of its gather (before a backward, with all but the
@@ -52,12 +85,23 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
       const double stall = piece_stall(pc, lc, sc.fwd_s / v) + piece_stall(pc, lc, b_chunk, rc * (lc - 1) / lc);
       exposed = double(m) * v * stall + g + std::max(0.0, rc / lc - drain);
     } else if (l.overlap_param_gather) {
-      // ZeRO-3 with prefetch: gathers for forward and backward run ahead of
-      // compute; only the step's first layer gather waits.
-      exposed = double(m - 1) * std::max(0.0, rs + 2 * d.param_gather_s - t_stage) + tail +
-                d.param_gather_s / std::max(1, sc.layers);
+      // ZeRO-3 with prefetch on Loom's executor: gathers for forward and
+      // backward run ahead of compute; the step's first forward waits for its
+      // chunk's whole gather (one collective per chunk).
+      const double pg = d.param_gather_s;
+      const double steady = gpipe ? std::max(0.0, pg - f_window) + std::max(0.0, pg + rs - b_window)
+                                  : std::max(0.0, rs + 2 * pg - t_stage);
+      exposed = double(m - 1) * steady + tail + pg * first_chunk_share;
     } else {
-      exposed = 2.0 * double(m) * d.param_gather_s + double(m - 1) * std::max(0.0, rs - t_stage) + tail;
+      // ZeRO-3 without prefetch: each gather is issued when the op before
+      // its consumer ends, so both wait whole. A backward's reduce-scatter
+      // runs during the next forward, and that forward's following op's
+      // gather queues behind it on the DP stream: what the forward (and the
+      // pipeline's slack) cannot cover of it is exposed. No stack splits
+      // these reduce-scatters by layer (the backward waits for a gather).
+      const double tail_whole = std::max(0.0, rs - window_other - drain);
+      const double cover = gpipe ? b_window : sc.fwd_s + slack;  // the op between
+      exposed = 2.0 * double(m) * d.param_gather_s + double(m - 1) * std::max(0.0, rs - cover) + tail_whole;
     }
   }
   if (l.zero == 1 || l.zero == 2) {
@@ -80,6 +124,10 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
   double total = d.grad_sync_s * (l.zero >= 2 ? double(m) : 1.0);
   if (l.zero == 1 || l.zero == 2) total += d.param_gather_s;
   if (l.zero == 3) total += 2.0 * double(m) * d.param_gather_s;
+  // The DP stream runs one collective at a time: whatever the overlap, the
+  // stage cannot finish before its stream has run them all (per-micro-batch
+  // reduce-scatters and gathers queue behind each other).
+  if (l.zero >= 2) exposed = std::max(exposed, total - double(m) * t_stage);
   // Collectives that progress only in the host's waits hide behind nothing.
   if (opt.dp_comm_host_progress) exposed = total;
   return {exposed, total};

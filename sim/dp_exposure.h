@@ -30,8 +30,11 @@ struct StageDpExposure {
 
 // Stage `stage` of layout `l` with `m` micro-batches, its costs `sc` and its
 // collectives `d`; `first_chunk_share` is the share of the stage's
-// parameters in its first chunk (1 without interleaving).
+// parameters in its first chunk (1 without interleaving); `cycle_s` the
+// pipeline's time per micro-batch (its slowest stage's forward + backward),
+// which every stage runs at in the steady state (0: the stage's own).
 StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const StageCosts& sc,
-                                  const DpCollectives& d, int64_t m, int stage, double first_chunk_share);
+                                  const DpCollectives& d, int64_t m, int stage, double first_chunk_share,
+                                  double cycle_s = 0);
 
 }  // namespace loom

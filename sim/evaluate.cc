@@ -636,7 +636,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
 
   const int64_t m = l.num_micro_batches(train_.global_batch);
   const int p = l.pp, v = l.virtual_stages;
-  double t_max = 0, t_sum = 0, flops_micro = 0;
+  double t_max = 0, t_sum = 0, flops_micro = 0, f_max = 0, b_max = 0;
   // Interleaved: each stage's slowest chunk (forward + backward), which sets
   // its share of the fill and the drain when its chunks differ.
   double chunk_max_sum = 0, chunk_max_crit = 0;
@@ -645,6 +645,8 @@ Estimate Evaluator::estimate(const Layout& l) const {
     const StageCosts& sc = stages[kind[s]];
     double t = sc.fwd_s + sc.bwd_s + sc.recompute_s;
     t_sum += t;
+    f_max = std::max(f_max, sc.fwd_s);
+    b_max = std::max(b_max, sc.bwd_s + sc.recompute_s);
     flops_micro += sc.flops_per_micro;
     const double chunk_max = std::max(t / v, sc.chunk_max_s);
     chunk_max_sum += chunk_max;
@@ -683,7 +685,11 @@ Estimate Evaluator::estimate(const Layout& l) const {
       pipe += blocking_extra;
     }
   } else {
-    pipe = double(m - 1) * t_max + t_sum + 2.0 * (p - 1) * t_p2p;
+    // 1F1B alternates a forward and a backward on every stage: the slowest
+    // stage's sum paces it. GPipe runs all forwards, then all backwards: each
+    // phase is paced by its own slowest stage, which may be two stages.
+    const double paced = l.schedule == Schedule::kGpipe ? f_max + b_max : t_max;
+    pipe = double(m - 1) * paced + t_sum + 2.0 * (p - 1) * t_p2p;
     // Blocking sends under GPipe: each later micro-batch's forward and
     // backward on the critical stage wait for their own send to land (1F1B's
     // round trip already puts the transfer on the path; sim/simulate.h).
@@ -693,6 +699,9 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
   }
 
+  // The pipeline's pace: a micro-batch's share of the pipelined compute (the
+  // slowest stage's time, and the transfers the schedule puts on its path).
+  const double cycle = std::max(t_max, pipe / double(m));
   // Exposed data-parallel communication: per stage, what its own remaining
   // compute (last backward, later micro-batches) and the pipeline drain after
   // it (stage s finishes about s backward-times before stage 0) cannot hide.
@@ -721,7 +730,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
     const double layers = std::max(1, sc.layers);
     const StageDpExposure e =
-        stage_dp_exposure(l, opt_, sc, d, m, s, v > 1 ? split.chunk_layers[size_t(s)] / layers : 1.0);
+        stage_dp_exposure(l, opt_, sc, d, m, s, v > 1 ? split.chunk_layers[size_t(s)] / layers : 1.0, cycle);
     const double exposed = e.exposed, total = e.total;
     dp_exposed = std::max(dp_exposed, exposed);
     const double net_share = d.crosses_nodes ? sc.net_share : 0.0;

@@ -288,11 +288,16 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
 std::string format_candidates(const SearchResult& r, int rows) {
   std::ostringstream o;
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%4s %-3s %5s %4s %4s %5s %4s %4s %5s %-12s %3s %-9s %12s %10s %6s %10s\n", "#", "",
-                "dp", "tp", "pp", "ep", "cp", "zero", "micro", "schedule", "sp", "recompute", "tokens/s", "step", "MFU", "memory");
+  std::snprintf(buf, sizeof buf, "%4s %-3s %5s %4s %4s %5s %4s %4s %5s %-12s %5s %3s %-9s %12s %10s %6s %10s\n", "#",
+                "", "dp", "tp", "pp", "ep", "cp", "zero", "micro", "schedule", "ends", "sp", "recompute", "tokens/s",
+                "step", "MFU", "memory");
   o << buf;
   int n = std::min<int>(rows, int(r.ranked.size()));
   for (int i = 0; i < n; ++i) {
+    // The event engine timed the first rows and re-ranked them; the rest are
+    // the closed form's estimates, in its order (docs/simulator.md 7).
+    if (i == int(r.refined.size()) && i > 0)
+      o << "     -- below: closed-form estimates (the rows above were timed by the event engine and re-ranked)\n";
     const Candidate& c = r.ranked[i];
     const Layout& l = c.layout;
     const Figures& f = i < int(r.refined.size()) ? r.refined[i].figures : c.estimate.figures;
@@ -308,9 +313,13 @@ std::string format_candidates(const SearchResult& r, int rows) {
     // recompute "full(N)": the first N layers of each chunk (recompute_layers).
     std::string rc = recompute_name(l.recompute);
     if (l.recompute_layers > 0) rc += "(" + std::to_string(l.recompute_layers) + ")";
-    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %5s %4s %4d %5d %-12s %3d %-9s %12.0f %10s %5.1f%% %10s\n", i,
-                  c.pareto ? "*" : "", l.dp, l.tp, l.pp, ep.c_str(), cp.c_str(), l.zero, l.micro_batch, sched.c_str(),
-                  l.sequence_parallel ? 1 : 0, rc.c_str(), f.tokens_per_s,
+    // Layers pinned on the first / last pipeline chunk ("-": an even split).
+    const std::string ends = l.first_stage_layers > 0 || l.last_stage_layers > 0
+                                 ? std::to_string(l.first_stage_layers) + "/" + std::to_string(l.last_stage_layers)
+                                 : "-";
+    std::snprintf(buf, sizeof buf, "%4d %-3s %5d %4d %4d %5s %4s %4d %5d %-12s %5s %3d %-9s %12.0f %10s %5.1f%% %10s\n",
+                  i, c.pareto ? "*" : "", l.dp, l.tp, l.pp, ep.c_str(), cp.c_str(), l.zero, l.micro_batch,
+                  sched.c_str(), ends.c_str(), l.sequence_parallel ? 1 : 0, rc.c_str(), f.tokens_per_s,
                   human_seconds(f.step_time_s).c_str(), 100 * f.mfu, human_bytes(mem).c_str());
     o << buf;
   }

@@ -303,7 +303,10 @@ Result<SearchResult> search_layouts(const Evaluator& eval, const SearchSpace& sp
   bool have_closest = false;
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (est[i].figures.step_time_s <= 0) continue;  // not evaluated (cancelled)
-    if (!partial.empty() && partial[i]) fitting.push_back(*partial[i]);
+    if (!partial.empty() && partial[i]) {
+      fitting.push_back(*partial[i]);
+      ++res.partial_variants;
+    }
     if (est[i].fits) {
       fitting.push_back({layouts[i], est[i], false});
     } else if (!have_closest || est[i].peak_memory_bytes < closest_peak) {

@@ -104,7 +104,8 @@ struct SearchResult {
   std::vector<SimResult> refined;      // event-engine results of the first `refine_top`, same order
   int64_t enumerated = 0;              // layouts generated
   int64_t valid = 0;                   // passed validate_layout
-  int64_t fitting = 0;                 // fit in memory
+  int64_t fitting = 0;                 // fit in memory (partial-recompute variants included)
+  int64_t partial_variants = 0;        // recompute=full layouts' fewest-layers variants, added beside them
   double elapsed_s = 0;
   // When nothing fits: the layout that came closest, and why it does not fit.
   std::optional<Candidate> closest;

@@ -268,8 +268,19 @@ void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int
     (*hidden)[size_t(c)] += rest + rs_early - excess;
     if (rs >= 0) d[size_t(rs)] -= rs_early;
   }
-  // ZeRO-2: the reduce-scatters without a gather in front of their backward.
+  // ZeRO-2: the reduce-scatters without a gather in front of their backward,
+  // where the stack overlaps them at all (without it, e.g. DeepSpeed's
+  // overlap_comm off, the reduce-scatter follows the whole backward; with
+  // one micro-batch no later compute op waits for it, which would otherwise
+  // pass it for an overlapped one). Only a chunk's last micro-batch: an
+  // earlier one's layer-by-layer reduce-scatter shares the DP stream with
+  // the one before it, which runs on into its backward, so taking it off the
+  // stream would count the stream's time twice where the reduce-scatters
+  // outlast the compute (a DP-bound step); whole, it still hides behind the
+  // next micro-batch where they do not.
   for (const Op& op : prog.ops) {
+    if (!prog.config.overlap_grad_reduce) break;
+    if (op.micro != prog.config.micro_batches - 1) continue;
     if (op.kind != OpKind::kBackward || sync_of[size_t(op.id)] < 0) continue;
     const int32_t rs = sync_of[size_t(op.id)];
     bool priced = false;
