@@ -423,6 +423,12 @@ double ModelSpec::attention_flops_per_token_fwd(int64_t seq, bool causal) const 
   return causal ? flops / 2 : flops;
 }
 
+double ModelSpec::attention_window_share(int64_t seq) const {
+  if (sliding_window <= 0 || seq <= sliding_window) return 1.0;
+  const double s = double(seq), w = double(sliding_window);
+  return (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2);
+}
+
 double ModelSpec::logits_flops_per_token_fwd() const { return 2.0 * static_cast<double>(hidden) * vocab; }
 
 double ModelSpec::model_flops_per_token_palm(int64_t seq) const {

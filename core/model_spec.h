@@ -151,6 +151,12 @@ struct ModelSpec {
   // Forward FLOPs per token of attention scores + weighted sum for a sequence
   // of `seq` tokens (QK^T and AV). `causal` halves it (only the lower triangle).
   double attention_flops_per_token_fwd(int64_t seq, bool causal) const;
+  // Of a causal sequence of `seq` tokens' query-key pairs, the share a
+  // sliding window keeps: each query attends to itself and the
+  // sliding_window - 1 keys before it (transformers' flash path:
+  // window_size = (sliding_window - 1, ...)), so W(W+1)/2 + (seq - W)W of
+  // seq(seq+1)/2 pairs. 1 without a window or with seq <= sliding_window.
+  double attention_window_share(int64_t seq) const;
   // Forward FLOPs per token of the output projection (logits).
   double logits_flops_per_token_fwd() const;
   // Training model FLOPs per token, PaLM appendix B: 6*N + 12*L*H*Q*T, with the

@@ -228,7 +228,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // Per head: (s x qk) * (qk x s) and (s x s) * (s x v), batched over b*heads.
     double per_head_flops = 2 * s * s * qk_dim + 2 * s * s * v_dim;
     double batches = b * heads_local;
-    double causal = opt.flash_attention ? (s + 1) / (2 * s) : 1.0;  // flash skips masked blocks
+    // Flash skips masked blocks: the causal triangle, and beyond a sliding
+    // window whole blocks more (ModelSpec::attention_window_share; the
+    // scores of the materialized path stay whole).
+    double causal = opt.flash_attention ? (s + 1) / (2 * s) * m.attention_window_share(int64_t(s)) : 1.0;
     // Under CP each rank does 1/cp of it (the load-balanced chunks), 2cp+1
     // blocks of c x c scores (c = s / 2cp) on the ring. Loom's executor runs
     // each block as its own kernel (exec/model/context_parallel.cc), a merge

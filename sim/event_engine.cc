@@ -169,17 +169,22 @@ Result<Timeline> run_event_engine(const Program& program, std::span<const double
       const double gap = tl.ops[id].start_s - prev_end;
       prev_end = tl.ops[id].end_s;
       if (!(gap > 0)) continue;
-      // The dep released last is what the stream was waiting for.
-      const Op* last = nullptr;
-      double last_s = -1;
+      // What the stream waited for: until the last other dependency was
+      // released, the pipeline (a transfer, or another stage's compute, e.g.
+      // the gradient norm's barrier); after it, a DP collective still
+      // running, if one was released last (another stage's reduce-scatter
+      // under that barrier counts only for the part past that stage's
+      // compute).
+      double dp_s = -1, other_s = -1;
       for (int32_t d : program.deps_of(op)) {
-        double r = release_time(op, ops[d], tl.ops[d]);
-        if (r > last_s) last_s = r, last = &ops[d];
+        const double r = release_time(op, ops[d], tl.ops[d]);
+        if (ops[d].kind == OpKind::kParamGather || ops[d].kind == OpKind::kGradSync) dp_s = std::max(dp_s, r);
+        else other_s = std::max(other_s, r);
       }
-      if (last && (last->kind == OpKind::kParamGather || last->kind == OpKind::kGradSync))
-        idle.dp_comm_s += gap;
-      else
-        idle.pipeline_s += gap;  // recv/send, or (hand-built programs) another stage's compute
+      const double start = tl.ops[id].start_s, from = start - gap;
+      const double dp_part = dp_s > other_s ? std::clamp(dp_s - std::max(from, other_s), 0.0, gap) : 0.0;
+      idle.dp_comm_s += dp_part;
+      idle.pipeline_s += gap - dp_part;  // recv/send, or another stage's compute
     }
     tl.compute_busy_s[s] = busy;
     idle.tail_s = step_s - prev_end;

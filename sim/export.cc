@@ -175,6 +175,10 @@ Result<std::string> export_megatron_args(const Plan& p) {
     o << "--position-embedding-type rope\n--rotary-base " << int64_t(std::llround(m.rope_theta)) << "\n";
     if (m.rope_scaling.type == "llama3") o << "--use-rope-scaling\n--rope-scaling-factor " << m.rope_scaling.factor << "\n";
   }
+  // Sliding-window attention: Transformer Engine's (left, right) window, as
+  // transformers passes flash attention (sliding_window - 1, ...) with the
+  // causal mask.
+  if (m.sliding_window > 0) o << "--window-size " << m.sliding_window - 1 << ",0\n";
   // Dropout as the planner assumed it (sim/compute_model.h uses_dropout: the
   // GPT-2 family 0.1, Megatron's default; others none, where Megatron would
   // otherwise apply 0.1).

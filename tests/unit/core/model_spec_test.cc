@@ -492,6 +492,26 @@ TEST(ModelSpec, TransformersFiveRopeParametersAreRead) {
   EXPECT_NE(bad.status().message().find("rope_type"), std::string::npos) << bad.status().message();
 }
 
+// A sliding window's share of the causal pairs, against a count of the pairs
+// each query keeps (itself and the W - 1 keys before it).
+TEST(ModelSpec, SlidingWindowShareCountsTheKeptPairs) {
+  ModelSpec m;
+  for (int64_t w : {1, 3, 16, 100}) {
+    m.sliding_window = w;
+    for (int64_t s : {1, 2, 3, 17, 100, 333}) {
+      double kept = 0, all = 0;
+      for (int64_t q = 0; q < s; ++q)
+        for (int64_t k = 0; k <= q; ++k) {
+          all += 1;
+          kept += q - k < w ? 1 : 0;
+        }
+      EXPECT_NEAR(m.attention_window_share(s), kept / all, 1e-12) << "w " << w << " s " << s;
+    }
+  }
+  m.sliding_window = 0;
+  EXPECT_EQ(m.attention_window_share(1 << 20), 1.0);
+}
+
 void expect_same(const ModelSpec& a, const ModelSpec& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.model_type, b.model_type);

@@ -713,6 +713,31 @@ TEST(ComputeModel, MoeDispatchNodeLimitedDeduplicatedFp8AndCapacity) {
   EXPECT_GT(layer_cost(m, hw, capped, Precision::kBf16, sh, true).fwd_s, a.fwd_s);
 }
 
+// Mistral's sliding window: flash attention skips the blocks beyond it, so
+// the attention core's FLOPs are the window's share of the causal ones (at
+// 32K tokens and a 4096 window, 0.234); within the window nothing changes.
+TEST(ComputeModel, SlidingWindowAttentionCostsTheWindowsShare) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  SimOptions opt;
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  Layout l;
+  for (int64_t seq : {4096, 32768}) {
+    const ComputeShape sh = shape_for(l, seq, hw);
+    m.sliding_window = 0;
+    const PieceCost full = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+    m.sliding_window = 4096;
+    const PieceCost win = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+    const double core = double(seq) * m.attention_flops_per_token_fwd(seq, true) * (seq + 1.0) / seq;
+    const double share = seq <= 4096 ? 1.0 : (4096.0 * 4097 / 2 + (seq - 4096.0) * 4096) / (seq * (seq + 1.0) / 2);
+    EXPECT_NEAR(full.fwd_flops - win.fwd_flops, core * (1 - share), core * 1e-9) << seq;
+    if (seq > 4096) {
+      EXPECT_LT(win.fwd_s, full.fwd_s);
+    } else {
+      EXPECT_EQ(win.fwd_s, full.fwd_s);
+    }
+  }
+}
+
 // FP8 casts against an independent measurement: Transformer Engine's GEMM
 // profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst, "Worked
 // Example: 5B Model on H200", H200 NVL, 4.8 TB/s) times each of a layer's

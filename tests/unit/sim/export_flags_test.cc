@@ -331,6 +331,15 @@ TEST(ExportMegatron, StatesWhatMegatronWouldDefaultOtherwise) {
   auto g = export_megatron_args(gpt2);
   ASSERT_TRUE(g.is_ok());
   EXPECT_EQ(g->find("--hidden-dropout"), std::string::npos) << "GPT-2 keeps Megatron's 0.1, as planned";
+  // A sliding window of W: Transformer Engine's (left, right) = (W - 1, 0),
+  // the window transformers gives flash attention; a flag Megatron has.
+  Plan windowed = llama;
+  windowed.model.sliding_window = 4096;
+  auto w = export_megatron_args(windowed);
+  ASSERT_TRUE(w.is_ok());
+  EXPECT_NE(w->find("--window-size 4095,0\n"), std::string::npos) << *w;
+  EXPECT_TRUE(megatron_flags().count("--window-size")) << "tests/data/megatron_flags.txt";
+  EXPECT_EQ(a->find("--window-size"), std::string::npos) << *a;
   auto ds = export_deepspeed_config(llama);
   ASSERT_TRUE(ds.is_ok());
   EXPECT_NE(ds->find("\"total_num_steps\": " + std::to_string(kDefaultTrainSteps)), std::string::npos) << *ds;
