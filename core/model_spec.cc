@@ -65,6 +65,15 @@ Result<int64_t> optional_count(const Json& c, const char* key, int64_t fallback,
   return v;
 }
 
+// A key whose absence transformers would fill with a default other than the
+// one Loom can derive (a model with its own numbers): refused when absent,
+// naming transformers' default, rather than guessed.
+Status require_key(const Json& c, const char* key, const std::string& where, const std::string& transformers_default) {
+  if (c.contains(key)) return Status::ok();
+  return invalid_argument(where + "." + key + " is missing; transformers would take " + transformers_default +
+                          " for it: state it (the model's own config.json has it)");
+}
+
 // The keys shared by all RoPE/RMSNorm/SwiGLU families (Llama naming).
 Status parse_llama_like(const Json& c, const std::string& where, ModelSpec& m) {
   LOOM_ASSIGN_OR_RETURN(m.hidden, json_positive_int(c, "hidden_size", where));
@@ -260,8 +269,31 @@ Status parse_math_fields(const Json& c, const std::string& where, const std::str
     }
   } else if (t == "qwen2" || t == "qwen2_moe" || t == "qwen3" || t == "qwen3_moe") {
     LOOM_ASSIGN_OR_RETURN(bool use, json_bool_or(c, "use_sliding_window", false, where));
-    if (use) {
-      LOOM_ASSIGN_OR_RETURN(m.sliding_window, optional_positive(c, "sliding_window", 4096, where));
+    // A null window is none (transformers: sliding_window None).
+    if (use && !(c.contains("sliding_window") && c["sliding_window"].is_null())) {
+      LOOM_ASSIGN_OR_RETURN(int64_t window, optional_positive(c, "sliding_window", 4096, where));
+      // Which layers slide: Qwen2 and Qwen3 those at or above
+      // max_window_layers (default 28), or as layer_types lists them; the
+      // MoE configs all. One window for every layer is what Loom models.
+      int64_t sliding = m.num_layers, listed = 0;
+      if (c.contains("layer_types") && c["layer_types"].is_array()) {
+        sliding = 0;
+        for (const Json& x : c["layer_types"]) {
+          ++listed;
+          sliding += x.is_string() && x.get<std::string>() == "sliding_attention" ? 1 : 0;
+        }
+        if (listed != m.num_layers)
+          return invalid_argument(where + ".layer_types lists " + std::to_string(listed) + " layers, not " +
+                                  std::to_string(m.num_layers));
+      } else if (t == "qwen2" || t == "qwen3") {
+        LOOM_ASSIGN_OR_RETURN(int64_t first, json_int_or(c, "max_window_layers", 28, where));
+        sliding = std::clamp<int64_t>(m.num_layers - std::max<int64_t>(first, 0), 0, m.num_layers);
+      }
+      if (sliding > 0 && sliding < m.num_layers)
+        return unsupported(where + ": " + std::to_string(sliding) + " of " + std::to_string(m.num_layers) +
+                           " layers slide (use_sliding_window with max_window_layers / layer_types); Loom models "
+                           "one attention window for every layer: set use_sliding_window false, or a window for all");
+      if (sliding == m.num_layers) m.sliding_window = window;
     }
   }
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
@@ -581,6 +613,15 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
   if (t == "gpt2") {
     LOOM_RETURN_IF_ERROR(parse_gpt2(*c, where, m));
   } else if (t == "llama" || t == "mistral" || t == "mixtral" || t == "qwen3" || t == "qwen3_moe") {
+    // When absent, transformers' Qwen3Config takes head_dim 128 and
+    // num_key_value_heads 32, Qwen3MoeConfig 4 K/V heads (and hidden/heads
+    // wide heads): the 8B's and the 30B-A3B's numbers, not derivable from
+    // the rest (configuration_qwen3.py, configuration_qwen3_moe.py at
+    // 008e574). Refused when absent.
+    if (t == "qwen3") LOOM_RETURN_IF_ERROR(require_key(*c, "head_dim", where, "128 (Qwen3Config)"));
+    if (t == "qwen3" || t == "qwen3_moe")
+      LOOM_RETURN_IF_ERROR(require_key(*c, "num_key_value_heads", where,
+                                       t == "qwen3" ? "32 (Qwen3Config)" : "4 (Qwen3MoeConfig)"));
     LOOM_RETURN_IF_ERROR(parse_llama_like(*c, where, m));
     // transformers: q,k,v and o all take attention_bias; gate/up/down take mlp_bias.
     LOOM_ASSIGN_OR_RETURN(bool attention_bias, json_bool_or(*c, "attention_bias", false, where));
@@ -600,8 +641,21 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
   } else if (t == "qwen2" || t == "qwen2_moe") {
     LOOM_RETURN_IF_ERROR(parse_llama_like(*c, where, m));
     LOOM_ASSIGN_OR_RETURN(m.qkv_bias, json_bool_or(*c, "qkv_bias", true, where));  // o_proj has none
-    if (t == "qwen2_moe") LOOM_RETURN_IF_ERROR(parse_qwen_moe(*c, where, /*shared_expert=*/true, m));
+    if (t == "qwen2_moe") {
+      LOOM_RETURN_IF_ERROR(require_key(*c, "shared_expert_intermediate_size", where, "5632 (Qwen2MoeConfig)"));
+      LOOM_RETURN_IF_ERROR(parse_qwen_moe(*c, where, /*shared_expert=*/true, m));
+    }
   } else if (t == "deepseek_v3" || t == "deepseek_v2") {
+    // DeepseekV3Config's defaults are the 671B model's (256 routed experts,
+    // one shared, the first 3 layers dense, q_lora_rank 1536): an absent key
+    // would otherwise read as none.
+    LOOM_RETURN_IF_ERROR(require_key(*c, "n_routed_experts", where, "a model's own count (DeepseekV3Config: 256)"));
+    LOOM_RETURN_IF_ERROR(require_key(*c, "q_lora_rank", where, "1536 (DeepseekV3Config; null for none)"));
+    if (c->contains("n_routed_experts") && (*c)["n_routed_experts"].is_number() &&
+        (*c)["n_routed_experts"].get<double>() > 0) {
+      LOOM_RETURN_IF_ERROR(require_key(*c, "n_shared_experts", where, "1 (DeepseekV3Config)"));
+      LOOM_RETURN_IF_ERROR(require_key(*c, "first_k_dense_replace", where, "3 (DeepseekV3Config)"));
+    }
     LOOM_RETURN_IF_ERROR(parse_deepseek(*c, where, t == "deepseek_v3", m));
     LOOM_ASSIGN_OR_RETURN(bool attention_bias, json_bool_or(*c, "attention_bias", false, where));
     m.qkv_bias = m.attn_out_bias = attention_bias;
@@ -704,6 +758,7 @@ std::string model_spec_to_json(const ModelSpec& m) {
   } else if (m.sliding_window > 0) {  // qwen2/qwen3 families
     j["use_sliding_window"] = true;
     j["sliding_window"] = m.sliding_window;
+    if (t == "qwen2" || t == "qwen3") j["max_window_layers"] = 0;  // every layer slides
   }
   const MoeSpec& e = m.moe;
   if (m.mla.enabled) {

@@ -244,6 +244,7 @@ Result<Plan> parse_plan(const std::string& text, const std::string& what) {
     return invalid_argument(what + ": program.grad_buckets = " + std::to_string(buckets) + " is out of range [1, 32767]");
   p.grad_buckets = int(buckets);
   LOOM_ASSIGN_OR_RETURN(std::string stored_hash, json_string_or(j, "plan_hash", "", what));
+  p.hash_checked = !stored_hash.empty();
   if (!stored_hash.empty() && stored_hash != p.plan_hash())
     return invalid_argument(what + ": plan_hash " + stored_hash + " does not match the plan's contents (" +
                             p.plan_hash() + "); train, layout or world_size were edited after planning: re-run "

@@ -43,6 +43,9 @@ struct Plan {
   // (figures, breakdown, memory per stage, traffic) as JSON objects.
   std::string sim_options_json = "{}";
   std::string prediction_json = "{}";
+  // Whether the file carried plan_hash (and so had its train spec, layout
+  // and world size checked against what was planned); set by parse_plan.
+  bool hash_checked = true;
 
   std::string model_hash() const;   // of the embedded config (canonical form)
   std::string hw_hash() const;

@@ -45,7 +45,18 @@ Status validate_train_spec(const TrainSpec& t) {
     return invalid_argument("train: optimizer '" + t.optimizer + "' is not supported; use adamw");
   if (!(t.lr >= 0) || !std::isfinite(t.lr)) return invalid_argument("train: lr must be a finite number >= 0");
   if (t.warmup_steps < 0) return invalid_argument("train: warmup_steps must be >= 0");
-  if (t.grad_clip < 0) return invalid_argument("train: grad_clip must be >= 0 (0 turns clipping off)");
+  if (!(t.grad_clip >= 0) || !std::isfinite(t.grad_clip))
+    return invalid_argument("train: grad_clip must be a finite number >= 0 (0 turns clipping off)");
+  // AdamW's own ranges (a plan edited by hand reaches here with any number):
+  // the moment decays in [0, 1), a positive epsilon, a decay >= 0, and a
+  // floor of the schedule no higher than its peak.
+  if (!(t.beta1 >= 0 && t.beta1 < 1)) return invalid_argument("train: beta1 must be in [0, 1)");
+  if (!(t.beta2 >= 0 && t.beta2 < 1)) return invalid_argument("train: beta2 must be in [0, 1)");
+  if (!(t.adam_eps > 0) || !std::isfinite(t.adam_eps)) return invalid_argument("train: adam_eps must be a finite number > 0");
+  if (!(t.weight_decay >= 0) || !std::isfinite(t.weight_decay))
+    return invalid_argument("train: weight_decay must be a finite number >= 0");
+  if (!(t.min_lr >= 0 && t.min_lr <= t.lr))
+    return invalid_argument("train: min_lr must be in [0, lr] (the schedule decays from lr to it)");
   if (!(t.moe_aux_loss_coeff >= 0 && t.moe_aux_loss_coeff < 1e3))
     return invalid_argument("train: moe_aux_loss_coeff must be in [0, 1000) (--moe-aux-loss-coeff; 0 turns it off)");
   if (!(t.moe_z_loss_coeff >= 0 && t.moe_z_loss_coeff < 1e3))

@@ -149,6 +149,11 @@ Status replan_scaled(Session& s) {
 Status read_plan(Session& s) {
   const ExecuteOptions& o = s.o;
   LOOM_ASSIGN_OR_RETURN(s.plan, load_plan(o.plan_path));
+  if (!s.plan.hash_checked)
+    s.say("notice: %s has no plan_hash, so nothing checks that its model, train spec and layout are the ones its "
+          "prediction was made for; the measured-vs-predicted comparison may compare another run (re-run `loom plan` "
+          "to get a checked plan)",
+          o.plan_path.c_str());
   LOOM_RETURN_IF_ERROR(executor_runs_layout(s.plan.layout));
   if (s.plan.world_size != s.world.size())
     return invalid_argument("the plan is for " + std::to_string(s.plan.world_size) + " ranks but " +

@@ -559,7 +559,7 @@ TEST_F(LoomExecuteChecks, ConfigFieldsAreHonouredOrRefused) {
   for (const char* type : {"qwen3", "qwen2"}) {
     const std::string cfg = path(std::string(type) + ".json").string();
     write_file(cfg, std::string(R"({"model_type": ")") + type + R"(", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
       "max_position_embeddings": 64, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6})");
     plan(cfg, std::string(type) + "-plan.json");
     r = loom({"execute", path(std::string(type) + "-plan.json").string(), "--steps", "2", "--quiet"});
@@ -590,6 +590,29 @@ TEST_F(LoomExecuteChecks, CountsOutOfRangeAreRefused) {
   Outcome dup = loom({"execute", path("plan.json").string(), "--steps", "1"});
   EXPECT_EQ(dup.exit_code, 0) << describe(dup);
   EXPECT_NE(dup.out.find("threads: "), std::string::npos) << "the thread count is said at start\n" << describe(dup);
+}
+
+// A hand-edited plan's optimizer settings are held to AdamW's ranges, and a
+// plan without its plan_hash (nothing checks it against its prediction) says
+// so when it runs.
+TEST_F(LoomExecuteChecks, EditedOptimizerSettingsAreRangeCheckedAndAnUncheckedPlanSaysSo) {
+  plan("llama-3-8b");
+  const std::vector<std::pair<std::string, double>> bad = {
+      {"beta1", 1.5}, {"beta2", -3}, {"adam_eps", -1}, {"weight_decay", -5}, {"min_lr", 10}, {"grad_clip", -1}};
+  for (const auto& [key, value] : bad) {
+    SCOPED_TRACE(key);
+    edit_plan([&, key = key, value = value](json& j) { j["train"][key] = value; });
+    Outcome r = loom({"execute", path("edited.json").string(), "--steps", "1"});
+    EXPECT_EQ(r.exit_code, 2) << describe(r);
+    EXPECT_NE(r.err.find(key), std::string::npos) << describe(r);
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << describe(r);
+  }
+  edit_plan([](json&) {});
+  Outcome r = loom({"execute", path("edited.json").string(), "--steps", "1"});
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.out.find("has no plan_hash"), std::string::npos) << describe(r);
+  Outcome checked = loom({"execute", path("plan.json").string(), "--steps", "1"});
+  EXPECT_EQ(checked.out.find("has no plan_hash"), std::string::npos) << describe(checked);
 }
 
 // Finding 12: a key given twice in --layout is refused, not silently the last one.

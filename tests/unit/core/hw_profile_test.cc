@@ -264,6 +264,11 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
                {"optimizer_bw_efficiency", "(0, 1]"});
   expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.1}, {"gflop": 0.5, "efficiency": 0.2}])"),
                StatusCode::kInvalidArgument, {"attention_efficiency[1].gflop", "sort"});
+  // Past 1e9 in its unit a quantity overflows once converted (1e300 GiB to
+  // bytes: infinite memory, a profile that fits anything and cannot be
+  // written back): refused.
+  expect_error(minimal_profile(R"(, "discard_gb_per_s": 1e300)"), StatusCode::kInvalidArgument,
+               {"discard_gb_per_s", "out of range"});
 }
 
 TEST(HwProfile, SustainedGemmRatesParseCheckAndRoundTrip) {

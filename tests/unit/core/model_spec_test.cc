@@ -512,6 +512,58 @@ TEST(ModelSpec, SlidingWindowShareCountsTheKeptPairs) {
   EXPECT_EQ(m.attention_window_share(1 << 20), 1.0);
 }
 
+// Keys transformers fills with a family's own numbers (Qwen3's head_dim 128
+// and 32 K/V heads, Qwen3-MoE's 4; DeepSeek's routed experts and the rest)
+// are refused when absent, naming that default, rather than derived or read
+// as none; Qwen's sliding window slides the layers the config names.
+TEST(ModelSpec, AbsentKeysWithAFamilysOwnDefaultAreRefused) {
+  const std::string base = R"({"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16,
+    "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 4096)";
+  Result<ModelSpec> q3 = parse_model_spec(base + R"(, "model_type": "qwen3", "num_key_value_heads": 8})", "q3");
+  ASSERT_FALSE(q3.is_ok());
+  EXPECT_NE(q3.status().message().find("head_dim is missing; transformers would take 128"), std::string::npos)
+      << q3.status().message();
+  Result<ModelSpec> q3m = parse_model_spec(base + R"(, "model_type": "qwen3_moe", "num_experts": 8,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 256})", "q3m");
+  ASSERT_FALSE(q3m.is_ok());
+  EXPECT_NE(q3m.status().message().find("num_key_value_heads is missing; transformers would take 4"),
+            std::string::npos) << q3m.status().message();
+  Result<ModelSpec> q3n = parse_model_spec(base + R"(, "model_type": "qwen3", "num_key_value_heads": null,
+    "head_dim": 64})", "q3n");
+  ASSERT_TRUE(q3n.is_ok()) << q3n.status().message();
+  EXPECT_EQ(q3n->num_kv_heads, 16);  // null: the head count
+  EXPECT_EQ(q3n->head_dim, 64);
+  Result<ModelSpec> l = parse_model_spec(base + R"(, "model_type": "llama"})", "l");
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  EXPECT_EQ(l->head_dim, 64);  // Llama: hidden / heads
+  EXPECT_EQ(l->num_kv_heads, 16);
+  // DeepSeek without its routing keys: refused, naming the key.
+  const std::string ds = R"({"model_type": "deepseek_v3", "hidden_size": 1024, "num_hidden_layers": 4,
+    "num_attention_heads": 16, "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 4096,
+    "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32)";
+  Result<ModelSpec> d = parse_model_spec(ds + "}", "d");
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("n_routed_experts is missing"), std::string::npos) << d.status().message();
+  Result<ModelSpec> d2 = parse_model_spec(ds + R"(, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 256, "q_lora_rank": null})", "d2");
+  ASSERT_FALSE(d2.is_ok());
+  EXPECT_NE(d2.status().message().find("n_shared_experts is missing"), std::string::npos) << d2.status().message();
+  // Qwen3's window slides from max_window_layers up (default 28): a 4-layer
+  // model slides none; all from 0; some: refused.
+  const std::string q = base + R"(, "model_type": "qwen3", "num_key_value_heads": 8, "head_dim": 64,
+    "use_sliding_window": true, "sliding_window": 512)";
+  EXPECT_EQ(parse_model_spec(q + "}", "q")->sliding_window, 0);
+  EXPECT_EQ(parse_model_spec(q + R"(, "max_window_layers": 0})", "q")->sliding_window, 512);
+  Result<ModelSpec> some = parse_model_spec(q + R"(, "max_window_layers": 2})", "q");
+  ASSERT_FALSE(some.is_ok());
+  EXPECT_NE(some.status().message().find("2 of 4 layers slide"), std::string::npos) << some.status().message();
+  // The canonical form says which layers slide, so it reads back the same.
+  ModelSpec all = *parse_model_spec(q + R"(, "max_window_layers": 0})", "q");
+  Result<ModelSpec> back = parse_model_spec(model_spec_to_json(all), "back");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->sliding_window, 512);
+}
+
 void expect_same(const ModelSpec& a, const ModelSpec& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.model_type, b.model_type);
@@ -609,10 +661,15 @@ TEST(ModelSpecMath, ConfigFieldsAreKept) {
   EXPECT_EQ(llama.rope_theta, 10000.0);
   EXPECT_EQ(parse_ok(std::string(base) + R"("mistral"})").sliding_window, 4096);
   EXPECT_EQ(parse_ok(std::string(base) + R"("qwen2", "sliding_window": 32})").sliding_window, 0);
+  // (Qwen2 slides layers from max_window_layers up, default 28: none of two.)
   EXPECT_EQ(parse_ok(std::string(base) + R"("qwen2", "sliding_window": 32, "use_sliding_window": true})").sliding_window,
+            0);
+  EXPECT_EQ(parse_ok(std::string(base) +
+                     R"("qwen2", "sliding_window": 32, "use_sliding_window": true, "max_window_layers": 0})")
+                .sliding_window,
             32);
   // Qwen3 implies q/k norm; Qwen2 implies q/k/v biases (no key needed).
-  EXPECT_TRUE(parse_ok(std::string(base) + R"("qwen3"})").qk_norm);
+  EXPECT_TRUE(parse_ok(std::string(base) + R"("qwen3", "num_key_value_heads": 4, "head_dim": 16})").qk_norm);
   EXPECT_TRUE(parse_ok(std::string(base) + R"("qwen2"})").qkv_bias);
   // rope_type "default" is plain RoPE.
   EXPECT_FALSE(parse_ok(std::string(base) + R"("llama", "rope_scaling": {"rope_type": "default"}})").rope_scaling.enabled());

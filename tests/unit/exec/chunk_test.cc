@@ -168,7 +168,8 @@ TEST(ModelChunk, InitializationDependsOnGlobalNamesOnly) {
 ModelSpec tiny_spec(const std::string& model_type, const std::string& extra = "") {
   std::string text = R"({"model_type": ")" + model_type + R"(", "hidden_size": 16, "intermediate_size": 40,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 61,
-    "max_position_embeddings": 16, "tie_word_embeddings": false)" + extra + "}";
+    "max_position_embeddings": 16, "tie_word_embeddings": false)" +
+                     std::string(model_type == "qwen3" ? R"(, "head_dim": 4)" : "") + extra + "}";
   Result<ModelSpec> m = parse_model_spec(text, "tiny");
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? *m : ModelSpec{};
