@@ -201,6 +201,7 @@ class LoaderSource final : public TokenSource {
     Json j;
     j["consumed_samples"] = loader_ ? loader_->cursor().consumed_samples : next_first_global_;
     if (loader_) j["per_dataset"] = loader_->cursor().per_dataset;
+    j["datasets"] = identity();
     return j.dump();
   }
   Status restore_state(const std::string& text, int64_t next_global_sample) override {
@@ -209,6 +210,13 @@ class LoaderSource final : public TokenSource {
     if (c.consumed_samples != next_global_sample)
       return invalid_argument("checkpoint: the data cursor (" + std::to_string(c.consumed_samples) +
                               " samples) does not match the step (" + std::to_string(next_global_sample) + ")");
+    // The data the checkpoint's run read: said when this run reads another
+    // (a new mix for a later phase is a choice; the cursor then continues by
+    // sample count into it).
+    const Json was = Json::parse(text, nullptr, false);
+    if (!was.is_discarded() && was.is_object() && was.contains("datasets") && was["datasets"] != identity())
+      notice_ = "the checkpoint's run read " + was["datasets"].dump() + "; this one reads " + identity().dump() +
+                ": the data cursor continues by sample count into this data";
     LOOM_RETURN_IF_ERROR(ensure_loader());
     LOOM_RETURN_IF_ERROR(loader_->restore(c));
     next_first_ = next_global_sample + int64_t(o_.dp_rank) * (o_.global_batch / o_.dp_size);
@@ -216,8 +224,17 @@ class LoaderSource final : public TokenSource {
     return Status::ok();
   }
   std::string describe() const override { return describe_; }
+  std::string resume_notice() const override { return notice_; }
 
  private:
+  // What identifies the data: the --data spec, and each part's tokens and
+  // weight (a shard rewritten or replaced changes them).
+  Json identity() const {
+    Json parts = Json::array();
+    for (const Part& p : parts_) parts.push_back({{"tokens", p.ds->total_tokens()}, {"weight", p.weight}});
+    return {{"spec", describe_}, {"parts", parts}};
+  }
+  std::string notice_;
   std::vector<Part> parts_;
   DataSpecOptions o_;
   std::string describe_;

@@ -303,6 +303,7 @@ Status open_checkpoints(Session& s) {
                               ": nothing left to train; raise --steps above " + std::to_string(s.start_step));
     s.say("resumed from %s at step %lld", (*reader)->path().c_str(), (long long)s.start_step);
     LOOM_RETURN_IF_ERROR(say_what_the_resume_changes(s, **reader));
+    if (s.data && !s.data->resume_notice().empty()) s.say("notice: %s", s.data->resume_notice().c_str());
   }
   if (o.ckpt_dir.empty()) return Status::ok();
   ckpt::CheckpointOptions co;

@@ -29,6 +29,9 @@ class TokenSource {
   // stateless: "{}".
   virtual std::string state_json() const { return "{}"; }
   virtual Status restore_state(const std::string& json, int64_t next_global_sample) { return Status::ok(); }
+  // After restore_state: what the run now reads that the checkpoint's run did
+  // not (another dataset or mix), for a notice; empty when the same.
+  virtual std::string resume_notice() const { return ""; }
 };
 
 // Byte-level tokens of a text file. Sample i starts at a pseudo-random offset

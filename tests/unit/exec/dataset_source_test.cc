@@ -47,6 +47,21 @@ TEST(DatasetSource, ManifestWithAnEmptyShardTrains) {
   // The cursor a checkpoint stores restores (and a damaged one is refused, not thrown).
   EXPECT_TRUE((*src)->restore_state(R"({"consumed_samples": 2, "per_dataset": [2]})", 2).is_ok());
   EXPECT_FALSE((*src)->restore_state(R"({"per_dataset": ["x"]})", 2).is_ok());
+  // The cursor names the data it counts: restored over the same data, no
+  // notice; over other data (another spec, other token counts), a notice
+  // naming both, since the samples from here on are not the ones the
+  // checkpoint's run would have read.
+  const std::string state = (*src)->state_json();
+  EXPECT_NE(state.find("\"datasets\""), std::string::npos) << state;
+  auto same = open_training_data(manifest, d);
+  ASSERT_TRUE(same.is_ok());
+  ASSERT_TRUE((*same)->restore_state(state, 2).is_ok());
+  EXPECT_EQ((*same)->resume_notice(), "");
+  auto other = open_training_data((dir / "out").string(), d);
+  ASSERT_TRUE(other.is_ok()) << other.status().to_string();
+  ASSERT_TRUE((*other)->restore_state(R"({"consumed_samples": 2, "per_dataset": [2], "datasets": {"spec": "elsewhere",
+    "parts": [{"tokens": 5, "weight": 1.0}]}})", 2).is_ok());
+  EXPECT_NE((*other)->resume_notice().find("elsewhere"), std::string::npos) << (*other)->resume_notice();
   fs::remove_all(dir);
 }
 
