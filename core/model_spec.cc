@@ -272,9 +272,11 @@ Status parse_math_fields(const Json& c, const std::string& where, const std::str
     // A null window is none (transformers: sliding_window None).
     if (use && !(c.contains("sliding_window") && c["sliding_window"].is_null())) {
       LOOM_ASSIGN_OR_RETURN(int64_t window, optional_positive(c, "sliding_window", 4096, where));
-      // Which layers slide: Qwen2 and Qwen3 those at or above
-      // max_window_layers (default 28), or as layer_types lists them; the
-      // MoE configs all. One window for every layer is what Loom models.
+      // Which layers slide (transformers 008e574's __post_init__): Qwen2 and
+      // Qwen3 those at or above max_window_layers (default 28); Qwen2-MoE
+      // the even-numbered ones below max_window_layers; Qwen3-MoE all; or as
+      // layer_types lists them. One window for every layer is what Loom
+      // models.
       int64_t sliding = m.num_layers, listed = 0;
       if (c.contains("layer_types") && c["layer_types"].is_array()) {
         sliding = 0;
@@ -288,6 +290,10 @@ Status parse_math_fields(const Json& c, const std::string& where, const std::str
       } else if (t == "qwen2" || t == "qwen3") {
         LOOM_ASSIGN_OR_RETURN(int64_t first, json_int_or(c, "max_window_layers", 28, where));
         sliding = std::clamp<int64_t>(m.num_layers - std::max<int64_t>(first, 0), 0, m.num_layers);
+      } else if (t == "qwen2_moe") {
+        LOOM_ASSIGN_OR_RETURN(int64_t below, json_int_or(c, "max_window_layers", 28, where));
+        sliding = 0;
+        for (int64_t i = 0; i < m.num_layers; ++i) sliding += (i + 1) % 2 != 0 && i < below ? 1 : 0;
       }
       if (sliding > 0 && sliding < m.num_layers)
         return unsupported(where + ": " + std::to_string(sliding) + " of " + std::to_string(m.num_layers) +
@@ -649,12 +655,16 @@ Result<ModelSpec> parse_model_spec(const std::string& json_text, const std::stri
     // DeepseekV3Config's defaults are the 671B model's (256 routed experts,
     // one shared, the first 3 layers dense, q_lora_rank 1536): an absent key
     // would otherwise read as none.
-    LOOM_RETURN_IF_ERROR(require_key(*c, "n_routed_experts", where, "a model's own count (DeepseekV3Config: 256)"));
-    LOOM_RETURN_IF_ERROR(require_key(*c, "q_lora_rank", where, "1536 (DeepseekV3Config; null for none)"));
+    const bool v3 = t == "deepseek_v3";
+    LOOM_RETURN_IF_ERROR(require_key(*c, "n_routed_experts", where,
+                                     v3 ? "256 (DeepseekV3Config)" : "160 (DeepseekV2Config)"));
+    LOOM_RETURN_IF_ERROR(require_key(*c, "q_lora_rank", where,
+                                     v3 ? "1536 (DeepseekV3Config; null for none)" : "1536 (DeepseekV2Config; null for none)"));
     if (c->contains("n_routed_experts") && (*c)["n_routed_experts"].is_number() &&
         (*c)["n_routed_experts"].get<double>() > 0) {
-      LOOM_RETURN_IF_ERROR(require_key(*c, "n_shared_experts", where, "1 (DeepseekV3Config)"));
-      LOOM_RETURN_IF_ERROR(require_key(*c, "first_k_dense_replace", where, "3 (DeepseekV3Config)"));
+      LOOM_RETURN_IF_ERROR(require_key(*c, "n_shared_experts", where, v3 ? "1 (DeepseekV3Config)" : "2 (DeepseekV2Config)"));
+      LOOM_RETURN_IF_ERROR(
+          require_key(*c, "first_k_dense_replace", where, v3 ? "3 (DeepseekV3Config)" : "0 (DeepseekV2Config)"));
     }
     LOOM_RETURN_IF_ERROR(parse_deepseek(*c, where, t == "deepseek_v3", m));
     LOOM_ASSIGN_OR_RETURN(bool attention_bias, json_bool_or(*c, "attention_bias", false, where));

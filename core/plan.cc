@@ -85,7 +85,8 @@ Result<TrainSpec> parse_train(const Json& j) {
   LOOM_ASSIGN_OR_RETURN(t.optimizer, json_string_or(j, "optimizer", "adamw", w));
   LOOM_ASSIGN_OR_RETURN(t.steps, json_int_or(j, "steps", 0, w));
   LOOM_ASSIGN_OR_RETURN(t.lr, json_number_or(j, "lr", t.lr, w));
-  LOOM_ASSIGN_OR_RETURN(t.min_lr, json_number_or(j, "min_lr", t.min_lr, w));
+  // Absent: a tenth of the peak, as `loom plan` sets it (sim/plan_request.cc).
+  LOOM_ASSIGN_OR_RETURN(t.min_lr, json_number_or(j, "min_lr", t.lr / 10, w));
   LOOM_ASSIGN_OR_RETURN(t.warmup_steps, json_int_or(j, "warmup_steps", 0, w));
   LOOM_ASSIGN_OR_RETURN(std::string sched, json_string_or(j, "lr_schedule", "cosine", w));
   if (sched == "constant") t.lr_schedule = LrSchedule::kConstant;

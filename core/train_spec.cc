@@ -52,7 +52,8 @@ Status validate_train_spec(const TrainSpec& t) {
   // floor of the schedule no higher than its peak.
   if (!(t.beta1 >= 0 && t.beta1 < 1)) return invalid_argument("train: beta1 must be in [0, 1)");
   if (!(t.beta2 >= 0 && t.beta2 < 1)) return invalid_argument("train: beta2 must be in [0, 1)");
-  if (!(t.adam_eps > 0) || !std::isfinite(t.adam_eps)) return invalid_argument("train: adam_eps must be a finite number > 0");
+  if (!(t.adam_eps >= 0) || !std::isfinite(t.adam_eps))
+    return invalid_argument("train: adam_eps must be a finite number >= 0");
   if (!(t.weight_decay >= 0) || !std::isfinite(t.weight_decay))
     return invalid_argument("train: weight_decay must be a finite number >= 0");
   if (!(t.min_lr >= 0 && t.min_lr <= t.lr))

@@ -509,9 +509,13 @@ Result<std::string> fetch_to_cache(const std::string& url, const RemoteCacheOpti
     note_cached_checksum(final_path, expected_xxh64);
   }
   ::close(lock_fd);  // releases the flock
-  if (!st.is_ok() && opts.refresh && had_copy && st.code() != StatusCode::kNotFound &&
+  if (!st.is_ok() && opts.refresh && had_copy &&
+      (st.code() == StatusCode::kIoError || st.code() == StatusCode::kTimeout) &&
       cached_copy_is(final_path, expected_xxh64)) {
-    return final_path;  // unreachable: the copy cached before
+    // Unreachable: the copy cached before, said aloud.
+    if (opts.notice)
+      opts.notice(url + " could not be fetched again (" + st.message() + "); using the copy cached in " + final_path);
+    return final_path;
   }
   if (!st.is_ok()) return st;
   return final_path;

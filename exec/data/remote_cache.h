@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,11 @@ struct RemoteCacheOptions {
   std::vector<std::string> connect_to;
   // fetch_to_cache downloads even where a copy is cached and replaces it (a
   // manifest, which no checksum pins: the dataset may have been re-published
-  // at its URL); where the download fails with a copy cached, that copy.
+  // at its URL); where the server cannot be reached (kIoError, kTimeout: not
+  // a refusal such as 401/403) and a copy is cached, that copy, after
+  // `notice` (if set) is told so.
   bool refresh = false;
+  std::function<void(const std::string&)> notice;
 };
 
 // Returns a local path for `url`: the path itself for a local path or file://

@@ -359,6 +359,7 @@ class RemoteBlockFile final : public RemoteFile {
     if (::fsync(part_fd_) == 0 && same_file(part_path_, part_fd_) &&
         std::rename(part_path_.c_str(), final_.c_str()) == 0) {
       ::unlink(map_path_.c_str());
+      if (expected_.empty()) ::unlink((final_ + ".xxh64").c_str());  // an earlier version's record
       note_cached_checksum(final_, expected_);
     }
     map_complete();

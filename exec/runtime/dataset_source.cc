@@ -140,6 +140,7 @@ Status add_manifest(const std::string& manifest, double weight, const DataSpecOp
   if (is_remote(manifest)) {
     data::RemoteCacheOptions ro = remote_options(o);
     ro.refresh = true;
+    ro.notice = [](const std::string& what) { std::fprintf(stderr, "notice: %s\n", what.c_str()); };
     LOOM_ASSIGN_OR_RETURN(path, data::fetch_to_cache(manifest, ro));
   }
   LOOM_ASSIGN_OR_RETURN(std::string text, read_text_file(path));

@@ -558,6 +558,12 @@ TEST(ModelSpec, AbsentKeysWithAFamilysOwnDefaultAreRefused) {
   ASSERT_FALSE(some.is_ok());
   EXPECT_NE(some.status().message().find("2 of 4 layers slide"), std::string::npos) << some.status().message();
   // The canonical form says which layers slide, so it reads back the same.
+  // Qwen2-MoE slides the even-numbered layers below max_window_layers: some.
+  Result<ModelSpec> moe = parse_model_spec(base + R"(, "model_type": "qwen2_moe", "num_experts": 8,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 256, "shared_expert_intermediate_size": 512,
+    "use_sliding_window": true, "sliding_window": 512})", "q2m");
+  ASSERT_FALSE(moe.is_ok());
+  EXPECT_NE(moe.status().message().find("2 of 4 layers slide"), std::string::npos) << moe.status().message();
   ModelSpec all = *parse_model_spec(q + R"(, "max_window_layers": 0})", "q");
   Result<ModelSpec> back = parse_model_spec(model_spec_to_json(all), "back");
   ASSERT_TRUE(back.is_ok()) << back.status().message();

@@ -132,9 +132,12 @@ TEST_F(MotoTest, ARefreshFetchesAgainAndFallsBackToTheCopy) {
   EXPECT_EQ(read_file(*b), "{\"v\": 2}");
   moto_->stop();
   ro.retries = 0;
+  std::string said;
+  ro.notice = [&](const std::string& m) { said = m; };
   auto c = fetch_to_cache(url, ro);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ(read_file(*c), "{\"v\": 2}");
+  EXPECT_NE(said.find("using the copy cached"), std::string::npos) << said;
   EXPECT_EQ(count_temp_files(opts_.cache_dir), 0);
 }
 
