@@ -166,7 +166,7 @@ ModelSpec tiny(Family f) {
                 "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
                 "tie_word_embeddings":false})"
           : R"({"model_type":"qwen3","hidden_size":32,"intermediate_size":64,"num_hidden_layers":4,
-                "num_attention_heads":4,"num_key_value_heads":2,"vocab_size":256,"max_position_embeddings":64,
+                "num_attention_heads":4,"num_key_value_heads":2,"head_dim":8,"vocab_size":256,"max_position_embeddings":64,
                 "tie_word_embeddings":false,"attention_bias":true,"mlp_bias":true,"rope_theta":500000.0,
                 "rms_norm_eps":1e-5,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
                 "high_freq_factor":4.0,"original_max_position_embeddings":16}})";
