@@ -56,6 +56,16 @@ class LoaderTest : public ::testing::Test {
     return std::shared_ptr<IndexedDataset>(std::move(ds).value());
   }
 
+  // The first error `next` returns within `batches` batches of 8 tokens (ok: none).
+  static Status first_error(Loader& l, int batches) {
+    std::vector<int32_t> tok(8), tgt(8);
+    for (int i = 0; i < batches; ++i) {
+      auto r = l.next(tok.data(), tgt.data());
+      if (!r.is_ok()) return r.status();
+    }
+    return Status::ok();
+  }
+
   fs::path dir_;
   std::map<std::string, Rows> docs_;
 };
@@ -276,12 +286,7 @@ TEST_F(LoaderTest, NegativeTokenIdIsRefused) {
   auto ds = IndexedDataset::open(p);
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   auto l = make_loader({std::shared_ptr<IndexedDataset>(std::move(ds).value())}, {}, 8, 1, 0, 1, 2);
-  std::vector<int32_t> tok(8), tgt(8);
-  Status err;
-  for (int i = 0; i < 20 && err.is_ok(); ++i) {
-    auto r = l->next(tok.data(), tgt.data());
-    if (!r.is_ok()) err = r.status();
-  }
+  const Status err = first_error(*l, 20);
   ASSERT_FALSE(err.is_ok()) << "the negative id was served";
   EXPECT_NE(err.message().find("token id -1"), std::string::npos) << err.message();
   EXPECT_NE(err.message().find("negative"), std::string::npos) << err.message();
@@ -334,11 +339,7 @@ TEST_F(LoaderTest, PrefetchErrorSurfacesInNext) {
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   auto l = make_loader({std::shared_ptr<IndexedDataset>(std::move(ds).value())}, {}, 8, 1, 0, 1, 3);
   std::vector<int32_t> tok(8), tgt(8);
-  Status err;
-  for (int i = 0; i < 20 && err.is_ok(); ++i) {
-    auto r = l->next(tok.data(), tgt.data());
-    if (!r.is_ok()) err = r.status();
-  }
+  const Status err = first_error(*l, 20);
   ASSERT_FALSE(err.is_ok()) << "the bad token was never reached";
   EXPECT_NE(err.message().find("is not an int32 token id"), std::string::npos) << err.message();
   EXPECT_NE(err.message().find("wide.bin"), std::string::npos) << err.message();
