@@ -27,6 +27,17 @@ double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int 
 
 }  // namespace
 
+int hook_added_params(const ModelSpec& m) {
+  const int norm = m.norm == NormKind::kLayerNorm ? 2 : 1;  // weight (+ bias)
+  int n = 2 * norm;                                         // the two pre-norms
+  if (m.qk_norm && !m.mla.enabled) n += 2;
+  if (m.mla.enabled) n += 2;  // the q and kv latent norms (MLA)
+  if (m.qkv_bias) n += 1;    // the fused QKV linear's bias
+  if (m.attn_out_bias || m.linear_bias) n += 1;
+  if (m.mlp_bias || m.linear_bias) n += 2;  // the first and second MLP linears
+  return n;
+}
+
 double fp8_cast_bytes(const SimOptions& opt) { return 2 + 1 + 1 + (opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 0); }
 int fp8_cast_kernels(const SimOptions& opt) { return opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 1; }
 double fp8_cast_time_s(const HwProfile& hw, const SimOptions& opt, double elements, int casts) {
@@ -421,6 +432,12 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   double elem_fwd_s = mem_time_s(hw, opt, elem_bytes + moe_bytes + moe_fp8_quant_bytes,
                                  kernels + moe_kernels + (moe_fp8_quant_bytes > 0 ? 1 : 0));
+  // Megatron-core's main-gradient hook (SimOptions::grad_hook_add): one add
+  // kernel a micro-batch for each of the layer's parameters whose gradient
+  // autograd returns instead of its GEMM accumulating it (norm weights and
+  // biases, the linears' biases); their bytes are negligible beside the
+  // layer's.
+  if (opt.grad_hook_add) elem_bwd_kernels += hook_added_params(m);
   double elem_bwd_s = mem_time_s(hw, opt, elem_bwd_bytes + moe_bytes, elem_bwd_kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------
@@ -667,7 +684,24 @@ PieceCost embedding_cost(const ModelSpec& m, const HwProfile& hw, const SimOptio
   // Gather rows (+ positions), write the activations; backward scatter-adds.
   double bytes = 3 * T * h * e;
   c.fwd_s = mem_time_s(hw, opt, bytes, 2);
-  c.bwd_s = mem_time_s(hw, opt, 2 * bytes, 2);
+  double bwd_bytes = 2 * bytes;
+  int bwd_kernels = 2;
+  // The tables' gradients whole, every micro-batch: PyTorch's dense embedding
+  // backward writes a zero-filled 16-bit gradient of the local table (the
+  // vocabulary's 1/t share; the position table whole), and Megatron-core's
+  // hook then adds it into the main gradient (read both, write the main one).
+  const double rows = double(m.vocab) / sh.tp + (m.position == PositionKind::kLearned ? double(m.max_position) : 0.0);
+  const double tables = m.position == PositionKind::kLearned ? 2 : 1;
+  const double grad_e = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
+  if (opt.embedding_dense_grad) {
+    bwd_bytes += rows * h * element_bytes(sixteen_bit(p));
+    bwd_kernels += int(tables);
+  }
+  if (opt.grad_hook_add) {
+    bwd_bytes += rows * h * (grad_e + element_bytes(sixteen_bit(p)) + grad_e);
+    bwd_kernels += int(tables);
+  }
+  c.bwd_s = mem_time_s(hw, opt, bwd_bytes, bwd_kernels);
   if (sh.tp_group.ranks > 1) {
     // Vocab-parallel embedding: partial rows summed over TP (reduce-scatter with SP).
     Collective coll = sh.sp ? Collective::kReduceScatter : Collective::kAllReduce;
@@ -743,7 +777,9 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   }
   c.bwd_tp_s = bwd_exposed;
   c.fwd_s = head_gemm_fwd + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
-  c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, 2 * norm_bytes, 2) + ce_bwd_s + bwd_exposed +
+  // (The final norm's weight, and bias, through Megatron-core's main-gradient hook.)
+  const int norm_hook = opt.grad_hook_add ? (m.norm == NormKind::kLayerNorm ? 2 : 1) : 0;
+  c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, 2 * norm_bytes, 2 + norm_hook) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
   // (Loom's executor leaves the head's weight gradient in its backward.)
   c.wgrad_s = opt.for_loom_executor() ? 0 : head_gemm_bwd / 2;

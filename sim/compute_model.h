@@ -98,6 +98,10 @@ bool uses_dropout(const ModelSpec& model, const SimOptions& opt);
 // A dense or MoE transformer layer.
 PieceCost layer_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
                      const ComputeShape& shape, bool moe_layer);
+// A layer's parameters whose gradient Megatron-core's hook adds into the
+// main gradient one kernel each (SimOptions::grad_hook_add): norm weights and
+// biases, the linears' biases.
+int hook_added_params(const ModelSpec& model);
 // Token (+position) embedding on the first chunk: lookup, TP all-reduce.
 PieceCost embedding_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
                          const ComputeShape& shape);

@@ -351,6 +351,21 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
       sc.chunk_bwd_s[c] += (copy_out + copy_in) * share;
     }
   }
+  // The stack's passes over the rank's whole gradient buffer, once a step on
+  // the compute stream (SimOptions::grad_buffer_zero, grad_nan_check,
+  // grad_scale_pass; Megatron-core's DistributedDataParallel): the buffer
+  // zeroed before the first micro-batch, one norm read per bucket, and the
+  // 1/dp scaling read and written where data parallelism sums.
+  if (!opt_.for_loom_executor()) {
+    const double buffer = params.total() * grad_elem_bytes(p, opt_);
+    const int buckets = std::max(1, opt_.grad_buckets) * l.virtual_stages;
+    double bytes = 0;
+    int kernels = 0;
+    if (opt_.grad_buffer_zero) bytes += buffer, kernels += 1;
+    if (opt_.grad_nan_check) bytes += buffer, kernels += 2 * buckets;  // the norm's two reduction kernels
+    if (opt_.grad_scale_pass && l.dp * l.cp > 1) bytes += 2 * buffer, kernels += buckets;
+    if (kernels > 0) sc.optimizer_s += memory_pass_time_s(hw_, bytes) + kernels * opt_.kernel_overhead_s;
+  }
   // Loom's executor zeroes its fp32 gradients for the next step inside the
   // update (exec/runtime/data_parallel.cc clear_grads): the full gradient
   // (ZeRO-2/3 gave it back after its reduce-scatter: nothing to zero) and,

@@ -69,7 +69,7 @@ Status check_known_keys(const Json& j, const std::string& w) {
   static const std::map<std::string, std::set<std::string>> kKeys = {
       {"", {"name", "version", "description", "export", "gradients", "overlap", "pipeline", "layouts", "fp8",
             "context_parallel", "loss", "layer", "moe", "dropout", "source", "notes"}},
-      {"gradients", {"fp32_main_grads"}},
+      {"gradients", {"fp32_main_grads", "zero_each_step", "nan_check", "scale_pass", "hook_add"}},
       {"overlap", {"grad_reduce_zero_stages", "param_gather", "tp_async_backward", "tp_comm_overlap",
                    "tp_comm_overlap_cfg"}},
       {"pipeline", {"blocking_p2p", "overlap_p2p_comm", "fsdp_once", "layer_split"}},
@@ -78,7 +78,7 @@ Status check_known_keys(const Json& j, const std::string& w) {
       {"fp8", {"scaling", "attention"}},
       {"context_parallel", {"cp_comm"}},
       {"loss", {"cross_entropy"}},
-      {"layer", {"ops", "fsdp_copies"}},
+      {"layer", {"ops", "fsdp_copies", "embedding_dense_grad"}},
       {"moe", {"expert_gemm"}},
   };
   for (const auto& [section_name, keys] : kKeys) {
@@ -113,6 +113,13 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
 
   LOOM_ASSIGN_OR_RETURN(const Json* g, section(j, "gradients", w));
   LOOM_ASSIGN_OR_RETURN(f.fp32_main_grads, json_bool_or(*g, "fp32_main_grads", false, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.grad_buffer_zero, json_bool_or(*g, "zero_each_step", false, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.grad_nan_check, json_bool_or(*g, "nan_check", false, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.grad_scale_pass, json_bool_or(*g, "scale_pass", false, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.grad_hook_add, json_bool_or(*g, "hook_add", false, w + ".gradients"));
+  if ((f.grad_buffer_zero || f.grad_nan_check || f.grad_scale_pass || f.grad_hook_add) &&
+      !(g->contains("source") && (*g)["source"].is_string()))
+    return invalid_argument(w + ".gradients.source is missing: name the code its gradient-buffer passes were read from");
 
   LOOM_ASSIGN_OR_RETURN(const Json* o, section(j, "overlap", w));
   LOOM_ASSIGN_OR_RETURN(f.grad_reduce_overlap_zero_stages, zero_list(*o, "grad_reduce_zero_stages", w + ".overlap"));
@@ -210,6 +217,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     if (!parse_layer_ops(ops, &f.layer_ops))
       return invalid_argument(w + ".layer.ops must be fused or torch_eager, got '" + ops + "'");
     LOOM_ASSIGN_OR_RETURN(f.fsdp_copies, json_bool_or(*ly, "fsdp_copies", false, w + ".layer"));
+    LOOM_ASSIGN_OR_RETURN(f.embedding_dense_grad, json_bool_or(*ly, "embedding_dense_grad", false, w + ".layer"));
   }
   // Optional: how the stack runs a MoE layer's local experts, with its source.
   if (j.contains("moe")) {
@@ -246,6 +254,11 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->cross_entropy = f.cross_entropy;
   opt->layer_ops = f.layer_ops;
   opt->fsdp_copies = f.fsdp_copies;
+  opt->embedding_dense_grad = f.embedding_dense_grad;
+  opt->grad_buffer_zero = f.grad_buffer_zero;
+  opt->grad_nan_check = f.grad_nan_check;
+  opt->grad_scale_pass = f.grad_scale_pass;
+  opt->grad_hook_add = f.grad_hook_add;
   opt->expert_gemm = f.expert_gemm;
   opt->dropout = f.dropout;
 }

@@ -57,6 +57,10 @@ struct Framework {
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::kFused;  // loss.cross_entropy (optional section)
   LayerOps layer_ops = LayerOps::kFused;  // layer.ops (optional section)
   bool fsdp_copies = false;               // layer.fsdp_copies
+  bool embedding_dense_grad = false;      // layer.embedding_dense_grad
+  // gradients.zero_each_step / nan_check / scale_pass / hook_add
+  // (SimOptions::grad_buffer_zero, grad_nan_check, grad_scale_pass, grad_hook_add)
+  bool grad_buffer_zero = false, grad_nan_check = false, grad_scale_pass = false, grad_hook_add = false;
   ExpertGemm expert_gemm = ExpertGemm::kGrouped;  // moe.expert_gemm (SimOptions::expert_gemm)
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   // context_parallel.cp_comm (optional section): how the stack's context

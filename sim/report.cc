@@ -137,6 +137,12 @@ std::string sim_options_json(const SimOptions& o) {
   if (o.cross_entropy != CrossEntropyImpl::kFused) j["cross_entropy"] = cross_entropy_name(o.cross_entropy);
   if (o.layer_ops != LayerOps::kFused) j["layer_ops"] = layer_ops_name(o.layer_ops);
   if (o.fsdp_copies) j["fsdp_copies"] = true;
+  // Written only when on, so plans made before them keep their hash.
+  if (o.embedding_dense_grad) j["embedding_dense_grad"] = true;
+  if (o.grad_buffer_zero) j["grad_buffer_zero"] = true;
+  if (o.grad_nan_check) j["grad_nan_check"] = true;
+  if (o.grad_scale_pass) j["grad_scale_pass"] = true;
+  if (o.grad_hook_add) j["grad_hook_add"] = true;
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
@@ -188,6 +194,11 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   if (!parse_layer_ops(ops, &o.layer_ops))
     return invalid_argument(w + ".layer_ops must be \"fused\" or \"torch_eager\", got \"" + ops + "\"");
   LOOM_ASSIGN_OR_RETURN(o.fsdp_copies, json_bool_or(j, "fsdp_copies", o.fsdp_copies, w));
+  LOOM_ASSIGN_OR_RETURN(o.embedding_dense_grad, json_bool_or(j, "embedding_dense_grad", o.embedding_dense_grad, w));
+  LOOM_ASSIGN_OR_RETURN(o.grad_buffer_zero, json_bool_or(j, "grad_buffer_zero", o.grad_buffer_zero, w));
+  LOOM_ASSIGN_OR_RETURN(o.grad_nan_check, json_bool_or(j, "grad_nan_check", o.grad_nan_check, w));
+  LOOM_ASSIGN_OR_RETURN(o.grad_scale_pass, json_bool_or(j, "grad_scale_pass", o.grad_scale_pass, w));
+  LOOM_ASSIGN_OR_RETURN(o.grad_hook_add, json_bool_or(j, "grad_hook_add", o.grad_hook_add, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

@@ -175,6 +175,26 @@ struct SimOptions {
   // compute stream's path, once per layer per micro-batch (the gather twice:
   // forward and backward).
   bool fsdp_copies = false;
+  // Passes a stack makes over each rank's whole gradient buffer (its local,
+  // unsharded gradients) on the compute stream, once a step
+  // (frameworks/<name>.json gradients.*; Megatron-core's
+  // DistributedDataParallel, megatron/core/distributed/param_and_grad_buffer.py):
+  // zeroing it before the step's first micro-batch (zero_grad_buffer), one
+  // norm per bucket before its collective to catch NaNs (check_for_nan_in_grad),
+  // and the 1/dp scaling (read and write) where the collective sums instead
+  // of averaging (average_in_collective off; only with data parallelism).
+  bool grad_buffer_zero = false;
+  bool grad_nan_check = false;
+  bool grad_scale_pass = false;
+  // Megatron-core's hook per parameter adds the gradient autograd produced
+  // into the main gradient (param.main_grad.add_(param.grad)) for every
+  // parameter whose GEMM does not accumulate there itself: the word (and
+  // position) embedding, norm weights, biases. Every micro-batch.
+  bool grad_hook_add = false;
+  // PyTorch's dense embedding backward (embedding_dense_backward_cuda): a
+  // zero-filled 16-bit gradient of the whole local table (V/t x h) is written
+  // every micro-batch, then the tokens' rows are added into it.
+  bool embedding_dense_grad = false;
   // MoE routing: tokens of the busiest rank's experts over the balanced
   // share (1 = balanced, as Megatron-Bridge's MoE benchmarks force it; an
   // auxiliary-loss-balanced router in training runs above 1). The expert

@@ -89,6 +89,11 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(p.fp32_main_grads, tristate(r, "fp32_main_grads", w));
     LOOM_ASSIGN_OR_RETURN(p.tp_async_backward, tristate(r, "tp_async_backward", w));
     LOOM_ASSIGN_OR_RETURN(p.fp8_params, tristate(r, "fp8_params", w));
+    LOOM_ASSIGN_OR_RETURN(p.grad_nan_check, tristate(r, "grad_nan_check", w));
+    LOOM_ASSIGN_OR_RETURN(p.grad_scale_pass, tristate(r, "grad_scale_pass", w));
+    if ((p.grad_nan_check >= 0 || p.grad_scale_pass >= 0) &&
+        !(r.contains("grad_buffer_source") && r["grad_buffer_source"].is_string()))
+      return invalid_argument(w + ".grad_buffer_source is missing: name the code the row's gradient-buffer passes were read from");
     LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap, tristate(r, "tp_comm_overlap", w));
     LOOM_ASSIGN_OR_RETURN(p.ep_comm_overlap, tristate(r, "ep_comm_overlap", w));
     LOOM_ASSIGN_OR_RETURN(p.pp_blocking_p2p, tristate(r, "pp_blocking_p2p", w));
@@ -179,6 +184,8 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.tp_async_backward >= 0) opt.tp_async_backward = run.tp_async_backward == 1;
   if (run.dropout != -2) opt.dropout = run.dropout;
   if (run.fp8_params >= 0) opt.fp8_params = run.fp8_params == 1;
+  if (run.grad_nan_check >= 0) opt.grad_nan_check = run.grad_nan_check == 1;
+  if (run.grad_scale_pass >= 0) opt.grad_scale_pass = run.grad_scale_pass == 1;
   if (run.tp_comm_overlap >= 0) opt.tp_comm_overlap = run.tp_comm_overlap == 1;
   if (!run.tp_comm_overlap_cfg.empty()) {
     auto cfg = load_tp_overlap_config(run.tp_comm_overlap_cfg);  // checked on load

@@ -628,6 +628,86 @@ TEST(Evaluate, FsdpCopiesCostTheirPassesPerMicroBatch) {
   }
 }
 
+TEST(Evaluate, MegatronGradientBufferPassesCostTheirBytesOnceAStep) {
+  // Megatron-core's DDP, once a step on the compute stream, over the whole
+  // fp32 gradient buffer (4 bytes x P = 8.03e9 for Llama-3-8B on one stage,
+  // 32.1 GB): zeroing (write 4P), a norm per bucket for the NaN check (read
+  // 4P) and the 1/dp scaling (read + write 8P): 16P = 128.5 GB at the A100
+  // profile's streaming rate (2039 GB/s x 0.88 = 1794 GB/s) is 71.6 ms, plus
+  // launches: 1 zero, 2 per bucket for the norms, 1 per bucket for the
+  // scaling (4 buckets). Without data parallelism the scaling factor is 1
+  // and that pass is skipped.
+  TrainSpec t;
+  t.global_batch = 128;
+  t.seq_len = 2048;
+  const ModelSpec m = load_model_or_die("llama-3-8b");
+  const HwProfile hw = load_hw_or_die("dgx-a100-80gb");
+  SimOptions off;
+  off.framework = "megatron-core";
+  off.fp32_main_grads = true;
+  SimOptions on = off;
+  on.grad_buffer_zero = on.grad_nan_check = on.grad_scale_pass = true;
+  const Evaluator a(m, hw, t, off), b(m, hw, t, on);
+  const Layout l = L("dp=64,micro=1,zero=1");
+  const double P = stage_params(m, l, split_layers(m, l), 0).total();
+  EXPECT_NEAR(P, 8.03e9, 0.01e9);
+  const double bw = 2039e9 * 0.88;
+  const double d = b.stage_costs(l)[0].optimizer_s - a.stage_costs(l)[0].optimizer_s;
+  EXPECT_NEAR(d, 16 * P / bw + (1 + 2 * 4 + 4) * on.kernel_overhead_s, 1e-9);
+  EXPECT_NEAR(d, 0.0716, 0.0005);
+  const Layout one = L("dp=1,micro=1,zero=1");
+  const double d1 = b.stage_costs(one)[0].optimizer_s - a.stage_costs(one)[0].optimizer_s;
+  EXPECT_NEAR(d1, 8 * P / bw + (1 + 2 * 4) * on.kernel_overhead_s, 1e-9);
+  // Loom's own executor zeroes its gradients in its update (priced apart):
+  // these flags do not apply to it.
+  SimOptions loom_on;
+  loom_on.grad_buffer_zero = loom_on.grad_nan_check = loom_on.grad_scale_pass = true;
+  const Evaluator c(m, hw, t, SimOptions{}), e(m, hw, t, loom_on);
+  EXPECT_DOUBLE_EQ(c.stage_costs(l)[0].optimizer_s, e.stage_costs(l)[0].optimizer_s);
+}
+
+TEST(Evaluate, DenseEmbeddingGradientsCostTheWholeTableEveryMicroBatch) {
+  // PyTorch's dense embedding backward writes a zero-filled bf16 gradient of
+  // the whole local table, and Megatron-core's hook adds it into the fp32
+  // main gradient (read 4 + 2, write 4). Llama-3-8B: V x h = 128256 x 4096 =
+  // 525.3M elements; 2 bytes each is 1.05 GB (0.59 ms at 1794 GB/s), the add
+  // 10 bytes each 5.25 GB (2.93 ms). With TP = 2 each rank holds half the
+  // vocabulary.
+  TrainSpec t;
+  t.global_batch = 128;
+  t.seq_len = 2048;
+  const ModelSpec m = load_model_or_die("llama-3-8b");
+  const HwProfile hw = load_hw_or_die("dgx-a100-80gb");
+  const double bw = 2039e9 * 0.88, vh = 128256.0 * 4096;
+  for (int tp : {1, 2}) {
+    const ComputeShape sh = compute_shape(L("dp=8,tp=" + std::to_string(tp) + ",micro=1"), 2048, hw);
+    SimOptions off;
+    off.framework = "megatron-core";
+    off.fp32_main_grads = true;
+    SimOptions dense = off, hook = off;
+    dense.embedding_dense_grad = true;
+    hook.embedding_dense_grad = hook.grad_hook_add = true;
+    const double base = embedding_cost(m, hw, off, Precision::kBf16, sh).bwd_s;
+    EXPECT_NEAR(embedding_cost(m, hw, dense, Precision::kBf16, sh).bwd_s - base,
+                2 * vh / tp / bw + off.kernel_overhead_s, 1e-9) << tp;
+    EXPECT_NEAR(embedding_cost(m, hw, hook, Precision::kBf16, sh).bwd_s - base,
+                12 * vh / tp / bw + 2 * off.kernel_overhead_s, 1e-9) << tp;
+    // The forward is untouched.
+    EXPECT_DOUBLE_EQ(embedding_cost(m, hw, hook, Precision::kBf16, sh).fwd_s,
+                     embedding_cost(m, hw, off, Precision::kBf16, sh).fwd_s);
+  }
+  EXPECT_NEAR(2 * vh / bw, 0.000586, 0.000005);
+}
+
+TEST(Evaluate, HookAddedParametersAreTheNormsAndBiases) {
+  // Llama: two RMSNorm weights a layer. GPT-2: two LayerNorms (weight and
+  // bias each), the fused QKV bias, the projection's and both MLP linears'
+  // biases: 4 + 1 + 1 + 2 = 8. Qwen3 adds its q and k norms (4).
+  EXPECT_EQ(hook_added_params(load_model_or_die("llama-3-8b")), 2);
+  EXPECT_EQ(hook_added_params(load_model_or_die("gpt2-124m")), 8);
+  EXPECT_EQ(hook_added_params(load_model_or_die("qwen3-30b-a3b")), 4);
+}
+
 }  // namespace
 }  // namespace loom
 

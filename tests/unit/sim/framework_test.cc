@@ -49,6 +49,14 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_TRUE(tt.fsdp_copies);
   EXPECT_EQ(mc.layer_ops, LayerOps::kFused);
   EXPECT_FALSE(mc.fsdp_copies);
+  // Megatron-core's DDP zeroes, NaN-checks and (summing, not averaging)
+  // scales its gradient buffer each step, and its hook adds autograd's
+  // gradients into main_grad; every PyTorch stack's embedding gradient is
+  // dense. FSDP2 has none of DDP's passes.
+  EXPECT_TRUE(mc.grad_buffer_zero && mc.grad_nan_check && mc.grad_scale_pass && mc.grad_hook_add);
+  EXPECT_TRUE(mc.embedding_dense_grad);
+  EXPECT_TRUE(tt.embedding_dense_grad);
+  EXPECT_FALSE(tt.grad_buffer_zero || tt.grad_nan_check || tt.grad_scale_pass || tt.grad_hook_add);
   const Framework ds = load_or_die("deepspeed");
   // communication_data_type falls back to the model dtype (bf16); overlap_comm
   // defaults to stage == 3.
@@ -72,6 +80,11 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_EQ(back->framework, "megatron-core");
   EXPECT_EQ(back->fp8_scaling, Fp8Scaling::kDelayed);
   EXPECT_EQ(back->expert_gemm, ExpertGemm::kPerExpert);
+  EXPECT_TRUE(back->grad_buffer_zero && back->grad_nan_check && back->grad_scale_pass && back->grad_hook_add);
+  EXPECT_TRUE(back->embedding_dense_grad);
+  // Off, they are not written: plans made before them keep their hash.
+  for (const char* key : {"grad_buffer_zero", "grad_nan_check", "grad_scale_pass", "grad_hook_add", "embedding_dense_grad"})
+    EXPECT_EQ(sim_options_json(SimOptions{}).find(key), std::string::npos) << key;
   EXPECT_EQ(sim_options_json(SimOptions{}).find("expert_gemm"), std::string::npos);
   EXPECT_FALSE(parse_sim_options(R"({"expert_gemm": "batched"})").is_ok());
   SimOptions titan;
@@ -411,6 +424,10 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("gradients": {"fp32_main_grads": true, "source": "s"})", R"("gradients": {"fp32_main_grads": true})",
                "gradients.source");
   expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "jit", "source": "s"})", "layer.ops must be");
+  expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grads": true, "nan_check": "yes")",
+               "gradients.nan_check must be true or false");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"embedding_dense_grad": 1, "source": "s"})",
+               "layer.embedding_dense_grad must be true or false");
   expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "fused"})", "layer.source");
   expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "loop", "source": "s"})",
                "moe.expert_gemm must be grouped or per_expert");

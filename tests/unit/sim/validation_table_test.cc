@@ -132,6 +132,9 @@ TEST(ValidationTable, BadRowsNameTheField) {
   expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "liger", "cross_entropy_source": "s")",
                "cross_entropy must be");
   expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "te")", "cross_entropy_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "grad_nan_check": false)", "grad_buffer_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "grad_scale_pass": 0, "grad_buffer_source": "s")",
+               "grad_scale_pass must be true or false");
   expect_error(R"("source": "s")", R"("source": "s", "framework": "megatron-core", "layer_split": "even")",
                "layer_split must be any or equal_chunks");
   expect_error(R"("source": "s")", R"("source": "s", "layer_split": "equal_chunks")", "layer_split needs a framework");
