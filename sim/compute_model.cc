@@ -391,6 +391,25 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   }
   double elem_bwd_bytes = 2 * elem_bytes;
   int elem_bwd_kernels = 2 * kernels;
+  // A named stack's fused kernels, op by op, where their backward moves less
+  // than twice the forward: a norm's backward reads its input and the output
+  // gradient and writes the input gradient (3 passes, not 4: Transformer
+  // Engine's layernorm_bwd / rmsnorm_bwd); the fused SwiGLU's reads its two
+  // inputs and the output gradient and writes two gradients (5, not 6:
+  // Megatron's swiglu_back); the fused RoPE's reads and writes the gradient
+  // once (2, not 4: Transformer Engine's fused_rope backward); Qwen3's q/k
+  // norms as norms. Without a bias or dropout on the residual branch its
+  // add's backward is autograd's one accumulation of the two gradients into
+  // the residual stream (3 passes, not the 6 of a bias-dropout-add's
+  // backward). Loom's executor and eager stacks keep their own counts.
+  if (!opt.for_loom_executor() && !eager) {
+    elem_bwd_bytes -= 2 * (T * h * e) * r;
+    const bool branch_bias = m.attn_out_bias || m.linear_bias || m.mlp_bias;
+    if (!dropout && !branch_bias) elem_bwd_bytes -= 2 * (3 * T * h * e) * r;
+    if (m.mlp == MlpKind::kSwiGlu) elem_bwd_bytes -= act_elem_fwd * e;
+    if (m.position == PositionKind::kRope) elem_bwd_bytes -= 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
+    if (m.qk_norm && !m.mla.enabled) elem_bwd_bytes -= T * (heads_local + kv_heads / t) * qk_dim * e;
+  }
   if (eager) {
     // Eager PyTorch's extra passes over the fused count above (each op reads
     // its inputs and writes its output; fp32 = 4 bytes):

@@ -787,3 +787,44 @@ TEST(ComputeModel, Fp8CastsPriceTransformerEnginesMeasuredQuantization) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ComputeModel, NamedStacksFusedBackwardMovesWhatItsKernelsMove) {
+  // A named stack's fused layer (Megatron-core + Transformer Engine), one
+  // Llama-3-8B layer at 2048 tokens in bf16, against the twice-the-forward
+  // count Loom's executor keeps. U = 2048 x 4096 x 2 = 16,777,216 bytes.
+  // * the two norms' backward: 3U each, not 4U: -2U;
+  // * no bias or dropout on the residual branches: each add's backward is
+  //   one accumulation (3U), not 6U: -6U;
+  // * SwiGLU's backward 5 passes of its output's size, not 6: -2048 x 14336
+  //   x 2 = -58,720,256;
+  // * fused RoPE's backward reads and writes q and k once (2 passes, not 4):
+  //   -2 x 2048 x (32 + 8) x 128 x 2 = -41,943,040.
+  // Total: 8U + 58,720,256 + 41,943,040 = 234,881,024 bytes, 0.131 ms at the
+  // A100 profile's 1794 GB/s; the forward and the kernel counts unchanged.
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions executor;
+  SimOptions stack;
+  stack.framework = "megatron-core";
+  Layout l;
+  const ComputeShape sh = compute_shape(l, 2048, hw);
+  const PieceCost a = layer_cost(m, hw, executor, Precision::kBf16, sh, false);
+  const PieceCost b = layer_cost(m, hw, stack, Precision::kBf16, sh, false);
+  const double bw = 2039e9 * 0.88;
+  EXPECT_NEAR(a.bwd_s - b.bwd_s, 234881024.0 / bw, 1e-9);
+  EXPECT_NEAR(a.bwd_s - b.bwd_s, 0.000131, 0.000001);
+  EXPECT_DOUBLE_EQ(a.fwd_s, b.fwd_s);
+  // GPT-2 (LayerNorm, biases, dropout): only the norms change, 3U not 4U
+  // each: 2 x 1024 x 768 x 2 = 3,145,728 bytes at 1024 tokens.
+  ModelSpec g = testing::load_model_or_die("gpt2-124m");
+  const ComputeShape gs = compute_shape(l, 1024, hw);
+  EXPECT_NEAR(layer_cost(g, hw, executor, Precision::kBf16, gs, false).bwd_s -
+                  layer_cost(g, hw, stack, Precision::kBf16, gs, false).bwd_s,
+              3145728.0 / bw, 1e-9);
+}
+
+}  // namespace
+}  // namespace loom
