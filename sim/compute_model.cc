@@ -449,6 +449,32 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     elem_bwd_bytes += bwd;
     elem_bwd_kernels += k_bwd;
   }
+  // Megatron-core r0.8-v0.13's bshd copies (SimOptions::qkv_bshd_copies):
+  // v, a view into the fused QKV output, is copied (read + write); q and k
+  // too unless a fused RoPE wrote them anew (its output is contiguous in the
+  // transposed order: apex's transpose_output_memory, or at one sequence a
+  // micro-batch Transformer Engine's); their gradients come back three
+  // tensors apart and are concatenated (read + write the fused QKV's).
+  if (opt.qkv_bshd_copies && !m.mla.enabled && !eager) {
+    const double kv_local = kv_heads / t;
+    const bool qk_rewritten = m.position == PositionKind::kRope;
+    elem_bytes += 2 * T * kv_local * v_dim * e;
+    kernels += 1;
+    if (!qk_rewritten) {
+      elem_bytes += 2 * T * (heads_local + kv_local) * qk_dim * e;
+      kernels += 2;
+    }
+    elem_bwd_bytes += 2 * T * ((heads_local + kv_local) * qk_dim + kv_local * v_dim) * e;
+    elem_bwd_kernels += 1;
+  }
+  // Transformer Engine's fused norm + FP8 cast under delayed scaling
+  // (SimOptions::fp8_norm_cast_fused): the norms feeding a LayerNormLinear
+  // (the QKV's; the FC1's on a dense layer, where a MoE layer's norm feeds
+  // the router) write FP8 and transpose it, 5 bytes an element, not the 16-bit
+  // output (4) and the cast (4) counted above and in the casts.
+  if (opt.fp8_norm_cast_fused && opt.fp8_scaling == Fp8Scaling::kDelayed && gemm.fp8_casts > 0 && !eager &&
+      !m.mla.enabled)
+    elem_bytes -= 3 * T * h * r * (moe_layer ? 1 : 2);
   double elem_fwd_s = mem_time_s(hw, opt, elem_bytes + moe_bytes + moe_fp8_quant_bytes,
                                  kernels + moe_kernels + (moe_fp8_quant_bytes > 0 ? 1 : 0));
   // Megatron-core's main-gradient hook (SimOptions::grad_hook_add): one add

@@ -75,10 +75,10 @@ Status check_known_keys(const Json& j, const std::string& w) {
       {"pipeline", {"blocking_p2p", "overlap_p2p_comm", "fsdp_once", "layer_split"}},
       {"layouts", {"zero_stages", "pipeline_zero_stages", "schedules", "recompute", "selective_recompute",
                    "sequence_parallel"}},
-      {"fp8", {"scaling", "attention"}},
+      {"fp8", {"scaling", "attention", "norm_cast_fused"}},
       {"context_parallel", {"cp_comm"}},
       {"loss", {"cross_entropy"}},
-      {"layer", {"ops", "fsdp_copies", "embedding_dense_grad"}},
+      {"layer", {"ops", "fsdp_copies", "embedding_dense_grad", "qkv_bshd_copies"}},
       {"moe", {"expert_gemm"}},
   };
   for (const auto& [section_name, keys] : kKeys) {
@@ -185,6 +185,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   if (!parse_fp8_scaling(scaling, &f.fp8_scaling))
     return invalid_argument(w + ".fp8.scaling must be delayed or current, got '" + scaling + "'");
   LOOM_ASSIGN_OR_RETURN(f.fp8_attention, json_bool_or(*e, "attention", false, w + ".fp8"));
+  LOOM_ASSIGN_OR_RETURN(f.fp8_norm_cast_fused, json_bool_or(*e, "norm_cast_fused", false, w + ".fp8"));
 
   // Optional: the K/V exchanges of its context parallelism, with their source.
   if (j.contains("context_parallel")) {
@@ -218,6 +219,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
       return invalid_argument(w + ".layer.ops must be fused or torch_eager, got '" + ops + "'");
     LOOM_ASSIGN_OR_RETURN(f.fsdp_copies, json_bool_or(*ly, "fsdp_copies", false, w + ".layer"));
     LOOM_ASSIGN_OR_RETURN(f.embedding_dense_grad, json_bool_or(*ly, "embedding_dense_grad", false, w + ".layer"));
+    LOOM_ASSIGN_OR_RETURN(f.qkv_bshd_copies, json_bool_or(*ly, "qkv_bshd_copies", false, w + ".layer"));
   }
   // Optional: how the stack runs a MoE layer's local experts, with its source.
   if (j.contains("moe")) {
@@ -250,11 +252,13 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->pp_fsdp_once = f.pp_fsdp_once;
   opt->fp8_scaling = f.fp8_scaling;
   opt->fp8_attention = f.fp8_attention;
+  opt->fp8_norm_cast_fused = f.fp8_norm_cast_fused;
   opt->selective_recompute = f.selective_recompute;
   opt->cross_entropy = f.cross_entropy;
   opt->layer_ops = f.layer_ops;
   opt->fsdp_copies = f.fsdp_copies;
   opt->embedding_dense_grad = f.embedding_dense_grad;
+  opt->qkv_bshd_copies = f.qkv_bshd_copies;
   opt->grad_buffer_zero = f.grad_buffer_zero;
   opt->grad_nan_check = f.grad_nan_check;
   opt->grad_scale_pass = f.grad_scale_pass;

@@ -58,6 +58,7 @@ struct Framework {
   LayerOps layer_ops = LayerOps::kFused;  // layer.ops (optional section)
   bool fsdp_copies = false;               // layer.fsdp_copies
   bool embedding_dense_grad = false;      // layer.embedding_dense_grad
+  bool qkv_bshd_copies = false;           // layer.qkv_bshd_copies
   // gradients.zero_each_step / nan_check / scale_pass / hook_add
   // (SimOptions::grad_buffer_zero, grad_nan_check, grad_scale_pass, grad_hook_add)
   bool grad_buffer_zero = false, grad_nan_check = false, grad_scale_pass = false, grad_hook_add = false;
@@ -68,6 +69,7 @@ struct Framework {
   std::vector<CpComm> cp_comms{CpComm::kP2p};
   Fp8Scaling fp8_scaling = Fp8Scaling::kCurrent;
   bool fp8_attention = false;
+  bool fp8_norm_cast_fused = false;  // fp8.norm_cast_fused (SimOptions::fp8_norm_cast_fused)
   int dropout = -1;
 };
 

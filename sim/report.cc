@@ -139,6 +139,8 @@ std::string sim_options_json(const SimOptions& o) {
   if (o.fsdp_copies) j["fsdp_copies"] = true;
   // Written only when on, so plans made before them keep their hash.
   if (o.embedding_dense_grad) j["embedding_dense_grad"] = true;
+  if (o.qkv_bshd_copies) j["qkv_bshd_copies"] = true;
+  if (o.fp8_norm_cast_fused) j["fp8_norm_cast_fused"] = true;
   if (o.grad_buffer_zero) j["grad_buffer_zero"] = true;
   if (o.grad_nan_check) j["grad_nan_check"] = true;
   if (o.grad_scale_pass) j["grad_scale_pass"] = true;
@@ -195,6 +197,8 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
     return invalid_argument(w + ".layer_ops must be \"fused\" or \"torch_eager\", got \"" + ops + "\"");
   LOOM_ASSIGN_OR_RETURN(o.fsdp_copies, json_bool_or(j, "fsdp_copies", o.fsdp_copies, w));
   LOOM_ASSIGN_OR_RETURN(o.embedding_dense_grad, json_bool_or(j, "embedding_dense_grad", o.embedding_dense_grad, w));
+  LOOM_ASSIGN_OR_RETURN(o.qkv_bshd_copies, json_bool_or(j, "qkv_bshd_copies", o.qkv_bshd_copies, w));
+  LOOM_ASSIGN_OR_RETURN(o.fp8_norm_cast_fused, json_bool_or(j, "fp8_norm_cast_fused", o.fp8_norm_cast_fused, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_buffer_zero, json_bool_or(j, "grad_buffer_zero", o.grad_buffer_zero, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_nan_check, json_bool_or(j, "grad_nan_check", o.grad_nan_check, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_scale_pass, json_bool_or(j, "grad_scale_pass", o.grad_scale_pass, w));

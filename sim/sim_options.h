@@ -195,6 +195,20 @@ struct SimOptions {
   // zero-filled 16-bit gradient of the whole local table (V/t x h) is written
   // every micro-batch, then the tokens' rows are added into it.
   bool embedding_dense_grad = false;
+  // Megatron-core from core_r0.8.0 to core_v0.13 with RoPE fusion on hands
+  // Transformer Engine's attention q, k and v in the bshd format:
+  // TEDotProductAttention.forward runs x.transpose(0, 1).contiguous() on
+  // each, which copies every one that is not contiguous already (v, a view of
+  // the fused QKV output; q and k too where no fused RoPE rewrote them), and
+  // their gradients, three tensors apart, are concatenated back into the
+  // fused QKV's (torch.cat in Transformer Engine's _SplitAlongDim backward).
+  bool qkv_bshd_copies = false;
+  // Transformer Engine's LayerNormLinear under FP8 delayed scaling writes the
+  // norm's output in FP8 (layernorm_fwd_fp8 / the fused norm kernel: read 2
+  // bytes, write 1) and transposes it (read 1, write 1), where a plain count
+  // prices a 16-bit norm output and a separate cast (4 + 4 bytes an element):
+  // the QKV's input norm, and the FC1's on dense layers.
+  bool fp8_norm_cast_fused = false;
   // MoE routing: tokens of the busiest rank's experts over the balanced
   // share (1 = balanced, as Megatron-Bridge's MoE benchmarks force it; an
   // auxiliary-loss-balanced router in training runs above 1). The expert

@@ -91,6 +91,9 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(p.fp8_params, tristate(r, "fp8_params", w));
     LOOM_ASSIGN_OR_RETURN(p.grad_nan_check, tristate(r, "grad_nan_check", w));
     LOOM_ASSIGN_OR_RETURN(p.grad_scale_pass, tristate(r, "grad_scale_pass", w));
+    LOOM_ASSIGN_OR_RETURN(p.qkv_bshd_copies, tristate(r, "qkv_bshd_copies", w));
+    if (p.qkv_bshd_copies >= 0 && !(r.contains("qkv_bshd_source") && r["qkv_bshd_source"].is_string()))
+      return invalid_argument(w + ".qkv_bshd_source is missing: name the release and setting the row's q/k/v copies were read from");
     if ((p.grad_nan_check >= 0 || p.grad_scale_pass >= 0) &&
         !(r.contains("grad_buffer_source") && r["grad_buffer_source"].is_string()))
       return invalid_argument(w + ".grad_buffer_source is missing: name the code the row's gradient-buffer passes were read from");
@@ -186,6 +189,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.fp8_params >= 0) opt.fp8_params = run.fp8_params == 1;
   if (run.grad_nan_check >= 0) opt.grad_nan_check = run.grad_nan_check == 1;
   if (run.grad_scale_pass >= 0) opt.grad_scale_pass = run.grad_scale_pass == 1;
+  if (run.qkv_bshd_copies >= 0) opt.qkv_bshd_copies = run.qkv_bshd_copies == 1;
   if (run.tp_comm_overlap >= 0) opt.tp_comm_overlap = run.tp_comm_overlap == 1;
   if (!run.tp_comm_overlap_cfg.empty()) {
     auto cfg = load_tp_overlap_config(run.tp_comm_overlap_cfg);  // checked on load

@@ -39,6 +39,7 @@ struct PublishedRun {
   std::string framework;   // frameworks/<name>, empty: Loom's defaults
   // Overrides of the framework's options (absent: the framework's).
   int grad_nan_check = -1, grad_scale_pass = -1;  // SimOptions' gradient-buffer passes (grad_buffer_source)
+  int qkv_bshd_copies = -1;                       // SimOptions::qkv_bshd_copies (qkv_bshd_source)
   int flash_attention = -1, dropout = -2, fp32_main_grads = -1, tp_async_backward = -1, fp8_params = -1,
       tp_comm_overlap = -1, ep_comm_overlap = -1,
       pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1, moe_dedup_dispatch = -1, moe_fp8_dispatch = -1;

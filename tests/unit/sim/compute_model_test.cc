@@ -828,3 +828,71 @@ TEST(ComputeModel, NamedStacksFusedBackwardMovesWhatItsKernelsMove) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ComputeModel, MegatronBshdCopiesOfQkvAndTheirGradients) {
+  // Megatron-core r0.5-v0.13 with RoPE fusion: q, k and v go to Transformer
+  // Engine through x.transpose(0, 1).contiguous(). GPT-2 124M (learned
+  // positions, 12 heads of 64) at 1024 tokens: all three are views into the
+  // fused QKV output, so all three are copied, read + write 3 x 1024 x 768 x
+  // 2 bytes = 9,437,184, three kernels; their gradients are concatenated
+  // back, the same bytes, one kernel. Llama-3-8B (RoPE: q and k rewritten by
+  // the fused kernel, 8 K/V heads of 128) at 2048 tokens: v alone, 2 x 2048 x
+  // 1024 x 2 = 8,388,608 bytes; the concatenation 2 x 2048 x (32 + 16) x 128
+  // x 2 = 50,331,648.
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  SimOptions off;
+  off.framework = "megatron-core";
+  SimOptions on = off;
+  on.qkv_bshd_copies = true;
+  const double bw = 2039e9 * 0.88, launch = off.kernel_overhead_s;
+  Layout l;
+  struct Case {
+    const char* model;
+    int tokens;
+    double fwd_bytes, bwd_bytes;
+    int fwd_kernels;
+  };
+  for (const Case& c : {Case{"gpt2-124m", 1024, 9437184, 9437184, 3}, Case{"llama-3-8b", 2048, 8388608, 50331648, 1}}) {
+    ModelSpec m = testing::load_model_or_die(c.model);
+    const ComputeShape sh = compute_shape(l, c.tokens, hw);
+    const PieceCost a = layer_cost(m, hw, off, Precision::kBf16, sh, false);
+    const PieceCost b = layer_cost(m, hw, on, Precision::kBf16, sh, false);
+    EXPECT_NEAR(b.fwd_s - a.fwd_s, c.fwd_bytes / bw + c.fwd_kernels * launch, 1e-9) << c.model;
+    EXPECT_NEAR(b.bwd_s - a.bwd_s, c.bwd_bytes / bw + launch, 1e-9) << c.model;
+  }
+}
+
+TEST(ComputeModel, TransformerEngineFusesTheNormAndItsFp8CastUnderDelayedScaling) {
+  // The QKV's and FC1's input norms of a dense layer write FP8 and its
+  // transpose (read 2, write 1, then read 1 and write 1: 5 bytes an element)
+  // instead of a 16-bit output and a separate cast (4 + 4): 3 bytes less for
+  // each of 2 x 2048 x 4096 elements of Llama-3-8B at 2048 tokens,
+  // 50,331,648 bytes of the forward. Current scaling casts in a pass of its
+  // own: no change.
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions off;
+  off.framework = "megatron-core";
+  off.fp8_scaling = Fp8Scaling::kDelayed;
+  SimOptions on = off;
+  on.fp8_norm_cast_fused = true;
+  Layout l;
+  const ComputeShape sh = compute_shape(l, 2048, hw);
+  const PieceCost a = layer_cost(m, hw, off, Precision::kFp8, sh, false);
+  const PieceCost b = layer_cost(m, hw, on, Precision::kFp8, sh, false);
+  const double bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  EXPECT_NEAR(a.fwd_s - b.fwd_s, 50331648.0 / bw, 1e-9);
+  EXPECT_DOUBLE_EQ(a.bwd_s, b.bwd_s);
+  off.fp8_scaling = on.fp8_scaling = Fp8Scaling::kCurrent;
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, off, Precision::kFp8, sh, false).fwd_s,
+                   layer_cost(m, hw, on, Precision::kFp8, sh, false).fwd_s);
+  // In 16 bits there is no cast to fuse.
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, off, Precision::kBf16, sh, false).fwd_s,
+                   layer_cost(m, hw, on, Precision::kBf16, sh, false).fwd_s);
+}
+
+}  // namespace
+}  // namespace loom

@@ -56,6 +56,11 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_TRUE(mc.grad_buffer_zero && mc.grad_nan_check && mc.grad_scale_pass && mc.grad_hook_add);
   EXPECT_TRUE(mc.embedding_dense_grad);
   EXPECT_TRUE(tt.embedding_dense_grad);
+  // Transformer Engine's LayerNormLinear writes FP8 under delayed scaling;
+  // the q/k/v bshd copies ended with core_v0.14 (rows on older releases say so).
+  EXPECT_TRUE(mc.fp8_norm_cast_fused);
+  EXPECT_FALSE(mc.qkv_bshd_copies);
+  EXPECT_FALSE(tt.fp8_norm_cast_fused);
   EXPECT_FALSE(tt.grad_buffer_zero || tt.grad_nan_check || tt.grad_scale_pass || tt.grad_hook_add);
   const Framework ds = load_or_die("deepspeed");
   // communication_data_type falls back to the model dtype (bf16); overlap_comm

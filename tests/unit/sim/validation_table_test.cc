@@ -133,6 +133,7 @@ TEST(ValidationTable, BadRowsNameTheField) {
                "cross_entropy must be");
   expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "te")", "cross_entropy_source is missing");
   expect_error(R"("source": "s")", R"("source": "s", "grad_nan_check": false)", "grad_buffer_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "qkv_bshd_copies": true)", "qkv_bshd_source is missing");
   expect_error(R"("source": "s")", R"("source": "s", "grad_scale_pass": 0, "grad_buffer_source": "s")",
                "grad_scale_pass must be true or false");
   expect_error(R"("source": "s")", R"("source": "s", "framework": "megatron-core", "layer_split": "even")",
