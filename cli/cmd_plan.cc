@@ -67,6 +67,8 @@ struct PlanArgs {
   std::string expert_gemm;    // empty: the framework's, else grouped
   bool fp8_attention = false;
   bool fp8_params = false;
+  bool ddp_average_in_collective = false;
+  bool no_grad_nan_check = false;
   std::string framework;    // frameworks/<name>.json; empty: none
   int dropout = -2;         // -2: not given (the framework's, else -1)
   int grad_buckets = kDefaultGradBuckets;
@@ -205,6 +207,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.expert_gemm = a.expert_gemm;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
+  req.ddp_average_in_collective = a.ddp_average_in_collective;
+  req.no_grad_nan_check = a.no_grad_nan_check;
   req.fp8_attention = a.fp8_attention;
   req.dropout = a.dropout;
   req.grad_buckets = a.grad_buckets;
@@ -473,6 +477,12 @@ int cmd_plan(int argc, char** argv) {
   app.add_flag("--fp8-params", a.fp8_params,
                "fp8 parameters (Megatron --fp8-param-gather): only the fp8 weight and its transpose are kept, "
                "gathered at 1 byte a parameter");
+  app.add_flag("--ddp-average-in-collective", a.ddp_average_in_collective,
+               "Megatron's --ddp-average-in-collective (NeMo 2.0's and Megatron-Bridge's recipes): NCCL averages the "
+               "gradients, no 1/dp pass over the gradient buffer before the collective");
+  app.add_flag("--no-check-for-nan-in-grad", a.no_grad_nan_check,
+               "Megatron's --no-check-for-nan-in-loss-and-grad (Megatron-Bridge's performance scripts): no NaN-check "
+               "norm over each gradient bucket before its collective");
   app.add_option("--dropout", a.dropout, "-1 from the model family, 0 off, 1 on");
   app.add_option("--grad-buckets", a.grad_buckets,
                  "gradient buckets per model chunk: the data-parallel syncs the program overlaps with backward "

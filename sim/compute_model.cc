@@ -27,11 +27,12 @@ double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int 
 
 }  // namespace
 
-int hook_added_params(const ModelSpec& m) {
+int hook_added_params(const ModelSpec& m, bool moe_layer) {
   const int norm = m.norm == NormKind::kLayerNorm ? 2 : 1;  // weight (+ bias)
   int n = 2 * norm;                                         // the two pre-norms
   if (m.qk_norm && !m.mla.enabled) n += 2;
-  if (m.mla.enabled) n += 2;  // the q and kv latent norms (MLA)
+  if (m.mla.enabled) n += m.mla.q_lora_rank > 0 ? 2 : 1;  // the kv (and q) latent norms (MLA)
+  if (moe_layer) n += 1;     // the router's weight (TopKRouter: a plain autograd gradient)
   if (m.qkv_bias) n += 1;    // the fused QKV linear's bias
   if (m.attn_out_bias || m.linear_bias) n += 1;
   if (m.mlp_bias || m.linear_bias) n += 2;  // the first and second MLP linears
@@ -401,14 +402,24 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // norms as norms. Without a bias or dropout on the residual branch its
   // add's backward is autograd's one accumulation of the two gradients into
   // the residual stream (3 passes, not the 6 of a bias-dropout-add's
-  // backward). Loom's executor and eager stacks keep their own counts.
-  if (!opt.for_loom_executor() && !eager) {
+  // backward). Set by the stacks whose layers run these kernels
+  // (SimOptions::fused_layer_backward); Loom's executor, eager and unnamed
+  // stacks keep twice the forward.
+  if (opt.fused_layer_backward && !eager) {
     elem_bwd_bytes -= 2 * (T * h * e) * r;
     const bool branch_bias = m.attn_out_bias || m.linear_bias || m.mlp_bias;
     if (!dropout && !branch_bias) elem_bwd_bytes -= 2 * (3 * T * h * e) * r;
     if (m.mlp == MlpKind::kSwiGlu) elem_bwd_bytes -= act_elem_fwd * e;
     if (m.position == PositionKind::kRope) elem_bwd_bytes -= 2 * T * (heads_local + kv_heads / t) * qk_dim * e;
     if (m.qk_norm && !m.mla.enabled) elem_bwd_bytes -= T * (heads_local + kv_heads / t) * qk_dim * e;
+    // With RoPE the fused kernel's backward writes dq and dk as tensors of
+    // their own, so Transformer Engine's _SplitAlongDim cannot hand the
+    // fused QKV a view of one buffer and concatenates the three gradients
+    // (torch.cat: read + write them), in every release.
+    if (m.position == PositionKind::kRope && !m.mla.enabled) {
+      elem_bwd_bytes += 2 * T * ((heads_local + kv_heads / t) * qk_dim + kv_heads / t * v_dim) * e;
+      elem_bwd_kernels += 1;
+    }
   }
   if (eager) {
     // Eager PyTorch's extra passes over the fused count above (each op reads
@@ -449,23 +460,31 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     elem_bwd_bytes += bwd;
     elem_bwd_kernels += k_bwd;
   }
-  // Megatron-core r0.8-v0.13's bshd copies (SimOptions::qkv_bshd_copies):
+  // Megatron-core r0.5-v0.13's bshd copies (SimOptions::qkv_bshd_copies):
   // v, a view into the fused QKV output, is copied (read + write); q and k
   // too unless a fused RoPE wrote them anew (its output is contiguous in the
   // transposed order: apex's transpose_output_memory, or at one sequence a
   // micro-batch Transformer Engine's); their gradients come back three
   // tensors apart and are concatenated (read + write the fused QKV's).
+  double bshd_fwd_bytes = 0;  // re-run with the attention core under selective recompute
+  int bshd_fwd_kernels = 0;
   if (opt.qkv_bshd_copies && !m.mla.enabled && !eager) {
     const double kv_local = kv_heads / t;
-    const bool qk_rewritten = m.position == PositionKind::kRope;
-    elem_bytes += 2 * T * kv_local * v_dim * e;
-    kernels += 1;
-    if (!qk_rewritten) {
-      elem_bytes += 2 * T * (heads_local + kv_local) * qk_dim * e;
-      kernels += 2;
+    const bool rope = m.position == PositionKind::kRope;
+    bshd_fwd_bytes = 2 * T * kv_local * v_dim * e;
+    bshd_fwd_kernels = 1;
+    if (!rope) {
+      bshd_fwd_bytes += 2 * T * (heads_local + kv_local) * qk_dim * e;
+      bshd_fwd_kernels += 2;
     }
-    elem_bwd_bytes += 2 * T * ((heads_local + kv_local) * qk_dim + kv_local * v_dim) * e;
-    elem_bwd_kernels += 1;
+    elem_bytes += bshd_fwd_bytes;
+    kernels += bshd_fwd_kernels;
+    // The concatenation of the gradients (priced above for a fused stack's
+    // RoPE layers, which run it in every release).
+    if (!(rope && opt.fused_layer_backward)) {
+      elem_bwd_bytes += 2 * T * ((heads_local + kv_local) * qk_dim + kv_local * v_dim) * e;
+      elem_bwd_kernels += 1;
+    }
   }
   // Transformer Engine's fused norm + FP8 cast under delayed scaling
   // (SimOptions::fp8_norm_cast_fused): the norms feeding a LayerNormLinear
@@ -482,7 +501,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // autograd returns instead of its GEMM accumulating it (norm weights and
   // biases, the linears' biases); their bytes are negligible beside the
   // layer's.
-  if (opt.grad_hook_add) elem_bwd_kernels += hook_added_params(m);
+  if (opt.grad_hook_add) elem_bwd_kernels += hook_added_params(m, moe_layer);
   double elem_bwd_s = mem_time_s(hw, opt, elem_bwd_bytes + moe_bytes, elem_bwd_kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------
@@ -661,7 +680,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     if (modules & kRecomputeCoreAttn) {
       // The attention core (Korthikanti et al. 2022; Megatron's default
       // core_attn); under CP with its ring.
-      c.recompute_s = core_fwd_s + c.fwd_cp_s;
+      // Megatron's checkpoint wraps TEDotProductAttention.forward, so the
+      // bshd copies (SimOptions::qkv_bshd_copies) run again with it.
+      c.recompute_s = core_fwd_s + c.fwd_cp_s +
+                      (bshd_fwd_kernels > 0 ? mem_time_s(hw, opt, bshd_fwd_bytes, bshd_fwd_kernels) : 0.0);
       c.recompute_cp_s = c.fwd_cp_s;
       c.recompute_flops = core_flops;
     }
@@ -824,7 +846,9 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   c.fwd_s = head_gemm_fwd + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
   // (The final norm's weight, and bias, through Megatron-core's main-gradient hook.)
   const int norm_hook = opt.grad_hook_add ? (m.norm == NormKind::kLayerNorm ? 2 : 1) : 0;
-  c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, 2 * norm_bytes, 2 + norm_hook) + ce_bwd_s + bwd_exposed +
+  // (The final norm's backward: 3 passes of its input for a fused stack, as a layer's.)
+  const double norm_bwd_bytes = opt.fused_layer_backward ? 1.5 * norm_bytes : 2 * norm_bytes;
+  c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, norm_bwd_bytes, 2 + norm_hook) + ce_bwd_s + bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
   // (Loom's executor leaves the head's weight gradient in its backward.)
   c.wgrad_s = opt.for_loom_executor() ? 0 : head_gemm_bwd / 2;

@@ -101,7 +101,7 @@ PieceCost layer_cost(const ModelSpec& model, const HwProfile& hw, const SimOptio
 // A layer's parameters whose gradient Megatron-core's hook adds into the
 // main gradient one kernel each (SimOptions::grad_hook_add): norm weights and
 // biases, the linears' biases.
-int hook_added_params(const ModelSpec& model);
+int hook_added_params(const ModelSpec& model, bool moe_layer);
 // Token (+position) embedding on the first chunk: lookup, TP all-reduce.
 PieceCost embedding_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
                          const ComputeShape& shape);

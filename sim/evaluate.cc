@@ -357,7 +357,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   // zeroed before the first micro-batch, one norm read per bucket, and the
   // 1/dp scaling read and written where data parallelism sums.
   if (!opt_.for_loom_executor()) {
-    const double buffer = params.total() * grad_elem_bytes(p, opt_);
+    // (Sharded under ZeRO-2/3: Megatron-FSDP's gradient buffer holds the rank's shard.)
+    const double buffer = (l.zero >= 2 ? local_params : params.total()) * grad_elem_bytes(p, opt_);
     const int buckets = std::max(1, opt_.grad_buckets) * l.virtual_stages;
     double bytes = 0;
     int kernels = 0;

@@ -78,7 +78,7 @@ Status check_known_keys(const Json& j, const std::string& w) {
       {"fp8", {"scaling", "attention", "norm_cast_fused"}},
       {"context_parallel", {"cp_comm"}},
       {"loss", {"cross_entropy"}},
-      {"layer", {"ops", "fsdp_copies", "embedding_dense_grad", "qkv_bshd_copies"}},
+      {"layer", {"ops", "fsdp_copies", "embedding_dense_grad", "qkv_bshd_copies", "fused_backward"}},
       {"moe", {"expert_gemm"}},
   };
   for (const auto& [section_name, keys] : kKeys) {
@@ -220,6 +220,9 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     LOOM_ASSIGN_OR_RETURN(f.fsdp_copies, json_bool_or(*ly, "fsdp_copies", false, w + ".layer"));
     LOOM_ASSIGN_OR_RETURN(f.embedding_dense_grad, json_bool_or(*ly, "embedding_dense_grad", false, w + ".layer"));
     LOOM_ASSIGN_OR_RETURN(f.qkv_bshd_copies, json_bool_or(*ly, "qkv_bshd_copies", false, w + ".layer"));
+    LOOM_ASSIGN_OR_RETURN(f.fused_layer_backward, json_bool_or(*ly, "fused_backward", false, w + ".layer"));
+    if (f.fused_layer_backward && f.layer_ops == LayerOps::kTorchEager)
+      return invalid_argument(w + ".layer.fused_backward describes fused kernels, but layer.ops is torch_eager; drop one");
   }
   // Optional: how the stack runs a MoE layer's local experts, with its source.
   if (j.contains("moe")) {
@@ -259,6 +262,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->fsdp_copies = f.fsdp_copies;
   opt->embedding_dense_grad = f.embedding_dense_grad;
   opt->qkv_bshd_copies = f.qkv_bshd_copies;
+  opt->fused_layer_backward = f.fused_layer_backward;
   opt->grad_buffer_zero = f.grad_buffer_zero;
   opt->grad_nan_check = f.grad_nan_check;
   opt->grad_scale_pass = f.grad_scale_pass;

@@ -59,6 +59,7 @@ struct Framework {
   bool fsdp_copies = false;               // layer.fsdp_copies
   bool embedding_dense_grad = false;      // layer.embedding_dense_grad
   bool qkv_bshd_copies = false;           // layer.qkv_bshd_copies
+  bool fused_layer_backward = false;      // layer.fused_backward
   // gradients.zero_each_step / nan_check / scale_pass / hook_add
   // (SimOptions::grad_buffer_zero, grad_nan_check, grad_scale_pass, grad_hook_add)
   bool grad_buffer_zero = false, grad_nan_check = false, grad_scale_pass = false, grad_hook_add = false;

@@ -124,6 +124,8 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (!req.expert_gemm.empty()) parse_expert_gemm(req.expert_gemm, &opt.expert_gemm);  // checked there too
   if (req.fp8_attention) opt.fp8_attention = true;
   if (req.fp8_params) opt.fp8_params = true;
+  if (req.ddp_average_in_collective) opt.grad_scale_pass = false;
+  if (req.no_grad_nan_check) opt.grad_nan_check = false;
   if (req.dropout != -2) opt.dropout = req.dropout;
   opt.grad_buckets = req.grad_buckets;
   if (hw.is_cpu()) {

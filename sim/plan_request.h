@@ -58,6 +58,13 @@ struct PlanRequest {
   std::string expert_gemm;         // SimOptions::expert_gemm; empty: the framework's, else grouped
   bool fp8_attention = false;      // SimOptions::fp8_attention
   bool fp8_params = false;         // SimOptions::fp8_params
+  // Megatron-core DDP settings the framework file fixes at Megatron-LM's
+  // command-line defaults: --ddp-average-in-collective (no 1/dp pass,
+  // SimOptions::grad_scale_pass off) and --no-check-for-nan-in-loss-and-grad
+  // (no NaN-check norm, SimOptions::grad_nan_check off), as NeMo 2.0 and
+  // Megatron-Bridge set them.
+  bool ddp_average_in_collective = false;
+  bool no_grad_nan_check = false;
   int dropout = -2;  // -1: from the model family, 0 off, 1 on; -2: the framework's (else -1)
   int grad_buckets = kDefaultGradBuckets;  // gradient buckets per model chunk (the program's)
 };

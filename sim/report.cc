@@ -140,6 +140,7 @@ std::string sim_options_json(const SimOptions& o) {
   // Written only when on, so plans made before them keep their hash.
   if (o.embedding_dense_grad) j["embedding_dense_grad"] = true;
   if (o.qkv_bshd_copies) j["qkv_bshd_copies"] = true;
+  if (o.fused_layer_backward) j["fused_layer_backward"] = true;
   if (o.fp8_norm_cast_fused) j["fp8_norm_cast_fused"] = true;
   if (o.grad_buffer_zero) j["grad_buffer_zero"] = true;
   if (o.grad_nan_check) j["grad_nan_check"] = true;
@@ -198,6 +199,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.fsdp_copies, json_bool_or(j, "fsdp_copies", o.fsdp_copies, w));
   LOOM_ASSIGN_OR_RETURN(o.embedding_dense_grad, json_bool_or(j, "embedding_dense_grad", o.embedding_dense_grad, w));
   LOOM_ASSIGN_OR_RETURN(o.qkv_bshd_copies, json_bool_or(j, "qkv_bshd_copies", o.qkv_bshd_copies, w));
+  LOOM_ASSIGN_OR_RETURN(o.fused_layer_backward, json_bool_or(j, "fused_layer_backward", o.fused_layer_backward, w));
   LOOM_ASSIGN_OR_RETURN(o.fp8_norm_cast_fused, json_bool_or(j, "fp8_norm_cast_fused", o.fp8_norm_cast_fused, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_buffer_zero, json_bool_or(j, "grad_buffer_zero", o.grad_buffer_zero, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_nan_check, json_bool_or(j, "grad_nan_check", o.grad_nan_check, w));

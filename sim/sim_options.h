@@ -195,7 +195,7 @@ struct SimOptions {
   // zero-filled 16-bit gradient of the whole local table (V/t x h) is written
   // every micro-batch, then the tokens' rows are added into it.
   bool embedding_dense_grad = false;
-  // Megatron-core from core_r0.8.0 to core_v0.13 with RoPE fusion on hands
+  // Megatron-core from core_r0.5.0 to core_v0.13 with RoPE fusion on hands
   // Transformer Engine's attention q, k and v in the bshd format:
   // TEDotProductAttention.forward runs x.transpose(0, 1).contiguous() on
   // each, which copies every one that is not contiguous already (v, a view of
@@ -203,6 +203,12 @@ struct SimOptions {
   // their gradients, three tensors apart, are concatenated back into the
   // fused QKV's (torch.cat in Transformer Engine's _SplitAlongDim backward).
   bool qkv_bshd_copies = false;
+  // The stack's fused layer kernels move what they move in backward, op by
+  // op, not twice the forward (sim/compute_model.cc; frameworks/<name>.json
+  // layer.fused_backward): Transformer Engine's norm backward, Megatron's
+  // swiglu_back, the fused RoPE's backward, autograd's residual
+  // accumulation; and with RoPE the concatenation of the q/k/v gradients.
+  bool fused_layer_backward = false;
   // Transformer Engine's LayerNormLinear under FP8 delayed scaling writes the
   // norm's output in FP8 (layernorm_fwd_fp8 / the fused norm kernel: read 2
   // bytes, write 1) and transposes it (read 1, write 1), where a plain count

@@ -806,17 +806,30 @@ TEST(ComputeModel, NamedStacksFusedBackwardMovesWhatItsKernelsMove) {
   // A100 profile's 1794 GB/s; the forward and the kernel counts unchanged.
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
   ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  // With RoPE the fused kernel writes dq and dk apart, so the three
+  // gradients are concatenated for the fused QKV: + 2 x 2048 x (32 + 16) x
+  // 128 x 2 = 50,331,648 bytes and one kernel. Net 184,549,376 bytes less.
   SimOptions executor;
   SimOptions stack;
   stack.framework = "megatron-core";
+  stack.fused_layer_backward = true;
   Layout l;
   const ComputeShape sh = compute_shape(l, 2048, hw);
   const PieceCost a = layer_cost(m, hw, executor, Precision::kBf16, sh, false);
   const PieceCost b = layer_cost(m, hw, stack, Precision::kBf16, sh, false);
-  const double bw = 2039e9 * 0.88;
-  EXPECT_NEAR(a.bwd_s - b.bwd_s, 234881024.0 / bw, 1e-9);
-  EXPECT_NEAR(a.bwd_s - b.bwd_s, 0.000131, 0.000001);
+  const double bw = 2039e9 * 0.88, launch = stack.kernel_overhead_s;
+  EXPECT_NEAR(a.bwd_s - b.bwd_s, (234881024.0 - 50331648.0) / bw - launch, 1e-9);
+  EXPECT_NEAR(a.bwd_s - b.bwd_s, 0.000099, 0.000002);
   EXPECT_DOUBLE_EQ(a.fwd_s, b.fwd_s);
+  // Only where the stack says its kernels are these: a framework named
+  // without it (DeepSpeed's Hugging Face layers), or an unnamed stack, keeps
+  // twice the forward.
+  SimOptions other;
+  other.framework = "deepspeed";
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, other, Precision::kBf16, sh, false).bwd_s, a.bwd_s);
+  SimOptions unnamed;
+  unnamed.loom_executor = false;
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, unnamed, Precision::kBf16, sh, false).bwd_s, a.bwd_s);
   // GPT-2 (LayerNorm, biases, dropout): only the norms change, 3U not 4U
   // each: 2 x 1024 x 768 x 2 = 3,145,728 bytes at 1024 tokens.
   ModelSpec g = testing::load_model_or_die("gpt2-124m");
@@ -824,6 +837,25 @@ TEST(ComputeModel, NamedStacksFusedBackwardMovesWhatItsKernelsMove) {
   EXPECT_NEAR(layer_cost(g, hw, executor, Precision::kBf16, gs, false).bwd_s -
                   layer_cost(g, hw, stack, Precision::kBf16, gs, false).bwd_s,
               3145728.0 / bw, 1e-9);
+}
+
+TEST(ComputeModel, SelectiveRecomputeRerunsTheBshdCopiesWithTheAttentionCore) {
+  // Megatron's core_attn checkpoint wraps TEDotProductAttention.forward,
+  // where the bshd copies run: GPT-2 124M at 1024 tokens re-copies q, k and
+  // v (9,437,184 bytes, three kernels) with the attention core.
+  HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
+  ModelSpec g = testing::load_model_or_die("gpt2-124m");
+  SimOptions off;
+  off.framework = "megatron-core";
+  SimOptions on = off;
+  on.qkv_bshd_copies = true;
+  Layout l;
+  l.recompute = Recompute::kSelective;
+  const ComputeShape sh = compute_shape(l, 1024, hw);
+  const double bw = 2039e9 * 0.88;
+  EXPECT_NEAR(layer_cost(g, hw, on, Precision::kBf16, sh, false).recompute_s -
+                  layer_cost(g, hw, off, Precision::kBf16, sh, false).recompute_s,
+              9437184.0 / bw + 3 * off.kernel_overhead_s, 1e-9);
 }
 
 }  // namespace

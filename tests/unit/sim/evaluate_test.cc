@@ -655,6 +655,11 @@ TEST(Evaluate, MegatronGradientBufferPassesCostTheirBytesOnceAStep) {
   const double d = b.stage_costs(l)[0].optimizer_s - a.stage_costs(l)[0].optimizer_s;
   EXPECT_NEAR(d, 16 * P / bw + (1 + 2 * 4 + 4) * on.kernel_overhead_s, 1e-9);
   EXPECT_NEAR(d, 0.0716, 0.0005);
+  // Sharded under ZeRO-3 (Megatron-FSDP's buffer holds the rank's shard):
+  // a 64th of it.
+  const Layout z3 = L("dp=64,micro=1,zero=3");
+  const double d3 = b.stage_costs(z3)[0].optimizer_s - a.stage_costs(z3)[0].optimizer_s;
+  EXPECT_NEAR(d3, 16 * P / 64 / bw + (1 + 2 * 4 + 4) * on.kernel_overhead_s, 1e-9);
   const Layout one = L("dp=1,micro=1,zero=1");
   const double d1 = b.stage_costs(one)[0].optimizer_s - a.stage_costs(one)[0].optimizer_s;
   EXPECT_NEAR(d1, 8 * P / bw + (1 + 2 * 4) * on.kernel_overhead_s, 1e-9);
@@ -703,9 +708,12 @@ TEST(Evaluate, HookAddedParametersAreTheNormsAndBiases) {
   // Llama: two RMSNorm weights a layer. GPT-2: two LayerNorms (weight and
   // bias each), the fused QKV bias, the projection's and both MLP linears'
   // biases: 4 + 1 + 1 + 2 = 8. Qwen3 adds its q and k norms (4).
-  EXPECT_EQ(hook_added_params(load_model_or_die("llama-3-8b")), 2);
-  EXPECT_EQ(hook_added_params(load_model_or_die("gpt2-124m")), 8);
-  EXPECT_EQ(hook_added_params(load_model_or_die("qwen3-30b-a3b")), 4);
+  // A MoE layer adds its router's weight; DeepSeek-V3's MLA its q and kv
+  // latent norms.
+  EXPECT_EQ(hook_added_params(load_model_or_die("llama-3-8b"), false), 2);
+  EXPECT_EQ(hook_added_params(load_model_or_die("gpt2-124m"), false), 8);
+  EXPECT_EQ(hook_added_params(load_model_or_die("qwen3-30b-a3b"), true), 5);
+  EXPECT_EQ(hook_added_params(load_model_or_die("deepseek-v3"), true), 5);
 }
 
 }  // namespace

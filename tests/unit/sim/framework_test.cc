@@ -61,8 +61,11 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_TRUE(mc.fp8_norm_cast_fused);
   EXPECT_FALSE(mc.qkv_bshd_copies);
   EXPECT_FALSE(tt.fp8_norm_cast_fused);
+  EXPECT_TRUE(mc.fused_layer_backward);
+  EXPECT_FALSE(tt.fused_layer_backward);
   EXPECT_FALSE(tt.grad_buffer_zero || tt.grad_nan_check || tt.grad_scale_pass || tt.grad_hook_add);
   const Framework ds = load_or_die("deepspeed");
+  EXPECT_FALSE(ds.fused_layer_backward);  // Hugging Face's layers, not Transformer Engine's
   // communication_data_type falls back to the model dtype (bf16); overlap_comm
   // defaults to stage == 3.
   EXPECT_FALSE(ds.fp32_main_grads);
@@ -88,7 +91,10 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_TRUE(back->grad_buffer_zero && back->grad_nan_check && back->grad_scale_pass && back->grad_hook_add);
   EXPECT_TRUE(back->embedding_dense_grad);
   // Off, they are not written: plans made before them keep their hash.
-  for (const char* key : {"grad_buffer_zero", "grad_nan_check", "grad_scale_pass", "grad_hook_add", "embedding_dense_grad"})
+  EXPECT_TRUE(back->fp8_norm_cast_fused && back->fused_layer_backward);
+  EXPECT_FALSE(back->qkv_bshd_copies);
+  for (const char* key : {"grad_buffer_zero", "grad_nan_check", "grad_scale_pass", "grad_hook_add", "embedding_dense_grad",
+                          "qkv_bshd_copies", "fp8_norm_cast_fused", "fused_layer_backward"})
     EXPECT_EQ(sim_options_json(SimOptions{}).find(key), std::string::npos) << key;
   EXPECT_EQ(sim_options_json(SimOptions{}).find("expert_gemm"), std::string::npos);
   EXPECT_FALSE(parse_sim_options(R"({"expert_gemm": "batched"})").is_ok());
@@ -433,6 +439,8 @@ TEST(Framework, BadFilesNameTheKey) {
                "gradients.nan_check must be true or false");
   expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"embedding_dense_grad": 1, "source": "s"})",
                "layer.embedding_dense_grad must be true or false");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "torch_eager", "fused_backward": true, "source": "s"})",
+               "layer.fused_backward describes fused kernels");
   expect_error(R"("source": "s"})", R"("source": "s"}, "layer": {"ops": "fused"})", "layer.source");
   expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "loop", "source": "s"})",
                "moe.expert_gemm must be grouped or per_expert");
