@@ -131,6 +131,11 @@ Result<std::string> export_megatron_args(const Plan& p) {
   // where Loom's executor sums what arrives in fp32 (docs/executor.md).
   if (t.grad_reduce == GradReduce::kBf16) o << "--grad-reduce-in-bf16\n";
   if (l.overlap_param_gather && l.zero == 1) o << "--overlap-param-gather\n";
+  // Megatron-core DDP's gradient-buffer passes as the plan priced them
+  // (SimOptions::grad_buffer_zero marks a plan that models them): averaged in
+  // the collective instead of a 1/dp pass, and no NaN-check norm, are flags.
+  if (opt.grad_buffer_zero && !opt.grad_scale_pass) o << "--ddp-average-in-collective\n";
+  if (opt.grad_buffer_zero && !opt.grad_nan_check) o << "--no-check-for-nan-in-loss-and-grad\n";
   // The loss the plan priced (SimOptions::cross_entropy): Megatron's fused
   // one (its functions under torch.compile, the native implementation) is a
   // flag; Transformer Engine's kernel Megatron-LM refuses since 168cb15d70

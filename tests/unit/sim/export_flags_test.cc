@@ -137,6 +137,34 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
   }
 }
 
+// A plan that priced Megatron-core DDP's gradient-buffer passes exports the
+// flags that turn the ones it left out off: averaging in the collective (no
+// 1/dp pass) and no NaN-check norm; a plan without them says nothing.
+TEST(ExportMegatron, TheGradientBufferPassesThePlanPricedAreFlags) {
+  const auto flags = megatron_flags();
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  SimOptions mc;
+  mc.framework = "megatron-core";
+  mc.grad_buffer_zero = mc.grad_nan_check = mc.grad_scale_pass = true;
+  SimOptions bridge = mc;
+  bridge.grad_nan_check = bridge.grad_scale_pass = false;
+  const std::string layout = "dp=8,zero=1,micro=1";
+  auto args = [&](const SimOptions& o) {
+    auto a = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", layout, 8, t, o));
+    LOOM_CHECK(a.is_ok(), a.status().to_string());
+    expect_accepted(*a, flags, "llama-3-8b " + layout);
+    return *a;
+  };
+  const std::string megatron = args(mc), nemo = args(bridge), none = args(SimOptions{});
+  for (const char* f : {"--ddp-average-in-collective\n", "--no-check-for-nan-in-loss-and-grad\n"}) {
+    EXPECT_EQ(megatron.find(f), std::string::npos) << megatron;
+    EXPECT_NE(nemo.find(f), std::string::npos) << nemo;
+    EXPECT_EQ(none.find(f), std::string::npos) << none;
+  }
+}
+
 // The attention kernel the plan priced is the one Megatron runs: cuDNN's
 // fused attention (--attention-backend fused) for the H100 profile's cuDNN
 // tables, FlashAttention-2 (flash, version 2) where the plan priced it (the
