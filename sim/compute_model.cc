@@ -27,6 +27,12 @@ double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int 
 
 }  // namespace
 
+double attention_tile_occupancy(double heads, double q_rows, int sms) {
+  if (sms <= 0 || heads <= 0 || q_rows <= 0) return 1.0;
+  const double n = std::ceil(q_rows / kAttentionTileRows);
+  return std::min(1.0, heads * (n + 1) / (2.0 * sms));
+}
+
 int hook_added_params(const ModelSpec& m, bool moe_layer) {
   const int norm = m.norm == NormKind::kLayerNorm ? 2 : 1;  // weight (+ bias)
   int n = 2 * norm;                                         // the two pre-norms
@@ -277,6 +283,13 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops)
                           : hw.accel.gemm_efficiency.lookup(kernel_flops);
     const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
+    // The published tables (a named kernel) ran with every SM busy; a kernel
+    // with few query tiles leaves SMs idle (attention_tile_occupancy).
+    if (measured && !hw.accel.attention_kernel.empty()) {
+      const bool heads_split = cp > 1 && sh.cp_comm == CpComm::kA2a;
+      const double q_rows = cp > 1 && !heads_split ? s / cp : s;
+      eff *= attention_tile_occupancy(b * (heads_split ? heads_local / cp : heads_local), q_rows, hw.accel.sm_count);
+    }
     core_fwd_s = core_flops / (hw.accel.peak_flops(core_p) * eff) + launches * opt.kernel_overhead_s;
     if (!opt.flash_attention) {
       // Materialized scores: fused scale-mask-softmax (read+write), dropout.

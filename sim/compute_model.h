@@ -98,6 +98,17 @@ bool uses_dropout(const ModelSpec& model, const SimOptions& opt);
 // A dense or MoE transformer layer.
 PieceCost layer_cost(const ModelSpec& model, const HwProfile& hw, const SimOptions& opt, Precision precision,
                      const ComputeShape& shape, bool moe_layer);
+// The share of a causal flash-attention kernel's SM time that does work when
+// it has `heads` (sequences x local query heads) x ceil(q_rows / 128) query
+// tiles, one per CTA and one CTA per SM (FlashAttention-2 and -3 at head dim
+// 128: kBlockM = 128, hopper/tile_size.h; the backward's key tiles alike):
+// tile i of a head scans i key blocks, so the kernel lasts at least its
+// longest tile (n blocks) and at least the total work over the SMs,
+// heads x n (n + 1) / 2 / sms; the published tables ran with many tiles an SM
+// (their sources' batch x heads), where this is 1.
+// min(1, heads (n + 1) / (2 sms)).
+inline constexpr double kAttentionTileRows = 128;
+double attention_tile_occupancy(double heads, double q_rows, int sms);
 // A layer's parameters whose gradient Megatron-core's hook adds into the
 // main gradient one kernel each (SimOptions::grad_hook_add): norm weights and
 // biases, the linears' biases.

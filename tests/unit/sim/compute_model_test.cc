@@ -928,3 +928,47 @@ TEST(ComputeModel, TransformerEngineFusesTheNormAndItsFp8CastUnderDelayedScaling
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ComputeModel, FewAttentionTilesLeaveSmsIdle) {
+  // One query tile of 128 rows per CTA, one CTA per SM, tile i of a causal
+  // head scanning i key blocks: the kernel lasts max(total / SMs, longest).
+  // 7 heads x 32 tiles (4096 tokens) on 132 SMs: total 7 x 528 = 3696
+  // blocks, 28 an SM, longest 32: 0.875. 4 heads x 16 tiles: 544 / 132 =
+  // 4.12 against 16: 0.2576. 64 heads x 32 tiles: every SM full.
+  EXPECT_NEAR(attention_tile_occupancy(7, 4096, 132), 0.875, 1e-12);
+  EXPECT_NEAR(attention_tile_occupancy(4, 2048, 132), 4.0 * 17 / 264, 1e-12);
+  EXPECT_DOUBLE_EQ(attention_tile_occupancy(64, 4096, 132), 1.0);
+  // Llama-3-8B at tp = 8 (4 query heads a rank), one 2048-token sequence on
+  // H100: the attention core's FLOPs 4 x 2048^2 x 128 x 4 heads x 2049/4096
+  // = 4.297e9, at the cuDNN table's 0.4894 (one head's causal forward,
+  // 1.074 GFLOP, is its point) of 989 TFLOP/s: 8.88 us at full occupancy,
+  // 34.5 us at 0.2576 (+25.6 us forward, x 2.98 backward). A profile's
+  // table that names no kernel (`loom calibrate`'s own) is taken as is.
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  HwProfile unnamed = hw;
+  unnamed.accel.attention_kernel.clear();
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  Layout l;
+  l.tp = 8;
+  const ComputeShape sh = compute_shape(l, 2048, hw);
+  SimOptions opt;
+  const PieceCost a = layer_cost(m, hw, opt, Precision::kBf16, sh, false);
+  const PieceCost b = layer_cost(m, unnamed, opt, Precision::kBf16, sh, false);
+  const double core = 4.0 * 2048 * 2048 * 128 * 4 * 2049 / 4096 / (989e12 * 0.4894);
+  const double extra = core * (264.0 / 68 - 1);
+  // (Within 0.1%: the TP collectives take SM time in proportion to the
+  // compute beside them.)
+  EXPECT_NEAR(a.fwd_s - b.fwd_s, extra, extra * 1e-3);
+  EXPECT_NEAR(extra, 25.6e-6, 0.1e-6);
+  EXPECT_NEAR(a.bwd_s - b.bwd_s, extra * 2.98, extra * 2.98 * 1e-3);
+  // At tp = 1 (32 heads: 32 x 17 / 264 > 1) nothing changes.
+  const ComputeShape one = compute_shape(Layout{}, 2048, hw);
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, opt, Precision::kBf16, one, false).fwd_s,
+                   layer_cost(m, unnamed, opt, Precision::kBf16, one, false).fwd_s);
+}
+
+}  // namespace
+}  // namespace loom
