@@ -1,5 +1,6 @@
 #include "sim/compute_model.h"
 
+#include "sim/compute_parts.h"
 #include "sim/cp_exchange.h"
 #include "sim/tp_collectives.h"
 
@@ -8,24 +9,10 @@
 
 namespace loom {
 
+using compute_parts::GemmSum;
+using compute_parts::mem_time_s;
+
 Precision sixteen_bit(Precision p) { return p == Precision::kFp8 ? Precision::kBf16 : p; }
-
-namespace {
-
-// Memory-bound time of moving `bytes` through HBM, plus kernel overheads.
-double mem_time_s(const HwProfile& hw, const SimOptions& opt, double bytes, int kernels) {
-  double bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
-  return bytes / bw + kernels * opt.kernel_overhead_s;
-}
-
-
-// Bytes one FP8 cast moves per element of a 16-bit tensor: read it, write
-// the FP8 copy and its transpose (Hopper's FP8 tensor cores take only the
-// TN layout, so the weight-gradient GEMM needs transposed copies; Transformer
-// Engine fuses the two writes into cast_transpose), plus, with current
-// scaling, one more read to reduce the tensor's amax before the cast.
-
-}  // namespace
 
 double attention_tile_occupancy(double heads, double q_rows, int sms) {
   if (sms <= 0 || heads <= 0 || q_rows <= 0) return 1.0;
@@ -45,116 +32,17 @@ int hook_added_params(const ModelSpec& m, bool moe_layer) {
   return n;
 }
 
+// Bytes one FP8 cast moves per element of a 16-bit tensor: read it, write
+// the FP8 copy and its transpose (Hopper's FP8 tensor cores take only the
+// TN layout, so the weight-gradient GEMM needs transposed copies; Transformer
+// Engine fuses the two writes into cast_transpose), plus, with current
+// scaling, one more read to reduce the tensor's amax before the cast.
 double fp8_cast_bytes(const SimOptions& opt) { return 2 + 1 + 1 + (opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 0); }
 int fp8_cast_kernels(const SimOptions& opt) { return opt.fp8_scaling == Fp8Scaling::kCurrent ? 2 : 1; }
 double fp8_cast_time_s(const HwProfile& hw, const SimOptions& opt, double elements, int casts) {
   return mem_time_s(hw, opt, elements * fp8_cast_bytes(opt), casts * fp8_cast_kernels(opt));
 }
 
-namespace {
-
-// Splits three passes' time (the table's mean rate x 3) into forward and
-// backward (input + weight gradient) by the table's measured forward share
-// at those FLOPs (1/3 where none is measured).
-void split_passes(const GemmEfficiencyTable& t, double three_passes_s, double lookup_flops, double* fwd_s,
-                  double* bwd_s) {
-  const double share = t.forward_share_at(lookup_flops);
-  *fwd_s += three_passes_s * share;
-  *bwd_s += three_passes_s * (1 - share);
-}
-
-// Accumulates GEMMs of a piece: forward and backward (dgrad + wgrad).
-struct GemmSum {
-  const HwProfile& hw;
-  Precision p;
-  const SimOptions& opt;
-  double fwd_s = 0, bwd_s = 0, fwd_flops = 0;
-  // FP8 linears: elements of their inputs (cast in forward), of their output
-  // gradients (cast in backward), and of their weights (cast once a step).
-  double fp8_inputs = 0, fp8_output_grads = 0, fp8_weights = 0;
-  int fp8_casts = 0;  // cast kernels per tensor kind (one per linear or grouped kernel)
-  // Weight GEMM: activations (m x k) times weights (k x n), `count` alike. No
-  // launch cost on top: the efficiency table's timings include each GEMM's
-  // fixed cost. A linear that FP8 training keeps in 16 bits passes
-  // fp8_layer = false.
-  void weight(double m, double n, double k, double count = 1, bool fp8_layer = true) {
-    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-    const Precision gp = fp8_layer ? p : sixteen_bit(p);
-    add(count * gemm_time_s(hw, gp, m, n, k), gp, count, int(count), m, n, k);
-  }
-  // A tensor-parallel linear under Transformer Engine's userbuffers
-  // (SimOptions::tp_comm_overlap, sim/tp_overlap.h), `count` alike: each
-  // pass priced as its overlap runs it, relative to the plain GEMM of its own
-  // shape (forward m x n x k, input gradient m x k x n, weight gradient
-  // n x k x m). `fprop` / `dgrad` / `wgrad` are the layer's settings for
-  // that pass, null where the pass runs alone; `t` the TP size.
-  void ub_linear(double m, double n, double k, double count, double t, const UbGemm* fprop, const UbGemm* dgrad,
-                 const UbGemm* wgrad) {
-    if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return;
-    const double whole = gemm_time_s(hw, p, m, n, k);
-    const double f_f = ub_factor(fprop, t, m, n, k);
-    const double f_b = 0.5 * (ub_factor(dgrad, t, m, k, n) + ub_factor(wgrad, t, n, k, m));
-    const bool fp8 = p == Precision::kFp8 && hw.accel.supports(Precision::kFp8);
-    const double share = hw.accel.gemm_efficiency.forward_share_at((fp8 ? 1 : 2) * m * n * k);
-    fwd_s += count * 3 * whole * share * f_f;
-    bwd_s += count * 3 * whole * (1 - share) * f_b;
-    count_flops(p, count, int(count), m, n, k);
-  }
-  // The LM head priced on its own measured table (`loom calibrate`).
-  void measured(const GemmEfficiencyTable& t, double peak, double m, double n, double k) {
-    const double flops = 2 * m * n * k;
-    const double eff = std::min(t.lookup(flops), hw.accel.sustained_gemm_efficiency(sixteen_bit(p)));
-    split_passes(t, 3 * flops / (peak * eff), flops, &fwd_s, &bwd_s);
-    fwd_flops += flops;
-  }
-  // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n), as one
-  // grouped kernel or one GEMM each on the stack's streams
-  // (SimOptions::expert_gemm). Their FP8 casts stay one pass over all the
-  // groups' elements (TE's split_quantize spreads them over its streams).
-  void grouped(double groups, double m, double n, double k) {
-    if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return;
-    add(expert_gemms_time_s(hw, p, groups, m, n, k, opt.expert_gemm), p, groups, 1, m, n, k);
-  }
-  // The casts' memory time of `elements` (inputs in forward, output gradients
-  // in backward, weights once a step: cached across micro-batches as
-  // Megatron's Transformer Engine layers do with is_first_microbatch).
-  double cast_s(double elements) const { return fp8_casts ? fp8_cast_time_s(hw, opt, elements, fp8_casts) : 0; }
-
- private:
-  // One pass of an (rows x cols x depth) GEMM as a userbuffers overlap runs
-  // it, over the plain GEMM's time (ub_gemm_time_s): a ring exchange in t
-  // slices of its rows (t/2 of twice the rows aggregated), a pipeline in
-  // num_splits chunks of its columns, a bulk overlap or an atomic GEMM whole;
-  // with set_sm_margin on the SMs the communication leaves it. 1 for a pass
-  // that runs alone.
-  double ub_factor(const UbGemm* u, double t, double rows, double cols, double depth) const {
-    if (!u) return 1.0;
-    const double whole = gemm_model_time_s(hw, p, rows, cols, depth);
-    if (!(whole > 0)) return 1.0;
-    double row_slices = 1, col_slices = 1;  // an atomic GEMM is one kernel signalling its chunks
-    if (!u->atomic_gemm && u->method == UbMethod::kRingExchange) row_slices = std::max(1.0, u->aggregate ? t / 2 : t);
-    if (!u->atomic_gemm && u->method == UbMethod::kPipeline) col_slices = std::max(1, u->num_splits);
-    const int sms = hw.accel.sm_count;
-    const double fraction =
-        u->set_sm_margin && sms > 0 && u->num_sm < sms ? double(sms - u->num_sm) / double(sms) : 1.0;
-    return ub_gemm_time_s(hw, p, rows, cols, depth, row_slices, col_slices, fraction) / whole;
-  }
-  void count_flops(Precision gp, double gemms, int kernels, double m, double n, double k) {
-    fwd_flops += gemms * 2 * m * n * k;
-    if (gp != Precision::kFp8) return;
-    fp8_inputs += gemms * m * k;
-    fp8_output_grads += gemms * m * n;
-    fp8_weights += gemms * k * n;
-    fp8_casts += kernels;
-  }
-  void add(double time_s, Precision gp, double gemms, int kernels, double m, double n, double k) {
-    const bool fp8 = gp == Precision::kFp8 && hw.accel.supports(Precision::kFp8);
-    split_passes(hw.accel.gemm_efficiency, 3 * time_s, gemms / kernels * (fp8 ? 1 : 2) * m * n * k, &fwd_s, &bwd_s);
-    count_flops(gp, gemms, kernels, m, n, k);
-  }
-};
-
-}  // namespace
 
 double comm_contention_fraction(const HwProfile& hw) {
   if (hw.accel.sm_count <= 0) return 0;
@@ -755,162 +643,6 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     c.recompute_flops += mm_flops;
   }
   return c;
-}
-
-PieceCost embedding_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
-                         const ComputeShape& sh) {
-  PieceCost c;
-  const double T = double(sh.tokens), h = double(m.hidden), e = element_bytes(p);
-  // Gather rows (+ positions), write the activations; backward scatter-adds.
-  double bytes = 3 * T * h * e;
-  c.fwd_s = mem_time_s(hw, opt, bytes, 2);
-  double bwd_bytes = 2 * bytes;
-  int bwd_kernels = 2;
-  // The tables' gradients whole, every micro-batch: PyTorch's dense embedding
-  // backward writes a zero-filled 16-bit gradient of the local table (the
-  // vocabulary's 1/t share; the position table whole), and Megatron-core's
-  // hook then adds it into the main gradient (read both, write the main one).
-  const double rows = double(m.vocab) / sh.tp + (m.position == PositionKind::kLearned ? double(m.max_position) : 0.0);
-  const double tables = m.position == PositionKind::kLearned ? 2 : 1;
-  const double grad_e = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
-  if (opt.embedding_dense_grad) {
-    bwd_bytes += rows * h * element_bytes(sixteen_bit(p));
-    bwd_kernels += int(tables);
-  }
-  if (opt.grad_hook_add) {
-    bwd_bytes += rows * h * (grad_e + element_bytes(sixteen_bit(p)) + grad_e);
-    bwd_kernels += int(tables);
-  }
-  c.bwd_s = mem_time_s(hw, opt, bwd_bytes, bwd_kernels);
-  if (sh.tp_group.ranks > 1) {
-    // Vocab-parallel embedding: partial rows summed over TP (reduce-scatter with SP).
-    Collective coll = sh.sp ? Collective::kReduceScatter : Collective::kAllReduce;
-    double t_comm = collective_time(hw, coll, sh.tp_group, T * h * e, &c.tp_bytes, 1);
-    c.fwd_tp_s = t_comm;
-    c.fwd_s += t_comm;
-    c.tp_calls = 1;
-    c.tp_comm_total_s = t_comm;
-  }
-  // Nothing is recomputed: under full recompute the embedding output is the
-  // first layer's checkpoint.
-  return c;
-}
-
-PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
-                    const ComputeShape& sh) {
-  PieceCost c;
-  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = element_bytes(p);
-  const double r = sh.sp ? 1.0 / t : 1.0;
-  const double V = double(m.vocab);
-  GemmSum gemm{hw, p, opt};
-  const GemmEfficiencyTable& head_table = hw.accel.head_gemm_efficiency;
-  if (head_table.flops.empty() || V / t < double(AcceleratorSpec::kHeadGemmMinVocab)) {
-    gemm.weight(T, V / t, h, 1, false);  // the output layer stays 16-bit under FP8
-  } else {
-    // Measured on the head's own shapes (`loom calibrate`): the mean rate of
-    // its three GEMMs, split between the passes by its measured forward share.
-    gemm.measured(head_table, hw.accel.peak_flops(sixteen_bit(p)), T, V / t, h);
-  }
-  // Final norm; cross-entropy over the local vocab slice: the passes over
-  // the logits of the stack's implementation (SimOptions::cross_entropy).
-  double norm_bytes = 2 * T * h * e * r;
-  const CrossEntropyBytes ce = cross_entropy_bytes(opt.cross_entropy, e);
-  double ce_fwd_bytes = T * (V / t) * ce.forward;
-  double ce_bwd_bytes = T * (V / t) * ce.backward;
-  double comm = 0, bwd_comm = 0, bwd_exposed = 0;
-  if (sh.tp_group.ranks > 1) {
-    // Max and sum-exp all-reduces of the vocab-parallel loss (fp32 per token),
-    // and the gather of the final norm's output under SP.
-    comm += collective_time(hw, Collective::kAllReduce, sh.tp_group, T * 4, &c.tp_bytes, 3);
-    if (sh.sp) comm += collective_time(hw, Collective::kAllGather, sh.tp_group, T * h * e, &c.tp_bytes, 1);
-    // Backward: the head is column-parallel over the vocabulary, so each rank
-    // holds a partial gradient of its (replicated) input: all-reduced, with SP
-    // reduce-scattered; behind the weight gradient with tp_async_backward.
-    bwd_comm = collective_time(hw, sh.sp ? Collective::kReduceScatter : Collective::kAllReduce, sh.tp_group,
-                               T * h * e, &c.tp_bytes, 1);
-    bwd_exposed = opt.tp_async_backward ? std::max(0.0, bwd_comm - gemm.bwd_s / 2) : bwd_comm;  // the wgrad's time
-    c.tp_calls = sh.sp ? 5 : 4;
-  }
-  c.fwd_tp_s = comm;
-  c.bwd_tp_s = bwd_exposed;
-  c.tp_comm_total_s = comm + bwd_comm;
-  // A profile measured by `loom calibrate` times the executor's loss kernels
-  // per logit. That executor writes the logits' gradient in its forward pass
-  // (exec/model/chunk.cc: the logits are not needed again), so both parts
-  // are forward time there; otherwise the loss is memory traffic, the
-  // gradient in the backward.
-  const double logits = T * (V / t);
-  double ce_fwd_s = mem_time_s(hw, opt, ce_fwd_bytes, ce.forward_kernels),
-         ce_bwd_s = mem_time_s(hw, opt, ce_bwd_bytes, ce.backward_kernels);
-  if (hw.accel.xent_fwd_ns_per_logit > 0) {
-    ce_fwd_s = logits * (hw.accel.xent_fwd_ns_per_logit + hw.accel.xent_bwd_ns_per_logit) * 1e-9;
-    ce_bwd_s = 0;
-  }
-  // Loom's executor's fused head runs the gradient GEMMs in its forward
-  // (core/executor_head.h); the input gradient's TP reduction stays in the
-  // backward, with no weight-gradient GEMM left there to hide behind.
-  double head_gemm_fwd = gemm.fwd_s, head_gemm_bwd = gemm.bwd_s;
-  if (sh.head_grad_in_forward) {
-    head_gemm_fwd += head_gemm_bwd;
-    head_gemm_bwd = 0;
-    bwd_exposed = bwd_comm;
-  }
-  c.bwd_tp_s = bwd_exposed;
-  c.fwd_s = head_gemm_fwd + mem_time_s(hw, opt, norm_bytes, 2) + ce_fwd_s + comm;
-  // (The final norm's weight, and bias, through Megatron-core's main-gradient hook.)
-  const int norm_hook = opt.grad_hook_add ? (m.norm == NormKind::kLayerNorm ? 2 : 1) : 0;
-  // (The final norm's backward: 3 passes of its input for a fused stack, as a layer's.)
-  const double norm_bwd_bytes = opt.fused_layer_backward ? 1.5 * norm_bytes : 2 * norm_bytes;
-  c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, norm_bwd_bytes, 2 + norm_hook) + ce_bwd_s + bwd_exposed +
-            (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
-  // (Loom's executor leaves the head's weight gradient in its backward.)
-  c.wgrad_s = opt.for_loom_executor() ? 0 : head_gemm_bwd / 2;
-  c.fwd_flops = gemm.fwd_flops;
-  c.bwd_flops = 2 * gemm.fwd_flops;
-  return c;
-}
-
-PieceCost mtp_projection_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& opt, Precision p,
-                              const ComputeShape& sh) {
-  PieceCost c;
-  const double T = double(sh.tokens), t = sh.tp, h = double(m.hidden), e = element_bytes(p);
-  const double r = sh.sp ? 1.0 / t : 1.0;
-  GemmSum gemm{hw, p, opt};
-  gemm.weight(T, h / t, 2 * h);  // the projection of [norm(h); norm(emb)] (2h) back to h
-  // The next token's embedding lookup, the two RMSNorms and the concatenation.
-  const double bytes = T * h * e * r * (1 + 2 * 2 + 2 * 2);
-  c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, bytes, 4) + gemm.cast_s(gemm.fp8_inputs);
-  c.bwd_s = gemm.bwd_s + mem_time_s(hw, opt, 2 * bytes, 4) + gemm.cast_s(gemm.fp8_output_grads);
-  c.wgrad_s = gemm.bwd_s / 2;
-  c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);
-  c.fwd_flops = gemm.fwd_flops;
-  c.bwd_flops = 2 * gemm.fwd_flops;
-  if (sh.recompute == Recompute::kFull) {
-    c.recompute_s = c.fwd_s;
-    c.recompute_flops = c.fwd_flops;
-  }
-  return c;
-}
-
-double memory_pass_time_s(const HwProfile& hw, double bytes) {
-  const double eff = hw.accel.memory_bw_efficiency > 0 ? hw.accel.memory_bw_efficiency : 1.0;
-  return bytes / (hw.accel.memory_bw_bytes_per_s * eff);
-}
-
-double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes) {
-  if (bytes <= 0) return 0;
-  const double t = hw.accel.discard_bytes_per_s > 0 ? bytes / hw.accel.discard_bytes_per_s : memory_pass_time_s(hw, bytes);
-  return t + opt.kernel_overhead_s;
-}
-
-double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
-  // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
-  // gradient, write the 16-bit weights; one more gradient read for the norm.
-  double grad_bytes = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4 : 2;
-  double bytes_per_param = p == Precision::kFp32 ? 24 + 2 * grad_bytes : 24 + 2 * grad_bytes + 2;
-  const double eff = hw.accel.optimizer_bw_efficiency > 0 ? hw.accel.optimizer_bw_efficiency
-                                                          : hw.accel.memory_bw_efficiency;
-  return local_params * bytes_per_param / (hw.accel.memory_bw_bytes_per_s * eff) + 4 * opt.kernel_overhead_s;
 }
 
 }  // namespace loom
