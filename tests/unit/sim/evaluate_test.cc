@@ -593,6 +593,26 @@ TEST(Evaluate, ZeroTwoAndThreeRewriteTheirDiscardedGradients) {
   EXPECT_DOUBLE_EQ(fa.stage_costs(z2)[0].bwd_s, fb.stage_costs(z2)[0].bwd_s);
 }
 
+// Llama-3-8B on the A100 profile, 128 sequences of 2048 tokens: the setup of
+// the stack-cost tests below, each pricing one pass against a hand count.
+struct Llama8bOnA100 {
+  TrainSpec t = [] {
+    TrainSpec x;
+    x.global_batch = 128;
+    x.seq_len = 2048;
+    return x;
+  }();
+  ModelSpec m = load_model_or_die("llama-3-8b");
+  HwProfile hw = load_hw_or_die("dgx-a100-80gb");
+  // A stack's options with fp32 main gradients.
+  static SimOptions stack(const char* framework) {
+    SimOptions o;
+    o.framework = framework;
+    o.fp32_main_grads = true;
+    return o;
+  }
+};
+
 TEST(Evaluate, FsdpCopiesCostTheirPassesPerMicroBatch) {
   // FSDP2 (torchtitan) under ZeRO-3 copies each all-gather's output into the
   // parameters (read + write 2 bytes a bf16 weight), in forward and again in
@@ -601,14 +621,11 @@ TEST(Evaluate, FsdpCopiesCostTheirPassesPerMicroBatch) {
   // so forward pays 4P = 32.1 GB and backward 4P + 6P = 80.3 GB more, at
   // the A100 profile's streaming rate (2039 GB/s x 0.88 = 1794 GB/s): 17.9 ms
   // and 44.8 ms a micro-batch, plus one launch each.
-  TrainSpec t;
-  t.global_batch = 128;
-  t.seq_len = 2048;
-  const ModelSpec m = load_model_or_die("llama-3-8b");
-  const HwProfile hw = load_hw_or_die("dgx-a100-80gb");
-  SimOptions off;
-  off.framework = "torchtitan";
-  off.fp32_main_grads = true;  // fp32 reduction, as torchtitan's mixed_precision_reduce
+  const Llama8bOnA100 k;
+  const TrainSpec& t = k.t;
+  const ModelSpec& m = k.m;
+  const HwProfile& hw = k.hw;
+  SimOptions off = Llama8bOnA100::stack("torchtitan");  // fp32 reduction, as torchtitan's mixed_precision_reduce
   SimOptions on = off;
   on.fsdp_copies = true;
   const Evaluator a(m, hw, t, off), b(m, hw, t, on);
@@ -637,14 +654,11 @@ TEST(Evaluate, MegatronGradientBufferPassesCostTheirBytesOnceAStep) {
   // launches: 1 zero, 2 per bucket for the norms, 1 per bucket for the
   // scaling (4 buckets). Without data parallelism the scaling factor is 1
   // and that pass is skipped.
-  TrainSpec t;
-  t.global_batch = 128;
-  t.seq_len = 2048;
-  const ModelSpec m = load_model_or_die("llama-3-8b");
-  const HwProfile hw = load_hw_or_die("dgx-a100-80gb");
-  SimOptions off;
-  off.framework = "megatron-core";
-  off.fp32_main_grads = true;
+  const Llama8bOnA100 k;
+  const TrainSpec& t = k.t;
+  const ModelSpec& m = k.m;
+  const HwProfile& hw = k.hw;
+  SimOptions off = Llama8bOnA100::stack("megatron-core");
   SimOptions on = off;
   on.grad_buffer_zero = on.grad_nan_check = on.grad_scale_pass = true;
   const Evaluator a(m, hw, t, off), b(m, hw, t, on);
@@ -678,17 +692,13 @@ TEST(Evaluate, DenseEmbeddingGradientsCostTheWholeTableEveryMicroBatch) {
   // 525.3M elements; 2 bytes each is 1.05 GB (0.59 ms at 1794 GB/s), the add
   // 10 bytes each 5.25 GB (2.93 ms). With TP = 2 each rank holds half the
   // vocabulary.
-  TrainSpec t;
-  t.global_batch = 128;
-  t.seq_len = 2048;
-  const ModelSpec m = load_model_or_die("llama-3-8b");
-  const HwProfile hw = load_hw_or_die("dgx-a100-80gb");
+  const Llama8bOnA100 k;
+  const ModelSpec& m = k.m;
+  const HwProfile& hw = k.hw;
   const double bw = 2039e9 * 0.88, vh = 128256.0 * 4096;
   for (int tp : {1, 2}) {
     const ComputeShape sh = compute_shape(L("dp=8,tp=" + std::to_string(tp) + ",micro=1"), 2048, hw);
-    SimOptions off;
-    off.framework = "megatron-core";
-    off.fp32_main_grads = true;
+    const SimOptions off = Llama8bOnA100::stack("megatron-core");
     SimOptions dense = off, hook = off;
     dense.embedding_dense_grad = true;
     hook.embedding_dense_grad = hook.grad_hook_add = true;
