@@ -117,9 +117,6 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.grad_nan_check, json_bool_or(*g, "nan_check", false, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_scale_pass, json_bool_or(*g, "scale_pass", false, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_hook_add, json_bool_or(*g, "hook_add", false, w + ".gradients"));
-  if ((f.grad_buffer_zero || f.grad_nan_check || f.grad_scale_pass || f.grad_hook_add) &&
-      !(g->contains("source") && (*g)["source"].is_string()))
-    return invalid_argument(w + ".gradients.source is missing: name the code its gradient-buffer passes were read from");
 
   LOOM_ASSIGN_OR_RETURN(const Json* o, section(j, "overlap", w));
   LOOM_ASSIGN_OR_RETURN(f.grad_reduce_overlap_zero_stages, zero_list(*o, "grad_reduce_zero_stages", w + ".overlap"));
