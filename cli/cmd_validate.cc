@@ -18,6 +18,10 @@ int cmd_validate(int argc, char** argv) {
   std::string only;
   app.add_option("--table", table, "validation table (default: validation/published_runs.json of the install)");
   app.add_option("--only", only, "comma-separated row IDs, e.g. M1,B2");
+  bool breakdown = false;
+  app.add_flag("--breakdown", breakdown,
+               "after the table, each row's predicted step by phase (forward, backward, recompute, exposed "
+               "communication, bubble, optimizer) as shares of the step");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -39,6 +43,7 @@ int cmd_validate(int argc, char** argv) {
     if (ids.empty() || ids.count(r.id)) rows.push_back(predict_run(r));
   if (rows.empty()) return fail("validate", invalid_argument("--only " + only + ": no such row in " + table));
   std::printf("%s", format_validation_markdown(rows).c_str());
+  if (breakdown) std::printf("\n%s", format_breakdown_markdown(rows).c_str());
   int bad = 0;
   for (const RunPrediction& p : rows)
     if (!p.holds()) {

@@ -237,6 +237,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   out.layout = result.layout.to_string();
   const double step = result.figures.step_time_s;
   out.step_s = step;
+  out.time = result.time;
   out.closed_form_step_s = result.closed_form.time.step_time_s;
   const double tokens = double(run.global_batch) * double(run.seq);
   switch (run.metric) {
@@ -321,6 +322,27 @@ std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
   for (const auto& [g, a] : groups) {
     std::snprintf(buf, sizeof buf, "| %s | %d | %.1f%% |\n", g.c_str(), a.n, 100 * a.sum / a.n);
     o << buf;
+  }
+  return o.str();
+}
+
+std::string format_breakdown_markdown(const std::vector<RunPrediction>& rows) {
+  std::ostringstream o;
+  o << "| ID | step s | forward | backward | recompute | TP exposed | EP exposed | CP exposed | PP exposed | "
+       "DP exposed | contention | bubble | optimizer |\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  char buf[64];
+  for (const RunPrediction& p : rows) {
+    if (!p.ok || p.step_s <= 0) continue;
+    const StepBreakdown& t = p.time;
+    std::snprintf(buf, sizeof buf, "%.4g", t.step_time_s);
+    o << "| " << p.run.id << " | " << buf;
+    for (double v : {t.forward_s, t.backward_s, t.recompute_s, t.tp_comm_s, t.ep_comm_s, t.cp_comm_s, t.pp_comm_s,
+                     t.dp_comm_s, t.contention_s, t.bubble_s, t.optimizer_s}) {
+      std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v / t.step_time_s);
+      o << " | " << buf;
+    }
+    o << " |\n";
   }
   return o.str();
 }

@@ -38,6 +38,36 @@ TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
   std::printf("%s", format_validation_markdown(rows).c_str());
 }
 
+// `loom validate --breakdown`: the engine's step splits into its phases (the
+// parts add up to the step, within the 1% the engine's overlapped streams
+// leave), and on a compute-bound row without recompute (D1: TP1 PP1, no
+// recompute) the backward is about twice the forward, as a layer's backward
+// GEMMs have twice its forward FLOPs.
+TEST(ValidationTable, BreakdownAddsUpToTheStep) {
+  auto path = find_resource("validation/published_runs.json");
+  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
+  auto runs = load_published_runs(*path);
+  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
+  std::vector<RunPrediction> rows;
+  for (const PublishedRun& r : *runs)
+    if (r.id == "D1" || r.id == "D2" || r.id == "MC5" || r.id == "B5") rows.push_back(predict_run(r));
+  ASSERT_EQ(rows.size(), 4u);
+  for (const RunPrediction& p : rows) {
+    ASSERT_TRUE(p.ok) << p.run.id << ": " << p.error;
+    const StepBreakdown& t = p.time;
+    EXPECT_NEAR(t.step_time_s, p.step_s, 1e-9 * p.step_s) << p.run.id;
+    const double parts = t.forward_s + t.backward_s + t.recompute_s + t.tp_comm_s + t.ep_comm_s + t.cp_comm_s +
+                         t.pp_comm_s + t.dp_comm_s + t.contention_s + t.bubble_s + t.optimizer_s;
+    EXPECT_NEAR(parts / t.step_time_s, 1.0, 0.015) << p.run.id;
+    if (p.run.id == "D1") {
+      EXPECT_GT(t.backward_s / t.forward_s, 1.8);
+      EXPECT_LT(t.backward_s / t.forward_s, 2.3);
+    }
+  }
+  const std::string md = format_breakdown_markdown(rows);
+  for (const char* id : {"| D1 |", "| D2 |", "| MC5 |", "| B5 |"}) EXPECT_NE(md.find(id), std::string::npos) << id;
+}
+
 // The search ranks layouts by the closed form and re-times only its top few
 // with the event engine, so on the layouts of real runs the two must agree:
 // every row within 10%, and every row whose stack is named (a framework
