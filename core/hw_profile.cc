@@ -185,7 +185,7 @@ Status parse_sustained_gemm(const Json& a, const std::string& where, Accelerator
     if (it.key() != "bf16" && it.key() != "fp8")
       return invalid_argument(w + " has an unknown key '" + it.key() + "'; the keys are bf16 (serves fp16 too) and fp8");
   }
-  const char* unit = "TFLOP/s a large GEMM sustains for minutes at the power cap";
+  const char* unit = "TFLOP/s a large GEMM holds at the power cap";
   LOOM_ASSIGN_OR_RETURN(double bf16, positive_or(o, "bf16", 0, w, unit));
   LOOM_ASSIGN_OR_RETURN(double fp8, positive_or(o, "fp8", 0, w, unit));
   if (bf16 * kTera > acc.peak_bf16_flops)

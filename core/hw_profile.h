@@ -83,9 +83,8 @@ struct AcceleratorSpec {
   // so its efficiency at F FLOPs follows the 16-bit table at F/2, capped here.
   // 0 = the 16-bit table's best.
   double fp8_gemm_best_efficiency = 0;
-  // Optional: the throughput a large GEMM sustains for minutes at the
-  // device's power cap with random data (FLOP/s; the bf16 figure serves
-  // fp16 too). A short microbenchmark runs at boost clocks before the power
+  // Optional: the throughput a large GEMM holds at the device's power cap
+  // on non-constant data (FLOP/s; the bf16 figure serves fp16 too). A short microbenchmark runs at boost clocks before the power
   // limit pulls them down, so a GEMM table measured that way can sit above
   // what training sustains; every GEMM's efficiency is capped at
   // sustained / peak of its precision. 0 = not measured (no cap).

@@ -41,18 +41,27 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
                      double(m.vocab) / t >= double(AcceleratorSpec::kHeadGemmMinVocab);
     const GemmEfficiencyTable& g = own ? a.head_gemm_efficiency : a.gemm_efficiency;
     if (g.flops.size() >= 2) {
-      const double f = 2 * x.m * x.n * x.k;
-      const bool below = f < g.flops.front(), above = f > g.flops.back();
+      // An FP8 GEMM reads the 16-bit table at half its FLOPs (sim/gemm_time.cc).
+      const bool fp8_gemm = train.precision == Precision::kFp8 && !x.head && a.peak_fp8_flops > 0;
+      const double f = 2 * x.m * x.n * x.k, f_table = fp8_gemm ? f / 2 : f;
+      const bool below = f_table < g.flops.front(), above = f_table > g.flops.back();
       if (!below && !above) continue;
-      // The power cap, said of the 16-bit GEMMs (the head under FP8 too):
-      // an FP8 GEMM's efficiency is the table's at half its FLOPs under its
-      // own best, which the FP8 cap lies above on every shipped profile.
-      const bool fp8 = train.precision == Precision::kFp8 && !x.head;
+      // The ceiling the note names: for a 16-bit GEMM (the head under FP8
+      // too) the power cap as a fraction of the 16-bit peak; for an FP8 GEMM
+      // (its efficiency is the table's at half its FLOPs) the lower of the
+      // FP8 best and the FP8 power cap, as a fraction of the FP8 peak.
+      const bool fp8 = fp8_gemm;
       const Precision p = x.head && train.precision == Precision::kFp8 ? Precision::kBf16 : train.precision;
       const double e = below ? g.efficiency.front() : g.efficiency.back();
-      const double cap = fp8 ? 1.0 : a.sustained_gemm_efficiency(p);
-      char capped[96] = "";
-      if (cap < e) std::snprintf(capped, sizeof capped, ", capped at the %.2f a large GEMM sustains", cap);
+      const double fp8_best = a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : 1.0;
+      const double cap = fp8 ? std::min(fp8_best, a.sustained_gemm_efficiency(Precision::kFp8))
+                             : a.sustained_gemm_efficiency(p);
+      char capped[128] = "";
+      if (fp8 && cap < 1.0)
+        std::snprintf(capped, sizeof capped, "; in FP8 at most %.3f of the FP8 peak (its best, or what a large FP8 GEMM sustains)",
+                      cap);
+      else if (!fp8 && cap < e)
+        std::snprintf(capped, sizeof capped, ", capped at the %.2f a large GEMM sustains", cap);
       // The per-shape grid corrects these GEMMs too (sim/gemm_time.cc), with
       // the correction of its nearest shape; a head priced by its own
       // measured table (`loom calibrate`) is not.
@@ -60,7 +69,7 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
                              ? "; the per-shape grid's measured correction (gemm_shapes), held at its nearest shape, "
                                "scales it"
                              : "";
-      char b[560];
+      char b[640];
       std::snprintf(b, sizeof b,
                     "gemm: %s (%.0f x %.0f x %.0f, %s) is %s the %sGEMMs %s measured (%s to %s): its efficiency is "
                     "the table's %s point's, %.2f%s%s",

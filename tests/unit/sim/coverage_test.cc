@@ -58,5 +58,29 @@ TEST(Coverage, NamesEachTableAShapeFallsOutside) {
   EXPECT_TRUE(any_has(notes, "attention: one head at sequence 128, head_dim 64")) << notes[0];
 }
 
+// FP8: a layer GEMM reads the 16-bit table at half its FLOPs, and its note
+// names the FP8 ceiling (the lower of the FP8 best and the FP8 power cap, as
+// a fraction of the FP8 peak). H100: best 1402.6 / 1979 = 0.709, cap
+// 1175 / 1979 = 0.594.
+TEST(Coverage, Fp8GemmsReadTheTableAtHalfTheirFlopsAndNameTheFp8Ceiling) {
+  ModelSpec m = *load_model_spec("llama-3-70b");  // hidden 8192, MLP 28672 (SwiGLU: up 57344)
+  HwProfile hw = *load_hw_profile("dgx-h100");     // table to 550 GFLOP
+  TrainSpec train;
+  train.precision = Precision::kFp8;
+  train.seq_len = 4096;
+  Layout l;
+  l.micro_batch = 2;
+  l.tp = 8;
+  // T = 8192: up projection 2*8192*7168*8192 = 962 GFLOP, above the table,
+  // but 481 at half: inside.
+  auto notes = outside_measured(m, hw, train, l);
+  EXPECT_FALSE(any_has(notes, "the MLP up projection"));
+  // T = 16384: 1924 GFLOP, 962 at half: above 550.
+  l.micro_batch = 4;
+  notes = outside_measured(m, hw, train, l);
+  EXPECT_TRUE(any_has(notes, "the MLP up projection (16384 x 7168 x 8192"));
+  EXPECT_TRUE(any_has(notes, "in FP8 at most 0.594 of the FP8 peak"));
+}
+
 }  // namespace
 }  // namespace loom

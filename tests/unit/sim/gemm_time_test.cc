@@ -89,11 +89,11 @@ TEST(ComputeModel, PowerCapBoundsLargeGemms) {
   EXPECT_NEAR(2 * n * n * n / gemm_time_s(hw, Precision::kBf16, n, n, n) / 730e12, 1.0, 1e-9);
   // A GEMM the table already puts below it is untouched: 1024^3 at 236 TFLOP/s.
   EXPECT_NEAR(2 * 1024.0 * 1024 * 1024 / gemm_time_s(hw, Precision::kBf16, 1024, 1024, 1024) / 236e12, 1.0, 0.02);
-  // FP8 with random inputs sustains 1175 TFLOP/s at the 700 W cap (16384^3
-  // e4m3 torch._scaled_mm, 1380 MHz, 693 W; docs/validation/
-  // h100_gap_sources.md section 1), below the best short-run FP8 GEMM
-  // mamf-finder measured (1402.6): the cap takes it. (gpu-fryer's FP8 row,
-  // 1530, multiplied constant matrices, every element 448: less power.)
+  // FP8 held at the 700 W cap runs at 1175 TFLOP/s (16384^3 e4m3
+  // torch._scaled_mm, 1380 MHz, 693 W; docs/validation/h100_gap_sources.md
+  // section 1), below the best short-run FP8 GEMM mamf-finder measured
+  // (1402.6): the cap takes it. (gpu-fryer's FP8 row, 1530, multiplied
+  // constant matrices, nearly every element 448: less power.)
   EXPECT_NEAR(2 * n * n * n / gemm_time_s(hw, Precision::kFp8, n, n, n) / 1175e12, 1.0, 1e-9);
   // The same GEMMs without the cap run at the table's plateau and at the
   // FP8 best.
