@@ -105,6 +105,13 @@ TEST(ComputeModel, PowerCapBoundsLargeGemms) {
   // best is 0.859 x 312 = 268): no change there.
   const HwProfile a100 = testing::load_hw_or_die("dgx-a100-80gb");
   EXPECT_NEAR(2 * n * n * n / gemm_time_s(a100, Precision::kBf16, n, n, n) / (0.859 * 312e12), 1.0, 0.01);
+  // GB200 holds ~1550 TFLOP/s bf16 over gpu-fryer's 60 s (0.85 of mamf's
+  // short-run 1822): its 16-bit GEMMs are capped there. Its FP8 row multiplied
+  // constant matrices, so FP8 keeps the short-run best (mamf: 3615.6).
+  const HwProfile gb200 = testing::load_hw_or_die("gb200-nvl72");
+  EXPECT_NEAR(2 * n * n * n / gemm_time_s(gb200, Precision::kBf16, n, n, n) / 1550e12, 1.0, 1e-9);
+  EXPECT_EQ(gb200.accel.sustained_gemm_fp8_flops, 0);
+  EXPECT_GT(2 * n * n * n / gemm_time_s(gb200, Precision::kFp8, n, n, n), 1550e12 * 1.9);
 }
 
 // The waves the efficiency table already holds, by hand for H100 (132 SMs,
