@@ -77,16 +77,16 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
 // (stop 40: 2.6%, MC9; before stop 40 L2, P6, G1, B5 and T10-T12 were 8-13%
 // apart).
 //
-// Known gap, pinned so that a change shows (stop 50): the MLPerf GPT-3 rows
-// at scale (P1, P2, P7, P8: interleaved, 6-16 micro-batches of one a step,
-// steps of 0.8-1.4 s) put 0.035-0.047 s more pipeline idle in the engine
-// than the closed form's fill and drain, whatever the micro-batch count
-// (m = 6, 12, 24 alike), the network (100x faster: the same), the gradient
-// buckets or the framework file. The engine's uniform-chunk interleaved test
-// (EventEngine.InterleavedBubbleShrinksByV) still gives the paper's formula,
-// so the difference comes from the stages' unequal chunks and transfers on
-// these layouts; docs/validation.md (stop 50) says what is known. Until the
-// closed form prices it, these rows are held to the gap they show.
+// Known gap, pinned so that a change shows (stop 50): on the MLPerf GPT-3
+// rows at scale (interleaved, 6-16 micro-batches of one a step, steps of
+// 0.8-1.4 s) the engine's step is longer than the closed form's by 8.4% (P1,
+// P2), 10.5% (P7) and 6.2% (P8): 0.064-0.085 s, of which 0.035-0.047 s is
+// pipeline idle beyond the closed form's fill and drain and the rest exposed
+// transfers and DP traffic. The engine's uniform-chunk interleaved test
+// (EventEngine.InterleavedBubbleShrinksByV) still gives the paper's formula;
+// docs/validation.md (stop 50) says what is known. Until the closed form
+// prices it, these rows are held to the gap they show, and the worst gap is
+// printed for the other rows apart.
 const std::map<std::string, double> kKnownClosedFormGap = {{"P1", 0.09}, {"P2", 0.09}, {"P7", 0.11}, {"P8", 0.07}};
 TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
   auto path = find_resource("validation/published_runs.json");
@@ -95,18 +95,24 @@ TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
   ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
   double worst = 0;
   std::string worst_id;
+  int known_seen = 0;
   for (const PublishedRun& r : *runs) {
     RunPrediction p = predict_run(r);
     ASSERT_TRUE(p.ok) << r.id << ": " << p.error;
     if (!p.fits) continue;
     ASSERT_GT(p.step_s, 0) << r.id;
     const double gap = std::fabs(p.closed_form_step_s / p.step_s - 1);
-    if (gap > worst) worst = gap, worst_id = r.id;
     const auto known = kKnownClosedFormGap.find(r.id);
+    if (known != kKnownClosedFormGap.end()) ++known_seen;
+    else if (gap > worst) worst = gap, worst_id = r.id;
     EXPECT_LE(gap, known != kKnownClosedFormGap.end() ? known->second : r.framework.empty() ? 0.10 : 0.04)
         << r.id << " (" << p.layout << "): closed form " << p.closed_form_step_s << " s, engine " << p.step_s << " s";
   }
-  std::printf("closed form vs engine on the validation rows: worst %.1f%% (%s)\n", 100 * worst, worst_id.c_str());
+  // Every known-gap row is still in the table (a renamed row must not
+  // leave its allowance behind).
+  EXPECT_EQ(known_seen, int(kKnownClosedFormGap.size()));
+  std::printf("closed form vs engine on the validation rows (the known-gap rows apart): worst %.1f%% (%s)\n",
+              100 * worst, worst_id.c_str());
 }
 
 // The Megatron-family metric, against the figure NVIDIA's DGX Cloud
