@@ -84,8 +84,9 @@ struct AcceleratorSpec {
   // 0 = the 16-bit table's best.
   double fp8_gemm_best_efficiency = 0;
   // Optional: the throughput a large GEMM holds at the device's power cap
-  // on non-constant data (FLOP/s; the bf16 figure serves fp16 too). A short microbenchmark runs at boost clocks before the power
-  // limit pulls them down, so a GEMM table measured that way can sit above
+  // on non-constant data (FLOP/s; the bf16 figure serves fp16 too). A short
+  // microbenchmark runs at boost clocks before the power limit pulls them
+  // down, so a GEMM table measured that way can sit above
   // what training sustains; every GEMM's efficiency is capped at
   // sustained / peak of its precision. 0 = not measured (no cap).
   double sustained_gemm_bf16_flops = 0, sustained_gemm_fp8_flops = 0;

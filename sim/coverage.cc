@@ -50,17 +50,16 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
       // too) the power cap as a fraction of the 16-bit peak; for an FP8 GEMM
       // (its efficiency is the table's at half its FLOPs) the lower of the
       // FP8 best and the FP8 power cap, as a fraction of the FP8 peak.
-      const bool fp8 = fp8_gemm;
       const Precision p = x.head && train.precision == Precision::kFp8 ? Precision::kBf16 : train.precision;
       const double e = below ? g.efficiency.front() : g.efficiency.back();
       const double fp8_best = a.fp8_gemm_best_efficiency > 0 ? a.fp8_gemm_best_efficiency : 1.0;
-      const double cap = fp8 ? std::min(fp8_best, a.sustained_gemm_efficiency(Precision::kFp8))
+      const double cap = fp8_gemm ? std::min(fp8_best, a.sustained_gemm_efficiency(Precision::kFp8))
                              : a.sustained_gemm_efficiency(p);
       char capped[128] = "";
-      if (fp8 && cap < 1.0)
+      if (fp8_gemm && cap < 1.0)
         std::snprintf(capped, sizeof capped, "; in FP8 at most %.3f of the FP8 peak (its best, or what a large FP8 GEMM sustains)",
                       cap);
-      else if (!fp8 && cap < e)
+      else if (!fp8_gemm && cap < e)
         std::snprintf(capped, sizeof capped, ", capped at the %.2f a large GEMM sustains", cap);
       // The per-shape grid corrects these GEMMs too (sim/gemm_time.cc), with
       // the correction of its nearest shape; a head priced by its own

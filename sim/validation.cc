@@ -236,7 +236,6 @@ RunPrediction predict_run(const PublishedRun& run) {
   }
   out.layout = result.layout.to_string();
   const double step = result.figures.step_time_s;
-  out.step_s = step;
   out.time = result.time;
   out.closed_form_step_s = result.closed_form.time.step_time_s;
   const double tokens = double(run.global_batch) * double(run.seq);
@@ -333,7 +332,7 @@ std::string format_breakdown_markdown(const std::vector<RunPrediction>& rows) {
   o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   char buf[64];
   for (const RunPrediction& p : rows) {
-    if (!p.ok || p.step_s <= 0) continue;
+    if (!p.ok || p.time.step_time_s <= 0) continue;
     const StepBreakdown& t = p.time;
     std::snprintf(buf, sizeof buf, "%.4g", t.step_time_s);
     o << "| " << p.run.id << " | " << buf;

@@ -75,11 +75,11 @@ struct RunPrediction {
   bool fits = false;
   double predicted = 0;    // in the run's metric
   double rel_error = 0;    // predicted / published - 1, in throughput terms (step time inverted)
-  // The step of the predicted layout from the event engine (what `predicted`
-  // comes from) and from the closed form the search ranks by.
-  double step_s = 0, closed_form_step_s = 0;
-  // Where the engine's step goes (zero where the run was not predicted).
+  // The step of the predicted layout from the event engine, by phase
+  // (time.step_time_s is what `predicted` comes from; zero where the run was
+  // not predicted), and the closed form's step the search ranks by.
   StepBreakdown time;
+  double closed_form_step_s = 0;
   bool within_tolerance = false;
   // A pinned row that holds: predicted, fits, within tolerance. Pending rows hold.
   bool holds() const { return !run.pending.empty() || (ok && within_tolerance); }
@@ -93,8 +93,8 @@ RunPrediction predict_run(const PublishedRun& run);
 // The table and its summary (mean absolute error, rows within ±10% and
 // within tolerance, fit verdicts, and the error by group) as Markdown.
 std::string format_validation_markdown(const std::vector<RunPrediction>& rows);
-// Each predicted row's step by phase (StepBreakdown), in seconds and as shares
-// of the step, as Markdown: where the error of a row can sit.
+// Each predicted row's step (seconds) and its phases (StepBreakdown) as shares
+// of it, as Markdown: where the error of a row can sit.
 std::string format_breakdown_markdown(const std::vector<RunPrediction>& rows);
 
 }  // namespace loom

@@ -57,7 +57,6 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
   for (const RunPrediction& p : rows) {
     ASSERT_TRUE(p.ok) << p.run.id << ": " << p.error;
     const StepBreakdown& t = p.time;
-    EXPECT_NEAR(t.step_time_s, p.step_s, 1e-9 * p.step_s) << p.run.id;
     const double parts = t.forward_s + t.backward_s + t.recompute_s + t.tp_comm_s + t.ep_comm_s + t.cp_comm_s +
                          t.pp_comm_s + t.dp_comm_s + t.contention_s + t.bubble_s + t.optimizer_s;
     EXPECT_NEAR(parts / t.step_time_s, 1.0, 0.015) << p.run.id;
@@ -100,13 +99,14 @@ TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
     RunPrediction p = predict_run(r);
     ASSERT_TRUE(p.ok) << r.id << ": " << p.error;
     if (!p.fits) continue;
-    ASSERT_GT(p.step_s, 0) << r.id;
-    const double gap = std::fabs(p.closed_form_step_s / p.step_s - 1);
+    const double step = p.time.step_time_s;
+    ASSERT_GT(step, 0) << r.id;
+    const double gap = std::fabs(p.closed_form_step_s / step - 1);
     const auto known = kKnownClosedFormGap.find(r.id);
     if (known != kKnownClosedFormGap.end()) ++known_seen;
     else if (gap > worst) worst = gap, worst_id = r.id;
     EXPECT_LE(gap, known != kKnownClosedFormGap.end() ? known->second : r.framework.empty() ? 0.10 : 0.04)
-        << r.id << " (" << p.layout << "): closed form " << p.closed_form_step_s << " s, engine " << p.step_s << " s";
+        << r.id << " (" << p.layout << "): closed form " << p.closed_form_step_s << " s, engine " << step << " s";
   }
   // Every known-gap row is still in the table (a renamed row must not
   // leave its allowance behind).
