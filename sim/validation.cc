@@ -237,7 +237,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   out.layout = result.layout.to_string();
   const double step = result.figures.step_time_s;
   out.time = result.time;
-  out.closed_form_step_s = result.closed_form.time.step_time_s;
+  out.closed_form_time = result.closed_form.time;
   const double tokens = double(run.global_batch) * double(run.seq);
   switch (run.metric) {
     case RunMetric::kTokensPerSecPerGpu: out.predicted = result.figures.tokens_per_s_per_gpu; break;
@@ -270,7 +270,7 @@ std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
   };
   o << "| ID | model | hardware | GPUs | precision | framework | layout predicted | metric | published | predicted | "
        "error | pinned within | fits |\n";
-  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   struct Acc {
     double sum = 0;
     int n = 0;
@@ -327,15 +327,17 @@ std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
 
 std::string format_breakdown_markdown(const std::vector<RunPrediction>& rows) {
   std::ostringstream o;
-  o << "| ID | step s | forward | backward | recompute | TP exposed | EP exposed | CP exposed | PP exposed | "
+  o << "| ID | step s | closed form s | forward | backward | recompute | TP exposed | EP exposed | CP exposed | PP exposed | "
        "DP exposed | contention | bubble | optimizer |\n";
-  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   char buf[64];
   for (const RunPrediction& p : rows) {
     if (!p.ok || p.time.step_time_s <= 0) continue;
     const StepBreakdown& t = p.time;
     std::snprintf(buf, sizeof buf, "%.4g", t.step_time_s);
     o << "| " << p.run.id << " | " << buf;
+    std::snprintf(buf, sizeof buf, "%.4g", p.closed_form_time.step_time_s);
+    o << " | " << buf;
     for (double v : {t.forward_s, t.backward_s, t.recompute_s, t.tp_comm_s, t.ep_comm_s, t.cp_comm_s, t.pp_comm_s,
                      t.dp_comm_s, t.contention_s, t.bubble_s, t.optimizer_s}) {
       std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v / t.step_time_s);

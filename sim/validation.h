@@ -77,9 +77,9 @@ struct RunPrediction {
   double rel_error = 0;    // predicted / published - 1, in throughput terms (step time inverted)
   // The step of the predicted layout from the event engine, by phase
   // (time.step_time_s is what `predicted` comes from; zero where the run was
-  // not predicted), and the closed form's step the search ranks by.
+  // not predicted), and the closed form's, which the search ranks by.
   StepBreakdown time;
-  double closed_form_step_s = 0;
+  StepBreakdown closed_form_time;
   bool within_tolerance = false;
   // A pinned row that holds: predicted, fits, within tolerance. Pending rows hold.
   bool holds() const { return !run.pending.empty() || (ok && within_tolerance); }
