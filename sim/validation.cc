@@ -270,7 +270,7 @@ std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
   };
   o << "| ID | model | hardware | GPUs | precision | framework | layout predicted | metric | published | predicted | "
        "error | pinned within | fits |\n";
-  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   struct Acc {
     double sum = 0;
     int n = 0;

@@ -5,7 +5,9 @@
 // docs/validation.md (`loom validate` prints it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <map>
 #include <string>
 
@@ -38,6 +40,33 @@ TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
   }
   EXPECT_GE(pinned, 20);
   std::printf("%s", format_validation_markdown(rows).c_str());
+}
+
+// Every Markdown table `loom validate` prints (docs/validation.md is its
+// output) has as many separator cells as header cells; otherwise Markdown
+// renders no table at all.
+TEST(ValidationTable, MarkdownTablesHaveOneSeparatorPerColumn) {
+  auto path = find_resource("validation/published_runs.json");
+  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
+  auto runs = load_published_runs(*path);
+  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
+  std::vector<RunPrediction> rows;
+  for (const PublishedRun& r : *runs)
+    if (r.id == "D1" || r.id == "P1") rows.push_back(predict_run(r));
+  ASSERT_EQ(rows.size(), 2u);
+  const std::string md = format_validation_markdown(rows) + "\n" + format_breakdown_markdown(rows);
+  std::istringstream in(md);
+  std::string line, prev;
+  int tables = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("|---", 0) == 0) {
+      ++tables;
+      EXPECT_EQ(std::count(line.begin(), line.end(), '|'), std::count(prev.begin(), prev.end(), '|'))
+          << "header: " << prev << "\nseparator: " << line;
+    }
+    prev = line;
+  }
+  EXPECT_EQ(tables, 3);  // the runs, the groups, the breakdown
 }
 
 // `loom validate --breakdown`: the engine's step splits into its phases (the
