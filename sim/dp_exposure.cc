@@ -26,7 +26,15 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
   const bool executor = opt.for_loom_executor();
   double exposed = 0;
   if (l.zero <= 1) {
-    exposed = std::max(0.0, d.grad_sync_s - window - drain);
+    // The stage's last bucket (its first chunk's, whose backward ends the
+    // stage's work) is ready only when that backward ends, so its share is
+    // exposed however much the window could hide of the rest (less the
+    // drain); the buckets before it keep up while each takes no longer
+    // than its part of the backward (the program's bucket order; the
+    // engine times the same, and a 1-micro-batch step shows it whole).
+    const double last_bucket =
+        l.overlap_grad_reduce && in_last > 0 ? d.grad_sync_s * first_chunk_share / std::max(1, opt.grad_buckets) : 0.0;
+    exposed = std::max(0.0, std::max(d.grad_sync_s - window, last_bucket) - drain);
   } else if (!l.overlap_grad_reduce) {
     // Each micro-batch's reduce-scatter blocks the stage's next compute op
     // (the program's block_on): all m are exposed. ZeRO-3 with prefetch: the
