@@ -26,15 +26,20 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
   const bool executor = opt.for_loom_executor();
   double exposed = 0;
   if (l.zero <= 1) {
-    // The stage's last bucket (its first chunk's, whose backward ends the
-    // stage's work) is ready only when that backward ends, so its share is
-    // exposed however much the window could hide of the rest (less the
-    // drain); the buckets before it keep up while each takes no longer
-    // than its part of the backward (the program's bucket order; the
-    // engine times the same, and a 1-micro-batch step shows it whole).
-    const double last_bucket =
-        l.overlap_grad_reduce && in_last > 0 ? d.grad_sync_s * first_chunk_share / std::max(1, opt.grad_buckets) : 0.0;
-    exposed = std::max(0.0, std::max(d.grad_sync_s - window, last_bucket) - drain);
+    // The DP stream finishes at the latest of: its first bucket's start plus
+    // all the stage's syncs (G - window); the stage's first chunk's (share
+    // s0, whose last backward ends the stage's work) first bucket plus that
+    // chunk's syncs, as its buckets arrive only within that backward
+    // (G s0 - b_chunk in_last); and that chunk's last bucket, ready only when
+    // the backward ends (G s0 / k; all of G s0 with one bucket or where the
+    // syncs follow the whole backward). Less the drain. The engine times
+    // the program's buckets so (core/program.cc).
+    double exposed_sync = d.grad_sync_s - window;
+    if (l.overlap_grad_reduce) {
+      const double g0 = d.grad_sync_s * first_chunk_share;
+      exposed_sync = std::max({exposed_sync, g0 - b_chunk * in_last, g0 * (1.0 - in_last)});
+    }
+    exposed = std::max(0.0, exposed_sync - drain);
   } else if (!l.overlap_grad_reduce) {
     // Each micro-batch's reduce-scatter blocks the stage's next compute op
     // (the program's block_on): all m are exposed. ZeRO-3 with prefetch: the

@@ -117,10 +117,14 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
 // pipeline idle beyond the closed form's fill and drain and the rest exposed
 // transfers and DP traffic. It comes with the overlapped DP collectives: on
 // P1's layout the two agree within 0.1% at DP 1 and within 0.5% with the
-// overlap off; docs/validation.md (stop 50) says what is known. Until the closed form
-// prices it, these rows are held to the gap they show, and the worst gap is
-// printed for the other rows apart.
-const std::map<std::string, double> kKnownClosedFormGap = {{"P1", 0.09}, {"P2", 0.09}, {"P7", 0.11}, {"P8", 0.07}};
+// overlap off; docs/validation.md (stop 50) says what is known. Stop 51
+// placed it (the SM contention of each stage's overlapped collectives paid
+// along the serial chain of each chunk round) and priced the stage's first
+// chunk's buckets in the closed form, which took the gaps to 6.6% (P1, P2),
+// 9.7% (P7) and 5.7% (P8). Until the closed form prices the chain, these
+// rows are held to the gap they show, and the worst gap is printed for the
+// other rows apart.
+const std::map<std::string, double> kKnownClosedFormGap = {{"P1", 0.07}, {"P2", 0.07}, {"P7", 0.10}, {"P8", 0.06}};
 TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
   auto path = find_resource("validation/published_runs.json");
   ASSERT_TRUE(path.is_ok()) << path.status().to_string();
