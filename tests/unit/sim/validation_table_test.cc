@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
+#include <initializer_list>
 #include <map>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/model_spec.h"
 #include "core/resources.h"
@@ -19,15 +22,31 @@
 namespace loom {
 namespace {
 
-TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
+// The shipped table (validation/published_runs.json).
+void load_shipped_runs(std::vector<PublishedRun>* runs) {
   auto path = find_resource("validation/published_runs.json");
   ASSERT_TRUE(path.is_ok()) << path.status().to_string();
-  auto runs = load_published_runs(*path);
-  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
-  ASSERT_GE(runs->size(), 20u) << "the table must hold at least 20 published runs";
+  auto loaded = load_published_runs(*path);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  *runs = std::move(loaded).value();
+}
+
+// The shipped rows with these ids, predicted, in the table's order.
+void predict_shipped(std::initializer_list<std::string> ids, std::vector<RunPrediction>* rows) {
+  std::vector<PublishedRun> runs;
+  ASSERT_NO_FATAL_FAILURE(load_shipped_runs(&runs));
+  for (const PublishedRun& r : runs)
+    if (std::find(ids.begin(), ids.end(), r.id) != ids.end()) rows->push_back(predict_run(r));
+  ASSERT_EQ(rows->size(), ids.size());
+}
+
+TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
+  std::vector<PublishedRun> runs;
+  ASSERT_NO_FATAL_FAILURE(load_shipped_runs(&runs));
+  ASSERT_GE(runs.size(), 20u) << "the table must hold at least 20 published runs";
   int pinned = 0;
   std::vector<RunPrediction> rows;
-  for (const PublishedRun& r : *runs) {
+  for (const PublishedRun& r : runs) {
     RunPrediction p = predict_run(r);
     rows.push_back(p);
     if (!r.pending.empty()) continue;
@@ -46,14 +65,8 @@ TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
 // output) has as many separator cells as header cells; otherwise Markdown
 // renders no table at all.
 TEST(ValidationTable, MarkdownTablesHaveOneSeparatorPerColumn) {
-  auto path = find_resource("validation/published_runs.json");
-  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
-  auto runs = load_published_runs(*path);
-  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
   std::vector<RunPrediction> rows;
-  for (const PublishedRun& r : *runs)
-    if (r.id == "D1" || r.id == "P1") rows.push_back(predict_run(r));
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(predict_shipped({"D1", "P1"}, &rows));
   const std::string md = format_validation_markdown(rows) + "\n" + format_breakdown_markdown(rows);
   std::istringstream in(md);
   std::string line, prev;
@@ -75,14 +88,8 @@ TEST(ValidationTable, MarkdownTablesHaveOneSeparatorPerColumn) {
 // recompute) the backward is about twice the forward, as a layer's backward
 // GEMMs have twice its forward FLOPs.
 TEST(ValidationTable, BreakdownAddsUpToTheStep) {
-  auto path = find_resource("validation/published_runs.json");
-  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
-  auto runs = load_published_runs(*path);
-  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
   std::vector<RunPrediction> rows;
-  for (const PublishedRun& r : *runs)
-    if (r.id == "D1" || r.id == "D2" || r.id == "MC5" || r.id == "B5") rows.push_back(predict_run(r));
-  ASSERT_EQ(rows.size(), 4u);
+  ASSERT_NO_FATAL_FAILURE(predict_shipped({"D1", "D2", "MC5", "B5"}, &rows));
   for (const RunPrediction& p : rows) {
     ASSERT_TRUE(p.ok) << p.run.id << ": " << p.error;
     const StepBreakdown& t = p.time;
@@ -99,8 +106,11 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
   // Each row shows the closed form's step beside the engine's: D1 (no
   // pipeline, no DP overlap to price apart) has both at 11.48 s.
   EXPECT_NE(md.find("| step s | closed form s |"), std::string::npos);
-  for (const RunPrediction& p : rows)
-    if (p.run.id == "D1") EXPECT_NEAR(p.closed_form_time.step_time_s / p.time.step_time_s, 1.0, 0.01);
+  for (const RunPrediction& p : rows) {
+    if (p.run.id == "D1") {
+      EXPECT_NEAR(p.closed_form_time.step_time_s / p.time.step_time_s, 1.0, 0.01);
+    }
+  }
 }
 
 // The search ranks layouts by the closed form and re-times only its top few
@@ -126,14 +136,12 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
 // other rows apart.
 const std::map<std::string, double> kKnownClosedFormGap = {{"P1", 0.07}, {"P2", 0.07}, {"P7", 0.10}, {"P8", 0.06}};
 TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
-  auto path = find_resource("validation/published_runs.json");
-  ASSERT_TRUE(path.is_ok()) << path.status().to_string();
-  auto runs = load_published_runs(*path);
-  ASSERT_TRUE(runs.is_ok()) << runs.status().to_string();
+  std::vector<PublishedRun> runs;
+  ASSERT_NO_FATAL_FAILURE(load_shipped_runs(&runs));
   double worst = 0;
   std::string worst_id;
   int known_seen = 0;
-  for (const PublishedRun& r : *runs) {
+  for (const PublishedRun& r : runs) {
     RunPrediction p = predict_run(r);
     ASSERT_TRUE(p.ok) << r.id << ": " << p.error;
     if (!p.fits) continue;
