@@ -12,26 +12,16 @@
 
 #include "sim/simulate.h"
 #include "tests/support/sim_test_support.h"
-#include "tests/support/test_models.h"
 
 namespace loom {
 namespace {
 
-using testing::load_hw_or_die;
-using testing::load_model_or_die;
-
-Evaluator make_eval(const std::string& model, const std::string& hw, int64_t batch, int64_t seq,
-                    SimOptions opt = SimOptions{}) {
-  TrainSpec t;
-  t.global_batch = batch;
-  t.seq_len = seq;
-  return Evaluator(load_model_or_die(model), load_hw_or_die(hw), t, opt);
-}
+using testing::make_evaluator;
 
 Layout L(const std::string& text) { return testing::layout_or_die(text); }
 
 TEST(Evaluate, ClosedFormAgreesWithEventEngine) {
-  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", 256, 4096);
   for (const char* text : {"dp=64", "dp=64,zero=1", "dp=64,zero=2", "dp=64,zero=3,micro=2", "dp=8,tp=8,sp=1",
                            "dp=8,tp=4,pp=2", "dp=4,tp=4,pp=4,schedule=gpipe", "dp=4,tp=4,pp=4,schedule=interleaved,v=2",
                            "dp=2,tp=8,pp=4,schedule=interleaved,v=4,sp=1,recompute=selective",
@@ -78,7 +68,7 @@ TEST(Evaluate, ClosedFormAgreesWithTheEngineOverAGrid) {
   for (const char* base : bases)
     if (std::string(base).find("pp=") != std::string::npos) cases.push_back({3, base});
   for (const auto& [mode, base] : cases) {
-    Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 512, 4096,
+    Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", 512, 4096,
                                mode == 0 ? SimOptions{} : mode == 1 ? blocking : mode == 2 ? stack : fsdp_once);
     for (int zero = mode == 3 ? 3 : 0; zero <= 3; ++zero)
       for (const char* overlap : {"", ",overlap_grad=0", ",overlap_param=0", ",overlap_grad=0,overlap_param=0"})
@@ -147,7 +137,7 @@ TEST(Evaluate, ClosedFormAgreesWhereDataParallelismDominates) {
       {"mixtral-8x7b", "dgx-h200", 512, 1024, {}, "dp=4,pp=8,zero=3,micro=1,schedule=interleaved,v=3,overlap_param=0"},
   };
   for (const Case& c : cases) {
-    Evaluator eval = make_eval(c.model, c.hw, c.batch, c.seq, c.opt);
+    Evaluator eval = make_evaluator(c.model, c.hw, c.batch, c.seq, c.opt);
     const Layout l = L(c.layout);
     const int gpus = l.dp * l.tp * l.pp * l.cp;
     ASSERT_TRUE(validate_layout(l, eval.model(), eval.train(), gpus).is_ok()) << c.layout;
@@ -177,7 +167,7 @@ TEST(Evaluate, TheLastGradientBucketWaitsForTheBackward) {
     SimOptions o = stack;
     o.grad_buckets = buckets[i];
     o.fp32_main_grads = false;
-    Evaluator eval = make_eval("llama-3-8b", "dgx-b200", 32, 8192, o);
+    Evaluator eval = make_evaluator("llama-3-8b", "dgx-b200", 32, 8192, o);
     const Layout l = L("dp=32,cp=2,zero=1,micro=1,overlap_param=0");
     ASSERT_TRUE(validate_layout(l, eval.model(), eval.train(), 64).is_ok());
     auto r = simulate_layout(eval, l);
@@ -205,7 +195,7 @@ TEST(Evaluate, TheLastGradientBucketWaitsForTheBackward) {
         o.loom_executor = executor;
         o.grad_buckets = k;
         o.fp32_main_grads = false;
-        Evaluator eval = make_eval("llama-3-8b", "dgx-b200", 32, 8192, o);
+        Evaluator eval = make_evaluator("llama-3-8b", "dgx-b200", 32, 8192, o);
         const Layout l = L(text);
         ASSERT_TRUE(validate_layout(l, eval.model(), eval.train(), l.dp * l.pp * l.cp).is_ok()) << text;
         auto r = simulate_layout(eval, l);
@@ -230,7 +220,7 @@ TEST(Evaluate, ClosedFormFollowsTheSlowestChunkOfUnevenSplits) {
                            "dp=4,tp=4,pp=4,schedule=interleaved,v=3,sp=1,micro=1"}) {
     Layout l = L(text);
     // m = pp micro-batches: the fill and the drain are a third of the step.
-    Evaluator eval = make_eval("llama-3-8b", "dgx-h100", int64_t(l.dp) * l.pp, 4096);
+    Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", int64_t(l.dp) * l.pp, 4096);
     ASSERT_TRUE(validate_layout(l, eval.model(), eval.train(), 64).is_ok()) << text;
     auto r = simulate_layout(eval, l);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();

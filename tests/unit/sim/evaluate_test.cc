@@ -18,14 +18,7 @@ namespace {
 
 using testing::load_hw_or_die;
 using testing::load_model_or_die;
-
-Evaluator make_eval(const std::string& model, const std::string& hw, int64_t batch, int64_t seq,
-                    SimOptions opt = SimOptions{}) {
-  TrainSpec t;
-  t.global_batch = batch;
-  t.seq_len = seq;
-  return Evaluator(load_model_or_die(model), load_hw_or_die(hw), t, opt);
-}
+using testing::make_evaluator;
 
 Layout L(const std::string& text) { return testing::layout_or_die(text); }
 
@@ -218,7 +211,7 @@ TEST(Evaluate, EngineBubbleMatchesInterleavedFormula) {
 }
 
 TEST(Evaluate, NoPipelineNoBubble) {
-  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", 256, 4096);
   for (const char* text : {"dp=64", "dp=8,tp=8,micro=4", "dp=64,zero=3"}) {
     auto r = simulate_layout(eval, L(text));
     ASSERT_TRUE(r.is_ok());
@@ -258,7 +251,7 @@ TEST(Evaluate, MoreBandwidthNeverSlowsAStep) {
 }
 
 TEST(Evaluate, FiguresAreConsistent) {
-  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", 256, 4096);
   auto r = simulate_layout(eval, L("dp=8,tp=4,pp=2,zero=1"));
   ASSERT_TRUE(r.is_ok());
   const Figures& f = r->figures;
@@ -277,7 +270,7 @@ TEST(Evaluate, FiguresAreConsistent) {
 }
 
 TEST(Evaluate, CommunicationAppearsOnlyWhereTheLayoutImpliesIt) {
-  Evaluator eval = make_eval("llama-3-8b", "dgx-h100", 256, 4096);
+  Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", 256, 4096);
   auto dp_only = simulate_layout(eval, L("dp=64"));
   ASSERT_TRUE(dp_only.is_ok());
   EXPECT_EQ(dp_only->traffic.calls[int(CommKind::kTp)], 0);
@@ -303,7 +296,7 @@ TEST(Evaluate, CommunicationAppearsOnlyWhereTheLayoutImpliesIt) {
 }
 
 TEST(Evaluate, MoeLayoutsUseExpertParallelAllToAll) {
-  Evaluator eval = make_eval("mixtral-8x7b", "dgx-h100", 256, 4096);
+  Evaluator eval = make_evaluator("mixtral-8x7b", "dgx-h100", 256, 4096);
   auto r = simulate_layout(eval, L("dp=16,tp=2,pp=2,ep=8,zero=1,sp=1"));
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_GT(r->traffic.calls[int(CommKind::kEp)], 0);
@@ -330,7 +323,7 @@ TEST(Evaluate, ClosedFormMemoryEqualsTheFullReport) {
     SimOptions opt;
     opt.loom_executor = executor;
     for (const char* model : {"llama-3-70b", "mixtral-8x7b", "deepseek-v3"}) {
-      Evaluator eval = make_eval(model, "dgx-h100", 512, 4096, opt);
+      Evaluator eval = make_evaluator(model, "dgx-h100", 512, 4096, opt);
       SearchSpace sp;
       sp.world = 256;
       sp.max_micro_batch = 2;
@@ -364,8 +357,8 @@ TEST(Simulate, HostProgressedDpCollectivesHideBehindNothing) {
   SimOptions host;
   host.dp_comm_host_progress = true;
   for (const char* layout : {"dp=8,zero=1,micro=1", "dp=8,zero=0,micro=1"}) {
-    Evaluator own = make_eval("llama-3-8b", "dgx-h100", 64, 2048);
-    Evaluator waits = make_eval("llama-3-8b", "dgx-h100", 64, 2048, host);
+    Evaluator own = make_evaluator("llama-3-8b", "dgx-h100", 64, 2048);
+    Evaluator waits = make_evaluator("llama-3-8b", "dgx-h100", 64, 2048, host);
     const Layout l = L(layout);
     auto a = simulate_layout(own, l), b = simulate_layout(waits, l);
     ASSERT_TRUE(a.is_ok() && b.is_ok());
@@ -380,7 +373,7 @@ TEST(Simulate, HostProgressedDpCollectivesHideBehindNothing) {
   }
   // Every layout's program stays acyclic with the DP ops held back (ZeRO-3's
   // gathers queue behind the reduce-scatters they wait for).
-  Evaluator waits = make_eval("llama-3-8b", "dgx-h100", 64, 2048, host);
+  Evaluator waits = make_evaluator("llama-3-8b", "dgx-h100", 64, 2048, host);
   SearchSpace sp;
   sp.world = 16;
   sp.max_micro_batch = 2;
@@ -606,8 +599,8 @@ TEST(Evaluate, EpOverlapLeavesTheWarmupAndCooldownUnpaired) {
   // the rest paired.
   SimOptions on;
   on.ep_comm_overlap = true;
-  const Evaluator off_eval = make_eval("mixtral-8x7b", "dgx-h100", 64, 4096);
-  const Evaluator on_eval = make_eval("mixtral-8x7b", "dgx-h100", 64, 4096, on);
+  const Evaluator off_eval = make_evaluator("mixtral-8x7b", "dgx-h100", 64, 4096);
+  const Evaluator on_eval = make_evaluator("mixtral-8x7b", "dgx-h100", 64, 4096, on);
   const Layout l = L("dp=4,pp=4,ep=4,schedule=interleaved,v=2,zero=1");
   const int64_t m = l.num_micro_batches(64);
   ASSERT_EQ(m, 16);
