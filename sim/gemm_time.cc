@@ -26,18 +26,14 @@ GemmCeilings gemm_ceilings(const AcceleratorSpec& a, Precision precision, bool f
   return c;
 }
 
-// Time of `groups` GEMMs (m x k) * (k x n) run as one kernel (groups = 1: a
-// plain GEMM). The table's efficiency at the kernel's FLOPs (measured on
-// near-square shapes, their waves and fixed cost included), the waves of all
-// the groups' output tiles relative to those shapes' (table_wave_efficiency),
-// never above the best the table measured. An FP8 GEMM runs the same output
-// tiles with half the K-steps: the 16-bit table at half the FLOPs, capped by
-// the measured FP8 best.
-double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+// Efficiency of `groups` GEMMs (m x k) * (k x n) run as one kernel (groups =
+// 1: a plain GEMM), before the ceilings: the table's efficiency at the
+// kernel's FLOPs (measured on near-square shapes, their waves and fixed cost
+// included) times the waves of all the groups' output tiles relative to those
+// shapes' (table_wave_efficiency). An FP8 GEMM runs the same output tiles with
+// half the K-steps: the 16-bit table at half the FLOPs.
+double table_efficiency(const AcceleratorSpec& a, bool fp8, double groups, double m, double n, double k) {
   const double flops = groups * 2 * m * n * k;
-  const AcceleratorSpec& a = hw.accel;
-  const GemmEfficiencyTable& t = a.gemm_efficiency;
-  const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
   const double depth = fp8 ? k / 2 : k;
   double wave = 1.0;
   if (groups <= 1) {
@@ -48,8 +44,16 @@ double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double group
       wave = tiles / (std::ceil(tiles / a.sm_count) * a.sm_count) /
              a.table_wave_efficiency(2 * groups * m * n * depth);
   }
-  const double eff = std::min(gemm_ceilings(a, precision, fp8).cap, t.lookup(fp8 ? flops / 2 : flops) * wave);
-  return flops / (a.peak_flops(precision) * eff);
+  return a.gemm_efficiency.lookup(fp8 ? flops / 2 : flops) * wave;
+}
+
+// Its time, never above the best the table measured (FP8: the measured FP8
+// best) nor the power cap's sustained rate.
+double gemm_kernel_time_s(const HwProfile& hw, Precision precision, double groups, double m, double n, double k) {
+  const AcceleratorSpec& a = hw.accel;
+  const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
+  const double eff = std::min(gemm_ceilings(a, precision, fp8).cap, table_efficiency(a, fp8, groups, m, n, k));
+  return groups * 2 * m * n * k / (a.peak_flops(precision) * eff);
 }
 
 }  // namespace
@@ -74,26 +78,35 @@ double grid_corrected_time_s(const HwProfile& hw, Precision precision, double gr
   // An FP8 GEMM runs the 16-bit GEMM's output tiles with half the K-steps.
   const bool fp8 = precision == Precision::kFp8 && a.supports(Precision::kFp8);
   const double depth = fp8 ? 2.0 : 1.0;
-  const double ceiling = a.peak_flops(precision) * gemm_ceilings(a, precision, fp8).cap;
+  const double peak = a.peak_flops(precision);
+  const double ceiling = peak * gemm_ceilings(a, precision, fp8).cap;
   // A measured time as an efficiency of the part measured (the grid's own
   // peak on another part: GB200 reads B200's), at this precision's peak; FP8
   // at twice the FLOPs of its half-depth 16-bit GEMM.
   const double measured_peak = grid.measured_peak_flops > 0 ? grid.measured_peak_flops : a.peak_bf16_flops;
-  const double part = measured_peak * depth / a.peak_flops(precision);
+  const double part = measured_peak * depth / peak;
+  // The correction is measured over modelled at the corners, both before the
+  // ceilings, and the ceilings come once, at the kernel's own shape. Taken
+  // after them, a corner held at a ceiling would read 1 and pass the
+  // uncorrected model on to a kernel below it: a lower cap would make such a
+  // kernel faster.
+  auto free_time = [&](double g, double rows, double cols, double depth_k) {
+    const double e = table_efficiency(a, fp8, g, rows, cols, depth_k);
+    return e > 0 ? g * 2 * rows * cols * depth_k / (peak * e) : 0.0;
+  };
+  const double model_free = free_time(groups, m, n, k);
+  if (!(model_free > 0)) return model;
   GemmShapeGrid::Corner c[16];
   const int count = grid.corners(grid.nearest(groups * m, n, k / depth), c);
   double log_ratio = 0;
   for (int i = 0; i < count; ++i) {
     const GemmShapeGrid::Shape& s = c[i].shape;
-    const double flops = 2 * s.rows() * s.cols() * s.k * depth;
-    // The same ceilings as the model's: the power cap (and FP8's best).
-    const double measured = std::max(c[i].time_s * part, flops / ceiling);
-    const double modelled = gemm_kernel_time_s(hw, precision, 1, s.rows(), s.cols(), s.k * depth);
+    const double measured = c[i].time_s * part;
+    const double modelled = free_time(1, s.rows(), s.cols(), s.k * depth);
+    if (!(measured > 0) || !(modelled > 0)) return model;
     log_ratio += c[i].weight * std::log(measured / modelled);
   }
-  // Never above the ceilings at the kernel's own shape either (the ratio of a
-  // corner held at them over a model below them would carry past them).
-  return std::max(model * std::exp(log_ratio), groups * 2 * m * n * k / ceiling);
+  return std::max(model_free * std::exp(log_ratio), groups * 2 * m * n * k / ceiling);
 }
 
 }  // namespace
