@@ -110,6 +110,7 @@ OrderedJson program_json(const ProgramConfig& c) {
   j["overlap_grad_reduce"] = c.overlap_grad_reduce;
   j["overlap_param_gather"] = c.overlap_param_gather;
   if (c.syncs_after_backward) j["syncs_after_backward"] = true;
+  if (!c.chunk_grad_buckets.empty()) j["chunk_grad_buckets"] = c.chunk_grad_buckets;
   return j;
 }
 
@@ -147,6 +148,17 @@ Result<ProgramConfig> parse_program_config(const std::string& text, const std::s
   LOOM_ASSIGN_OR_RETURN(c.overlap_param_gather, bool_field("overlap_param_gather"));
   if (j.contains("syncs_after_backward")) {
     LOOM_ASSIGN_OR_RETURN(c.syncs_after_backward, bool_field("syncs_after_backward"));
+  }
+  if (j.contains("chunk_grad_buckets")) {
+    const Json& cb = j["chunk_grad_buckets"];
+    if (!cb.is_array() || cb.size() != size_t(pp * v))
+      return invalid_argument(what + ".chunk_grad_buckets must be an array of pp * virtual_stages = " +
+                              std::to_string(pp * v) + " bucket counts");
+    for (const Json& x : cb) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 32767)
+        return invalid_argument(what + ".chunk_grad_buckets holds " + x.dump() + "; each must be in [1, 32767]");
+      c.chunk_grad_buckets.push_back(int(x.get<int64_t>()));
+    }
   }
   c.pp = int(pp);
   c.virtual_stages = int(v);
@@ -321,6 +333,14 @@ Status validate(const ProgramConfig& c) {
   if (c.zero < 0 || c.zero > 3) return invalid_argument("program: zero=" + s(c.zero) + " must be 0, 1, 2 or 3");
   if (c.grad_buckets < 1 || c.grad_buckets > 32767)
     return invalid_argument("program: grad_buckets=" + s(c.grad_buckets) + " is out of range; use 1 <= buckets <= 32767");
+  if (!c.chunk_grad_buckets.empty()) {
+    if (c.chunk_grad_buckets.size() != size_t(c.pp) * size_t(c.virtual_stages))
+      return invalid_argument("program: chunk_grad_buckets holds " + s(int64_t(c.chunk_grad_buckets.size())) +
+                              " counts for pp * v = " + s(int64_t(c.pp) * c.virtual_stages) + " chunks");
+    for (int b : c.chunk_grad_buckets)
+      if (b < 1 || b > 32767)
+        return invalid_argument("program: a chunk_grad_buckets count is " + s(b) + "; use 1 <= buckets <= 32767");
+  }
   // Each (chunk, micro) costs at most ~8 ops per direction; keep ids in int32.
   const int64_t units = int64_t(c.pp) * c.virtual_stages * c.micro_batches;
   if (c.micro_batches > (int64_t(1) << 30) || units > (int64_t(1) << 26))
@@ -340,7 +360,12 @@ class Builder {
     prog_.stage_ops.resize(p_);
     send_act_.assign(units_, -1);
     send_grad_.assign(units_, -1);
-    prog_.ops.reserve(units_ * 6 + int64_t(p_) * (v_ * 2 * c_.grad_buckets + 4));
+    int64_t buckets = int64_t(p_) * v_ * c_.grad_buckets;
+    if (!c_.chunk_grad_buckets.empty()) {
+      buckets = 0;
+      for (int b : c_.chunk_grad_buckets) buckets += b;
+    }
+    prog_.ops.reserve(units_ * 6 + 2 * buckets + 4 * int64_t(p_));
     prog_.deps.reserve(units_ * 8);
     for (int s = 0; s < p_; ++s) build_stage(s);
     // A recv's peer send may live on a later stage; resolve them now.
@@ -439,11 +464,10 @@ class Builder {
     const int64_t n = static_cast<int64_t>(order_.size());
     const bool dp = c_.dp_comm;
     const int zero = c_.zero;
-    const int nb = c_.grad_buckets;
+    auto nb_of = [&](int c) { return c_.buckets_of(s, c); };
     // ZeRO 0/1 sync each chunk's gradients once per step, in buckets that
     // follow the parts of the chunk's last backward.
     const bool bucketed = dp && zero <= 1;
-    const bool split = bucketed && c_.overlap_grad_reduce && nb > 1;
     // ZeRO 2/3 reduce-scatter after every backward; without overlap the
     // compute stream waits for it (blocking reduce).
     const bool per_micro_rs = dp && zero >= 2;
@@ -483,7 +507,7 @@ class Builder {
         last_compute = add(OpKind::kWeightGrad, Stream::kCompute, s, c, i, 0, 1, {block_on});
         block_on = -1;
         if (bucketed && c_.overlap_grad_reduce && j == last_bwd_[c])
-          for (int k = 0; k < nb; ++k)
+          for (int k = 0, nb = nb_of(c); k < nb; ++k)
             syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, c, -1, k, nb, {last_compute}));
         continue;
       }
@@ -513,6 +537,8 @@ class Builder {
       // (DualPipeV's backwards, and any under syncs_after_backward, stay
       // whole: their buckets follow at once.)
       const bool whole = c_.schedule == Schedule::kDualPipeV || c_.syncs_after_backward;
+      const int nb = nb_of(c);
+      const bool split = bucketed && c_.overlap_grad_reduce && nb > 1;
       const int parts = (split && !whole && j == last_bwd_[c]) ? nb : 1;
       for (int k = 0; k < parts; ++k) {
         last_compute = k == 0 ? add(OpKind::kBackward, Stream::kCompute, s, c, i, 0, parts, {recv, gather, block_on})
@@ -538,7 +564,7 @@ class Builder {
     if (bucketed && !c_.overlap_grad_reduce) {
       for (int64_t j = 0; j < n; ++j) {  // chunks in the order their last backward ran
         if (order_[j].fwd || last_bwd_[order_[j].chunk] != j) continue;  // (a backward or a wgrad)
-        for (int b = 0; b < nb; ++b)
+        for (int b = 0, nb = nb_of(order_[j].chunk); b < nb; ++b)
           syncs_.push_back(add(OpKind::kGradSync, Stream::kDpComm, s, order_[j].chunk, -1, b, nb, {last_compute}));
       }
     }

@@ -91,6 +91,11 @@ struct ProgramConfig {
   bool dp_comm = false;
   int zero = 0;
   int grad_buckets = 1;         // buckets per chunk; the last backward of a chunk is split to match
+  // Buckets of each chunk where they differ (indexed stage * v + chunk; empty:
+  // grad_buckets everywhere): a published stack's own bucketing (Megatron-
+  // core buckets only pipeline rank 0's first chunk, by size). Written to the
+  // program's JSON only when set; Loom's executor never sets it.
+  std::vector<int> chunk_grad_buckets;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   // ZeRO 0/1 with overlap: each chunk's buckets all sync after its whole last
@@ -101,6 +106,10 @@ struct ProgramConfig {
 
   // The global chunk (in layer order) of chunk `chunk` on stage `stage` (global_chunk_of).
   int global_chunk(int stage, int chunk) const { return global_chunk_of(schedule, pp, stage, chunk); }
+  // The gradient buckets of chunk `chunk` on stage `stage`.
+  int buckets_of(int stage, int chunk) const {
+    return chunk_grad_buckets.empty() ? grad_buckets : chunk_grad_buckets[size_t(stage) * virtual_stages + chunk];
+  }
 };
 
 // Gradient buckets per chunk when nothing says otherwise (Megatron's default

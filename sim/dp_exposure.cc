@@ -19,8 +19,11 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
   // done (Megatron's cooldown takes min(p, m) of them per chunk).
   const double b_chunk = b_last / v;
   // (FSDP's post-backward under a pipeline syncs after the whole last
-  // backward: none of it hides inside that backward.)
-  const double in_last = priced_after_backward(l, opt) ? 0.0 : 1.0 - 1.0 / std::max(1, opt.grad_buckets);
+  // backward: none of it hides inside that backward.) The buckets are the
+  // first chunk's (StageCosts::chunk_buckets: Megatron-core buckets only
+  // pipeline rank 0's first chunk, the rest sync as one bucket each).
+  const int kb0 = sc.chunk_buckets.empty() ? std::max(1, opt.grad_buckets) : std::max(1, sc.chunk_buckets[0]);
+  const double in_last = priced_after_backward(l, opt) ? 0.0 : 1.0 - 1.0 / kb0;
   const double window_other = l.overlap_grad_reduce ? double(v - 1) * double(std::min<int64_t>(p, m)) * b_chunk : 0.0;
   const double window = l.overlap_grad_reduce ? b_chunk * in_last + window_other : 0.0;
   const bool executor = opt.for_loom_executor();
@@ -125,10 +128,13 @@ StageDpExposure stage_dp_exposure(const Layout& l, const SimOptions& opt, const 
     // so the forward waits for the first bucket and for what the rest
     // cannot hide behind its other buckets (simulate.h with_layered_dp).
     // Later chunks' gathers finish during the first chunk's forwards.
+    // A later stage's first forward waits for the forwards of the stages
+    // before it (about `stage` first-chunk forwards), which its gather,
+    // dispatched at the step's start, runs beside.
     if (l.overlap_param_gather) {
       const double pc = d.param_gather_s * first_chunk_share;
-      const double kb = std::max(1, opt.grad_buckets);
-      exposed += opt.for_loom_executor() ? pc : pc / kb + piece_stall(pc, kb, sc.chunk0_fwd_s);
+      const double wait = opt.for_loom_executor() ? pc : pc / kb0 + piece_stall(pc, kb0, sc.chunk0_fwd_s);
+      exposed += std::max(0.0, wait - double(stage) * sc.chunk0_fwd_s);
     } else {
       exposed += d.param_gather_s;
     }

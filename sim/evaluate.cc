@@ -307,6 +307,15 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
           ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0) + (pc.cp_net ? sc.cp_s : 0.0)) / t_stage
           : 0.0;
   StageParams params = stage_params(model_, l, split, s);
+  sc.chunk_buckets.assign(size_t(l.virtual_stages), std::max(1, opt_.grad_buckets));
+  if (opt_.grad_bucket_params > 0 || opt_.grad_bucket_layers)
+    for (int c = 0; c < l.virtual_stages; ++c) {
+      // (The chunk's share of the stage's parameters by its layers; the
+      // closed form's stage costs keep no chunk_grad_fraction.)
+      const int layers = split.chunk_layers[size_t(split.global(s, c))];
+      const double share = total_layers ? double(layers) / total_layers : 1.0 / l.virtual_stages;
+      sc.chunk_buckets[size_t(c)] = chunk_gradient_buckets(opt_, l, s, c, params.total() * share, layers);
+    }
   sc.grad_bytes = params.dense * reduce_elem_bytes(train_, opt_);
   sc.expert_grad_bytes = params.expert * reduce_elem_bytes(train_, opt_);
   // ZeRO shards over the DP x CP group (CP ranks hold the same weights).
@@ -359,7 +368,8 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
   if (!opt_.for_loom_executor()) {
     // (Sharded under ZeRO-2/3: Megatron-FSDP's gradient buffer holds the rank's shard.)
     const double buffer = (l.zero >= 2 ? local_params : params.total()) * grad_elem_bytes(p, opt_);
-    const int buckets = std::max(1, opt_.grad_buckets) * l.virtual_stages;
+    int buckets = 0;
+    for (int b : sc.chunk_buckets) buckets += b;
     double bytes = 0;
     int kernels = 0;
     if (opt_.grad_buffer_zero) bytes += buffer, kernels += 1;
@@ -390,6 +400,16 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
     const double bytes = double(model_.vocab) / l.tp * double(model_.hidden) * grad_elem_bytes(p, opt_);
     sc.optimizer_s += collective_cost(hw_, Collective::kAllReduce, pair, bytes).time_s;
   }
+}
+
+int chunk_gradient_buckets(const SimOptions& opt, const Layout& l, int stage, int chunk, double params, int layers) {
+  if (!(opt.grad_bucket_params > 0) && !opt.grad_bucket_layers) return std::max(1, opt.grad_buckets);
+  const bool bucketed = opt.bucketed_chunks == BucketedChunks::kAll ||
+                        (opt.bucketed_chunks == BucketedChunks::kFirst && stage == 0 && chunk == 0);
+  if (!bucketed) return 1;
+  if (opt.grad_bucket_layers) return std::clamp(layers, 1, 32767);
+  const double size = std::max(opt.grad_bucket_params, opt.grad_bucket_params_per_dp * l.dp);
+  return int(std::clamp(std::ceil(params / size), 1.0, 32767.0));
 }
 
 std::vector<StageCosts> Evaluator::stage_costs(const Layout& l) const {

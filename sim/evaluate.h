@@ -82,6 +82,15 @@ struct Traffic {
   double link_bytes(LinkClass l) const;
 };
 
+// The gradient buckets of chunk `chunk` on stage `stage` holding `params` of
+// the rank's parameters in `layers` layers: the program's grad_buckets, or,
+// where the stack's bucket size is stated (SimOptions::grad_bucket_params),
+// ceil(params / max(grad_bucket_params, grad_bucket_params_per_dp x dp)) on
+// the chunks bucketed_chunks names and 1 on the others (Megatron-core closes
+// a bucket once it holds bucket_size parameters, walking them in backward
+// order: param_and_grad_buffer.py); with grad_bucket_layers, one per layer.
+int chunk_gradient_buckets(const SimOptions& opt, const Layout& l, int stage, int chunk, double params, int layers);
+
 // Per-stage costs shared by the closed form and the event engine.
 struct StageCosts {
   int stage = 0;
@@ -96,6 +105,7 @@ struct StageCosts {
   double flops_per_micro = 0;                    // executed (fwd + bwd + recompute)
   double grad_bytes = 0, expert_grad_bytes = 0;  // this rank's gradients to synchronize per step
   std::vector<double> chunk_grad_fraction;       // share of the stage's grads in each chunk
+  std::vector<int> chunk_buckets;                // gradient buckets of each chunk (chunk_gradient_buckets)
   double optimizer_s = 0;                        // includes weight_cast_s and norm_sync_s
   double norm_sync_s = 0;                        // the gradient norm's all-reduce (a barrier over the group)
   double weight_cast_s = 0;                      // FP8: the stage's weights re-cast once a step

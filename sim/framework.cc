@@ -69,7 +69,8 @@ Status check_known_keys(const Json& j, const std::string& w) {
   static const std::map<std::string, std::set<std::string>> kKeys = {
       {"", {"name", "version", "description", "export", "gradients", "overlap", "pipeline", "layouts", "fp8",
             "context_parallel", "loss", "layer", "moe", "dropout", "source", "notes"}},
-      {"gradients", {"fp32_main_grads", "zero_each_step", "nan_check", "scale_pass", "hook_add"}},
+      {"gradients", {"fp32_main_grads", "zero_each_step", "nan_check", "scale_pass", "hook_add", "bucket_params",
+                     "bucket_params_per_dp_rank", "bucketed_chunks", "bucket_source"}},
       {"overlap", {"grad_reduce_zero_stages", "param_gather", "tp_async_backward", "tp_comm_overlap",
                    "tp_comm_overlap_cfg"}},
       {"pipeline", {"blocking_p2p", "overlap_p2p_comm", "fsdp_once", "layer_split"}},
@@ -117,6 +118,22 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.grad_nan_check, json_bool_or(*g, "nan_check", false, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_scale_pass, json_bool_or(*g, "scale_pass", false, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_hook_add, json_bool_or(*g, "hook_add", false, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.grad_bucket_params, json_number_or(*g, "bucket_params", 0.0, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.grad_bucket_params_per_dp,
+                        json_number_or(*g, "bucket_params_per_dp_rank", 0.0, w + ".gradients"));
+  if (f.grad_bucket_params < 0 || f.grad_bucket_params_per_dp < 0)
+    return invalid_argument(w + ".gradients.bucket_params and bucket_params_per_dp_rank must be >= 0 (parameters)");
+  if (f.grad_bucket_params > 0 && !(g->contains("bucket_source") && (*g)["bucket_source"].is_string()))
+    return invalid_argument(w + ".gradients.bucket_source is missing: name the code the bucket size was read from");
+  if (f.grad_bucket_params_per_dp > 0 && !(f.grad_bucket_params > 0))
+    return invalid_argument(w + ".gradients.bucket_params_per_dp_rank needs bucket_params (the smallest bucket)");
+  {
+    LOOM_ASSIGN_OR_RETURN(std::string bucketed, json_string_or(*g, "bucketed_chunks", "all", w + ".gradients"));
+    if (!parse_bucketed_chunks(bucketed, &f.bucketed_chunks))
+      return invalid_argument(w + ".gradients.bucketed_chunks must be all, first or none, got '" + bucketed + "'");
+    if (g->contains("bucketed_chunks") && !(f.grad_bucket_params > 0))
+      return invalid_argument(w + ".gradients.bucketed_chunks needs bucket_params (the bucket size it splits by)");
+  }
 
   LOOM_ASSIGN_OR_RETURN(const Json* o, section(j, "overlap", w));
   LOOM_ASSIGN_OR_RETURN(f.grad_reduce_overlap_zero_stages, zero_list(*o, "grad_reduce_zero_stages", w + ".overlap"));
@@ -264,6 +281,9 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->grad_nan_check = f.grad_nan_check;
   opt->grad_scale_pass = f.grad_scale_pass;
   opt->grad_hook_add = f.grad_hook_add;
+  opt->grad_bucket_params = f.grad_bucket_params;
+  opt->grad_bucket_params_per_dp = f.grad_bucket_params_per_dp;
+  opt->bucketed_chunks = f.bucketed_chunks;
   opt->expert_gemm = f.expert_gemm;
   opt->dropout = f.dropout;
 }

@@ -63,6 +63,11 @@ struct Framework {
   // gradients.zero_each_step / nan_check / scale_pass / hook_add
   // (SimOptions::grad_buffer_zero, grad_nan_check, grad_scale_pass, grad_hook_add)
   bool grad_buffer_zero = false, grad_nan_check = false, grad_scale_pass = false, grad_hook_add = false;
+  // gradients.bucket_params / bucket_params_per_dp_rank / bucketed_chunks
+  // (SimOptions::grad_bucket_params, grad_bucket_params_per_dp,
+  // bucketed_chunks); 0: not stated, the program's grad_buckets per chunk.
+  double grad_bucket_params = 0, grad_bucket_params_per_dp = 0;
+  BucketedChunks bucketed_chunks = BucketedChunks::kAll;
   ExpertGemm expert_gemm = ExpertGemm::kGrouped;  // moe.expert_gemm (SimOptions::expert_gemm)
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   // context_parallel.cp_comm (optional section): how the stack's context

@@ -125,6 +125,13 @@ std::string sim_options_json(const SimOptions& o) {
   j["runtime_reserve_bytes"] = o.runtime_reserve_bytes;
   j["fragmentation_fraction"] = o.fragmentation_fraction;
   j["grad_buckets"] = o.grad_buckets;
+  // Written only when set, so plans made before them keep their hash.
+  if (o.grad_bucket_params > 0) {
+    j["grad_bucket_params"] = o.grad_bucket_params;
+    j["grad_bucket_params_per_dp"] = o.grad_bucket_params_per_dp;
+    j["bucketed_chunks"] = bucketed_chunks_name(o.bucketed_chunks);
+  }
+  if (o.grad_bucket_layers) j["grad_bucket_layers"] = true;
   j["tp_comm_overlap"] = o.tp_comm_overlap;
   // Written only with the overlap on, so plans made before it keep their hash.
   if (o.tp_comm_overlap) j["tp_comm_overlap_cfg"] = OrderedJson::parse(tp_overlap_config_json(o.tp_overlap));
@@ -174,6 +181,16 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
                         json_number_or(j, "fragmentation_fraction", o.fragmentation_fraction, w));
   LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int_or(j, "grad_buckets", o.grad_buckets, w));
   o.grad_buckets = int(buckets);
+  LOOM_ASSIGN_OR_RETURN(o.grad_bucket_params, json_number_or(j, "grad_bucket_params", o.grad_bucket_params, w));
+  LOOM_ASSIGN_OR_RETURN(o.grad_bucket_params_per_dp,
+                        json_number_or(j, "grad_bucket_params_per_dp", o.grad_bucket_params_per_dp, w));
+  if (o.grad_bucket_params < 0 || o.grad_bucket_params_per_dp < 0)
+    return invalid_argument(w + ".grad_bucket_params and grad_bucket_params_per_dp must be >= 0");
+  LOOM_ASSIGN_OR_RETURN(o.grad_bucket_layers, json_bool_or(j, "grad_bucket_layers", o.grad_bucket_layers, w));
+  LOOM_ASSIGN_OR_RETURN(std::string bucketed,
+                        json_string_or(j, "bucketed_chunks", bucketed_chunks_name(o.bucketed_chunks), w));
+  if (!parse_bucketed_chunks(bucketed, &o.bucketed_chunks))
+    return invalid_argument(w + ".bucketed_chunks must be \"all\", \"first\" or \"none\", got \"" + bucketed + "\"");
   LOOM_ASSIGN_OR_RETURN(o.tp_comm_overlap, json_bool_or(j, "tp_comm_overlap", o.tp_comm_overlap, w));
   if (j.contains("tp_comm_overlap_cfg")) {
     LOOM_ASSIGN_OR_RETURN(o.tp_overlap, parse_tp_overlap_config(j["tp_comm_overlap_cfg"].dump(), "of the plan", false));

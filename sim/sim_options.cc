@@ -71,6 +71,20 @@ bool parse_layer_ops(const std::string& text, LayerOps* out) {
   return parse_named(text, {LayerOps::kFused, LayerOps::kTorchEager}, layer_ops_name, out);
 }
 
+const char* bucketed_chunks_name(BucketedChunks b) {
+  switch (b) {
+    case BucketedChunks::kAll: return "all";
+    case BucketedChunks::kFirst: return "first";
+    case BucketedChunks::kNone: return "none";
+  }
+  return "all";
+}
+
+bool parse_bucketed_chunks(const std::string& text, BucketedChunks* out) {
+  return parse_named(text, {BucketedChunks::kAll, BucketedChunks::kFirst, BucketedChunks::kNone},
+                     bucketed_chunks_name, out);
+}
+
 const char* expert_gemm_name(ExpertGemm e) { return e == ExpertGemm::kPerExpert ? "per_expert" : "grouped"; }
 
 bool parse_expert_gemm(const std::string& text, ExpertGemm* out) {

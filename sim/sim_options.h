@@ -75,6 +75,21 @@ enum class ExpertGemm { kGrouped, kPerExpert };
 const char* expert_gemm_name(ExpertGemm e);
 // "grouped" or "per_expert"; false for anything else.
 bool parse_expert_gemm(const std::string& text, ExpertGemm* out);
+// Which model chunks a stack splits into gradient buckets by size
+// (SimOptions::grad_bucket_params); the others sync as one bucket each:
+//   all    every chunk (Apex's DistributedFusedAdam)
+//   first  pipeline rank 0's first chunk only: Megatron-core's DDP sets
+//          bucket_size = None where pp_rank > 0 ("data-parallel
+//          communication on these stages is not on the critical path",
+//          distributed_data_parallel.py) and the trainers pass
+//          disable_bucketing for every chunk after the first
+//          (megatron/training/training.py, NeMo 2's megatron_parallel.py)
+//   none   one bucket per chunk (NeMo 2 and Megatron-LM also disable the
+//          first chunk's bucketing under overlap_param_gather_with_optimizer_step)
+enum class BucketedChunks { kAll, kFirst, kNone };
+const char* bucketed_chunks_name(BucketedChunks b);
+// "all", "first" or "none"; false for anything else.
+bool parse_bucketed_chunks(const std::string& text, BucketedChunks* out);
 const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
@@ -118,6 +133,21 @@ struct SimOptions {
   double fragmentation_fraction = 0.05;
   // DP gradient buckets per model chunk (buckets overlap backward).
   int grad_buckets = kDefaultGradBuckets;
+  // A published stack's buckets by size, where its configuration states one
+  // (0: grad_buckets per chunk, as Loom's executor runs them): a bucket holds
+  // max(grad_bucket_params, grad_bucket_params_per_dp x dp) of a chunk's
+  // parameters on the rank (Megatron-core's default bucket_size, max(40M,
+  // 1M x dp)), on the chunks bucketed_chunks names; the rest sync as one
+  // bucket. The engine and the closed form take a chunk's count from
+  // StageCosts::chunk_buckets.
+  double grad_bucket_params = 0;
+  double grad_bucket_params_per_dp = 0;
+  BucketedChunks bucketed_chunks = BucketedChunks::kAll;
+  // A bucket per transformer layer instead of by size (NeMo 1.x with Apex's
+  // DistributedFusedAdam: configure_optimizers groups the buckets by layer,
+  // and each group's buckets launch together once the layer's last gradient
+  // arrives), on the chunks bucketed_chunks names.
+  bool grad_bucket_layers = false;
   // ZeRO-3 (FSDP) under a pipeline syncs once a step, as torchtitan runs
   // FSDP2 with torch.distributed.pipelining: parameters stay gathered from
   // each chunk's first forward to the step's end (reshard_after_forward off

@@ -210,7 +210,7 @@ Program with_blocking_sends(const Program& prog) {
 }
 
 // See simulate.h.
-void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int buckets, std::vector<double>* dur,
+void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, std::vector<double>* dur,
                      std::vector<double>* hidden, std::vector<double>* stall) {
   const size_t n = prog.ops.size();
   hidden->assign(n, 0.0);
@@ -246,7 +246,7 @@ void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int
     // ZeRO-3 gathers layer by layer; a ZeRO-1/2 step gather bucket by bucket.
     const int k = std::max(
         1, op.micro >= 0 ? chunk_layers[size_t(cop.stage) * size_t(prog.config.virtual_stages) + size_t(cop.chunk)]
-                         : buckets);
+                         : prog.config.buckets_of(cop.stage, cop.chunk));
     // The consumer computes its first piece once the first piece is
     // gathered; the rest of the gather (and, before a backward, the
     // reduce-scatter of all but its last piece) runs beside the others, and
@@ -411,9 +411,21 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
 
   ProgramConfig cfg = program_config_for(l, eval.train().global_batch, eval.options().grad_buckets);
   cfg.syncs_after_backward = priced_after_backward(l, eval.options());
+  // A stack that states its bucket size buckets each chunk its own way
+  // (StageCosts::chunk_buckets: Megatron-core only pipeline rank 0's first
+  // chunk); the program then carries the counts, and its syncs and the
+  // split of each chunk's last backward follow them.
+  if ((eval.options().grad_bucket_params > 0 || eval.options().grad_bucket_layers) &&
+      !eval.options().for_loom_executor()) {
+    cfg.chunk_grad_buckets.assign(size_t(l.pp) * size_t(l.virtual_stages), cfg.grad_buckets);
+    for (const StageCosts& sc : r.stages)
+      for (size_t c = 0; c < sc.chunk_buckets.size() && c < size_t(l.virtual_stages); ++c)
+        cfg.chunk_grad_buckets[size_t(sc.stage) * size_t(l.virtual_stages) + c] = sc.chunk_buckets[c];
+  }
   LOOM_ASSIGN_OR_RETURN(r.program, build_program(cfg));
   // The engine times the program the framework runs; r.program stays the
-  // executor's (its ops, ids and hash are the plan's).
+  // executor's (its ops, ids and hash are the plan's) unless the stack's
+  // buckets differ from it (above).
   const bool blocking = l.pp > 1 && blocking_p2p(eval.options(), l.schedule);
   const bool host_dp = l.dp * l.cp > 1 && eval.options().dp_comm_host_progress;
   // Megatron's (and torchtitan's) interleaved schedule posts each receive
@@ -448,7 +460,7 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
     std::vector<int> chunk_layers(size_t(l.pp) * size_t(v));
     for (int s = 0; s < l.pp; ++s)
       for (int c = 0; c < v; ++c) chunk_layers[size_t(s) * v + c] = split.chunk_layers[size_t(split.global(s, c))];
-    with_layered_dp(r.program, chunk_layers, cfg.grad_buckets, &r.durations_s, &hidden_dp, &stall_dp);
+    with_layered_dp(r.program, chunk_layers, &r.durations_s, &hidden_dp, &stall_dp);
     for (size_t i = 0; i < stall_dp.size(); ++i) {
       r.durations_s[i] += stall_dp[i];
       stall_by_stage[size_t(r.program.ops[i].stage)] += stall_dp[i];

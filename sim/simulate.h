@@ -93,10 +93,10 @@ Program with_norm_barrier(const Program& prog);
 // excess stays on the DP stream, which dispatches every chunk's buckets
 // from the start of the step. ZeRO-3 is taken by layer only with both
 // overlaps on; otherwise its ops stand. `chunk_layers` is indexed
-// stage * v + chunk; `buckets` is the gradient buckets of a chunk. Loom's
+// stage * v + chunk; a chunk's buckets are the program's (ProgramConfig::buckets_of). Loom's
 // executor runs the program's ops as they are, so this is for published
 // stacks (SimOptions::for_loom_executor false).
-void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, int buckets, std::vector<double>* dur,
+void with_layered_dp(const Program& prog, std::span<const int> chunk_layers, std::vector<double>* dur,
                      std::vector<double>* hidden, std::vector<double>* stall);
 
 // NIC sharing. On rail-optimized nodes each GPU has its own NIC, and the

@@ -108,6 +108,18 @@ Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_t
     LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
     p.dropout = int(dropout);
     LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
+    LOOM_ASSIGN_OR_RETURN(p.grad_bucket_params, json_number_or(r, "grad_bucket_params", -1, w));
+    if (r.contains("grad_bucket_params") && !(p.grad_bucket_params > 0))
+      return invalid_argument(w + ".grad_bucket_params must be > 0 (parameters in a bucket)");
+    LOOM_ASSIGN_OR_RETURN(p.bucketed_chunks, json_string_or(r, "bucketed_chunks", "", w));
+    BucketedChunks bucketed;
+    if (!p.bucketed_chunks.empty() && !parse_bucketed_chunks(p.bucketed_chunks, &bucketed))
+      return invalid_argument(w + ".bucketed_chunks must be all, first or none, got '" + p.bucketed_chunks + "'");
+    LOOM_ASSIGN_OR_RETURN(p.grad_bucket_layers, tristate(r, "grad_bucket_layers", w));
+    if ((p.grad_bucket_params > 0 || !p.bucketed_chunks.empty() || p.grad_bucket_layers >= 0) &&
+        !(r.contains("grad_bucket_source") && r["grad_bucket_source"].is_string()))
+      return invalid_argument(w + ".grad_bucket_source is missing: name the configuration and code the row's "
+                                  "gradient buckets were read from");
     LOOM_ASSIGN_OR_RETURN(p.cross_entropy, json_string_or(r, "cross_entropy", "", w));
     CrossEntropyImpl ce;
     if (!p.cross_entropy.empty() && !parse_cross_entropy(p.cross_entropy, &ce))
@@ -203,6 +215,17 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.moe_fp8_dispatch >= 0) opt.moe_fp8_dispatch = run.moe_fp8_dispatch == 1;
   if (run.moe_load_imbalance >= 0) opt.moe_load_imbalance = std::max(1.0, run.moe_load_imbalance);
   if (run.moe_capacity_factor >= 0) opt.moe_capacity_factor = run.moe_capacity_factor;
+  if (run.grad_bucket_params > 0) {
+    opt.grad_bucket_params = run.grad_bucket_params;
+    opt.grad_bucket_params_per_dp = 0;  // the configuration's own size
+  }
+  if (run.grad_bucket_layers >= 0) opt.grad_bucket_layers = run.grad_bucket_layers == 1;
+  if (!run.bucketed_chunks.empty()) {
+    if (!(opt.grad_bucket_params > 0) && !opt.grad_bucket_layers)
+      return fail(invalid_argument(run.id + ": bucketed_chunks needs a bucket size (grad_bucket_params, or the "
+                                            "framework's gradients.bucket_params)"));
+    parse_bucketed_chunks(run.bucketed_chunks, &opt.bucketed_chunks);  // checked on load
+  }
   if (!run.fp8_scaling.empty() && !parse_fp8_scaling(run.fp8_scaling, &opt.fp8_scaling))
     return fail(invalid_argument(run.id + ": fp8_scaling must be delayed or current"));
   if (!run.cross_entropy.empty()) parse_cross_entropy(run.cross_entropy, &opt.cross_entropy);  // checked on load

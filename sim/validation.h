@@ -46,6 +46,13 @@ struct PublishedRun {
       pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1, moe_dedup_dispatch = -1, moe_fp8_dispatch = -1;
   double moe_load_imbalance = -1, moe_capacity_factor = -1;  // < 0: the default
   std::string fp8_scaling;
+  // The stack's gradient bucket size in parameters where its configuration
+  // states one (SimOptions::grad_bucket_params; the framework's rule's
+  // per-DP growth off), and which chunks it buckets (all, first, none);
+  // < 0 / empty: the framework's. Needs grad_bucket_source.
+  double grad_bucket_params = -1;
+  std::string bucketed_chunks;
+  int grad_bucket_layers = -1;  // SimOptions::grad_bucket_layers (NeMo 1.x's Apex buckets by layer)
   std::string cross_entropy;  // the loss's implementation (SimOptions::cross_entropy); empty: the framework's
   std::string tp_comm_overlap_cfg;  // SimOptions::tp_overlap (frameworks/tp_overlap/); empty: the framework's
   // The hardware profile's attention kernel the row's stack ran (HwProfile's

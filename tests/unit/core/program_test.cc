@@ -237,6 +237,48 @@ TEST(Program, BucketsFollowThePartsOfTheLastBackward) {
   }
 }
 
+// chunk_grad_buckets (a published stack's own buckets, e.g. Megatron-core's
+// on pipeline rank 0's first chunk only): each chunk's syncs and the split of
+// its last backward follow its own count; the invariants still hold.
+TEST(Program, EachChunkSplitsIntoItsOwnBuckets) {
+  ProgramConfig c = dp_cfg(1, 4, true, true);
+  c.chunk_grad_buckets = {6, 1};  // stage 0: 6 buckets, stage 1: one
+  Program p = build(c);
+  const size_t want[2] = {6, 1};
+  for (int s = 0; s < 2; ++s) {
+    auto syncs = ops_of(p, s, OpKind::kGradSync);
+    ASSERT_EQ(syncs.size(), want[s]);
+    for (const Op* b : ops_of(p, s, OpKind::kBackward))
+      EXPECT_EQ(b->num_parts, b->micro == 3 && want[s] > 1 ? int(want[s]) : 1) << p.op_name(*b);
+    for (size_t k = 0; k < syncs.size(); ++k) {
+      const Op& part = p.ops[p.deps_of(*syncs[k])[0]];
+      EXPECT_EQ(part.micro, 3);
+      EXPECT_EQ(part.part, int(k));
+    }
+    EXPECT_EQ(ops_of(p, s, OpKind::kOptimizer)[0]->dep_count, int(want[s]));
+  }
+  check_invariants(p);
+  // Written to the JSON (and so to the hash) only when set; read back whole.
+  ProgramConfig uniform = dp_cfg(1, 4, true, true);
+  EXPECT_EQ(program_config_to_json(uniform).find("chunk_grad_buckets"), std::string::npos);
+  auto back = parse_program_config(program_config_to_json(c), "program");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->chunk_grad_buckets, c.chunk_grad_buckets);
+  EXPECT_NE(program_hash(c), program_hash(uniform));
+  // A count per chunk, each in range.
+  ProgramConfig short_list = c;
+  short_list.chunk_grad_buckets = {6};
+  EXPECT_FALSE(build_program(short_list).is_ok());
+  ProgramConfig zero = c;
+  zero.chunk_grad_buckets = {6, 0};
+  EXPECT_FALSE(build_program(zero).is_ok());
+  std::string text = program_config_to_json(c);
+  text.replace(text.find("[6,1]"), 5, "[6]");
+  auto bad = parse_program_config(text, "plan: program");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("chunk_grad_buckets"), std::string::npos) << bad.status().message();
+}
+
 // syncs_after_backward (FSDP's post-backward under a pipeline): the last
 // backward stays whole and every bucket of the chunk follows it, with the
 // overlap kept (the next step's forwards still wait only for the gather).

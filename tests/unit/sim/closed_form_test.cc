@@ -205,6 +205,75 @@ TEST(Evaluate, TheLastGradientBucketWaitsForTheBackward) {
       }
 }
 
+// Megatron-core's buckets (frameworks/megatron-core.json, gradients): a
+// bucket holds max(40M, 1M x dp) of a chunk's parameters, and only pipeline
+// rank 0's first chunk is split into buckets; every other chunk syncs as one
+// bucket after its last backward. By hand: Llama-3-8B has 8,030,261,248
+// parameters (the model card's 8.03B), so without a pipeline at dp = 32 a
+// bucket is 40M and the chunk has ceil(200.76) = 201 buckets; at dp = 64,
+// 64M and ceil(125.5) = 126. The program carries those counts, and the
+// closed form agrees with the engine on each shape, with and without the
+// parameter gather's overlap.
+TEST(Evaluate, MegatronBucketsOnlyThePipelinesFirstChunk) {
+  SimOptions o;
+  o.loom_executor = false;
+  o.fp32_main_grads = false;
+  o.grad_bucket_params = 40e6;
+  o.grad_bucket_params_per_dp = 1e6;
+  o.bucketed_chunks = BucketedChunks::kFirst;
+  struct Case {
+    const char* layout;
+    int first_chunk_buckets;  // by hand, where the chunk is the whole model
+  };
+  for (const Case& c : {Case{"dp=32,cp=2,zero=1,micro=1", 201}, Case{"dp=64,zero=1,micro=1", 126},
+                        Case{"dp=32,cp=2,zero=1,micro=1,overlap_param=0", 201},
+                        Case{"dp=16,pp=4,zero=1,micro=1", 0}, Case{"dp=16,pp=4,zero=1,micro=1,overlap_param=0", 0},
+                        Case{"dp=8,pp=4,schedule=interleaved,v=2,zero=1,micro=1", 0},
+                        Case{"dp=8,pp=4,schedule=interleaved,v=2,zero=1,micro=1,overlap_param=0", 0}}) {
+    SCOPED_TRACE(c.layout);
+    Evaluator eval = make_evaluator("llama-3-8b", "dgx-b200", 64, 8192, o);
+    const Layout l = L(c.layout);
+    ASSERT_TRUE(validate_layout(l, eval.model(), eval.train(), l.dp * l.pp * l.cp).is_ok());
+    auto r = simulate_layout(eval, l);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    // The counts: stage 0's first chunk by size, every other chunk one.
+    for (const StageCosts& sc : r->stages)
+      for (size_t ch = 0; ch < sc.chunk_buckets.size(); ++ch) {
+        if (sc.stage == 0 && ch == 0) {
+          if (c.first_chunk_buckets > 0) EXPECT_EQ(sc.chunk_buckets[ch], c.first_chunk_buckets);
+          EXPECT_GT(sc.chunk_buckets[ch], 4);  // a quarter of the model or less is over 40M parameters
+        } else {
+          EXPECT_EQ(sc.chunk_buckets[ch], 1) << "stage " << sc.stage << " chunk " << ch;
+        }
+      }
+    // The program's syncs follow them.
+    std::vector<int> syncs(size_t(l.pp) * l.virtual_stages, 0);
+    for (const Op& op : r->program.ops)
+      if (op.kind == OpKind::kGradSync) ++syncs[size_t(op.stage) * l.virtual_stages + op.chunk];
+    EXPECT_EQ(syncs[0], r->stages[0].chunk_buckets[0]);
+    for (size_t i = 1; i < syncs.size(); ++i) EXPECT_EQ(syncs[i], 1) << "chunk " << i;
+    EXPECT_NEAR(r->closed_form.time.step_time_s / r->time.step_time_s, 1.0, 0.01)
+        << "closed " << r->closed_form.time.step_time_s << " s, engine " << r->time.step_time_s << " s";
+  }
+  // Against k buckets a chunk everywhere (Loom's executor's way), without a
+  // pipeline: where the backward outlasts the reduce-scatter G, what follows
+  // it is the last bucket, G/k, beside the gather (exposed whole here,
+  // overlap_param=0). So the exposed time falls by G(1 - 1/4) from 1 to 4
+  // buckets and by G(1/4 - 1/201) from 4 to Megatron's 201.
+  const Layout flat = L("dp=32,cp=2,zero=1,micro=1,overlap_param=0");
+  auto exposed = [&](double bucket_params, int buckets) {
+    SimOptions x = o;
+    x.grad_bucket_params = bucket_params;
+    x.grad_buckets = buckets;
+    auto r = simulate_layout(make_evaluator("llama-3-8b", "dgx-b200", 64, 8192, x), flat);
+    EXPECT_TRUE(r.is_ok());
+    return r.is_ok() ? r->time.dp_comm_s : 0.0;
+  };
+  const double one = exposed(0, 1), four = exposed(0, 4), by_size = exposed(40e6, 4);
+  ASSERT_GT(four - by_size, 0);
+  EXPECT_NEAR((one - four) / (four - by_size), 0.75 / (0.25 - 1.0 / 201), 0.05);
+}
+
 // Uneven interleaved splits: Llama-3-8B's 32 layers over pp*v chunks that
 // do not divide them give chunks of unequal size, whose slowest sets the
 // fill and the drain in the engine. With m = pp micro-batches the fill and

@@ -398,7 +398,7 @@ TEST(EventEngine, LayeredDpFollowsThePerLayerPipeline) {
   auto step = [&](double gather, bool layered, std::vector<double>* hidden_out) {
     auto d = durations(p, {4, 8, 0, gather, 4, 0});
     std::vector<double> hidden(p.ops.size(), 0.0), stall(p.ops.size(), 0.0);
-    if (layered) with_layered_dp(p, layers, 1, &d, &hidden, &stall);
+    if (layered) with_layered_dp(p, layers, &d, &hidden, &stall);
     for (size_t i = 0; i < d.size(); ++i) d[i] += stall[i];  // as simulate_layout does
     if (hidden_out) *hidden_out = hidden;
     return run_event_engine(p, d)->step_time_s;
@@ -428,7 +428,7 @@ TEST(EventEngine, LayeredDpGathersBucketByBucket) {
   for (double gather : {2.0, 8.0}) {
     auto d = durations(p, {4, 8, 0, gather, 0, 0});
     std::vector<double> hidden, stall;
-    with_layered_dp(p, layers, 4, &d, &hidden, &stall);
+    with_layered_dp(p, layers, &d, &hidden, &stall);
     for (const Op& op : p.ops) {
       if (op.kind == OpKind::kParamGather) EXPECT_DOUBLE_EQ(d[op.id], gather == 2.0 ? 0.5 : 5.0);
       EXPECT_EQ(stall[op.id], 0.0);

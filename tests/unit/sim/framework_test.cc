@@ -54,6 +54,13 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   // gradients into main_grad; every PyTorch stack's embedding gradient is
   // dense. FSDP2 has none of DDP's passes.
   EXPECT_TRUE(mc.grad_buffer_zero && mc.grad_nan_check && mc.grad_scale_pass && mc.grad_hook_add);
+  // Megatron-core's buckets: max(40M, 1M x dp) parameters, on pipeline rank
+  // 0's first chunk only (distributed_data_parallel.py, training.py); the
+  // other stacks state none (Loom's grad_buckets per chunk).
+  EXPECT_EQ(mc.grad_bucket_params, 40e6);
+  EXPECT_EQ(mc.grad_bucket_params_per_dp, 1e6);
+  EXPECT_EQ(mc.bucketed_chunks, BucketedChunks::kFirst);
+  EXPECT_EQ(tt.grad_bucket_params, 0);
   EXPECT_TRUE(mc.embedding_dense_grad);
   EXPECT_TRUE(tt.embedding_dense_grad);
   // Transformer Engine's LayerNormLinear writes FP8 under delayed scaling;
@@ -450,9 +457,19 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": "yes")", "pipeline.fsdp_once");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": true)",
                "cannot also offer ZeRO-1");  // the good file's zero_stages are [0, 1]
+  expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grads": true, "bucket_params": 4e7)",
+               "gradients.bucket_source is missing");
+  expect_error(R"("fp32_main_grads": true)",
+               R"("fp32_main_grads": true, "bucket_params": 4e7, "bucketed_chunks": "some", "bucket_source": "s")",
+               "gradients.bucketed_chunks must be all, first or none");
+  expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grads": true, "bucket_params_per_dp_rank": 1e6)",
+               "bucket_params_per_dp_rank needs bucket_params");
+  expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grads": true, "bucketed_chunks": "first")",
+               "bucketed_chunks needs bucket_params");
   // A misspelt key is refused with the section's keys, not left at its default.
   expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grad": true)",
-               "gradients has no key 'fp32_main_grad'; the keys are fp32_main_grads");
+               "gradients has no key 'fp32_main_grad'; the keys are bucket_params, bucket_params_per_dp_rank, "
+               "bucket_source, bucketed_chunks, fp32_main_grads");
   expect_error(R"("export": "megatron")", R"("export": "megatron", "dropuot": 0)", "framework f has no key 'dropuot'");
   expect_error(R"("scaling": "delayed")", R"("scaling": "delayed", "atention": true)", "fp8 has no key 'atention'");
   EXPECT_FALSE(load_framework("no-such-stack").is_ok());

@@ -231,6 +231,13 @@ TEST(ValidationTable, BadRowsNameTheField) {
   expect_error(R"("source": "s")", R"("source": "s", "cross_entropy": "te")", "cross_entropy_source is missing");
   expect_error(R"("source": "s")", R"("source": "s", "grad_nan_check": false)", "grad_buffer_source is missing");
   expect_error(R"("source": "s")", R"("source": "s", "qkv_bshd_copies": true)", "qkv_bshd_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "grad_bucket_params": 134217728)", "grad_bucket_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "bucketed_chunks": "none")", "grad_bucket_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "grad_bucket_layers": true)", "grad_bucket_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "grad_bucket_params": 0, "grad_bucket_source": "s")",
+               "grad_bucket_params must be > 0");
+  expect_error(R"("source": "s")", R"("source": "s", "bucketed_chunks": "odd", "grad_bucket_source": "s")",
+               "bucketed_chunks must be all, first or none");
   expect_error(R"("source": "s")", R"("source": "s", "grad_scale_pass": 0, "grad_buffer_source": "s")",
                "grad_scale_pass must be true or false");
   expect_error(R"("source": "s")", R"("source": "s", "framework": "megatron-core", "layer_split": "even")",
