@@ -131,10 +131,12 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
 // placed it (the SM contention of each stage's overlapped collectives paid
 // along the serial chain of each chunk round) and priced the stage's first
 // chunk's buckets in the closed form, which took the gaps to 6.6% (P1, P2),
-// 9.7% (P7) and 5.7% (P8). Until the closed form prices the chain, these
-// rows are held to the gap they show, and the worst gap is printed for the
-// other rows apart.
-const std::map<std::string, double> kKnownClosedFormGap = {{"P1", 0.07}, {"P2", 0.07}, {"P7", 0.10}, {"P8", 0.06}};
+// 9.7% (P7) and 5.7% (P8). Stop 52 priced their stack's buckets (Apex's,
+// one a chunk under interleaving, docs/simulator.md §5): 5.2% (P1, P2),
+// 9.1% (P7), 5.1% (P8) as the engine's step over the closed form's. Until
+// the closed form prices the chain, these rows are held to the gap they
+// show, and the worst gap is printed for the other rows apart.
+const std::map<std::string, double> kKnownClosedFormGap = {{"P1", 0.06}, {"P2", 0.06}, {"P7", 0.095}, {"P8", 0.06}};
 TEST(ValidationTable, ClosedFormAgreesWithTheEngineOnEveryRun) {
   std::vector<PublishedRun> runs;
   ASSERT_NO_FATAL_FAILURE(load_shipped_runs(&runs));
