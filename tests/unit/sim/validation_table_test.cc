@@ -7,6 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
 #include <initializer_list>
 #include <map>
 #include <sstream>
@@ -14,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/json_util.h"
 #include "core/model_spec.h"
 #include "core/resources.h"
 #include "sim/validation.h"
@@ -59,6 +64,113 @@ TEST(ValidationTable, EveryPublishedRunHoldsItsPinnedTolerance) {
   }
   EXPECT_GE(pinned, 20);
   std::printf("%s", format_validation_markdown(rows).c_str());
+}
+
+// Slower hardware never predicts a faster run: with the shipped profiles made
+// 10% slower in one respect at a time (every compute rate: the GEMM tables,
+// the per-shape grid, the FP8 best, the power caps, the attention kernels;
+// HBM bandwidth; the NICs; NVLink), or with a power cap 10% under the short-
+// run best added to every profile, no row's predicted throughput rises (its
+// error in throughput terms does not grow), searched rows included: every
+// layout is at least as slow, so the best one is too. Stop 52 found a cap
+// that made some GEMMs faster (ComputeModel.ThePowerCapOnlyBoundsTheRate):
+// this holds the whole path to the property.
+TEST(ValidationTable, SlowerHardwareNeverPredictsAFasterRun) {
+  std::vector<PublishedRun> runs;
+  ASSERT_NO_FATAL_FAILURE(load_shipped_runs(&runs));
+  std::map<std::string, double> base;
+  std::set<std::string> profiles;
+  for (const PublishedRun& r : runs) {
+    const RunPrediction p = predict_run(r);
+    ASSERT_TRUE(p.ok) << r.id << ": " << p.error;
+    if (p.fits) base[r.id] = p.rel_error;
+    profiles.insert(r.hw);
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("loom_slower_hw_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  std::filesystem::create_directories(dir);
+  auto scale_table = [](Json& table, double f) {
+    for (Json& e : table) e["efficiency"] = e["efficiency"].get<double>() * f;
+  };
+  std::function<void(Json&, double)> scale_all = [&](Json& x, double f) {
+    if (x.is_array()) for (Json& y : x) scale_all(y, f);
+    else if (x.is_number()) x = x.get<double>() * f;
+  };
+  using Perturb = std::function<void(Json&)>;
+  const std::vector<std::pair<std::string, Perturb>> kinds = {
+      {"compute",
+       [&](Json& p) {
+         Json& a = p["accelerator"];
+         scale_table(a["gemm_efficiency"], 0.9);
+         if (a.contains("gemm_shapes"))
+           for (auto& [k, v] : a["gemm_shapes"].items())
+             if (k.find("tflops") != std::string::npos && k.find("measured") == std::string::npos) scale_all(v, 0.9);
+         if (a.contains("fp8_gemm_best_efficiency"))
+           a["fp8_gemm_best_efficiency"] = a["fp8_gemm_best_efficiency"].get<double>() * 0.9;
+         if (a.contains("sustained_gemm_tflops"))
+           for (auto& [k, v] : a["sustained_gemm_tflops"].items())
+             if (v.is_number()) v = v.get<double>() * 0.9;
+         if (a.contains("attention_efficiency")) scale_table(a["attention_efficiency"], 0.9);
+         if (a.contains("attention_kernels"))
+           for (auto& [k, v] : a["attention_kernels"].items()) scale_table(v["attention_efficiency"], 0.9);
+       }},
+      {"power cap",
+       [&](Json& p) {
+         Json& a = p["accelerator"];
+         double best = 0;
+         for (const Json& e : a["gemm_efficiency"]) best = std::max(best, e["efficiency"].get<double>());
+         Json& cap = a["sustained_gemm_tflops"];
+         const double bf16 = cap.contains("bf16") ? cap["bf16"].get<double>()
+                                                  : best * a["peak_bf16_tflops"].get<double>();
+         cap["bf16"] = 0.9 * bf16;
+         if (a.contains("peak_fp8_tflops") && a["peak_fp8_tflops"].get<double>() > 0) {
+           const double fp8_best = a.contains("fp8_gemm_best_efficiency") ? a["fp8_gemm_best_efficiency"].get<double>() : best;
+           const double fp8 = cap.contains("fp8") ? cap["fp8"].get<double>()
+                                                  : fp8_best * a["peak_fp8_tflops"].get<double>();
+           cap["fp8"] = 0.9 * fp8;
+         }
+       }},
+      {"HBM", [&](Json& p) { p["accelerator"]["memory_bw_gb_per_s"] = p["accelerator"]["memory_bw_gb_per_s"].get<double>() * 0.9; }},
+      {"NICs", [&](Json& p) { p["network"]["nic_bw_gbit_per_s"] = p["network"]["nic_bw_gbit_per_s"].get<double>() * 0.9; }},
+      {"NVLink",
+       [&](Json& p) {
+         Json& n = p["node"];
+         n["intra_bw_gb_per_s"] = n["intra_bw_gb_per_s"].get<double>() * 0.9;
+         if (n.contains("intra_ring_busbw_gb_per_s"))
+           n["intra_ring_busbw_gb_per_s"] = n["intra_ring_busbw_gb_per_s"].get<double>() * 0.9;
+       }},
+  };
+  for (const auto& [kind, perturb] : kinds) {
+    SCOPED_TRACE(kind);
+    std::map<std::string, std::string> path_of;
+    for (const std::string& name : profiles) {
+      auto src = find_resource("hwprofiles/" + name + ".json");
+      ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+      auto text = read_text_file(*src);
+      ASSERT_TRUE(text.is_ok());
+      auto j = parse_json(*text, name);
+      ASSERT_TRUE(j.is_ok());
+      perturb(*j);
+      const std::filesystem::path out = dir / (name + ".json");
+      std::ofstream(out) << j->dump();
+      path_of[name] = out.string();
+    }
+    double moved = 0;
+    int rows = 0;
+    for (PublishedRun r : runs) {
+      if (!base.count(r.id)) continue;
+      r.hw = path_of[r.hw];
+      const RunPrediction p = predict_run(r);
+      ASSERT_TRUE(p.ok) << r.id << ": " << p.error;
+      if (!p.fits) continue;  // slower hardware does not change what fits
+      EXPECT_LE(p.rel_error, base[r.id] + 1e-9) << r.id << ": " << 100 * base[r.id] << "% -> " << 100 * p.rel_error << "%";
+      moved += p.rel_error - base[r.id];
+      ++rows;
+    }
+    EXPECT_GT(rows, 70);
+    EXPECT_LT(moved / rows, -1e-3) << "the perturbation moved nothing";  // not vacuous
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Every Markdown table `loom validate` prints (docs/validation.md is its
