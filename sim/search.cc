@@ -152,7 +152,11 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                         (sp.overlap_grad_zero_stages.empty() ||
                          std::find(sp.overlap_grad_zero_stages.begin(), sp.overlap_grad_zero_stages.end(), zero) !=
                              sp.overlap_grad_zero_stages.end());
-                    l.overlap_param_gather = sp.overlap_param_gather;
+                    l.overlap_param_gather =
+                        sp.overlap_param_gather &&
+                        (sp.overlap_param_zero_stages.empty() ||
+                         std::find(sp.overlap_param_zero_stages.begin(), sp.overlap_param_zero_stages.end(), zero) !=
+                             sp.overlap_param_zero_stages.end());
                     if (!validate_layout(l, m, t, world).is_ok()) continue;
                     // The stack's splits only (the megatron-core framework).
                     auto runnable = [&](const Layout& x) {
@@ -416,7 +420,10 @@ Status apply_search_fix(const std::string& text, SearchSpace* space) {
       else return invalid_argument("--fix: " + k + "=" + v + " must be 0 or 1");
       if (k == "sp") sp.fix_sp = on;
       else if (k == "overlap_grad") sp.overlap_grad_reduce = on;
-      else sp.overlap_param_gather = on;
+      else {
+        sp.overlap_param_gather = on;
+        sp.overlap_param_zero_stages.clear();  // a pin holds for every ZeRO stage the search tries
+      }
     }
     else if (k == "split") {
       if (v == "even") sp.try_uneven_ends = false;

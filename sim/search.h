@@ -89,6 +89,9 @@ struct SearchSpace {
   // gradient reduction (DeepSpeed: ZeRO-3 only by default).
   std::vector<int> overlap_grad_zero_stages;
   bool overlap_param_gather = true;
+  // The ZeRO stages whose parameter gather overlaps compute (a framework's
+  // overlap.param_gather list); empty: every stage, as overlap_param_gather.
+  std::vector<int> overlap_param_zero_stages;
   int refine_top = 8;   // candidates re-timed by the event engine
   int threads = 0;      // 0: all hardware threads
 };

@@ -55,12 +55,15 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   // dense. FSDP2 has none of DDP's passes.
   EXPECT_TRUE(mc.grad_buffer_zero && mc.grad_nan_check && mc.grad_scale_pass && mc.grad_hook_add);
   // Megatron-core's buckets: max(40M, 1M x dp) parameters, on pipeline rank
-  // 0's first chunk only (distributed_data_parallel.py, training.py); the
-  // other stacks state none (Loom's grad_buckets per chunk).
+  // 0's first chunk only (distributed_data_parallel.py, training.py);
+  // torchtitan's DDP (replicate, bucket_cap_mb=100) caps a bucket at 100 MiB
+  // of fp32 gradients, on every pipeline chunk.
   EXPECT_EQ(mc.grad_bucket_params, 40e6);
   EXPECT_EQ(mc.grad_bucket_params_per_dp, 1e6);
   EXPECT_EQ(mc.bucketed_chunks, BucketedChunks::kFirst);
-  EXPECT_EQ(tt.grad_bucket_params, 0);
+  EXPECT_EQ(tt.grad_bucket_params, 100.0 * 1024 * 1024 / 4);
+  EXPECT_EQ(tt.grad_bucket_params_per_dp, 0);
+  EXPECT_EQ(tt.bucketed_chunks, BucketedChunks::kAll);
   EXPECT_TRUE(mc.embedding_dense_grad);
   EXPECT_TRUE(tt.embedding_dense_grad);
   // Transformer Engine's LayerNormLinear writes FP8 under delayed scaling;
@@ -409,6 +412,31 @@ TEST(Framework, TorchtitanFsdpUnderAPipelineSyncsOnceAStep) {
   EXPECT_LT(r->memory.stages[0].weights_bytes, 2 * 405.9e9 / 8 / 10);
 }
 
+// DeepSpeed overlaps only ZeRO-3's parameter prefetch: ZeRO-1 and 2 gather
+// the updated parameters at the end of the optimizer step
+// (stage_1_and_2.py step(): all_gather_dp_groups), with nothing beside them.
+// The framework states it per ZeRO stage (overlap.param_gather: [3]); the
+// search and a stated layout both take it, and a --fix pin still wins.
+TEST(Framework, DeepSpeedOverlapsOnlyZero3sParameterGather) {
+  const Framework ds = load_or_die("deepspeed");
+  EXPECT_EQ(ds.param_gather_overlap_zero_stages, std::vector<int>{3});
+  for (int zero : {1, 2, 3}) {
+    Layout l = testing::layout_or_die("dp=8,zero=" + std::to_string(zero));
+    apply_framework_overlap(ds, "dp=8,zero=" + std::to_string(zero), &l);
+    EXPECT_EQ(l.overlap_param_gather, zero == 3) << "ZeRO-" << zero;
+  }
+  SearchSpace sp;
+  apply_framework(ds, &sp);
+  EXPECT_EQ(sp.overlap_param_zero_stages, std::vector<int>{3});
+  ASSERT_TRUE(apply_search_fix("overlap_param=1", &sp).is_ok());
+  EXPECT_TRUE(sp.overlap_param_zero_stages.empty());
+  // Megatron-core overlaps its distributed optimizer's gather (ZeRO-1).
+  const Framework mc = load_or_die("megatron-core");
+  Layout l = testing::layout_or_die("dp=8,zero=1");
+  apply_framework_overlap(mc, "dp=8,zero=1", &l);
+  EXPECT_TRUE(l.overlap_param_gather);
+}
+
 TEST(Framework, BadFilesNameTheKey) {
   const std::string good = R"({"version": "1", "export": "megatron",
     "gradients": {"fp32_main_grads": true, "source": "s"},
@@ -434,6 +462,10 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("recompute": ["none"])", R"("recompute": ["none"], "selective_recompute": "some")",
                "layouts.selective_recompute must be attention_core or every_other_matmul");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": 1)", "pipeline.blocking_p2p must be true or false");
+  expect_error(R"("grad_reduce_zero_stages": [0, 1])", R"("grad_reduce_zero_stages": [0, 1], "param_gather": "yes")",
+               "overlap.param_gather must be true, false or a list of ZeRO stages");
+  expect_error(R"("grad_reduce_zero_stages": [0, 1])", R"("grad_reduce_zero_stages": [0, 1], "param_gather": [5])",
+               "overlap.param_gather must hold ZeRO stages 0-3");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "layer_split": "even")",
                "pipeline.layer_split must be any or equal_chunks");
   expect_error(R"("source": "s"})", R"("source": "s"}, "loss": {"cross_entropy": "liger", "source": "s"})",
