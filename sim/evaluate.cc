@@ -308,7 +308,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
           : 0.0;
   StageParams params = stage_params(model_, l, split, s);
   sc.chunk_buckets.assign(size_t(l.virtual_stages), std::max(1, opt_.grad_buckets));
-  if (opt_.grad_bucket_params > 0 || opt_.grad_bucket_layers)
+  if (opt_.states_grad_buckets())
     for (int c = 0; c < l.virtual_stages; ++c) {
       // (The chunk's share of the stage's parameters by its layers; the
       // closed form's stage costs keep no chunk_grad_fraction.)
@@ -403,7 +403,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
 }
 
 int chunk_gradient_buckets(const SimOptions& opt, const Layout& l, int stage, int chunk, double params, int layers) {
-  if (!(opt.grad_bucket_params > 0) && !opt.grad_bucket_layers) return std::max(1, opt.grad_buckets);
+  if (!opt.states_grad_buckets()) return std::max(1, opt.grad_buckets);
   const bool bucketed = opt.bucketed_chunks == BucketedChunks::kAll ||
                         (opt.bucketed_chunks == BucketedChunks::kFirst && stage == 0 && chunk == 0);
   if (!bucketed) return 1;

@@ -139,12 +139,11 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.grad_reduce_overlap_zero_stages, zero_list(*o, "grad_reduce_zero_stages", w + ".overlap"));
   if (o->contains("param_gather") && (*o)["param_gather"].is_array()) {
     LOOM_ASSIGN_OR_RETURN(f.param_gather_overlap_zero_stages, zero_list(*o, "param_gather", w + ".overlap"));
-    f.overlap_param_gather = !f.param_gather_overlap_zero_stages.empty();
   } else {
     if (o->contains("param_gather") && !(*o)["param_gather"].is_boolean())
       return invalid_argument(w + ".overlap.param_gather must be true, false or a list of ZeRO stages");
-    LOOM_ASSIGN_OR_RETURN(f.overlap_param_gather, json_bool_or(*o, "param_gather", true, w + ".overlap"));
-    f.param_gather_overlap_zero_stages = f.overlap_param_gather ? std::vector<int>{1, 2, 3} : std::vector<int>{};
+    LOOM_ASSIGN_OR_RETURN(bool all, json_bool_or(*o, "param_gather", true, w + ".overlap"));
+    if (!all) f.param_gather_overlap_zero_stages.clear();
   }
   LOOM_ASSIGN_OR_RETURN(f.tp_async_backward, json_bool_or(*o, "tp_async_backward", false, w + ".overlap"));
   LOOM_ASSIGN_OR_RETURN(f.tp_comm_overlap, json_bool_or(*o, "tp_comm_overlap", false, w + ".overlap"));
@@ -305,7 +304,7 @@ void apply_framework(const Framework& f, SearchSpace* sp) {
   sp->sequence_parallel_required = f.sequence_parallel == SequenceParallelRule::kAlways;
   sp->overlap_grad_zero_stages = f.grad_reduce_overlap_zero_stages;
   sp->overlap_grad_reduce = !f.grad_reduce_overlap_zero_stages.empty();
-  sp->overlap_param_gather = f.overlap_param_gather;
+  sp->overlap_param_gather = !f.param_gather_overlap_zero_stages.empty();
   sp->overlap_param_zero_stages = f.param_gather_overlap_zero_stages;
   // Pinned first/last chunks only where the stack can state them: Megatron's
   // --pipeline-model-parallel-layout (any schedule; before core_v0.13.0

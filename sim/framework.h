@@ -39,11 +39,10 @@ struct Framework {
   std::string export_kind;  // "megatron", "deepspeed" or "torchtitan"
   bool fp32_main_grads = false;
   std::vector<int> grad_reduce_overlap_zero_stages;  // ZeRO stages whose gradient reduction overlaps backward
-  bool overlap_param_gather = true;
   // The ZeRO stages whose parameter gather overlaps compute (overlap.
-  // param_gather: true = every stage, or a list: DeepSpeed gathers ZeRO-1/2's
-  // updated parameters at the end of its optimizer step, overlapping only
-  // ZeRO-3's prefetch).
+  // param_gather: true = every stage, false = none, or a list: DeepSpeed
+  // gathers ZeRO-1/2's updated parameters at the end of its optimizer step,
+  // overlapping only ZeRO-3's prefetch).
   std::vector<int> param_gather_overlap_zero_stages = {1, 2, 3};
   bool tp_async_backward = false;
   bool tp_comm_overlap = false;

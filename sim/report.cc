@@ -125,13 +125,13 @@ std::string sim_options_json(const SimOptions& o) {
   j["runtime_reserve_bytes"] = o.runtime_reserve_bytes;
   j["fragmentation_fraction"] = o.fragmentation_fraction;
   j["grad_buckets"] = o.grad_buckets;
-  // Written only when set, so plans made before them keep their hash.
-  if (o.grad_bucket_params > 0) {
+  // Written only when stated, so plans made before them keep their hash.
+  if (o.states_grad_buckets()) {
     j["grad_bucket_params"] = o.grad_bucket_params;
     j["grad_bucket_params_per_dp"] = o.grad_bucket_params_per_dp;
     j["bucketed_chunks"] = bucketed_chunks_name(o.bucketed_chunks);
+    if (o.grad_bucket_layers) j["grad_bucket_layers"] = true;
   }
-  if (o.grad_bucket_layers) j["grad_bucket_layers"] = true;
   j["tp_comm_overlap"] = o.tp_comm_overlap;
   // Written only with the overlap on, so plans made before it keep their hash.
   if (o.tp_comm_overlap) j["tp_comm_overlap_cfg"] = OrderedJson::parse(tp_overlap_config_json(o.tp_overlap));

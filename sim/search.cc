@@ -22,6 +22,11 @@ std::vector<int> divisors(int64_t n, int64_t limit) {
   return out;
 }
 
+// Whether ZeRO stage `zero` is among a framework's `stages` (empty: all).
+bool in_stages(const std::vector<int>& stages, int zero) {
+  return stages.empty() || std::find(stages.begin(), stages.end(), zero) != stages.end();
+}
+
 }  // namespace
 
 std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& sp) {
@@ -147,16 +152,8 @@ std::vector<Layout> enumerate_layouts(const Evaluator& eval, const SearchSpace& 
                       if (rc != Recompute::kSelective) continue;
                       l.recompute_modules = sp.fix_recompute_modules;
                     }
-                    l.overlap_grad_reduce =
-                        sp.overlap_grad_reduce &&
-                        (sp.overlap_grad_zero_stages.empty() ||
-                         std::find(sp.overlap_grad_zero_stages.begin(), sp.overlap_grad_zero_stages.end(), zero) !=
-                             sp.overlap_grad_zero_stages.end());
-                    l.overlap_param_gather =
-                        sp.overlap_param_gather &&
-                        (sp.overlap_param_zero_stages.empty() ||
-                         std::find(sp.overlap_param_zero_stages.begin(), sp.overlap_param_zero_stages.end(), zero) !=
-                             sp.overlap_param_zero_stages.end());
+                    l.overlap_grad_reduce = sp.overlap_grad_reduce && in_stages(sp.overlap_grad_zero_stages, zero);
+                    l.overlap_param_gather = sp.overlap_param_gather && in_stages(sp.overlap_param_zero_stages, zero);
                     if (!validate_layout(l, m, t, world).is_ok()) continue;
                     // The stack's splits only (the megatron-core framework).
                     auto runnable = [&](const Layout& x) {

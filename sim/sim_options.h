@@ -148,6 +148,9 @@ struct SimOptions {
   // and each group's buckets launch together once the layer's last gradient
   // arrives), on the chunks bucketed_chunks names.
   bool grad_bucket_layers = false;
+  // Whether the stack's own buckets are stated (by size or by layer) rather
+  // than the program's grad_buckets per chunk.
+  bool states_grad_buckets() const { return grad_bucket_params > 0 || grad_bucket_layers; }
   // ZeRO-3 (FSDP) under a pipeline syncs once a step, as torchtitan runs
   // FSDP2 with torch.distributed.pipelining: parameters stay gathered from
   // each chunk's first forward to the step's end (reshard_after_forward off

@@ -415,12 +415,13 @@ Result<SimResult> simulate_layout(const Evaluator& eval, const Layout& l) {
   // (StageCosts::chunk_buckets: Megatron-core only pipeline rank 0's first
   // chunk); the program then carries the counts, and its syncs and the
   // split of each chunk's last backward follow them.
-  if ((eval.options().grad_bucket_params > 0 || eval.options().grad_bucket_layers) &&
-      !eval.options().for_loom_executor()) {
-    cfg.chunk_grad_buckets.assign(size_t(l.pp) * size_t(l.virtual_stages), cfg.grad_buckets);
+  if (eval.options().states_grad_buckets() && !eval.options().for_loom_executor()) {
+    std::vector<int> counts(size_t(l.pp) * size_t(l.virtual_stages), cfg.grad_buckets);
     for (const StageCosts& sc : r.stages)
       for (size_t c = 0; c < sc.chunk_buckets.size() && c < size_t(l.virtual_stages); ++c)
-        cfg.chunk_grad_buckets[size_t(sc.stage) * size_t(l.virtual_stages) + c] = sc.chunk_buckets[c];
+        counts[size_t(sc.stage) * size_t(l.virtual_stages) + c] = sc.chunk_buckets[c];
+    if (std::any_of(counts.begin(), counts.end(), [&](int b) { return b != cfg.grad_buckets; }))
+      cfg.chunk_grad_buckets = std::move(counts);
   }
   LOOM_ASSIGN_OR_RETURN(r.program, build_program(cfg));
   // The engine times the program the framework runs; r.program stays the

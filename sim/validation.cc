@@ -221,7 +221,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   }
   if (run.grad_bucket_layers >= 0) opt.grad_bucket_layers = run.grad_bucket_layers == 1;
   if (!run.bucketed_chunks.empty()) {
-    if (!(opt.grad_bucket_params > 0) && !opt.grad_bucket_layers)
+    if (!opt.states_grad_buckets())
       return fail(invalid_argument(run.id + ": bucketed_chunks needs a bucket size (grad_bucket_params, or the "
                                             "framework's gradients.bucket_params)"));
     parse_bucketed_chunks(run.bucketed_chunks, &opt.bucketed_chunks);  // checked on load

@@ -125,6 +125,22 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_EQ(sim_options_json(SimOptions{}).find("cross_entropy"), std::string::npos);
   EXPECT_FALSE(parse_sim_options(R"({"cross_entropy": "liger"})").is_ok());
   EXPECT_FALSE(parse_sim_options(R"({"selective_recompute": "half"})").is_ok());
+  // The stack's buckets travel with the plan: Megatron-core's rule, and a
+  // bucket per layer on the first chunk only (NeMo 1.x with Apex, a row's
+  // setting), which states no size. Not written when not stated.
+  EXPECT_EQ(back->grad_bucket_params, 40e6);
+  EXPECT_EQ(back->grad_bucket_params_per_dp, 1e6);
+  EXPECT_EQ(back->bucketed_chunks, BucketedChunks::kFirst);
+  SimOptions layers;
+  layers.grad_bucket_layers = true;
+  layers.bucketed_chunks = BucketedChunks::kFirst;
+  auto layers_back = parse_sim_options(sim_options_json(layers));
+  ASSERT_TRUE(layers_back.is_ok()) << layers_back.status().to_string();
+  EXPECT_TRUE(layers_back->grad_bucket_layers);
+  EXPECT_EQ(layers_back->bucketed_chunks, BucketedChunks::kFirst);
+  for (const char* key : {"grad_bucket_params", "bucketed_chunks", "grad_bucket_layers"})
+    EXPECT_EQ(sim_options_json(SimOptions{}).find(key), std::string::npos) << key;
+  EXPECT_FALSE(parse_sim_options(R"({"bucketed_chunks": "some"})").is_ok());
 }
 
 TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
