@@ -4,21 +4,26 @@
 
 namespace loom {
 
-int StageSplit::stage_layers(int stage) const {
+int StageSplit::sum_over_chunks(const std::vector<int>& by_chunk, int stage) const {
   int n = 0;
-  for (int c = 0; c < v; ++c) n += chunk_layers[size_t(global(stage, c))];
+  for (int c = 0; c < v; ++c) n += by_chunk[size_t(global(stage, c))];
   return n;
 }
 
-int StageSplit::stage_moe_layers(int stage) const {
-  int n = 0;
-  for (int c = 0; c < v; ++c) n += chunk_moe_layers[size_t(global(stage, c))];
-  return n;
+void StageSplit::keep_stage_totals() {
+  stage_total_.assign(size_t(pp), 0);
+  stage_moe_total_.assign(size_t(pp), 0);
+  for (int s = 0; s < pp; ++s) {
+    stage_total_[size_t(s)] = sum_over_chunks(chunk_layers, s);
+    stage_moe_total_[size_t(s)] = sum_over_chunks(chunk_moe_layers, s);
+  }
+  totals_schedule_ = schedule;
 }
 
 StageSplit split_layers(const ModelSpec& model, const Layout& l) {
   StageSplit s = split_layers(model, l.pp, l.virtual_stages, l.first_stage_layers, l.last_stage_layers);
   s.schedule = l.schedule;
+  s.keep_stage_totals();
   return s;
 }
 
@@ -75,6 +80,7 @@ StageSplit split_layers(const ModelSpec& model, int pp, int v, int first, int la
     for (int l = begin; l < begin + s.chunk_layers[g]; ++l) s.chunk_moe_layers[g] += model.is_moe_layer(l) ? 1 : 0;
     begin += s.chunk_layers[g];
   }
+  s.keep_stage_totals();
   return s;
 }
 

@@ -17,8 +17,23 @@ struct StageSplit {
   std::vector<int> chunk_layers;
   std::vector<int> chunk_moe_layers;
   int global(int stage, int chunk) const { return global_chunk_of(schedule, pp, stage, chunk); }
-  int stage_layers(int stage) const;
-  int stage_moe_layers(int stage) const;
+  // A stage's layers, all its chunks together (from the totals split_layers
+  // kept; summed where the split was written by hand or placed since).
+  int stage_layers(int stage) const {
+    return totals_hold() ? stage_total_[size_t(stage)] : sum_over_chunks(chunk_layers, stage);
+  }
+  int stage_moe_layers(int stage) const {
+    return totals_hold() ? stage_moe_total_[size_t(stage)] : sum_over_chunks(chunk_moe_layers, stage);
+  }
+  // Keeps the stages' totals of the chunks' layers under the current
+  // placement: the closed form asks for them per stage of every layout.
+  void keep_stage_totals();
+
+ private:
+  bool totals_hold() const { return totals_schedule_ == schedule && int(stage_total_.size()) == pp; }
+  int sum_over_chunks(const std::vector<int>& by_chunk, int stage) const;
+  std::vector<int> stage_total_, stage_moe_total_;  // by stage, under totals_schedule_
+  Schedule totals_schedule_ = Schedule::k1F1B;
 };
 // Even split; when L is not a multiple of pp*v the extra layers go to middle
 // chunks first (the first and last hold the embedding and the head).

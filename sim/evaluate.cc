@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -18,26 +19,6 @@ namespace loom {
 
 namespace {
 std::atomic<uint64_t> g_next_evaluator_id{1};
-
-// The hash of a memo key of small integers (its set in an LruSets table,
-// sim/lru_sets.h): each field folded in by a multiply (high bits folded
-// down), then the whole mixed through splitmix64's finalizer, so that keys
-// differing in any field spread over the sets (a linear sum of the fields
-// made many layouts of a search share a slot and evict each other). One
-// multiply per field: the search hashes a few keys per layout.
-uint64_t mix_fields(std::initializer_list<int64_t> fields) {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (int64_t f : fields) {
-    h = (h ^ uint64_t(f)) * 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-  }
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return h;
-}
 }  // namespace
 
 const char* comm_kind_name(CommKind k) {
@@ -450,9 +431,8 @@ DpCollectives Evaluator::dp_collectives(const Layout& l, const StageCosts& sc) c
   thread_local LruSets<DpKey, DpCollectives, 1024> memo;
   const DpKey k{id_,      l.dp,      l.cp,          l.tp,          l.pp,          l.ep,         l.expert_tp(),
                 l.zero,   sc.layers, sc.moe_layers, sc.grad_bytes, sc.expert_grad_bytes, l.rank_order};
-  const uint64_t h = mix_fields({int64_t(std::hash<double>{}(sc.grad_bytes)),
-                                 int64_t(std::hash<double>{}(sc.expert_grad_bytes)), l.dp, l.cp, l.tp, l.pp, l.ep, k.etp,
-                                 l.zero, sc.layers, sc.moe_layers});
+  const uint64_t h = mix_fields({std::bit_cast<int64_t>(sc.grad_bytes), std::bit_cast<int64_t>(sc.expert_grad_bytes), l.dp,
+                                 l.cp, l.tp, l.pp, l.ep, k.etp, l.zero, sc.layers, sc.moe_layers});
   return memo.get(h, k, [&] { return compute_dp_collectives(l, sc); });
 }
 
@@ -752,10 +732,20 @@ Estimate Evaluator::estimate(const Layout& l) const {
   DpCollectives d;
   double memo_grad = -1, memo_expert = -1;
   int memo_layers = -1, memo_moe = -1;  // ZeRO-3 prices its collectives per layer
+  // Among stages that share their costs (kind) and their first chunk's
+  // layers, the exposure falls with the stage (every term of
+  // stage_dp_exposure is non-increasing in it: the drain, the cooldown, the
+  // gather's head start) and the stream's total does not change: the first
+  // of such a run sets its largest exposure, the last its least (the most
+  // contention). The stages between are skipped.
+  auto same_as = [&](int s, int t) {
+    return kind[size_t(s)] == kind[size_t(t)] && split.chunk_layers[size_t(s)] == split.chunk_layers[size_t(t)];
+  };
   for (int s = 0; s < p; ++s) {
     const StageCosts& sc = stages[kind[s]];
     opt_s = std::max(opt_s, sc.optimizer_s + norm_s);
     if (l.dp * l.cp <= 1) continue;
+    if (s > 0 && s + 1 < p && same_as(s, s - 1) && same_as(s, s + 1)) continue;
     if (sc.grad_bytes != memo_grad || sc.expert_grad_bytes != memo_expert || sc.layers != memo_layers ||
         sc.moe_layers != memo_moe) {
       d = dp_collectives(l, sc);

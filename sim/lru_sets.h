@@ -13,9 +13,30 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 namespace loom {
+
+// The hash of a memo key of small integers (its set in an LruSets table
+// below): each field folded in by a multiply (high bits folded
+// down), then the whole mixed through splitmix64's finalizer, so that keys
+// differing in any field spread over the sets (a linear sum of the fields
+// made many layouts of a search share a slot and evict each other). One
+// multiply per field: the search hashes a few keys per layout.
+inline uint64_t mix_fields(std::initializer_list<int64_t> fields) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (int64_t f : fields) {
+    h = (h ^ uint64_t(f)) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+  }
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
 
 template <class Key, class Value, int Sets, int Ways = 4>
 class LruSets {

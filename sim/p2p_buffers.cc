@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/program.h"
+#include "sim/lru_sets.h"
 #include "sim/memory_model.h"
 
 namespace loom {
@@ -137,39 +138,33 @@ const std::vector<P2pBuffers>* executor_p2p_buffers_per_stage(const Layout& l, i
   // holds at most 2*pp*v - 1 and the steady state repeats after it, so a
   // step of at most 4*pp*v micro-batches (a multiple of pp, as interleaving
   // wants) shows the same. A search meets few distinct schedules: memoized.
-  ProgramConfig c = program_config_for(l, global_batch, kDefaultGradBuckets);
-  c.dp_comm = false;
-  c.zero = 0;
-  c.micro_batches = std::min<int64_t>(c.micro_batches, 4LL * l.pp * std::max(1, l.virtual_stages));
+  const int v = std::max(1, l.virtual_stages);
+  const int64_t micro_batches = std::min<int64_t>(l.num_micro_batches(global_batch), 4LL * l.pp * v);
   using Key = std::tuple<int, int, int, int64_t>;
-  const Key key = std::make_tuple(c.pp, c.virtual_stages, int(c.schedule), c.micro_batches);
+  const Key key = std::make_tuple(l.pp, l.virtual_stages, int(l.schedule), micro_batches);
   // Shared by the search's threads (each schedule is worked out once) and
   // never cleared, so an answer's address stays valid: the keys are bounded
   // by the pipeline sizes, chunk counts and micro-batch counts a process
   // asks for (pp entries each). A thread's recent answers are at hand
-  // without the lock.
+  // without the lock (a search's layouts meet a hundred or more schedules:
+  // a direct-mapped table of 64 sent a third of the lookups to the lock).
   static std::mutex mu;
   static std::map<Key, std::vector<P2pBuffers>> memo;
-  constexpr size_t kSlots = 64;  // this thread's recent answers, direct-mapped
-  struct Slot {
-    Key key;
-    const std::vector<P2pBuffers>* answer = nullptr;
-  };
-  thread_local Slot recent[kSlots];
-  Slot& slot = recent[size_t(c.pp * 131 + c.virtual_stages * 31 + int(c.schedule) * 7 + c.micro_batches) % kSlots];
-  if (slot.answer && slot.key == key) return slot.answer;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = memo.find(key);
-    if (it != memo.end()) {
-      slot.key = key;
-      return slot.answer = &it->second;
+  thread_local LruSets<Key, const std::vector<P2pBuffers>*, 64> recent;
+  return recent.get(mix_fields({l.pp, l.virtual_stages, int(l.schedule), micro_batches}), key, [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = memo.find(key);
+      if (it != memo.end()) return &it->second;
     }
-  }
-  std::vector<P2pBuffers> fresh = p2p_buffers_per_stage(c);
-  std::lock_guard<std::mutex> lock(mu);
-  slot.key = key;
-  return slot.answer = &memo.emplace(key, std::move(fresh)).first->second;  // another thread's may be there first
+    ProgramConfig c = program_config_for(l, global_batch, kDefaultGradBuckets);
+    c.dp_comm = false;
+    c.zero = 0;
+    c.micro_batches = micro_batches;
+    std::vector<P2pBuffers> fresh = p2p_buffers_per_stage(c);
+    std::lock_guard<std::mutex> lock(mu);
+    return &memo.emplace(key, std::move(fresh)).first->second;  // another thread's may be there first
+  });
 }
 
 P2pBuffers executor_p2p_buffers(const Layout& l, int64_t global_batch, int stage) {

@@ -109,6 +109,45 @@ TEST(Layout, PinnedFirstAndLastChunks) {
   EXPECT_NE(st.message().find("need pp >= 2"), std::string::npos) << st.message();
 }
 
+// The stage totals split_layers keeps (the closed form reads them per stage
+// of every layout) are the chunks' sums under the split's placement, for
+// every schedule and pinned ends, on a model whose MoE layers are not all
+// of them; a split re-placed afterwards sums its chunks again.
+TEST(Layout, StageTotalsAreTheSumsOfTheStagesChunks) {
+  ModelSpec m = load_model_or_die("deepseek-v3");  // 61 layers, the first 3 dense
+  ASSERT_GT(m.num_layers - m.num_moe_layers(), 0);
+  int cases = 0;
+  for (const char* text : {"dp=1,pp=4", "dp=1,pp=4,schedule=gpipe", "dp=1,pp=4,schedule=interleaved,v=3",
+                           "dp=1,pp=8,schedule=interleaved,v=2,first=1,last=2", "dp=1,pp=4,schedule=dualpipev",
+                           "dp=1,pp=8,schedule=dualpipev,first=2,last=3", "dp=1,pp=1"}) {
+    auto l = parse_layout(text);
+    ASSERT_TRUE(l.is_ok()) << text << ": " << l.status().to_string();
+    const StageSplit split = split_layers(m, *l);
+    int all = 0, all_moe = 0;
+    for (int s = 0; s < l->pp; ++s) {
+      int layers = 0, moe = 0;
+      for (int c = 0; c < l->virtual_stages; ++c) {
+        const size_t g = size_t(l->global_chunk(s, c));
+        layers += split.chunk_layers[g];
+        moe += split.chunk_moe_layers[g];
+      }
+      EXPECT_EQ(split.stage_layers(s), layers) << text << " stage " << s;
+      EXPECT_EQ(split.stage_moe_layers(s), moe) << text << " stage " << s;
+      all += layers;
+      all_moe += moe;
+      ++cases;
+    }
+    EXPECT_EQ(all, m.num_layers) << text;
+    EXPECT_EQ(all_moe, m.num_moe_layers()) << text;
+  }
+  EXPECT_EQ(cases, 1 + 4 + 4 + 4 + 8 + 4 + 8);
+  // Placed as a V after the split was made: stage 0 holds chunks 0 and 7.
+  StageSplit vee = split_layers(m, 4, 2);
+  vee.schedule = Schedule::kDualPipeV;
+  EXPECT_EQ(vee.stage_layers(0), vee.chunk_layers[0] + vee.chunk_layers[7]);
+  EXPECT_EQ(vee.stage_moe_layers(0), vee.chunk_moe_layers[0] + vee.chunk_moe_layers[7]);
+}
+
 TEST(Layout, ParseErrorsNameTheKey) {
   for (const char* bad : {"tp=x", "tp=-2", "foo=1", "schedule=zigzag", "recompute=some", "tp", "sp=2",
                           "order=tp-dp-qq"}) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/dp_exposure.h"
 #include "sim/simulate.h"
 #include "tests/support/sim_test_support.h"
 
@@ -296,6 +297,51 @@ TEST(Evaluate, ClosedFormFollowsTheSlowestChunkOfUnevenSplits) {
     EXPECT_NEAR(r->closed_form.time.step_time_s / r->time.step_time_s, 1.0, 0.03)
         << text << ": closed " << r->closed_form.time.step_time_s << " engine " << r->time.step_time_s;
   }
+}
+
+// The closed form prices the data-parallel exposure of only the first and
+// the last of a run of stages that share their costs (Evaluator::estimate):
+// the first has the most exposed, the last the least (the most contention).
+// That holds if a stage's exposure never grows with its position down the
+// pipeline, all else equal: checked here for every ZeRO stage, overlap,
+// schedule and stack, at a pace of its own and at a slower pipeline's, with
+// few micro-batches (DP-bound) and many.
+TEST(Evaluate, DataParallelExposureNeverGrowsDownThePipeline) {
+  SimOptions stack;
+  stack.loom_executor = false;
+  stack.pp_blocking_p2p = true;
+  stack.pp_overlap_p2p_comm = true;
+  int checked = 0;
+  for (int mode = 0; mode < 2; ++mode)
+    for (int64_t batch : {16, 256}) {
+      Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", batch, 4096, mode == 0 ? SimOptions{} : stack);
+      for (const char* base : {"dp=2,pp=8", "dp=2,pp=8,schedule=gpipe", "dp=2,pp=8,schedule=interleaved,v=2",
+                               "dp=2,pp=4,schedule=dualpipev"})
+        for (int zero = 0; zero <= 3; ++zero)
+          for (const char* overlap : {"", ",overlap_grad=0", ",overlap_param=0"}) {
+            const std::string text = std::string(base) + ",zero=" + std::to_string(zero) + overlap;
+            Layout l = L(text);
+            if (!validate_layout(l, eval.model(), eval.train(), 16).is_ok()) continue;
+            const std::vector<StageCosts> stages = eval.stage_costs(l);
+            const StageCosts& sc = stages[1];  // an interior stage's costs, priced at every position
+            const DpCollectives d = eval.dp_collectives(l, sc);
+            const int64_t m = l.num_micro_batches(batch);
+            const double own = sc.fwd_s + sc.bwd_s + sc.recompute_s;
+            for (double cycle : {0.0, 1.5 * own}) {
+              StageDpExposure before = stage_dp_exposure(l, eval.options(), sc, d, m, 0, 0.5, cycle);
+              ASSERT_GT(before.total, 0) << text;
+              for (int s = 1; s < l.pp; ++s) {
+                const StageDpExposure e = stage_dp_exposure(l, eval.options(), sc, d, m, s, 0.5, cycle);
+                EXPECT_LE(e.exposed, before.exposed) << text << " stage " << s << " (stack " << mode << ", batch " << batch
+                                                     << ", cycle " << cycle << ")";
+                EXPECT_EQ(e.total, before.total) << text << " stage " << s;
+                before = e;
+                ++checked;
+              }
+            }
+          }
+    }
+  EXPECT_GT(checked, 500);
 }
 
 }  // namespace
