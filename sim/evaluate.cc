@@ -41,6 +41,7 @@ double Traffic::link_bytes(LinkClass l) const {
 Evaluator::Evaluator(const ModelSpec& model, const HwProfile& hw, const TrainSpec& train, const SimOptions& opt)
     : model_(model), hw_(hw), train_(train), opt_(opt),
       palm_flops_per_token_(model_.model_flops_per_token_palm(train_.seq_len)),
+      params_(model_param_counts(model_)),
       id_(g_next_evaluator_id.fetch_add(1)) {}
 
 namespace {
@@ -287,7 +288,7 @@ void Evaluator::fill_stage(const Layout& l, const Pieces& pc, const StageSplit& 
       t_stage > 0
           ? ((pc.tp_net ? sc.tp_s : 0.0) + (pc.ep_net ? sc.ep_s : 0.0) + (pc.cp_net ? sc.cp_s : 0.0)) / t_stage
           : 0.0;
-  StageParams params = stage_params(model_, l, split, s);
+  StageParams params = stage_params(model_, params_, l, split, s);
   sc.chunk_buckets.assign(size_t(l.virtual_stages), std::max(1, opt_.grad_buckets));
   if (opt_.states_grad_buckets())
     for (int c = 0; c < l.virtual_stages; ++c) {

@@ -191,6 +191,7 @@ class Evaluator {
   TrainSpec train_;
   SimOptions opt_;
   double palm_flops_per_token_ = 0;
+  ModelParamCounts params_;  // model_param_counts(model_)
   uint64_t id_ = 0;  // distinguishes evaluators in the per-thread caches
   DpCollectives compute_dp_collectives(const Layout& l, const StageCosts& sc) const;
   CollectiveCost p2p_cost(const Layout& l) const;

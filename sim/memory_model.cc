@@ -16,25 +16,45 @@ bool embedding_copy_on_last_stage(const ModelSpec& m, const Layout& l) {
   return l.pp > 1 && l.head_stage() != 0 && (m.tied_embeddings || m.num_mtp_layers > 0);
 }
 
+ModelParamCounts model_param_counts(const ModelSpec& m) {
+  ModelParamCounts c;
+  c.attention = double(m.attention_params());
+  c.norms = double(m.norm_params_per_layer());
+  c.dense_mlp = double(m.dense_mlp_params());
+  c.router = double(m.router_params());
+  c.shared_experts = double(m.shared_expert_params());
+  c.expert = double(m.expert_params());
+  c.embedding = double(m.embedding_params());
+  c.position = double(m.position_params());
+  c.final_norm = double(m.final_norm_params());
+  c.lm_head = double(m.lm_head_params());
+  return c;
+}
+
 StageParams stage_params(const ModelSpec& m, const Layout& l, const StageSplit& split, int stage) {
+  return stage_params(m, model_param_counts(m), l, split, stage);
+}
+
+StageParams stage_params(const ModelSpec& m, const ModelParamCounts& c, const Layout& l, const StageSplit& split,
+                         int stage) {
   StageParams p;
   const double t = l.tp;
   // `layers` transformer blocks, `moe_layers` of them MoE. Attention and MLP
   // weights are split over TP; the norms are replicated.
   auto add_blocks = [&](double layers, double moe_layers) {
-    p.dense += layers * (double(m.attention_params()) / t + double(m.norm_params_per_layer()));
-    p.dense += (layers - moe_layers) * double(m.dense_mlp_params()) / t;
-    p.dense += moe_layers * (double(m.router_params()) + double(m.shared_expert_params()) / t);
-    p.expert += moe_layers * (double(m.moe.num_experts) / l.ep) * double(m.expert_params()) / l.expert_tp();
+    p.dense += layers * (c.attention / t + c.norms);
+    p.dense += (layers - moe_layers) * c.dense_mlp / t;
+    p.dense += moe_layers * (c.router + c.shared_experts / t);
+    p.expert += moe_layers * (double(m.moe.num_experts) / l.ep) * c.expert / l.expert_tp();
   };
   add_blocks(split.stage_layers(stage), split.stage_moe_layers(stage));
-  if (stage == 0) p.dense += double(m.embedding_params()) / t + double(m.position_params());
+  if (stage == 0) p.dense += c.embedding / t + c.position;
   if (stage == l.head_stage()) {
-    p.dense += double(m.final_norm_params());
-    if (!m.tied_embeddings) p.dense += double(m.lm_head_params()) / t;
+    p.dense += c.final_norm;
+    if (!m.tied_embeddings) p.dense += c.lm_head / t;
     // The embedding's copy: the tied head's matrix, or the one multi-token
     // prediction keeps.
-    if (embedding_copy_on_last_stage(m, l)) p.dense += double(m.embedding_params()) / t;
+    if (embedding_copy_on_last_stage(m, l)) p.dense += c.embedding / t;
     // Multi-token-prediction modules (DeepSeek-V3 section 2.2), on the last
     // stage: a block like the last layer, two RMSNorms and a 2h x h
     // projection each; the output head and the embedding are shared.
@@ -423,6 +443,7 @@ StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
 
 ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt) {
   ActivationTerms a;
+  a.params = model_param_counts(m);
   const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence (CP)
   a.dense = layer_activation_bytes(m, l, opt, seq, train.precision, false);
   a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, seq, train.precision, true) : 0;
@@ -479,7 +500,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   StageMemory sm;
   sm.stage = stage;
   sm.layers = split.stage_layers(stage);
-  StageParams params = stage_params(m, l, split, stage);
+  StageParams params = stage_params(m, act.params, l, split, stage);
   sm.params = params.total();
   // Loom's executor keeps fp32 weights, gradients and Adam moments in every
   // precision (16-bit copies are made per GEMM, and of saved activations).

@@ -38,6 +38,17 @@ struct StageParams {
   double total() const { return dense + expert; }
 };
 StageParams stage_params(const ModelSpec& model, const Layout& layout, const StageSplit& split, int stage);
+// The model's parameter counts stage_params adds up, read from the model
+// once (its accessors work each count out on every call, and the closed
+// form prices several stages of every layout).
+struct ModelParamCounts {
+  double attention = 0, norms = 0, dense_mlp = 0, router = 0, shared_experts = 0, expert = 0;  // one layer's
+  double embedding = 0, position = 0, final_norm = 0, lm_head = 0;
+};
+ModelParamCounts model_param_counts(const ModelSpec& model);
+// The same from counts read before (model_param_counts of `model`).
+StageParams stage_params(const ModelSpec& model, const ModelParamCounts& counts, const Layout& layout,
+                         const StageSplit& split, int stage);
 // Whether a pipelined model's last stage holds a copy of the token embedding
 // whose gradient is all-reduced with the first stage's: a tied output head,
 // or multi-token prediction (Megatron-core builds the embedding on the MTP
@@ -173,6 +184,8 @@ struct ActivationTerms {
   // Partial recompute (recompute_layers): a kept layer's activations, as
   // without recompute.
   double kept_dense = 0, kept_moe = 0;
+  // The model's parameter counts (model_param_counts), for the stages' states.
+  ModelParamCounts params;
   // Loom's executor (no framework named): a layer's terms and the pipeline's
   // buffers per stage, the same for every stage of the layout, so a stage's
   // memory only adds up (the search prices up to pp stages per layout).
