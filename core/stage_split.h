@@ -27,6 +27,8 @@ struct StageSplit {
   }
   // Keeps the stages' totals of the chunks' layers under the current
   // placement: the closed form asks for them per stage of every layout.
+  // split_layers calls it; call it again after changing chunk_layers or
+  // chunk_moe_layers by hand (a changed schedule is noticed).
   void keep_stage_totals();
 
  private:

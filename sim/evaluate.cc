@@ -576,7 +576,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   const Pieces& pc = pieces(l);
   // Memory per stage (the same terms memory_report() uses) and stage costs,
   // without per-call allocation: the buffer is reused by this thread.
-  const ActivationTerms act = activation_terms(model_, l, train_, opt_);
+  const ActivationTerms act = activation_terms(model_, l, train_, opt_, &params_);
   thread_local std::vector<StageCosts> stages;
   thread_local std::vector<int> kind;  // stage -> the stage whose costs it shares
   stages.resize(l.pp);

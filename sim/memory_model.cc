@@ -441,9 +441,10 @@ StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
   return s;
 }
 
-ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt) {
+ActivationTerms activation_terms(const ModelSpec& m, const Layout& l, const TrainSpec& train, const SimOptions& opt,
+                                 const ModelParamCounts* counts) {
   ActivationTerms a;
-  a.params = model_param_counts(m);
+  a.params = counts ? *counts : model_param_counts(m);
   const int64_t seq = train.seq_len / std::max(1, l.cp);  // this rank's tokens of a sequence (CP)
   a.dense = layer_activation_bytes(m, l, opt, seq, train.precision, false);
   a.moe = m.is_moe() ? layer_activation_bytes(m, l, opt, seq, train.precision, true) : 0;

@@ -200,8 +200,10 @@ struct ActivationTerms {
     const std::vector<P2pBuffers>* p2p = nullptr;  // per stage; null without a pipeline
   } executor;
 };
+// `counts`: model_param_counts(model) where the caller holds them (the
+// Evaluator); read from the model when null.
 ActivationTerms activation_terms(const ModelSpec& model, const Layout& layout, const TrainSpec& train,
-                                 const SimOptions& opt);
+                                 const SimOptions& opt, const ModelParamCounts* counts = nullptr);
 
 StageMemory stage_memory(const ModelSpec& model, const Layout& layout, const TrainSpec& train, const SimOptions& opt,
                          const StageSplit& split, int stage);
