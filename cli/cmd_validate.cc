@@ -1,6 +1,8 @@
 // loom validate: predict every published run of the validation table and
-// compare (sim/validation.h). Exit 1 when a pinned row leaves its tolerance,
-// is predicted not to fit, or cannot be predicted.
+// compare (sim/validation.h); with --sweeps, the published layout sweeps
+// instead (sim/layout_sweeps.h). Exit 1 when a pinned row leaves its
+// tolerance, is predicted not to fit, or cannot be predicted, or a sweep
+// leaves its pins.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <set>
@@ -8,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/resources.h"
+#include "sim/layout_sweeps.h"
 #include "sim/validation.h"
 
 namespace loom::cli {
@@ -22,10 +25,41 @@ int cmd_validate(int argc, char** argv) {
   app.add_flag("--breakdown", breakdown,
                "after the table, each row's predicted step by phase (forward, backward, recompute, exposed "
                "communication, bubble, optimizer) as shares of the step");
+  bool sweeps = false;
+  app.add_flag("--sweeps", sweeps,
+               "the layout sweeps instead of the table: published measurements of several layouts of one model on "
+               "one cluster, each predicted; whether Loom orders them as measured (Kendall's tau), how its pick ran, "
+               "and its fit verdicts against the layouts that ran out of memory");
+  std::string sweep_table;
+  app.add_option("--sweep-table", sweep_table,
+                 "layout sweeps file (default: validation/layout_sweeps.json of the install); implies --sweeps");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (sweeps || !sweep_table.empty()) {
+    if (!table.empty() || !only.empty() || breakdown)
+      return fail("validate", invalid_argument("--sweeps reads the layout sweeps; --table, --only and --breakdown "
+                                               "are the table's options"));
+    if (sweep_table.empty()) {
+      auto found = find_resource("validation/layout_sweeps.json");
+      if (!found.is_ok()) return fail("validate", found.status());
+      sweep_table = *found;
+    }
+    auto loaded = load_layout_sweeps(sweep_table);
+    if (!loaded.is_ok()) return fail("validate", loaded.status());
+    std::vector<SweepPrediction> predicted;
+    for (const LayoutSweep& sw : *loaded) predicted.push_back(predict_sweep(sw));
+    std::printf("%s", format_sweeps_markdown(predicted).c_str());
+    int bad = 0;
+    for (const SweepPrediction& p : predicted)
+      if (!p.holds()) {
+        ++bad;
+        std::fprintf(stderr, "loom validate: sweep %s %s\n", p.sweep.id.c_str(),
+                     !p.error.empty() ? ("not predicted: " + p.error).c_str() : "outside its pins");
+      }
+    return bad ? 1 : 0;
   }
   if (table.empty()) {
     auto found = find_resource("validation/published_runs.json");

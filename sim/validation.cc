@@ -13,6 +13,7 @@
 #include "sim/plan_request.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
+#include "sim/validation_row.h"
 
 namespace loom {
 
@@ -61,97 +62,101 @@ double megatron_flops_per_token(const ModelSpec& m, double s) {
 
 }  // namespace
 
+Result<PublishedRun> parse_published_run(const Json& r, std::string w, const std::string& base_dir) {
+  if (!r.is_object()) return invalid_argument(w + " must be an object");
+  PublishedRun p;
+  LOOM_ASSIGN_OR_RETURN(p.id, json_string(r, "id", w));
+  w += " (" + p.id + ")";
+  LOOM_ASSIGN_OR_RETURN(p.group_gpu, json_string(r, "gpu", w));
+  LOOM_ASSIGN_OR_RETURN(p.group_kind, json_string_or(r, "kind", "dense", w));
+  LOOM_ASSIGN_OR_RETURN(p.model, json_string(r, "model", w));
+  if (p.model.find('/') != std::string::npos && fs::path(p.model).is_relative())
+    p.model = (fs::path(base_dir) / p.model).lexically_normal().string();
+  LOOM_ASSIGN_OR_RETURN(p.hw, json_string(r, "hw", w));
+  LOOM_ASSIGN_OR_RETURN(int64_t gpus, json_positive_int(r, "gpus", w));
+  p.gpus = int(gpus);
+  LOOM_ASSIGN_OR_RETURN(p.global_batch, json_positive_int(r, "global_batch", w));
+  LOOM_ASSIGN_OR_RETURN(p.seq, json_positive_int(r, "seq", w));
+  LOOM_ASSIGN_OR_RETURN(p.precision, json_string(r, "precision", w));
+  LOOM_ASSIGN_OR_RETURN(p.framework, json_string_or(r, "framework", "", w));
+  LOOM_ASSIGN_OR_RETURN(p.flash_attention, tristate(r, "flash_attention", w));
+  LOOM_ASSIGN_OR_RETURN(p.fp32_main_grads, tristate(r, "fp32_main_grads", w));
+  LOOM_ASSIGN_OR_RETURN(p.tp_async_backward, tristate(r, "tp_async_backward", w));
+  LOOM_ASSIGN_OR_RETURN(p.fp8_params, tristate(r, "fp8_params", w));
+  LOOM_ASSIGN_OR_RETURN(p.grad_nan_check, tristate(r, "grad_nan_check", w));
+  LOOM_ASSIGN_OR_RETURN(p.grad_scale_pass, tristate(r, "grad_scale_pass", w));
+  LOOM_ASSIGN_OR_RETURN(p.qkv_bshd_copies, tristate(r, "qkv_bshd_copies", w));
+  if (p.qkv_bshd_copies >= 0 && !(r.contains("qkv_bshd_source") && r["qkv_bshd_source"].is_string()))
+    return invalid_argument(w + ".qkv_bshd_source is missing: name the release and setting the row's q/k/v copies were read from");
+  if ((p.grad_nan_check >= 0 || p.grad_scale_pass >= 0) &&
+      !(r.contains("grad_buffer_source") && r["grad_buffer_source"].is_string()))
+    return invalid_argument(w + ".grad_buffer_source is missing: name the code the row's gradient-buffer passes were read from");
+  LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap, tristate(r, "tp_comm_overlap", w));
+  LOOM_ASSIGN_OR_RETURN(p.ep_comm_overlap, tristate(r, "ep_comm_overlap", w));
+  LOOM_ASSIGN_OR_RETURN(p.pp_blocking_p2p, tristate(r, "pp_blocking_p2p", w));
+  LOOM_ASSIGN_OR_RETURN(p.pp_overlap_p2p_comm, tristate(r, "pp_overlap_p2p_comm", w));
+  LOOM_ASSIGN_OR_RETURN(p.moe_dedup_dispatch, tristate(r, "moe_dedup_dispatch", w));
+  LOOM_ASSIGN_OR_RETURN(p.moe_fp8_dispatch, tristate(r, "moe_fp8_dispatch", w));
+  LOOM_ASSIGN_OR_RETURN(p.moe_load_imbalance, json_number_or(r, "moe_load_imbalance", -1, w));
+  LOOM_ASSIGN_OR_RETURN(p.moe_capacity_factor, json_number_or(r, "moe_capacity_factor", -1, w));
+  LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
+  p.dropout = int(dropout);
+  LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
+  LOOM_ASSIGN_OR_RETURN(p.grad_bucket_params, json_number_or(r, "grad_bucket_params", -1, w));
+  if (r.contains("grad_bucket_params") && !(p.grad_bucket_params > 0))
+    return invalid_argument(w + ".grad_bucket_params must be > 0 (parameters in a bucket)");
+  LOOM_ASSIGN_OR_RETURN(p.bucketed_chunks, json_string_or(r, "bucketed_chunks", "", w));
+  BucketedChunks bucketed;
+  if (!p.bucketed_chunks.empty() && !parse_bucketed_chunks(p.bucketed_chunks, &bucketed))
+    return invalid_argument(w + ".bucketed_chunks must be all, first or none, got '" + p.bucketed_chunks + "'");
+  LOOM_ASSIGN_OR_RETURN(p.grad_bucket_layers, tristate(r, "grad_bucket_layers", w));
+  if ((p.grad_bucket_params > 0 || !p.bucketed_chunks.empty() || p.grad_bucket_layers >= 0) &&
+      !(r.contains("grad_bucket_source") && r["grad_bucket_source"].is_string()))
+    return invalid_argument(w + ".grad_bucket_source is missing: name the configuration and code the row's "
+                                "gradient buckets were read from");
+  LOOM_ASSIGN_OR_RETURN(p.cross_entropy, json_string_or(r, "cross_entropy", "", w));
+  CrossEntropyImpl ce;
+  if (!p.cross_entropy.empty() && !parse_cross_entropy(p.cross_entropy, &ce))
+    return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got '" + p.cross_entropy + "'");
+  if (!p.cross_entropy.empty() && !(r.contains("cross_entropy_source") && r["cross_entropy_source"].is_string()))
+    return invalid_argument(w + ".cross_entropy_source is missing: name the code the row's loss was read from");
+  LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap_cfg, json_string_or(r, "tp_comm_overlap_cfg", "", w));
+  if (!p.tp_comm_overlap_cfg.empty()) {
+    if (Status s = load_tp_overlap_config(p.tp_comm_overlap_cfg).status(); !s.is_ok())
+      return invalid_argument(w + ".tp_comm_overlap_cfg: " + s.message());
+  }
+  LOOM_ASSIGN_OR_RETURN(p.attention_kernel, json_string_or(r, "attention_kernel", "", w));
+  if (!p.attention_kernel.empty() && !(r.contains("attention_kernel_source") && r["attention_kernel_source"].is_string()))
+    return invalid_argument(w + ".attention_kernel_source is missing: say why the row's stack ran that kernel");
+  LOOM_ASSIGN_OR_RETURN(p.layer_split, json_string_or(r, "layer_split", "", w));
+  LayerSplitRule split;
+  if (!p.layer_split.empty() && !parse_layer_split(p.layer_split, &split))
+    return invalid_argument(w + ".layer_split must be any or equal_chunks, got '" + p.layer_split + "'");
+  if (!p.layer_split.empty() && p.framework.empty())
+    return invalid_argument(w + ".layer_split needs a framework: it says which splits that stack's release states");
+  LOOM_ASSIGN_OR_RETURN(p.layout, json_string_or(r, "layout", "", w));
+  LOOM_ASSIGN_OR_RETURN(p.fix, json_string_or(r, "fix", "", w));
+  if (p.layout.empty() == p.fix.empty())
+    return invalid_argument(w + ": give either \"layout\" (the whole published layout) or \"fix\" (the published "
+                                "dimensions, the rest searched)");
+  LOOM_ASSIGN_OR_RETURN(std::string metric, json_string(r, "metric", w));
+  LOOM_ASSIGN_OR_RETURN(p.metric, parse_metric(metric, w));
+  LOOM_ASSIGN_OR_RETURN(p.published, json_positive(r, "published", w));
+  LOOM_ASSIGN_OR_RETURN(p.tolerance, json_positive(r, "tolerance", w));
+  LOOM_ASSIGN_OR_RETURN(p.source, json_string(r, "source", w));
+  LOOM_ASSIGN_OR_RETURN(p.notes, json_string_or(r, "notes", "", w));
+  LOOM_ASSIGN_OR_RETURN(p.pending, json_string_or(r, "pending", "", w));
+  return p;
+}
+
 Result<std::vector<PublishedRun>> parse_published_runs(const std::string& json_text, const std::string& base_dir) {
   LOOM_ASSIGN_OR_RETURN(Json j, parse_json(json_text, "published runs"));
   if (!j.is_object() || !j.contains("runs") || !j["runs"].is_array())
     return invalid_argument("published runs: expected an object with a \"runs\" array");
   std::vector<PublishedRun> out;
   for (size_t i = 0; i < j["runs"].size(); ++i) {
-    const Json& r = j["runs"][i];
-    std::string w = "runs[" + std::to_string(i) + "]";
-    if (!r.is_object()) return invalid_argument(w + " must be an object");
-    PublishedRun p;
-    LOOM_ASSIGN_OR_RETURN(p.id, json_string(r, "id", w));
-    w += " (" + p.id + ")";
-    LOOM_ASSIGN_OR_RETURN(p.group_gpu, json_string(r, "gpu", w));
-    LOOM_ASSIGN_OR_RETURN(p.group_kind, json_string_or(r, "kind", "dense", w));
-    LOOM_ASSIGN_OR_RETURN(p.model, json_string(r, "model", w));
-    if (p.model.find('/') != std::string::npos && fs::path(p.model).is_relative())
-      p.model = (fs::path(base_dir) / p.model).lexically_normal().string();
-    LOOM_ASSIGN_OR_RETURN(p.hw, json_string(r, "hw", w));
-    LOOM_ASSIGN_OR_RETURN(int64_t gpus, json_positive_int(r, "gpus", w));
-    p.gpus = int(gpus);
-    LOOM_ASSIGN_OR_RETURN(p.global_batch, json_positive_int(r, "global_batch", w));
-    LOOM_ASSIGN_OR_RETURN(p.seq, json_positive_int(r, "seq", w));
-    LOOM_ASSIGN_OR_RETURN(p.precision, json_string(r, "precision", w));
-    LOOM_ASSIGN_OR_RETURN(p.framework, json_string_or(r, "framework", "", w));
-    LOOM_ASSIGN_OR_RETURN(p.flash_attention, tristate(r, "flash_attention", w));
-    LOOM_ASSIGN_OR_RETURN(p.fp32_main_grads, tristate(r, "fp32_main_grads", w));
-    LOOM_ASSIGN_OR_RETURN(p.tp_async_backward, tristate(r, "tp_async_backward", w));
-    LOOM_ASSIGN_OR_RETURN(p.fp8_params, tristate(r, "fp8_params", w));
-    LOOM_ASSIGN_OR_RETURN(p.grad_nan_check, tristate(r, "grad_nan_check", w));
-    LOOM_ASSIGN_OR_RETURN(p.grad_scale_pass, tristate(r, "grad_scale_pass", w));
-    LOOM_ASSIGN_OR_RETURN(p.qkv_bshd_copies, tristate(r, "qkv_bshd_copies", w));
-    if (p.qkv_bshd_copies >= 0 && !(r.contains("qkv_bshd_source") && r["qkv_bshd_source"].is_string()))
-      return invalid_argument(w + ".qkv_bshd_source is missing: name the release and setting the row's q/k/v copies were read from");
-    if ((p.grad_nan_check >= 0 || p.grad_scale_pass >= 0) &&
-        !(r.contains("grad_buffer_source") && r["grad_buffer_source"].is_string()))
-      return invalid_argument(w + ".grad_buffer_source is missing: name the code the row's gradient-buffer passes were read from");
-    LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap, tristate(r, "tp_comm_overlap", w));
-    LOOM_ASSIGN_OR_RETURN(p.ep_comm_overlap, tristate(r, "ep_comm_overlap", w));
-    LOOM_ASSIGN_OR_RETURN(p.pp_blocking_p2p, tristate(r, "pp_blocking_p2p", w));
-    LOOM_ASSIGN_OR_RETURN(p.pp_overlap_p2p_comm, tristate(r, "pp_overlap_p2p_comm", w));
-    LOOM_ASSIGN_OR_RETURN(p.moe_dedup_dispatch, tristate(r, "moe_dedup_dispatch", w));
-    LOOM_ASSIGN_OR_RETURN(p.moe_fp8_dispatch, tristate(r, "moe_fp8_dispatch", w));
-    LOOM_ASSIGN_OR_RETURN(p.moe_load_imbalance, json_number_or(r, "moe_load_imbalance", -1, w));
-    LOOM_ASSIGN_OR_RETURN(p.moe_capacity_factor, json_number_or(r, "moe_capacity_factor", -1, w));
-    LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
-    p.dropout = int(dropout);
-    LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
-    LOOM_ASSIGN_OR_RETURN(p.grad_bucket_params, json_number_or(r, "grad_bucket_params", -1, w));
-    if (r.contains("grad_bucket_params") && !(p.grad_bucket_params > 0))
-      return invalid_argument(w + ".grad_bucket_params must be > 0 (parameters in a bucket)");
-    LOOM_ASSIGN_OR_RETURN(p.bucketed_chunks, json_string_or(r, "bucketed_chunks", "", w));
-    BucketedChunks bucketed;
-    if (!p.bucketed_chunks.empty() && !parse_bucketed_chunks(p.bucketed_chunks, &bucketed))
-      return invalid_argument(w + ".bucketed_chunks must be all, first or none, got '" + p.bucketed_chunks + "'");
-    LOOM_ASSIGN_OR_RETURN(p.grad_bucket_layers, tristate(r, "grad_bucket_layers", w));
-    if ((p.grad_bucket_params > 0 || !p.bucketed_chunks.empty() || p.grad_bucket_layers >= 0) &&
-        !(r.contains("grad_bucket_source") && r["grad_bucket_source"].is_string()))
-      return invalid_argument(w + ".grad_bucket_source is missing: name the configuration and code the row's "
-                                  "gradient buckets were read from");
-    LOOM_ASSIGN_OR_RETURN(p.cross_entropy, json_string_or(r, "cross_entropy", "", w));
-    CrossEntropyImpl ce;
-    if (!p.cross_entropy.empty() && !parse_cross_entropy(p.cross_entropy, &ce))
-      return invalid_argument(w + ".cross_entropy must be " + cross_entropy_names() + ", got '" + p.cross_entropy + "'");
-    if (!p.cross_entropy.empty() && !(r.contains("cross_entropy_source") && r["cross_entropy_source"].is_string()))
-      return invalid_argument(w + ".cross_entropy_source is missing: name the code the row's loss was read from");
-    LOOM_ASSIGN_OR_RETURN(p.tp_comm_overlap_cfg, json_string_or(r, "tp_comm_overlap_cfg", "", w));
-    if (!p.tp_comm_overlap_cfg.empty()) {
-      if (Status s = load_tp_overlap_config(p.tp_comm_overlap_cfg).status(); !s.is_ok())
-        return invalid_argument(w + ".tp_comm_overlap_cfg: " + s.message());
-    }
-    LOOM_ASSIGN_OR_RETURN(p.attention_kernel, json_string_or(r, "attention_kernel", "", w));
-    if (!p.attention_kernel.empty() && !(r.contains("attention_kernel_source") && r["attention_kernel_source"].is_string()))
-      return invalid_argument(w + ".attention_kernel_source is missing: say why the row's stack ran that kernel");
-    LOOM_ASSIGN_OR_RETURN(p.layer_split, json_string_or(r, "layer_split", "", w));
-    LayerSplitRule split;
-    if (!p.layer_split.empty() && !parse_layer_split(p.layer_split, &split))
-      return invalid_argument(w + ".layer_split must be any or equal_chunks, got '" + p.layer_split + "'");
-    if (!p.layer_split.empty() && p.framework.empty())
-      return invalid_argument(w + ".layer_split needs a framework: it says which splits that stack's release states");
-    LOOM_ASSIGN_OR_RETURN(p.layout, json_string_or(r, "layout", "", w));
-    LOOM_ASSIGN_OR_RETURN(p.fix, json_string_or(r, "fix", "", w));
-    if (p.layout.empty() == p.fix.empty())
-      return invalid_argument(w + ": give either \"layout\" (the whole published layout) or \"fix\" (the published "
-                                  "dimensions, the rest searched)");
-    LOOM_ASSIGN_OR_RETURN(std::string metric, json_string(r, "metric", w));
-    LOOM_ASSIGN_OR_RETURN(p.metric, parse_metric(metric, w));
-    LOOM_ASSIGN_OR_RETURN(p.published, json_positive(r, "published", w));
-    LOOM_ASSIGN_OR_RETURN(p.tolerance, json_positive(r, "tolerance", w));
-    LOOM_ASSIGN_OR_RETURN(p.source, json_string(r, "source", w));
-    LOOM_ASSIGN_OR_RETURN(p.notes, json_string_or(r, "notes", "", w));
-    LOOM_ASSIGN_OR_RETURN(p.pending, json_string_or(r, "pending", "", w));
+    LOOM_ASSIGN_OR_RETURN(PublishedRun p,
+                          parse_published_run(j["runs"][i], "runs[" + std::to_string(i) + "]", base_dir));
     out.push_back(std::move(p));
   }
   return out;
@@ -258,6 +263,8 @@ RunPrediction predict_run(const PublishedRun& run) {
     out.fits = true;
   }
   out.layout = result.layout.to_string();
+  out.peak_memory_bytes = result.memory.peak_bytes();
+  out.memory_capacity_bytes = result.memory.capacity_bytes;
   const double step = result.figures.step_time_s;
   out.time = result.time;
   out.closed_form_time = result.closed_form.time;

@@ -80,6 +80,8 @@ struct RunPrediction {
   std::string error;
   std::string layout;      // the layout predicted (searched or given)
   bool fits = false;
+  double peak_memory_bytes = 0;  // the worst stage's, of the predicted layout
+  double memory_capacity_bytes = 0;
   double predicted = 0;    // in the run's metric
   double rel_error = 0;    // predicted / published - 1, in throughput terms (step time inverted)
   // The step of the predicted layout from the event engine, by phase
