@@ -67,6 +67,7 @@ struct PlanArgs {
   std::string expert_gemm;    // empty: the framework's, else grouped
   bool fp8_attention = false;
   bool fp8_params = false;
+  double memory_headroom = 0;
   bool ddp_average_in_collective = false;
   bool no_grad_nan_check = false;
   std::string framework;    // frameworks/<name>.json; empty: none
@@ -207,6 +208,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.expert_gemm = a.expert_gemm;
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
+  req.memory_headroom = a.memory_headroom;
   req.ddp_average_in_collective = a.ddp_average_in_collective;
   req.no_grad_nan_check = a.no_grad_nan_check;
   req.fp8_attention = a.fp8_attention;
@@ -474,6 +476,10 @@ int cmd_plan(int argc, char** argv) {
                  "(one GEMM each, priced one after another: Transformer Engine's GroupedLinear, DeepSpeed's loop)");
   app.add_flag("--fp8-attention", a.fp8_attention,
                "run the attention core in fp8 too (Transformer Engine's fp8_dot_product_attention; default bf16)");
+  app.add_option("--memory-headroom", a.memory_headroom,
+                 "fraction of each device's memory the plan keeps free, 0 to 0.9 (default 0): a layout fits when its "
+                 "worst stage needs at most (1 - headroom) x capacity. Loom counts live tensors; what the stack's "
+                 "allocator reserves beyond them is not modelled (docs/validation.md, Layout sweeps)");
   app.add_flag("--fp8-params", a.fp8_params,
                "fp8 parameters (Megatron --fp8-param-gather): only the fp8 weight and its transpose are kept, "
                "gathered at 1 byte a parameter");

@@ -649,7 +649,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
     }
     fill_stage(l, pc, split, s, sc);
   }
-  est.fits = est.peak_memory_bytes <= hw_.accel.memory_bytes;
+  est.fits = est.peak_memory_bytes <= usable_memory_bytes(hw_, opt_);
 
   const int64_t m = l.num_micro_batches(train_.global_batch);
   const int p = l.pp, v = l.virtual_stages;

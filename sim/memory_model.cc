@@ -643,11 +643,16 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   return sm;
 }
 
+double usable_memory_bytes(const HwProfile& hw, const SimOptions& opt) {
+  return hw.accel.memory_bytes * (1 - std::clamp(opt.memory_headroom, 0.0, kMaxMemoryHeadroom));
+}
+
 MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout& l, const TrainSpec& train,
                            const SimOptions& opt) {
   if (fsdp_once_per_step(l, opt)) return memory_report(m, hw, priced_layout(l, opt), train, opt);
   MemoryReport r;
-  r.capacity_bytes = hw.accel.memory_bytes;
+  r.capacity_bytes = usable_memory_bytes(hw, opt);
+  r.device_bytes = hw.accel.memory_bytes;
   StageSplit split = split_layers(m, l);
   const ActivationTerms act = activation_terms(m, l, train, opt);
   for (int s = 0; s < l.pp; ++s) {
@@ -661,11 +666,16 @@ MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout
 std::string MemoryReport::why_not() const {
   if (fits || stages.empty()) return "";
   const StageMemory& s = stages[worst_stage];
-  char buf[512];
+  char buf[512], of[96];
+  if (device_bytes > capacity_bytes)
+    std::snprintf(of, sizeof of, "%.1f GB usable (%.1f GB less the memory headroom)", capacity_bytes / 1e9,
+                  device_bytes / 1e9);
+  else
+    std::snprintf(of, sizeof of, "%.1f GB", capacity_bytes / 1e9);
   std::snprintf(buf, sizeof buf,
-                "stage %d needs %.1f GB of %.1f GB: over by %.1f GB (weights %.1f, grads %.1f, optimizer %.1f, "
+                "stage %d needs %.1f GB of %s: over by %.1f GB (weights %.1f, grads %.1f, optimizer %.1f, "
                 "activations %.1f, buffers %.1f, workspace %.1f, overhead %.1f GB)",
-                s.stage, s.total_bytes() / 1e9, capacity_bytes / 1e9, (s.total_bytes() - capacity_bytes) / 1e9,
+                s.stage, s.total_bytes() / 1e9, of, (s.total_bytes() - capacity_bytes) / 1e9,
                 s.weights_bytes / 1e9, s.grads_bytes / 1e9, s.optimizer_bytes / 1e9, s.activations_bytes / 1e9,
                 s.comm_buffer_bytes / 1e9, (s.workspace_bytes + s.inputs_bytes) / 1e9, s.overhead_bytes / 1e9);
   return buf;

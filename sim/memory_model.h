@@ -163,7 +163,8 @@ struct StageMemory {
 
 struct MemoryReport {
   std::vector<StageMemory> stages;
-  double capacity_bytes = 0;
+  double capacity_bytes = 0;  // usable: the device's less the plan's memory headroom
+  double device_bytes = 0;    // the device's
   int worst_stage = 0;
   bool fits = true;
   double peak_bytes() const { return stages.empty() ? 0 : stages[worst_stage].total_bytes(); }
@@ -210,6 +211,9 @@ StageMemory stage_memory(const ModelSpec& model, const Layout& layout, const Tra
 // The same with the activation terms computed once for all stages.
 StageMemory stage_memory(const ModelSpec& model, const Layout& layout, const TrainSpec& train, const SimOptions& opt,
                          const StageSplit& split, int stage, const ActivationTerms& act);
+// The device memory a layout may use: the profile's capacity less the
+// plan's headroom (SimOptions::memory_headroom).
+double usable_memory_bytes(const HwProfile& hw, const SimOptions& opt);
 MemoryReport memory_report(const ModelSpec& model, const HwProfile& hw, const Layout& layout, const TrainSpec& train,
                            const SimOptions& opt);
 

@@ -50,6 +50,9 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, c
   if (req.dropout < -2 || req.dropout > 1)
     return invalid_argument("--dropout " + std::to_string(req.dropout) +
                             " must be -1 (from the model family), 0 (off) or 1 (on)");
+  if (!(req.memory_headroom >= 0 && req.memory_headroom <= kMaxMemoryHeadroom))
+    return invalid_argument("--memory-headroom " + std::to_string(req.memory_headroom) +
+                            ": use a fraction of the device memory to keep free, 0 to 0.9 (e.g. 0.1 keeps 10%)");
   if (req.grad_buckets < 1 || req.grad_buckets > 32767)
     return invalid_argument("--grad-buckets " + std::to_string(req.grad_buckets) +
                             ": use 1 to 32767 gradient buckets per model chunk");
@@ -124,6 +127,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (!req.expert_gemm.empty()) parse_expert_gemm(req.expert_gemm, &opt.expert_gemm);  // checked there too
   if (req.fp8_attention) opt.fp8_attention = true;
   if (req.fp8_params) opt.fp8_params = true;
+  opt.memory_headroom = req.memory_headroom;
   if (req.ddp_average_in_collective) opt.grad_scale_pass = false;
   if (req.no_grad_nan_check) opt.grad_nan_check = false;
   if (req.dropout != -2) opt.dropout = req.dropout;

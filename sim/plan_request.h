@@ -58,6 +58,7 @@ struct PlanRequest {
   std::string expert_gemm;         // SimOptions::expert_gemm; empty: the framework's, else grouped
   bool fp8_attention = false;      // SimOptions::fp8_attention
   bool fp8_params = false;         // SimOptions::fp8_params
+  double memory_headroom = 0;      // SimOptions::memory_headroom
   // Megatron-core DDP settings the framework file fixes at Megatron-LM's
   // command-line defaults: --ddp-average-in-collective (no 1/dp pass,
   // SimOptions::grad_scale_pass off) and --no-check-for-nan-in-loss-and-grad

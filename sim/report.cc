@@ -124,6 +124,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["fp32_main_grads"] = o.fp32_main_grads;
   j["runtime_reserve_bytes"] = o.runtime_reserve_bytes;
   j["fragmentation_fraction"] = o.fragmentation_fraction;
+  if (o.memory_headroom > 0) j["memory_headroom"] = o.memory_headroom;  // written when set: older plans keep their hash
   j["grad_buckets"] = o.grad_buckets;
   // Written only when stated, so plans made before them keep their hash.
   if (o.states_grad_buckets()) {
@@ -179,6 +180,9 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.runtime_reserve_bytes, json_number_or(j, "runtime_reserve_bytes", o.runtime_reserve_bytes, w));
   LOOM_ASSIGN_OR_RETURN(o.fragmentation_fraction,
                         json_number_or(j, "fragmentation_fraction", o.fragmentation_fraction, w));
+  LOOM_ASSIGN_OR_RETURN(o.memory_headroom, json_number_or(j, "memory_headroom", o.memory_headroom, w));
+  if (!(o.memory_headroom >= 0 && o.memory_headroom <= kMaxMemoryHeadroom))
+    return invalid_argument(w + ".memory_headroom must lie in [0, 0.9] (a fraction of the device memory kept free)");
   LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int_or(j, "grad_buckets", o.grad_buckets, w));
   o.grad_buckets = int(buckets);
   LOOM_ASSIGN_OR_RETURN(o.grad_bucket_params, json_number_or(j, "grad_bucket_params", o.grad_bucket_params, w));
@@ -287,8 +291,11 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
     std::snprintf(buf, sizeof buf, "  %-20s %12s %6.1f%%\n", row.name, human_seconds(row.v).c_str(), pct(row.v));
     o << buf;
   }
-  o << "memory  per rank, capacity " << human_bytes(hw.accel.memory_bytes) << (r.memory.fits ? "" : "  DOES NOT FIT")
-    << "\n";
+  o << "memory  per rank, capacity " << human_bytes(hw.accel.memory_bytes);
+  if (r.memory.capacity_bytes < hw.accel.memory_bytes)
+    o << ", " << human_bytes(r.memory.capacity_bytes) << " usable (memory headroom "
+      << human_bytes(hw.accel.memory_bytes - r.memory.capacity_bytes) << ")";
+  o << (r.memory.fits ? "" : "  DOES NOT FIT") << "\n";
   std::snprintf(buf, sizeof buf, "  %-6s %7s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "layers", "weights",
                 "grads", "optimizer", "activations", "buffers", "workspace", "overhead", "total");
   o << buf;

@@ -94,6 +94,10 @@ const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 
+// The largest memory_headroom a plan takes: a plan that keeps more than
+// this free is a typo, not a margin.
+inline constexpr double kMaxMemoryHeadroom = 0.9;
+
 struct SimOptions {
   // The training stack whose defaults these options were set from
   // (frameworks/<name>.json, sim/framework.h); empty: none named.
@@ -131,6 +135,15 @@ struct SimOptions {
   // Allocator fragmentation allowance, as a fraction of the transient tensor
   // bytes (activations and communication buffers).
   double fragmentation_fraction = 0.05;
+  // Device memory a plan keeps free, as a fraction of the profile's
+  // capacity: a layout fits when its worst stage needs at most
+  // (1 - memory_headroom) x capacity (usable_memory_bytes, memory_model.h).
+  // 0 (the default) sets the model's count of live tensors against the whole
+  // device. What the caching allocator reserves beyond the live tensors is
+  // not modelled, and on some stacks it is large (docs/validation.md,
+  // "Layout sweeps": nvidia-smi 3-18.5 GB above Loom's count on DeepSpeed
+  // 2022). At most kMaxMemoryHeadroom.
+  double memory_headroom = 0;
   // DP gradient buckets per model chunk (buckets overlap backward).
   int grad_buckets = kDefaultGradBuckets;
   // A published stack's buckets by size, where its configuration states one

@@ -8,6 +8,8 @@
 
 #include "sim/compute_model.h"
 #include "sim/memory_model.h"
+#include "sim/plan_request.h"
+#include "sim/report.h"
 #include "sim/search.h"
 #include "sim/simulate.h"
 #include "tests/support/sim_test_support.h"
@@ -619,6 +621,49 @@ TEST(Evaluate, EpOverlapLeavesTheWarmupAndCooldownUnpaired) {
   auto r = simulate_layout(on_eval, l);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_NEAR(r->closed_form.time.step_time_s / r->time.step_time_s, 1.0, 0.10);
+}
+
+// --memory-headroom keeps a fraction of each device free: a layout fits when
+// its worst stage needs at most (1 - headroom) x capacity, in the closed
+// form the search ranks by and in the memory report alike; the plan records
+// the headroom (only when set) and refuses one outside [0, 0.9].
+TEST(Evaluate, MemoryHeadroomShrinksTheUsableCapacityForBothPaths) {
+  Evaluator eval = make_evaluator("llama-3-8b", "dgx-h100", 64, 4096);
+  const Layout l = testing::layout_or_die("dp=8,tp=1,pp=1,zero=1,micro=1,recompute=full");
+  const MemoryReport whole = memory_report(eval.model(), eval.hw(), l, eval.train(), eval.options());
+  ASSERT_TRUE(whole.fits);
+  const double device = eval.hw().accel.memory_bytes, peak = whole.peak_bytes();
+  ASSERT_GT(peak / device, 0.15);  // a headroom below 0.9 can make it not fit
+  // Usable 5% below the peak: it does not fit; 5% above: it does.
+  for (double usable : {0.95 * peak, 1.05 * peak}) {
+    SimOptions opt = eval.options();
+    opt.memory_headroom = 1 - usable / device;
+    Evaluator e2(eval.model(), eval.hw(), eval.train(), opt);
+    const MemoryReport r = memory_report(e2.model(), e2.hw(), l, e2.train(), e2.options());
+    EXPECT_NEAR(r.capacity_bytes, usable, 1.0);
+    EXPECT_EQ(r.device_bytes, device);
+    EXPECT_DOUBLE_EQ(r.peak_bytes(), peak);  // the headroom moves the capacity, not the count
+    EXPECT_EQ(r.fits, usable > peak);
+    EXPECT_EQ(e2.estimate(l).fits, r.fits);
+    if (!r.fits) EXPECT_NE(r.why_not().find("usable"), std::string::npos) << r.why_not();
+  }
+  // The plan's record of it.
+  SimOptions opt;
+  opt.memory_headroom = 0.1;
+  auto back = parse_sim_options(sim_options_json(opt));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_DOUBLE_EQ(back->memory_headroom, 0.1);
+  EXPECT_EQ(sim_options_json(SimOptions{}).find("memory_headroom"), std::string::npos);
+  EXPECT_FALSE(parse_sim_options(R"({"memory_headroom": 0.95})").is_ok());
+  EXPECT_FALSE(parse_sim_options(R"({"memory_headroom": -0.1})").is_ok());
+  PlanRequest req;
+  req.memory_headroom = 0.95;
+  EXPECT_FALSE(make_train_spec(req, eval.hw()).is_ok());
+  req.memory_headroom = std::nan("");
+  EXPECT_FALSE(make_train_spec(req, eval.hw()).is_ok());
+  req.memory_headroom = 0.1;
+  EXPECT_TRUE(make_train_spec(req, eval.hw()).is_ok());
+  EXPECT_DOUBLE_EQ(make_sim_options(req, eval.hw(), nullptr).memory_headroom, 0.1);
 }
 
 }  // namespace
