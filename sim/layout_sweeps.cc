@@ -219,7 +219,10 @@ std::string format_sweeps_markdown(const std::vector<SweepPrediction>& sweeps) {
   std::string s;
   for (const SweepPrediction& sp : sweeps) {
     const LayoutSweep& sw = sp.sweep;
-    s += "### " + sw.id + "\n\n" + sw.base.model + " on " + std::to_string(sw.base.gpus) + " GPUs (" + sw.base.hw +
+    // A model given as a path is named by its file, not where this checkout put it.
+    const std::string model =
+        sw.base.model.find('/') != std::string::npos ? fs::path(sw.base.model).stem().string() : sw.base.model;
+    s += "### " + sw.id + "\n\n" + model + " on " + std::to_string(sw.base.gpus) + " GPUs (" + sw.base.hw +
          "), " + sw.base.precision + (sw.base.framework.empty() ? "" : ", " + sw.base.framework) + ". Source: " +
          sw.source + "\n\n";
     const size_t n = sw.runs.size();
