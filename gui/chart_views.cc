@@ -101,7 +101,9 @@ void MemoryView::show_result(const SimResult* r) {
   series->attachAxis(y);
   // The capacity line across the whole plot (a second, hidden x axis).
   auto* cap = new QLineSeries();
-  cap->setName(QString("device capacity %1 GB").arg(drawn_capacity_gb, 0, 'f', 1));
+  // Usable: the device's capacity less the plan's memory headroom, if any.
+  cap->setName(QString(m.capacity_bytes < m.device_bytes ? "usable capacity %1 GB" : "device capacity %1 GB")
+                   .arg(drawn_capacity_gb, 0, 'f', 1));
   cap->append(0, drawn_capacity_gb);
   cap->append(1, drawn_capacity_gb);
   QPen pen(Qt::black);

@@ -14,19 +14,22 @@ into kinds:
   comm   communication kernels (NCCL, DeepEP)
   elem   everything else (norms, activations, copies, reductions)
 
-A kernel belongs to the innermost annotation whose host range holds the
-runtime call that launched it (matched by correlation id); kernels launched
-outside every annotation are counted under "-". The kinds come from kernel
+A kernel belongs to the innermost annotation whose range holds the runtime
+call that launched it (matched by correlation id): one on the launching host
+thread where there is one, else one on any thread (autograd launches the
+backward's kernels from its own thread, inside the main thread's annotation);
+kernels launched outside every annotation are counted under "-". The kinds come from kernel
 names only, so a stack with unusual names may need --kind RULE (a regular
 expression and a kind, tried before the built-in rules).
 
 Durations are summed, not merged: kernels that overlap on two streams both
 count. --streams prints each stream's busy time and span.
 
-usage: trace_phases.py TRACE.json [--per N] [--exclude NAME ...] [--streams]
-                                  [--kind REGEX=KIND ...] [--json]
-  --per N      divide every figure by N (e.g. the layers the trace holds)
-  --exclude    annotations that are not phases (e.g. ProfilerStep#1)
+usage: trace_phases.py TRACE.json [--per N] [--exclude NAME] ... [--streams]
+                                  [--kind REGEX=KIND] ... [--json]
+  --per N         divide every figure by N (e.g. the layers the trace holds)
+  --exclude NAME  an annotation that is not a phase (e.g. ProfilerStep#1);
+                  repeat for several
 """
 import argparse
 import bisect
@@ -62,7 +65,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--per", type=float, default=1.0)
-    ap.add_argument("--exclude", nargs="*", default=[])
+    ap.add_argument("--exclude", action="append", default=[], metavar="NAME")
     ap.add_argument("--streams", action="store_true")
     ap.add_argument("--kind", action="append", default=[], metavar="REGEX=KIND")
     ap.add_argument("--json", action="store_true")
@@ -84,35 +87,42 @@ def main(argv):
     kernels = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     if not kernels:
         sys.exit(f"trace_phases.py: {a.trace} holds no GPU kernels (was the profiler run with CUDA activities?)")
-    launches = {}
+    launches = {}  # correlation id -> (host thread, time of the launch call)
     for e in ev:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e:
             c = e["args"].get("correlation")
             if c is not None:
-                launches[c] = e["ts"]
-    spans = sorted(
-        (e["ts"], e["ts"] + e["dur"], e["name"])
-        for e in ev
-        if e.get("cat") == "user_annotation" and e.get("ph") == "X" and e["name"] not in a.exclude
-    )
-    starts = [s[0] for s in spans]
+                launches[c] = ((e.get("pid"), e.get("tid")), e["ts"])
+    spans = collections.defaultdict(list)  # host thread (None: every thread) -> annotations by start
+    for e in ev:
+        if e.get("cat") == "user_annotation" and e.get("ph") == "X" and e["name"] not in a.exclude:
+            span = (e["ts"], e["ts"] + e["dur"], e["name"])
+            spans[(e.get("pid"), e.get("tid"))].append(span)
+            spans[None].append(span)
+    starts = {}
+    for thread, lst in spans.items():
+        lst.sort()
+        starts[thread] = [x[0] for x in lst]
 
-    def phase_of(ts):
-        # innermost = the latest-starting span that still holds ts
-        i = bisect.bisect_right(starts, ts) - 1
-        best = None
+    def innermost(thread, ts):
+        # The latest-starting annotation that still holds ts: ranges on one
+        # thread nest, so on the launching thread it is the innermost.
+        lst = spans.get(thread, [])
+        i = bisect.bisect_right(starts.get(thread, []), ts) - 1
         while i >= 0:
-            s, t, n = spans[i]
-            if s <= ts <= t and (best is None or s > best[0]):
-                best = (s, n)
-                break
+            s, t, n = lst[i]
+            if ts <= t:
+                return n
             i -= 1
-        return best[1] if best else "-"
+        return None
+
+    def phase_of(thread, ts):
+        return innermost(thread, ts) or innermost(None, ts) or "-"
 
     table = collections.defaultdict(float)
     for k in kernels:
-        ts = launches.get(k.get("args", {}).get("correlation"))
-        phase = phase_of(ts) if ts is not None else "-"
+        launch = launches.get(k.get("args", {}).get("correlation"))
+        phase = phase_of(*launch) if launch is not None else "-"
         table[(phase, classify(k["name"], rules))] += k["dur"] / 1e3 / a.per  # ms
     phases = sorted({p for p, _ in table}, key=lambda p: (p == "-", p))
     if a.json:

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
 #include <numeric>
 
 #include "core/json_util.h"
@@ -51,6 +52,21 @@ std::vector<double> average_ranks(const std::vector<double>& v) {
   return rank;
 }
 
+// kInvalidArgument naming the first key of `obj` outside `keys`: a misspelt
+// field would otherwise be dropped without a word.
+Status only_keys(const Json& obj, std::initializer_list<const char*> keys, const std::string& where) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool known = false;
+    for (const char* k : keys) known = known || it.key() == k;
+    if (!known) {
+      std::string list;
+      for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
+      return invalid_argument(where + ": unknown field '" + it.key() + "' (the fields are " + list + ")");
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 double spearman_rho(const std::vector<double>& x, const std::vector<double>& y) {
@@ -79,7 +95,10 @@ Result<std::vector<LayoutSweep>> parse_layout_sweeps(const std::string& json_tex
     if (!s.is_object()) return invalid_argument(w + " must be an object");
     LayoutSweep sw;
     LOOM_ASSIGN_OR_RETURN(sw.id, json_string(s, "id", w));
+    for (const LayoutSweep& earlier : out)
+      if (earlier.id == sw.id) return invalid_argument(w + ": a second sweep with id '" + sw.id + "'");
     w += " (" + sw.id + ")";
+    LOOM_RETURN_IF_ERROR(only_keys(s, {"id", "source", "notes", "settings", "pins", "runs"}, w));
     LOOM_ASSIGN_OR_RETURN(sw.source, json_string(s, "source", w));
     LOOM_ASSIGN_OR_RETURN(sw.notes, json_string_or(s, "notes", "", w));
     if (!s.contains("settings") || !s["settings"].is_object())
@@ -93,19 +112,23 @@ Result<std::vector<LayoutSweep>> parse_layout_sweeps(const std::string& json_tex
     if (!s.contains("pins") || !s["pins"].is_object())
       return invalid_argument(w + ".pins must be an object: min_kendall_tau, max_pick_regret, max_wrong_fit_verdicts");
     const Json& pins = s["pins"];
+    LOOM_RETURN_IF_ERROR(
+        only_keys(pins, {"min_kendall_tau", "max_pick_regret", "max_wrong_fit_verdicts"}, w + ".pins"));
     LOOM_ASSIGN_OR_RETURN(sw.min_kendall_tau, json_number(pins, "min_kendall_tau", w + ".pins"));
     LOOM_ASSIGN_OR_RETURN(sw.max_pick_regret, json_number(pins, "max_pick_regret", w + ".pins"));
     LOOM_ASSIGN_OR_RETURN(int64_t wrong, json_int(pins, "max_wrong_fit_verdicts", w + ".pins"));
-    if (sw.min_kendall_tau < -1 || sw.min_kendall_tau > 1 || sw.max_pick_regret < 0 || wrong < 0)
-      return invalid_argument(w + ".pins: min_kendall_tau lies in [-1, 1]; max_pick_regret and "
-                                  "max_wrong_fit_verdicts are not negative");
-    sw.max_wrong_fit_verdicts = int(wrong);
     if (!s.contains("runs") || !s["runs"].is_array() || s["runs"].size() < 2)
       return invalid_argument(w + ".runs must be an array of at least two measured layouts");
+    if (!(sw.min_kendall_tau >= -1 && sw.min_kendall_tau <= 1) || !(sw.max_pick_regret >= 0) || wrong < 0 ||
+        wrong > int64_t(s["runs"].size()))
+      return invalid_argument(w + ".pins: min_kendall_tau lies in [-1, 1], max_pick_regret is not negative, and "
+                                  "max_wrong_fit_verdicts lies between 0 and the number of runs");
+    sw.max_wrong_fit_verdicts = int(wrong);
     for (size_t k = 0; k < s["runs"].size(); ++k) {
       const Json& r = s["runs"][k];
       const std::string rw = w + ".runs[" + std::to_string(k) + "]";
       if (!r.is_object()) return invalid_argument(rw + " must be an object");
+      LOOM_RETURN_IF_ERROR(only_keys(r, {"layout", "global_batch", "step_time_s", "oom", "memory_gib"}, rw));
       SweepRun run;
       LOOM_ASSIGN_OR_RETURN(run.layout, json_string(r, "layout", rw));
       LOOM_ASSIGN_OR_RETURN(run.global_batch, json_positive_int(r, "global_batch", rw));
@@ -120,6 +143,8 @@ Result<std::vector<LayoutSweep>> parse_layout_sweeps(const std::string& json_tex
       if (run.memory_gib < 0) return invalid_argument(rw + ".memory_gib must not be negative");
       sw.runs.push_back(std::move(run));
     }
+    const auto ran = std::count_if(sw.runs.begin(), sw.runs.end(), [](const SweepRun& r) { return !r.oom; });
+    if (ran < 2) return invalid_argument(w + ".runs: at least two layouts must have run for an order to compare");
     // The shared settings as a row of the table, checked by the table's own
     // parser; each run fills in its layout, batch and step.
     settings["id"] = sw.id;
@@ -243,7 +268,10 @@ std::string format_sweeps_markdown(const std::vector<SweepPrediction>& sweeps) {
       const SweepRun& r = sw.runs[i];
       const RunPrediction& p = sp.runs[i];
       s += "| " + std::to_string(i + 1) + " | " + r.layout + " | " + std::to_string(r.global_batch) + " | ";
-      s += r.oom ? "out of memory | — | " : fmt("%.2f s", r.measured_step_s) + " | " + std::to_string(place_in(measured, ran, i)) + " | ";
+      if (r.oom)
+        s += "out of memory | — | ";
+      else
+        s += fmt("%.2f s", r.measured_step_s) + " | " + std::to_string(place_in(measured, ran, i)) + " | ";
       if (!p.ok)
         s += "not predicted | — | ";
       else if (!p.fits)
@@ -269,14 +297,18 @@ std::string format_sweeps_markdown(const std::vector<SweepPrediction>& sweeps) {
            (sp.measured_best_place > 0 ? ", is Loom's " + std::to_string(sp.measured_best_place) + " of " +
                                              std::to_string(sp.ranked) + ".\n"
                                        : ", is predicted not to fit.\n");
-    if (sp.pick >= 0 && sw.runs[size_t(sp.pick)].oom)
-      s += "* Loom's pick, #" + std::to_string(sp.pick + 1) + ", ran out of memory. ";
-    else if (sp.pick >= 0)
-      s += "* Loom's pick, #" + std::to_string(sp.pick + 1) + ", ran. ";
+    if (sp.pick < 0)
+      s += "* Loom predicts none of these layouts to fit.";
+    else
+      s += "* Loom's pick, #" + std::to_string(sp.pick + 1) +
+           (sw.runs[size_t(sp.pick)].oom ? ", ran out of memory." : ", ran.");
     if (sp.pick_that_ran >= 0)
-      s += "Of the layouts that ran, Loom's fastest (#" + std::to_string(sp.pick_that_ran + 1) + ") ran " +
+      s += " Of the layouts that ran, Loom's fastest (#" + std::to_string(sp.pick_that_ran + 1) + ") ran " +
            fmt("%+.1f%%", 100 * sp.pick_regret) + " against the measured best (pinned: at most " +
-           fmt("%+.1f%%", 100 * sw.max_pick_regret) + ").\n";
+           fmt("%+.1f%%", 100 * sw.max_pick_regret) + ").";
+    else if (sp.pick >= 0)
+      s += " None of the layouts that ran is predicted to fit.";
+    s += "\n";
     s += "* Fit verdicts: " + std::to_string(sp.fit_right) + " right, " + std::to_string(sp.fit_wrong) + " wrong";
     std::string wrong;
     for (size_t i = 0; i < n; ++i)

@@ -143,6 +143,9 @@ Result<PublishedRun> parse_published_run(const Json& r, std::string w, const std
   LOOM_ASSIGN_OR_RETURN(p.metric, parse_metric(metric, w));
   LOOM_ASSIGN_OR_RETURN(p.published, json_positive(r, "published", w));
   LOOM_ASSIGN_OR_RETURN(p.tolerance, json_positive(r, "tolerance", w));
+  LOOM_ASSIGN_OR_RETURN(p.memory_headroom, json_number_or(r, "memory_headroom", 0, w));
+  if (!(p.memory_headroom >= 0 && p.memory_headroom <= kMaxMemoryHeadroom))
+    return invalid_argument(w + ".memory_headroom must lie in [0, 0.9] (a fraction of the device memory kept free)");
   LOOM_ASSIGN_OR_RETURN(p.source, json_string(r, "source", w));
   LOOM_ASSIGN_OR_RETURN(p.notes, json_string_or(r, "notes", "", w));
   LOOM_ASSIGN_OR_RETURN(p.pending, json_string_or(r, "pending", "", w));
@@ -185,6 +188,7 @@ RunPrediction predict_run(const PublishedRun& run) {
   req.precision = run.precision;
   req.framework = run.framework;
   req.attention_kernel = run.attention_kernel;
+  req.memory_headroom = run.memory_headroom;
   if (Status s = apply_request_to_hw(req, &*hw); !s.is_ok()) return fail(s);
   auto train = make_train_spec(req, *hw);
   if (!train.is_ok()) return fail(train.status());

@@ -67,6 +67,7 @@ struct PublishedRun {
   RunMetric metric = RunMetric::kTokensPerSecPerGpu;
   double published = 0;
   double tolerance = 0.10; // pinned: |predicted / published - 1| <= tolerance
+  double memory_headroom = 0;  // SimOptions::memory_headroom (loom plan --memory-headroom)
   // Not pinned yet, and why (a mechanism Loom lacks, e.g. uneven pipeline
   // splits); the row is still predicted where it can be.
   std::string pending;

@@ -252,7 +252,7 @@ Status open_trainer(Session& s) {
   size_t free_b = 0, total_b = 0;  // CUDA: this rank's stage against its device's free memory
   if (device_memory(s.devices, &free_b, &total_b))
     LOOM_RETURN_IF_ERROR(check_device_memory(s.plan, cfg.model, cfg.train, cfg.layout, s.world.rank(),
-                                             s.devices.precision, free_b,
+                                             s.devices.precision, free_b, total_b,
                                              "GPU " + std::to_string(s.devices.cuda_device) + "'s free memory"));
   LOOM_ASSIGN_OR_RETURN(s.trainer, Trainer::create(&s.world, cfg, s.data.get()));
   return Status::ok();

@@ -78,12 +78,26 @@ SimOptions plan_sim_options(const Plan& plan) {
 
 }  // namespace
 
+double device_available_bytes(double free_bytes, double total_bytes, double headroom) {
+  if (!(headroom > 0) || !(total_bytes > 0)) return free_bytes;
+  return std::min(free_bytes, total_bytes * (1 - std::min(headroom, kMaxMemoryHeadroom)));
+}
+
 Status check_device_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
-                           int rank, Precision precision, size_t free_bytes, const std::string& where) {
+                           int rank, Precision precision, size_t free_bytes, size_t total_bytes,
+                           const std::string& where) {
   std::string detail;
-  const double need =
-      ranks_memory_bytes(model, train, layout, plan.hw, plan_sim_options(plan), precision, rank, 1, false, &detail);
-  return check_memory_fits(need, double(free_bytes), 1, where, detail);
+  const SimOptions opt = plan_sim_options(plan);
+  const double need = ranks_memory_bytes(model, train, layout, plan.hw, opt, precision, rank, 1, false, &detail);
+  const double available = device_available_bytes(double(free_bytes), double(total_bytes), opt.memory_headroom);
+  std::string what = where;
+  if (available < double(free_bytes)) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", at most %.0f%% of the device (the plan's --memory-headroom %.3g),",
+                  100 * (1 - opt.memory_headroom), opt.memory_headroom);
+    what += buf;
+  }
+  return check_memory_fits(need, available, 1, what, detail);
 }
 
 Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,

@@ -37,14 +37,21 @@ Status check_memory_fits(double need_bytes, double available_bytes, int ranks, c
 // MemAvailable from /proc/meminfo in bytes; kNotFound where it cannot be read.
 Result<double> host_available_bytes();
 
+// What a device offers a run whose plan keeps `headroom` of each device free
+// (SimOptions::memory_headroom): its free bytes, and at most (1 - headroom)
+// of its total, as the plan's fit verdict assumed.
+double device_available_bytes(double free_bytes, double total_bytes, double headroom);
+
 // The checks for `loom execute` on this rank, before it allocates: the model,
 // train and layout as it will run them (after --scale), the plan's hardware
 // and simulator options. Host: this host's ranks (the launcher's local_world
 // ranks around `rank`) against MemAvailable (ok where it cannot be read).
-// Device: this rank's stage in `precision` against the device's free bytes.
+// Device: this rank's stage in `precision` against the device's free bytes,
+// less the plan's memory headroom of its `total_bytes`.
 Status check_host_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
                          int rank);
 Status check_device_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
-                           int rank, Precision precision, size_t free_bytes, const std::string& where);
+                           int rank, Precision precision, size_t free_bytes, size_t total_bytes,
+                           const std::string& where);
 
 }  // namespace loom::exec

@@ -5,7 +5,7 @@
 // ... EP64, TP1 with 4K sequence length", routing "absolutely balanced").
 // docs/validation.md ("In-training kernels") gives the derivation; the
 // figures below are what scripts/trace_phases.py prints for that file with
-// --per 4 --exclude ProfilerStep#1 1F1B: GPU kernel time by the host
+// --per 4 --exclude ProfilerStep#1 --exclude 1F1B: GPU kernel time by the host
 // annotation (DualPipe's attn/mlp F, B and W phases) that launched it, per
 // layer, communication kernels (DeepEP's dispatch and combine) left out.
 #include <gtest/gtest.h>
