@@ -146,4 +146,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except BrokenPipeError:  # a reader that stopped early (| head): not an error of ours
+        sys.stderr.close()
+        sys.exit(0)

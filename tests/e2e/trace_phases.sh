@@ -56,7 +56,9 @@ assert abs(t["fwd"]["gemm"] - 0.05) < 1e-9, t
 assert abs(t["-"]["elem"] - 0.005) < 1e-9, t
 PY
 # The table form sums a phase's kinds.
-python3 "$script" "$tmp/t.json" | grep -Eq '^fwd +0\.100 +0\.040 +0\.000 +0\.000 +0\.000 +0\.140$' || fail "table"
+# (read whole, then matched: grep -q would close the pipe under the writer)
+table=$(python3 "$script" "$tmp/t.json")
+grep -Eq '^fwd +0\.100 +0\.040 +0\.000 +0\.000 +0\.000 +0\.140$' <<< "$table" || fail "table: $table"
 # Not a trace, no kernels, a bad --per: refused with a message, exit 1.
 echo '{"x": 1}' > "$tmp/bad.json"
 if python3 "$script" "$tmp/bad.json" 2> "$tmp/err"; then fail "a file without traceEvents was read"; fi
