@@ -170,11 +170,36 @@ bool SweepPrediction::holds() const {
          pick_regret <= sweep.max_pick_regret && fit_wrong <= sweep.max_wrong_fit_verdicts;
 }
 
+namespace {
+
+// Each run's seconds per sequence (step / batch), the unit sweeps rank by:
+// measured (0 where it ran out of memory) and predicted (0 where it was not
+// predicted).
+void seconds_per_sequence(const LayoutSweep& sweep, const std::vector<RunPrediction>& runs,
+                          std::vector<double>* measured, std::vector<double>* predicted) {
+  measured->assign(sweep.runs.size(), 0);
+  predicted->assign(sweep.runs.size(), 0);
+  for (size_t i = 0; i < sweep.runs.size() && i < runs.size(); ++i) {
+    const double batch = double(sweep.runs[i].global_batch);
+    if (!sweep.runs[i].oom) (*measured)[i] = sweep.runs[i].measured_step_s / batch;
+    if (runs[i].ok) (*predicted)[i] = runs[i].predicted / batch;
+  }
+}
+
+// 1 + how many of `pool` (indices into v) are below v[i].
+int place_in(const std::vector<double>& v, const std::vector<size_t>& pool, size_t i) {
+  int place = 1;
+  for (size_t k : pool)
+    if (v[k] < v[i]) ++place;
+  return place;
+}
+
+}  // namespace
+
 SweepPrediction predict_sweep(const LayoutSweep& sweep) {
   SweepPrediction out;
   out.sweep = sweep;
   const size_t n = sweep.runs.size();
-  std::vector<double> measured(n, 0), predicted(n, 0);  // seconds per sequence
   for (size_t i = 0; i < n; ++i) {
     const SweepRun& r = sweep.runs[i];
     PublishedRun row = sweep.base;
@@ -190,10 +215,10 @@ SweepPrediction predict_sweep(const LayoutSweep& sweep) {
       if (out.error.empty()) out.error = row.id + " (" + r.layout + "): " + p.error;
       continue;
     }
-    measured[i] = r.oom ? 0 : r.measured_step_s / double(r.global_batch);
-    predicted[i] = p.predicted / double(r.global_batch);
     (p.fits == !r.oom ? out.fit_right : out.fit_wrong) += 1;
   }
+  std::vector<double> measured, predicted;
+  seconds_per_sequence(sweep, out.runs, &measured, &predicted);
   std::vector<double> xs, ys;
   std::vector<size_t> ranked;
   for (size_t i = 0; i < n; ++i) {
@@ -213,24 +238,13 @@ SweepPrediction predict_sweep(const LayoutSweep& sweep) {
   out.spearman = spearman_rho(xs, ys);
   if (out.pick_that_ran >= 0 && out.measured_best >= 0)
     out.pick_regret = measured[size_t(out.pick_that_ran)] / measured[size_t(out.measured_best)] - 1;
-  const auto best = std::find(ranked.begin(), ranked.end(), size_t(std::max(0, out.measured_best)));
-  if (out.measured_best >= 0 && best != ranked.end()) {
-    out.measured_best_place = 1;
-    for (size_t i : ranked)
-      if (predicted[i] < predicted[*best]) ++out.measured_best_place;
-  }
+  if (out.measured_best >= 0 &&
+      std::find(ranked.begin(), ranked.end(), size_t(out.measured_best)) != ranked.end())
+    out.measured_best_place = place_in(predicted, ranked, size_t(out.measured_best));
   return out;
 }
 
 namespace {
-
-// 1 + how many of `pool` (indices into v) are below v[i].
-int place_in(const std::vector<double>& v, const std::vector<size_t>& pool, size_t i) {
-  int place = 1;
-  for (size_t k : pool)
-    if (v[k] < v[i]) ++place;
-  return place;
-}
 
 std::string fmt(const char* f, double v) {
   char b[64];
@@ -251,16 +265,12 @@ std::string format_sweeps_markdown(const std::vector<SweepPrediction>& sweeps) {
          "), " + sw.base.precision + (sw.base.framework.empty() ? "" : ", " + sw.base.framework) + ". Source: " +
          sw.source + "\n\n";
     const size_t n = sw.runs.size();
-    std::vector<double> measured(n, 0), predicted(n, 0);
+    std::vector<double> measured, predicted;
+    seconds_per_sequence(sw, sp.runs, &measured, &predicted);
     std::vector<size_t> ran, fits;
     for (size_t i = 0; i < n; ++i) {
-      const RunPrediction& p = sp.runs[i];
-      if (!sw.runs[i].oom) {
-        measured[i] = sw.runs[i].measured_step_s / double(sw.runs[i].global_batch);
-        ran.push_back(i);
-      }
-      if (p.ok) predicted[i] = p.predicted / double(sw.runs[i].global_batch);
-      if (p.ok && p.fits) fits.push_back(i);
+      if (!sw.runs[i].oom) ran.push_back(i);
+      if (sp.runs[i].ok && sp.runs[i].fits) fits.push_back(i);
     }
     s += "| # | layout | batch | measured step | place | predicted step | place | memory measured | memory "
          "predicted |\n|---|---|---|---|---|---|---|---|---|\n";

@@ -644,7 +644,7 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
 }
 
 double usable_memory_bytes(const HwProfile& hw, const SimOptions& opt) {
-  return hw.accel.memory_bytes * (1 - std::clamp(opt.memory_headroom, 0.0, kMaxMemoryHeadroom));
+  return hw.accel.memory_bytes * usable_memory_fraction(opt.memory_headroom);
 }
 
 MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout& l, const TrainSpec& train,

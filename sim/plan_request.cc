@@ -50,7 +50,7 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, c
   if (req.dropout < -2 || req.dropout > 1)
     return invalid_argument("--dropout " + std::to_string(req.dropout) +
                             " must be -1 (from the model family), 0 (off) or 1 (on)");
-  if (!(req.memory_headroom >= 0 && req.memory_headroom <= kMaxMemoryHeadroom))
+  if (!valid_memory_headroom(req.memory_headroom))
     return invalid_argument("--memory-headroom " + std::to_string(req.memory_headroom) +
                             ": use a fraction of the device memory to keep free, 0 to 0.9 (e.g. 0.1 keeps 10%)");
   if (req.grad_buckets < 1 || req.grad_buckets > 32767)

@@ -181,7 +181,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.fragmentation_fraction,
                         json_number_or(j, "fragmentation_fraction", o.fragmentation_fraction, w));
   LOOM_ASSIGN_OR_RETURN(o.memory_headroom, json_number_or(j, "memory_headroom", o.memory_headroom, w));
-  if (!(o.memory_headroom >= 0 && o.memory_headroom <= kMaxMemoryHeadroom))
+  if (!valid_memory_headroom(o.memory_headroom))
     return invalid_argument(w + ".memory_headroom must lie in [0, 0.9] (a fraction of the device memory kept free)");
   LOOM_ASSIGN_OR_RETURN(int64_t buckets, json_int_or(j, "grad_buckets", o.grad_buckets, w));
   o.grad_buckets = int(buckets);
@@ -292,9 +292,9 @@ std::string format_result(const SimResult& r, const HwProfile& hw) {
     o << buf;
   }
   o << "memory  per rank, capacity " << human_bytes(hw.accel.memory_bytes);
-  if (r.memory.capacity_bytes < hw.accel.memory_bytes)
+  if (r.memory.capacity_bytes < r.memory.device_bytes)
     o << ", " << human_bytes(r.memory.capacity_bytes) << " usable (memory headroom "
-      << human_bytes(hw.accel.memory_bytes - r.memory.capacity_bytes) << ")";
+      << human_bytes(r.memory.device_bytes - r.memory.capacity_bytes) << ")";
   o << (r.memory.fits ? "" : "  DOES NOT FIT") << "\n";
   std::snprintf(buf, sizeof buf, "  %-6s %7s %11s %11s %11s %11s %11s %11s %11s %11s\n", "stage", "layers", "weights",
                 "grads", "optimizer", "activations", "buffers", "workspace", "overhead", "total");

@@ -3,6 +3,7 @@
 // docs/simulator.md; none is fitted to published training runs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -97,6 +98,13 @@ bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 // The largest memory_headroom a plan takes: a plan that keeps more than
 // this free is a typo, not a margin.
 inline constexpr double kMaxMemoryHeadroom = 0.9;
+// A headroom a plan, a request or a validation row may state: in [0, 0.9]
+// (NaN is not).
+inline bool valid_memory_headroom(double h) { return h >= 0 && h <= kMaxMemoryHeadroom; }
+// The share of a device's memory a layout may use under `headroom`.
+inline double usable_memory_fraction(double headroom) {
+  return 1 - (headroom > 0 ? std::min(headroom, kMaxMemoryHeadroom) : 0.0);
+}
 
 struct SimOptions {
   // The training stack whose defaults these options were set from

@@ -144,7 +144,7 @@ Result<PublishedRun> parse_published_run(const Json& r, std::string w, const std
   LOOM_ASSIGN_OR_RETURN(p.published, json_positive(r, "published", w));
   LOOM_ASSIGN_OR_RETURN(p.tolerance, json_positive(r, "tolerance", w));
   LOOM_ASSIGN_OR_RETURN(p.memory_headroom, json_number_or(r, "memory_headroom", 0, w));
-  if (!(p.memory_headroom >= 0 && p.memory_headroom <= kMaxMemoryHeadroom))
+  if (!valid_memory_headroom(p.memory_headroom))
     return invalid_argument(w + ".memory_headroom must lie in [0, 0.9] (a fraction of the device memory kept free)");
   LOOM_ASSIGN_OR_RETURN(p.source, json_string(r, "source", w));
   LOOM_ASSIGN_OR_RETURN(p.notes, json_string_or(r, "notes", "", w));

@@ -79,8 +79,8 @@ SimOptions plan_sim_options(const Plan& plan) {
 }  // namespace
 
 double device_available_bytes(double free_bytes, double total_bytes, double headroom) {
-  if (!(headroom > 0) || !(total_bytes > 0)) return free_bytes;
-  return std::min(free_bytes, total_bytes * (1 - std::min(headroom, kMaxMemoryHeadroom)));
+  if (!(total_bytes > 0)) return free_bytes;
+  return std::min(free_bytes, total_bytes * usable_memory_fraction(headroom));
 }
 
 Status check_device_memory(const Plan& plan, const ModelSpec& model, const TrainSpec& train, const Layout& layout,
