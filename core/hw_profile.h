@@ -106,6 +106,15 @@ struct AcceleratorSpec {
   // The narrowest vocabulary that table is measured at, and used for: a
   // narrower head (a byte-level vocabulary) is a layer-shaped GEMM.
   static constexpr int64_t kHeadGemmMinVocab = 4096;
+  // Optional: the rate a fused attention kernel holds run back to back at the
+  // device's power cap, over the rate it bursts at when timed alone (a
+  // measured fraction in (0, 1]). The attention tables are short
+  // microbenchmarks: where the part throttles its clock under continuous
+  // tensor-core load, a training step's attention runs at this share of
+  // them. 0 = not measured (the tables' rates as they stand).
+  double sustained_attention_ratio = 0;
+  // That ratio, 1 when not measured.
+  double sustained_attention_share() const { return sustained_attention_ratio > 0 ? sustained_attention_ratio : 1.0; }
   // Backward / forward time of the attention kernel; 0 = 2.5 for flash-style
   // kernels (scores recomputed), 2 for materialized scores. CPU kernels measure
   // about 1.2-1.3 (`loom calibrate`).

@@ -12,8 +12,13 @@ measured, so a long-run rate above it is refused as suspect), merged with
 what the profile holds, and names the run in the accelerator's source (once:
 a second run replaces the sentence).
 
+Where the stage also held an attention kernel back to back ("attention"),
+the share of its burst rate it kept becomes the profile's
+`sustained_attention_ratio` (at most 1; only beside a measured
+attention_efficiency table, which it scales: docs/simulator.md 3.2).
+
 usage: gpu-profile-sustained.py PROFILE.json SUSTAINED.json
-Exits 0 and changes nothing when there is no 8192^3 figure to take.
+Exits 0 and changes nothing when there is no figure to take.
 """
 import json
 import sys
@@ -38,24 +43,43 @@ for g in sustained.get("gemms", []):
         skipped.append("%s: %.1f TFLOP/s is above the profile's peak %.1f" % (dtype, rate, peaks[dtype]))
     else:
         taken[dtype] = rate
+att = sustained.get("attention") or {}
+share = att.get("sustained_over_burst")
+attention_ratio = None
+if share:
+    if not acc.get("attention_efficiency"):
+        skipped.append("attention: the profile has no attention_efficiency table for the held share to scale")
+    elif not 0 < share <= 1.05:
+        skipped.append("attention: a held/burst share of %s is not a measurement of throttling" % share)
+    else:
+        attention_ratio = round(min(1.0, share), 4)
 for s in skipped:
     print("gpu-profile-sustained: not taken, " + s)
-if not taken:
-    print("gpu-profile-sustained: no 8192^3 sustained rate to take; %s unchanged" % profile_path)
+if not taken and attention_ratio is None:
+    print("gpu-profile-sustained: no 8192^3 sustained rate or attention share to take; %s unchanged" % profile_path)
     sys.exit(0)
 # Merged with what the profile already holds (a precision not measured now
 # keeps its figure); the source's sentence about it replaced, not repeated.
-merged = dict(acc.get("sustained_gemm_tflops", {}))
-merged.update(taken)
-acc["sustained_gemm_tflops"] = merged
-marker = " sustained_gemm_tflops: gpu-validate stage 6c"
 source = acc.get("source", "")
+marker = " sustained_gemm_tflops: gpu-validate stage 6c"
 if marker in source:
     source = source[:source.index(marker)]
-acc["source"] = (source + marker + " (scripts/gpu-sustained-gemm.py), an 8192^3 GEMM back to back for %s s on %s, "
-                 "torch %s: %s." % (sustained.get("sustain_s"), sustained.get("device"), sustained.get("torch"),
-                                   json.dumps(taken))).strip()
+sentence = ""
+if taken:
+    merged = dict(acc.get("sustained_gemm_tflops", {}))
+    merged.update(taken)
+    acc["sustained_gemm_tflops"] = merged
+    sentence += " an 8192^3 GEMM back to back for %s s: %s." % (sustained.get("sustain_s"), json.dumps(taken))
+if attention_ratio is not None:
+    acc["sustained_attention_ratio"] = attention_ratio
+    sentence += (" sustained_attention_ratio %s: %s %s held back to back, %s TFLOP/s against %s burst." %
+                 (attention_ratio, att.get("kernel"), "x".join(map(str, att.get("shape", []))),
+                  att.get("sustained_tflops"), att.get("burst_tflops")))
+acc["source"] = (source + marker + " (scripts/gpu-sustained-gemm.py) on %s, torch %s:%s" %
+                 (sustained.get("device"), sustained.get("torch"), sentence)).strip()
 with open(profile_path, "w") as f:
     json.dump(profile, f, indent=1)
     f.write("\n")
-print("gpu-profile-sustained: %s now has sustained_gemm_tflops %s" % (profile_path, json.dumps(taken)))
+print("gpu-profile-sustained: %s now has sustained_gemm_tflops %s%s" %
+      (profile_path, json.dumps(taken), "" if attention_ratio is None else
+       ", sustained_attention_ratio %s" % attention_ratio))

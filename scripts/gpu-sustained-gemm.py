@@ -33,6 +33,14 @@ use_fast_accum=False). The simulator prices all three passes at one FP8 rate
 (docs/simulator.md 11); this measures whether the backward pays for its
 accumulation.
 
+Then ("attention") the same burst against held measurement for one fused
+attention forward, PyTorch's scaled_dot_product_attention on its cuDNN
+backend where it has one: bf16, causal, 32 heads of 128, 8192 tokens, held
+for max(3, SUSTAIN_S / 8) s (B200 throttled within about 100 ms). Its held/burst share is what a profile's
+`sustained_attention_ratio` holds (docs/simulator.md 3.2): the attention
+tables are short-run too, and B200's share is taken from FlashAttention-4
+run back to back (0.853), H100's and H200's from nothing yet.
+
 Prints one JSON object; exits 2 without PyTorch or a GPU.
 usage: gpu-sustained-gemm.py [OUT.json]
 """
@@ -86,6 +94,25 @@ def rate(fn, flops, iters):
     return flops * iters / (time.perf_counter() - t0) / 1e12
 
 
+def held(fn, flops, sustain_s):
+    """Burst (20 iterations after 5 warm-ups) against the rate over the last
+    third of sustain_s seconds back to back, nvidia-smi sampled then."""
+    for _ in range(5):
+        fn()
+    burst = rate(fn, flops, 20)
+    per_iter = flops / (burst * 1e12)
+    chunk = max(1, int(0.25 / per_iter))
+    t_end = time.perf_counter() + sustain_s * 2 / 3
+    while time.perf_counter() < t_end:
+        rate(fn, flops, chunk)
+    smi = smi_sampler()
+    sustained = rate(fn, flops, max(1, int(sustain_s / 3 / per_iter)))
+    smi.terminate()
+    out = smi.communicate()[0].splitlines()
+    return {"burst_tflops": round(burst, 1), "sustained_tflops": round(sustained, 1),
+            "sustained_over_burst": round(sustained / burst, 4), "during_sustained": summarize(out)}
+
+
 def measure(m, n, k, dtype):
     a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
@@ -96,22 +123,34 @@ def measure(m, n, k, dtype):
     else:
         bt = b.t()
         fn = lambda: a @ bt
-    flops = 2.0 * m * n * k
-    for _ in range(5):
-        fn()
-    burst = rate(fn, flops, 20)
     # Sustained: run SUSTAIN_S seconds, time the last third, sample clocks then.
-    per_iter = flops / (burst * 1e12)
-    chunk = max(1, int(0.25 / per_iter))
-    t_end = time.perf_counter() + SUSTAIN_S * 2 / 3
-    while time.perf_counter() < t_end:
-        rate(fn, flops, chunk)
-    smi = smi_sampler()
-    sustained = rate(fn, flops, max(1, int(SUSTAIN_S / 3 / per_iter)))
-    smi.terminate()
-    out = smi.communicate()[0].splitlines()
-    return {"shape": [m, n, k], "dtype": dtype, "burst_tflops": round(burst, 1), "sustained_tflops": round(sustained, 1),
-            "sustained_over_burst": round(sustained / burst, 4), "during_sustained": summarize(out)}
+    return dict({"shape": [m, n, k], "dtype": dtype}, **held(fn, 2.0 * m * n * k, SUSTAIN_S))
+
+
+def attention_held(s=8192, heads=32, d=128):
+    """A causal bf16 attention forward held back to back (the kernel the
+    node's PyTorch picks, cuDNN's where it can): the share of its burst rate
+    it keeps, for a profile's sustained_attention_ratio."""
+    import torch.nn.functional as F
+    q, k, v = (torch.randn(1, heads, s, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    backend = "default"
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        backend = "cudnn"
+    except Exception:
+        pass
+
+    def fn():
+        if backend == "cudnn":
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    flops = 4.0 * heads * s * s * d * (s + 1) / (2.0 * s)  # causal forward, as the profiles count it
+    return dict({"kernel": "sdpa-" + backend, "shape": [1, heads, s, d], "causal": True},
+                **held(fn, flops, max(3.0, SUSTAIN_S / 8)))
 
 
 # (m, n, k): whole GEMMs and their userbuffers chunks (MC9: h 18432, TP 8, T
@@ -182,6 +221,10 @@ if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8
         results["fp8_split_over_fast_median"] = ratios[len(ratios) // 2]
     except Exception as e:  # keep the other figures whatever happens here
         results["fp8_accum_error"] = str(e)[:200]
+try:
+    results["attention"] = attention_held()
+except Exception as e:  # keep the GEMM figures whatever happens here
+    results["attention_error"] = str(e)[:200]
 try:
     results["waves"] = [burst_only(*s) for s in WAVE_SHAPES]
 except Exception as e:  # keep the sustained figures whatever happens here

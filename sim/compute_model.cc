@@ -168,7 +168,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // The profile's attention table measures a fused flash-style kernel;
     // materialized scores run as batched GEMMs at the GEMM table's rate.
     const bool measured = opt.flash_attention && !hw.accel.attention_efficiency.flops.empty();
-    double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops)
+    // A measured table is short-run: the part's power cap holds a training
+    // step's back-to-back kernels to sustained_attention_share() of it.
+    double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops) * hw.accel.sustained_attention_share()
                           : hw.accel.gemm_efficiency.lookup(kernel_flops);
     const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
     // The published tables (a named kernel) ran with every SM busy; a kernel

@@ -84,12 +84,16 @@ std::vector<std::string> outside_measured(const ModelSpec& m, const HwProfile& h
     const double s = double(train.seq_len), d = double(m.head_dim);
     const double f = 4.0 * s * s * d * (s + 1) / (2 * s);
     if (f < at.flops.front() || f > at.flops.back()) {
-      char b[320];
+      char held[96] = "";
+      if (a.sustained_attention_ratio > 0)
+        std::snprintf(held, sizeof held, ", held to %.3f of it at the power cap (sustained_attention_ratio)",
+                      a.sustained_attention_ratio);
+      char b[416];
       std::snprintf(b, sizeof b,
                     "attention: one head at sequence %lld, head_dim %lld (%s) is outside the attention kernels %s "
-                    "measured (%s to %s): the table's nearest end is used",
+                    "measured (%s to %s): the table's nearest end is used%s",
                     (long long)train.seq_len, (long long)m.head_dim, gflop(f).c_str(), hw.name.c_str(),
-                    gflop(at.flops.front()).c_str(), gflop(at.flops.back()).c_str());
+                    gflop(at.flops.front()).c_str(), gflop(at.flops.back()).c_str(), held);
       notes.push_back(b);
     }
   }

@@ -3,7 +3,9 @@
 # profile (scripts/gpu-profile-sustained.py): the rate lands in
 # sustained_gemm_tflops, the source names the run, loom reads the profile and
 # caps its large GEMMs there; a rate above the peak or for a precision the
-# profile has no peak for is not taken; no 8192^3 figure changes nothing.
+# profile has no peak for is not taken; no 8192^3 figure changes nothing. The
+# attention kernel's held/burst share lands in sustained_attention_ratio
+# (capped at 1; refused without an attention table to scale).
 # usage: profile_sustained.sh LOOM SOURCE_DIR
 set -euo pipefail
 loom=$1 src=$2
@@ -25,7 +27,9 @@ cat > "$tmp/sus.json" <<'J'
 {"device": "NVIDIA H200", "torch": "2.9.0", "sustain_s": 40,
  "gemms": [{"shape": [8192, 8192, 8192], "dtype": "bf16", "burst_tflops": 790.0, "sustained_tflops": 700.0},
            {"shape": [8192, 6144, 4096], "dtype": "bf16", "burst_tflops": 700.0, "sustained_tflops": 650.0},
-           {"shape": [8192, 8192, 8192], "dtype": "fp8", "burst_tflops": 1500.0, "sustained_tflops": 1400.0}]}
+           {"shape": [8192, 8192, 8192], "dtype": "fp8", "burst_tflops": 1500.0, "sustained_tflops": 1400.0}],
+ "attention": {"kernel": "sdpa-cudnn", "shape": [1, 32, 8192, 128], "causal": true,
+               "burst_tflops": 640.0, "sustained_tflops": 600.0, "sustained_over_burst": 0.9375}}
 J
 out=$(python3 "$script" "$tmp/cal.json" "$tmp/sus.json")
 echo "$out"
@@ -34,7 +38,9 @@ python3 - "$tmp/cal.json" <<'PY' || fail "the profile does not carry the rate an
 import json, sys
 a = json.load(open(sys.argv[1]))["accelerator"]
 assert a["sustained_gemm_tflops"] == {"bf16": 700.0}, a.get("sustained_gemm_tflops")
+assert a["sustained_attention_ratio"] == 0.9375, a.get("sustained_attention_ratio")
 assert "gpu-validate stage 6c" in a["source"] and "NVIDIA H200" in a["source"], a["source"]
+assert "sdpa-cudnn 1x32x8192x128 held" in a["source"], a["source"]
 PY
 # A second run replaces its sentence in the source instead of adding one.
 python3 "$script" "$tmp/cal.json" "$tmp/sus.json" >/dev/null
@@ -44,7 +50,13 @@ plan=$("$loom" plan --model llama-3-8b --hw "$tmp/cal.json" --gpus 8 --global-ba
 grep -q "capped at the 0.71 a large GEMM sustains" <<<"$plan" || { echo "$plan"; fail "the plan does not cap at 700/989"; }
 
 # Above the peak: not taken, the file unchanged.
-sed 's/"sustained_tflops": 700.0/"sustained_tflops": 1200.0/' "$tmp/sus.json" > "$tmp/over.json"
+python3 - "$tmp/sus.json" "$tmp/over.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d.pop("attention")
+d["gemms"][0]["sustained_tflops"] = 1200.0
+json.dump(d, open(sys.argv[2], "w"))
+PY
 python3 - "$tmp/cal.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1])); p["accelerator"].pop("sustained_gemm_tflops")
@@ -57,4 +69,20 @@ cmp -s "$tmp/cal.json" "$tmp/before.json" || fail "the profile changed though no
 # No 8192^3 figure: nothing to take.
 echo '{"gemms": []}' > "$tmp/none.json"
 python3 "$script" "$tmp/cal.json" "$tmp/none.json" | grep -q "no 8192^3 sustained rate" || fail "an empty run was not reported"
+# A held share above 1 is noise, taken as 1; a profile without an attention
+# table has nothing for the share to scale.
+echo '{"gemms": [], "attention": {"kernel": "sdpa-cudnn", "shape": [1], "sustained_over_burst": 1.02}}' > "$tmp/att.json"
+python3 "$script" "$tmp/cal.json" "$tmp/att.json" >/dev/null
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["accelerator"]; assert a["sustained_attention_ratio"] == 1.0, a' \
+  "$tmp/cal.json" || fail "a share above 1 was not taken as 1"
+python3 - "$tmp/cal.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); a = p["accelerator"]
+for k in ("attention_efficiency", "attention_kernel", "attention_kernel_source", "attention_kernels",
+          "sustained_attention_ratio"):
+    a.pop(k, None)
+json.dump(p, open(sys.argv[1], "w"), indent=1)
+PY
+out=$(python3 "$script" "$tmp/cal.json" "$tmp/att.json")
+grep -q "not taken, attention: the profile has no attention_efficiency table" <<<"$out" || { echo "$out"; fail "a share without a table was taken"; }
 echo "profile_sustained: ok"

@@ -238,6 +238,7 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
 
 TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   const std::string extra = R"(, "optimizer_bw_efficiency": 0.25, "attention_backward_ratio": 1.3, "discard_gb_per_s": 3.5,
+      "sustained_attention_ratio": 0.85,
       "attention_efficiency": [{"gflop": 0.001, "efficiency": 0.1}, {"gflop": 0.1, "efficiency": 0.4}])";
   auto r = parse_hw_profile(minimal_profile(extra), "t");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -249,6 +250,7 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   EXPECT_DOUBLE_EQ(back->accel.optimizer_bw_efficiency, 0.25);
   EXPECT_DOUBLE_EQ(back->accel.attention_backward_ratio, 1.3);
   EXPECT_DOUBLE_EQ(back->accel.discard_bytes_per_s, 3.5e9);
+  EXPECT_DOUBLE_EQ(back->accel.sustained_attention_ratio, 0.85);
   EXPECT_EQ(back->accel.attention_efficiency.efficiency, r->accel.attention_efficiency.efficiency);
   // Absent: no table, optimizer at the memory efficiency (0 = unset).
   auto plain = parse_hw_profile(minimal_profile(), "t");
@@ -257,6 +259,15 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   EXPECT_EQ(plain->accel.optimizer_bw_efficiency, 0);
   EXPECT_EQ(plain->accel.attention_backward_ratio, 0);
   EXPECT_EQ(plain->accel.discard_bytes_per_s, 0);
+  EXPECT_EQ(plain->accel.sustained_attention_share(), 1.0);
+  // The ratio is a measured fraction of a measured table.
+  const std::string table = R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.5}])";
+  expect_error(minimal_profile(table + R"(, "sustained_attention_ratio": 1.2)"), StatusCode::kInvalidArgument,
+               {"sustained_attention_ratio", "(0, 1]"});
+  expect_error(minimal_profile(table + R"(, "sustained_attention_ratio": 0)"), StatusCode::kInvalidArgument,
+               {"sustained_attention_ratio"});
+  expect_error(minimal_profile(R"(, "sustained_attention_ratio": 0.9)"), StatusCode::kInvalidArgument,
+               {"sustained_attention_ratio", "attention_efficiency"});
   expect_error(minimal_profile(R"(, "discard_gb_per_s": -3)"), StatusCode::kInvalidArgument, {"discard_gb_per_s"});
   expect_error(minimal_profile(R"(, "attention_backward_ratio": -1)"), StatusCode::kInvalidArgument,
                {"attention_backward_ratio", "backward / forward"});

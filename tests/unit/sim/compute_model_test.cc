@@ -406,6 +406,42 @@ TEST(ComputeModel, TheAttentionKernelTheStackRanSetsTheCoreRate) {
   EXPECT_EQ(layer_cost(m, fa2, opt, Precision::kBf16, sh, false).bwd_s, a.bwd_s);
 }
 
+// B200 throttles its clock under continuous tensor-core load: FlashAttention-4's
+// forward (bf16, b = 4, s = 8192, 16 heads of 128, no mask) run 100 times back to
+// back fell from 1450 TFLOP/s (iterations 10-19) to 1237 (70-79) as the SM
+// clock went from 1965 to ~1580 MHz at ~1000 W (flashinfer PR #2899). The
+// profile's cuDNN table (cudnn-frontend's microbenchmark, a different kernel)
+// prices that kernel near FA4's burst rate, and with the profile's
+// sustained_attention_ratio near its throttled one. In a layer the ratio
+// slows the attention core, forward and backward, and nothing else.
+TEST(ComputeModel, SustainedAttentionRatioHoldsTheCoreToItsThrottledRate) {
+  const HwProfile b200 = testing::load_hw_or_die("dgx-b200");
+  ASSERT_GT(b200.accel.sustained_attention_ratio, 0);
+  const double s = 8192, d = 128, head_flops = 4 * s * s * d;  // no mask: the whole square
+  const double burst = b200.accel.peak_bf16_flops * b200.accel.attention_efficiency.lookup(head_flops);
+  EXPECT_NEAR(burst / 1450e12, 1.0, 0.03);
+  EXPECT_NEAR(burst * b200.accel.sustained_attention_share() / 1237e12, 1.0, 0.03);
+
+  HwProfile unthrottled = b200;
+  unthrottled.accel.sustained_attention_ratio = 0;
+  EXPECT_EQ(unthrottled.accel.sustained_attention_share(), 1.0);
+  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  Layout l;
+  const ComputeShape sh = shape_for(l, int64_t(s), b200);
+  const PieceCost held = layer_cost(m, b200, opt, Precision::kBf16, sh, false);
+  const PieceCost free = layer_cost(m, unthrottled, opt, Precision::kBf16, sh, false);
+  // Llama-3-8B's core: 32 heads of 128, causal, one kernel each way.
+  const double core_flops = 4 * s * s * d * (s + 1) / (2 * s) * 32;
+  const double t_free = core_flops / (b200.accel.peak_bf16_flops *
+                                      b200.accel.attention_efficiency.lookup(4 * s * s * d * (s + 1) / (2 * s)));
+  const double r = b200.accel.sustained_attention_ratio;
+  EXPECT_NEAR(held.fwd_s - free.fwd_s, t_free * (1 / r - 1), 1e-6 * t_free);
+  EXPECT_NEAR(held.bwd_s - free.bwd_s, b200.accel.attention_backward_ratio * t_free * (1 / r - 1), 1e-6 * t_free);
+  EXPECT_EQ(held.fwd_flops, free.fwd_flops);
+  EXPECT_EQ(held.bwd_flops, free.bwd_flops);
+}
+
 TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
   // Start from the GEMM table's rate for the core (the shipped profile has FA2's).
@@ -593,7 +629,7 @@ TEST(ComputeModel, UserbuffersPipelineTpCollectivesWithTheirGemms) {
 
 // The GEMM side of userbuffers, same layer, by one setting at a time. A
 // piece runs at the H100 table's rate at its own FLOPs, with the whole GEMM's
-// waves, never above the power cap's sustained rate (730 of 989 TFLOP/s).
+// waves, never above the power cap's sustained rate (708.4 of 989 TFLOP/s).
 // 2048 tokens here.
 // * Aggregated ring exchange (TE's aggregate): FC1's forward, 2048 x 7168 x
 //   8192 (241 GFLOP), runs as 4 GEMMs of 512 tokens (60 GFLOP, the table's
@@ -624,7 +660,7 @@ TEST(ComputeModel, UserbuffersPriceTheGemmSlicesAndTheSmMargin) {
   const double n = 2 * 28672 / 8, k = 8192, flops = 2.0 * T * n * k;
   const AcceleratorSpec& a = hw.accel;
   const double cap = a.sustained_gemm_efficiency(bf), wave = a.relative_wave_efficiency(T, n, k);
-  ASSERT_NEAR(cap, 730.0 / 989, 1e-12);
+  ASSERT_NEAR(cap, 708.4 / 989, 1e-12);
   auto at = [&](double pieces, double fraction) {
     const double eff = std::min(cap, std::min(0.81, a.gemm_efficiency.lookup(flops / pieces) * wave) * fraction);
     return flops / (a.peak_flops(bf) * eff);
@@ -648,7 +684,9 @@ TEST(ComputeModel, UserbuffersPriceTheGemmSlicesAndTheSmMargin) {
   };
   const double slower = eff_w(1) / eff_w(116.0 / 132);
   EXPECT_NEAR(eff_w(1), cap, 1e-12);
-  EXPECT_GT(slower, 1.02) << "16 SMs of 132 cost a few percent under the power cap, not 14%";
+  // On all SMs the table's 0.806 is held to the cap's 0.716; on 116 of
+  // 132 it runs at 0.806 x 116/132 = 0.708, about 1% slower.
+  EXPECT_GT(slower, 1.005) << "16 SMs of 132 cost a few percent under the power cap, not 14%";
   EXPECT_LT(slower, 1.06);
   EXPECT_NEAR(c2.bwd_s - c0.bwd_s, fc1 * (slower - 1) - rs * 16 / 132, 1e-12);
   EXPECT_NEAR(c2.fwd_s, c0.fwd_s, 1e-15);

@@ -56,6 +56,12 @@ TEST(Coverage, NamesEachTableAShapeFallsOutside) {
   notes = outside_measured(m, hw, train, l);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_TRUE(any_has(notes, "attention: one head at sequence 128, head_dim 64")) << notes[0];
+  EXPECT_FALSE(any_has(notes, "held to")) << notes[0];
+  // A part that throttles attention run back to back says so with the end it uses.
+  hw.accel.sustained_attention_ratio = 0.853;
+  notes = outside_measured(m, hw, train, l);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(any_has(notes, "the table's nearest end is used, held to 0.853 of it at the power cap")) << notes[0];
 }
 
 // FP8: a layer GEMM reads the 16-bit table at half its FLOPs, and its note
