@@ -266,7 +266,13 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
     if (acc.attention_efficiency.flops.empty())
       return invalid_argument(where + ".sustained_attention_ratio scales a measured attention_efficiency table; "
                               "give the table too, or drop the ratio");
-    LOOM_ASSIGN_OR_RETURN(acc.sustained_attention_ratio, fraction(a, "sustained_attention_ratio", where));
+    LOOM_ASSIGN_OR_RETURN(acc.sustained_attention_ratio,
+                          positive(a, "sustained_attention_ratio", where, "a share of the table's rate"));
+    if (acc.sustained_attention_ratio > 1)
+      return invalid_argument(where + ".sustained_attention_ratio must be in (0, 1], got " +
+                              a["sustained_attention_ratio"].dump() +
+                              "; it is the share of its short-run rate an attention kernel keeps held at the power "
+                              "cap (held / burst), and a held kernel is never faster");
   }
   LOOM_RETURN_IF_ERROR(parse_attention_kernels(a, where, acc));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
@@ -532,7 +538,8 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   if (!a.attention_efficiency.flops.empty()) acc["attention_efficiency"] = gemm_table_json(a.attention_efficiency);
   if (!a.head_gemm_efficiency.flops.empty()) acc["head_gemm_efficiency"] = gemm_table_json(a.head_gemm_efficiency);
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
-  if (a.sustained_attention_ratio > 0) acc["sustained_attention_ratio"] = a.sustained_attention_ratio;
+  if (a.sustained_attention_ratio > 0 && !a.attention_efficiency.flops.empty())
+    acc["sustained_attention_ratio"] = a.sustained_attention_ratio;
   if (!a.attention_kernel.empty()) acc["attention_kernel"] = a.attention_kernel;
   if (!a.attention_kernel_source.empty()) acc["attention_kernel_source"] = a.attention_kernel_source;
   if (!a.attention_kernels.empty()) {

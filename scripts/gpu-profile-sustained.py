@@ -59,27 +59,39 @@ if not taken and attention_ratio is None:
     print("gpu-profile-sustained: no 8192^3 sustained rate or attention share to take; %s unchanged" % profile_path)
     sys.exit(0)
 # Merged with what the profile already holds (a precision not measured now
-# keeps its figure); the source's sentence about it replaced, not repeated.
+# keeps its figure). Each field names its run in a sentence of its own, which
+# a later run replaces, not repeats; a run that takes one field keeps the
+# other's sentence.
+GEMM_MARK = " sustained_gemm_tflops: gpu-validate stage 6c"
+ATTN_MARK = " sustained_attention_ratio: gpu-validate stage 6c"
+
+
+def drop_sentence(text, mark):
+    """text without the sentence that starts at mark (up to our other mark or the end)."""
+    if mark not in text:
+        return text
+    start = text.index(mark)
+    ends = [text.index(m, start + 1) for m in (GEMM_MARK, ATTN_MARK) if m != mark and m in text[start + 1:]]
+    return text[:start] + (text[min(ends):] if ends else "")
+
+
 source = acc.get("source", "")
-marker = " sustained_gemm_tflops: gpu-validate stage 6c"
-if marker in source:
-    source = source[:source.index(marker)]
-sentence = ""
+run = "(scripts/gpu-sustained-gemm.py) on %s, torch %s" % (sustained.get("device"), sustained.get("torch"))
 if taken:
     merged = dict(acc.get("sustained_gemm_tflops", {}))
     merged.update(taken)
     acc["sustained_gemm_tflops"] = merged
-    sentence += " an 8192^3 GEMM back to back for %s s: %s." % (sustained.get("sustain_s"), json.dumps(taken))
+    source = drop_sentence(source, GEMM_MARK) + GEMM_MARK + " %s: an 8192^3 GEMM back to back for %s s: %s." % (
+        run, sustained.get("sustain_s"), json.dumps(taken))
 if attention_ratio is not None:
     acc["sustained_attention_ratio"] = attention_ratio
-    sentence += (" sustained_attention_ratio %s: %s %s held back to back, %s TFLOP/s against %s burst." %
-                 (attention_ratio, att.get("kernel"), "x".join(map(str, att.get("shape", []))),
-                  att.get("sustained_tflops"), att.get("burst_tflops")))
-acc["source"] = (source + marker + " (scripts/gpu-sustained-gemm.py) on %s, torch %s:%s" %
-                 (sustained.get("device"), sustained.get("torch"), sentence)).strip()
+    source = drop_sentence(source, ATTN_MARK) + ATTN_MARK + " %s: %s %s held back to back, %s TFLOP/s against %s burst." % (
+        run, att.get("kernel"), "x".join(map(str, att.get("shape", []))), att.get("sustained_tflops"),
+        att.get("burst_tflops"))
+acc["source"] = source.strip()
 with open(profile_path, "w") as f:
     json.dump(profile, f, indent=1)
     f.write("\n")
-print("gpu-profile-sustained: %s now has sustained_gemm_tflops %s%s" %
-      (profile_path, json.dumps(taken), "" if attention_ratio is None else
-       ", sustained_attention_ratio %s" % attention_ratio))
+print("gpu-profile-sustained: %s now has %s" % (profile_path, ", ".join(
+    (["sustained_gemm_tflops %s" % json.dumps(taken)] if taken else []) +
+    (["sustained_attention_ratio %s" % attention_ratio] if attention_ratio is not None else []))))

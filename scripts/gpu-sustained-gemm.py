@@ -36,7 +36,8 @@ accumulation.
 Then ("attention") the same burst against held measurement for one fused
 attention forward, PyTorch's scaled_dot_product_attention on its cuDNN
 backend where it has one: bf16, causal, 32 heads of 128, 8192 tokens, held
-for max(3, SUSTAIN_S / 8) s (B200 throttled within about 100 ms). Its held/burst share is what a profile's
+for max(3, SUSTAIN_S / 8) s (B200 throttled within about 100 ms), after 5 s idle so that
+the burst is not the GEMMs' throttled clock. Its held/burst share is what a profile's
 `sustained_attention_ratio` holds (docs/simulator.md 3.2): the attention
 tables are short-run too, and B200's share is taken from FlashAttention-4
 run back to back (0.853), H100's and H200's from nothing yet.
@@ -127,30 +128,35 @@ def measure(m, n, k, dtype):
     return dict({"shape": [m, n, k], "dtype": dtype}, **held(fn, 2.0 * m * n * k, SUSTAIN_S))
 
 
-def attention_held(s=8192, heads=32, d=128):
-    """A causal bf16 attention forward held back to back (the kernel the
-    node's PyTorch picks, cuDNN's where it can): the share of its burst rate
-    it keeps, for a profile's sustained_attention_ratio."""
+def attention_held(s=8192, heads=32, d=128, cool_s=5.0):
+    """A causal bf16 attention forward held back to back (cuDNN's SDPA where
+    the node's PyTorch has it): the share of its burst rate it keeps, for a
+    profile's sustained_attention_ratio. It follows minutes of held GEMMs, so
+    the GPU idles cool_s seconds first, and the clock during the burst is
+    logged: a burst already throttled would read a share near 1."""
+    import contextlib
     import torch.nn.functional as F
     q, k, v = (torch.randn(1, heads, s, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
-    backend = "default"
+    backend, ctx = "default (PyTorch's pick)", contextlib.nullcontext
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        backend = "cudnn"
+        backend, ctx = "cudnn", lambda: sdpa_kernel([SDPBackend.CUDNN_ATTENTION])
     except Exception:
         pass
-
-    def fn():
-        if backend == "cudnn":
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
+    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
     flops = 4.0 * heads * s * s * d * (s + 1) / (2.0 * s)  # causal forward, as the profiles count it
-    return dict({"kernel": "sdpa-" + backend, "shape": [1, heads, s, d], "causal": True},
-                **held(fn, flops, max(3.0, SUSTAIN_S / 8)))
+    torch.cuda.synchronize()
+    time.sleep(cool_s)
+    smi = smi_sampler()
+    with ctx():
+        out = held(fn, flops, max(3.0, SUSTAIN_S / 8))
+    smi.terminate()
+    # The whole run's samples; the first ones are the burst's.
+    samples = smi.communicate()[0].splitlines()
+    out["at_burst"] = summarize(samples[:3])
+    return dict({"kernel": "sdpa-" + backend, "shape": [1, heads, s, d], "causal": True, "cool_s": cool_s}, **out)
 
 
 # (m, n, k): whole GEMMs and their userbuffers chunks (MC9: h 18432, TP 8, T

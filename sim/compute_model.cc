@@ -170,9 +170,12 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     const bool measured = opt.flash_attention && !hw.accel.attention_efficiency.flops.empty();
     // A measured table is short-run: the part's power cap holds a training
     // step's back-to-back kernels to sustained_attention_share() of it.
-    double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops) * hw.accel.sustained_attention_share()
-                          : hw.accel.gemm_efficiency.lookup(kernel_flops);
+    // Batched GEMMs at the GEMM table's rate take its power cap, as every
+    // GEMM does (sim/gemm_time.cc).
     const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
+    double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops) * hw.accel.sustained_attention_share()
+                          : std::min(hw.accel.gemm_efficiency.lookup(kernel_flops),
+                                     hw.accel.sustained_gemm_efficiency(core_p));
     // The published tables (a named kernel) ran with every SM busy; a kernel
     // with few query tiles leaves SMs idle (attention_tile_occupancy).
     if (measured && !hw.accel.attention_kernel.empty()) {

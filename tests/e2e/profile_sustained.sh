@@ -44,7 +44,24 @@ assert "sdpa-cudnn 1x32x8192x128 held" in a["source"], a["source"]
 PY
 # A second run replaces its sentence in the source instead of adding one.
 python3 "$script" "$tmp/cal.json" "$tmp/sus.json" >/dev/null
-[ "$(grep -o 'gpu-validate stage 6c' "$tmp/cal.json" | wc -l)" = 1 ] || fail "the source names the run twice"
+[ "$(grep -o 'sustained_gemm_tflops: gpu-validate stage 6c' "$tmp/cal.json" | wc -l)" = 1 ] || fail "the source names the GEMM run twice"
+[ "$(grep -o 'sustained_attention_ratio: gpu-validate stage 6c' "$tmp/cal.json" | wc -l)" = 1 ] || fail "the source names the attention run twice"
+# A run that takes only the attention share keeps the GEMM run's sentence.
+cat > "$tmp/att_only.json" <<'J'
+{"device": "NVIDIA H200", "torch": "2.9.0", "gemms": [],
+ "attention": {"kernel": "sdpa-cudnn", "shape": [1, 32, 8192, 128], "burst_tflops": 640.0, "sustained_tflops": 608.0,
+               "sustained_over_burst": 0.95}}
+J
+python3 "$script" "$tmp/cal.json" "$tmp/att_only.json" | grep -q "now has sustained_attention_ratio 0.95$" ||
+  fail "an attention-only run did not report what it took"
+python3 - "$tmp/cal.json" <<'PY' || fail "an attention-only run lost the GEMM run's sentence or repeated its own"
+import json, sys
+a = json.load(open(sys.argv[1]))["accelerator"]
+assert a["sustained_attention_ratio"] == 0.95 and a["sustained_gemm_tflops"] == {"bf16": 700.0}, a
+src = a["source"]
+assert "an 8192^3 GEMM back to back for 40 s" in src, src
+assert src.count("sustained_attention_ratio: gpu-validate stage 6c") == 1 and "608.0 TFLOP/s against 640.0" in src, src
+PY
 plan=$("$loom" plan --model llama-3-8b --hw "$tmp/cal.json" --gpus 8 --global-batch 64 --seq 2048 \
        --layout dp=8,zero=3,micro=1,recompute=full 2>&1) || { echo "$plan"; fail "loom plan on the profile failed"; }
 grep -q "capped at the 0.71 a large GEMM sustains" <<<"$plan" || { echo "$plan"; fail "the plan does not cap at 700/989"; }

@@ -442,6 +442,36 @@ TEST(ComputeModel, SustainedAttentionRatioHoldsTheCoreToItsThrottledRate) {
   EXPECT_EQ(held.bwd_flops, free.bwd_flops);
 }
 
+// Materialized scores (no flash kernel) run as batched GEMMs at the GEMM
+// table's rate, and like every GEMM under the power cap: on H100 one head's
+// 16384 x 16384 x 128 scores (137 GFLOP) sit at the table's 0.79 short-run,
+// above the 708.4 / 989 = 0.716 a GEMM holds at 700 W.
+TEST(ComputeModel, MaterializedScoresTakeTheGemmPowerCap) {
+  const HwProfile capped = testing::load_hw_or_die("dgx-h100");
+  HwProfile burst = capped;
+  burst.accel.sustained_gemm_bf16_flops = burst.accel.sustained_gemm_fp8_flops = 0;
+  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  opt.flash_attention = false;
+  Layout l;
+  const double s = 16384, d = 128, head_flops = 4 * s * s * d;
+  const ComputeShape sh = shape_for(l, int64_t(s), capped);
+  EXPECT_NEAR(capped.accel.gemm_efficiency.lookup(head_flops), 0.79, 0.005);
+  const PieceCost held = layer_cost(m, capped, opt, Precision::kBf16, sh, false);
+  const PieceCost free = layer_cost(m, burst, opt, Precision::kBf16, sh, false);
+  // The scores alone: 32 heads, the full square, forward; the layer's other
+  // GEMMs take the cap too, so compare the layer with flash on as well.
+  SimOptions flash = opt;
+  flash.flash_attention = true;
+  const double gemms_held = layer_cost(m, capped, flash, Precision::kBf16, sh, false).fwd_s -
+                            layer_cost(m, burst, flash, Precision::kBf16, sh, false).fwd_s;
+  const double core = head_flops * 32, peak = capped.accel.peak_bf16_flops;
+  const double t_cap = core / (peak * capped.accel.sustained_gemm_efficiency(Precision::kBf16));
+  const double t_free = core / (peak * capped.accel.gemm_efficiency.lookup(head_flops));
+  EXPECT_NEAR(held.fwd_s - free.fwd_s - gemms_held, t_cap - t_free, 1e-6 * t_cap);
+  EXPECT_NEAR(t_cap / t_free, 0.79 / (708.4 / 989), 0.01);
+}
+
 TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
   HwProfile hw = testing::load_hw_or_die("dgx-a100-80gb");
   // Start from the GEMM table's rate for the core (the shipped profile has FA2's).
