@@ -33,6 +33,15 @@ use_fast_accum=False). The simulator prices all three passes at one FP8 rate
 (docs/simulator.md 11); this measures whether the backward pays for its
 accumulation.
 
+Then, burst only ("wgrad_accumulate"), the Llama-3-8B layer's weight-gradient
+GEMMs at 4096 and 8192 tokens two ways: with a bf16 output, and accumulated
+into an fp32 main gradient in the GEMM (C + A.B with an fp32 C, beta = 1:
+Megatron's gradient_accumulation_fusion, through torch.addmm's out_dtype where
+the node's PyTorch has it). The simulator prices that accumulation as free;
+DeepGEMM's FP8 kernels pay an fp32 read and write of the output for it
+(docs/validation/h100_gap_sources.md, "Leads"). extra_bytes_per_s is the
+output's 8 bytes an element over the extra time.
+
 Then ("attention") the same burst against held measurement for one fused
 attention forward, PyTorch's scaled_dot_product_attention on its cuDNN
 backend where it has one: bf16, causal, 32 heads of 128, 8192 tokens, held
@@ -227,6 +236,34 @@ if hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability(0) >= (8
         results["fp8_split_over_fast_median"] = ratios[len(ratios) // 2]
     except Exception as e:  # keep the other figures whatever happens here
         results["fp8_accum_error"] = str(e)[:200]
+def wgrad_accumulate(t, out, inp):
+    """(inp x out) weight gradient over t tokens: bf16 output against an fp32
+    C accumulated in the GEMM (beta = 1)."""
+    a = torch.randn(inp, t, device=dev, dtype=torch.bfloat16)  # X^T
+    b = torch.randn(t, out, device=dev, dtype=torch.bfloat16)  # dY
+    c = torch.randn(inp, out, device=dev, dtype=torch.float32)  # the main gradient
+    flops = 2.0 * inp * out * t
+    plain = lambda: a @ b
+    fused = lambda: torch.addmm(c, a, b, out_dtype=torch.float32)
+    row = {"shape": [inp, out, t]}
+    for key, fn in (("bf16_out", plain), ("fp32_accumulate", fused)):
+        for _ in range(5):
+            fn()
+        row[key + "_tflops"] = round(rate(fn, flops, 20), 1)
+    extra_s = flops / (row["fp32_accumulate_tflops"] * 1e12) - flops / (row["bf16_out_tflops"] * 1e12)
+    row["accumulate_over_plain_time"] = round(row["bf16_out_tflops"] / row["fp32_accumulate_tflops"], 4)
+    row["extra_bytes_per_s"] = round(8.0 * inp * out / extra_s / 1e12, 2) if extra_s > 0 else None  # TB/s
+    return row
+
+
+try:
+    rows = [wgrad_accumulate(t, out, inp) for t in (4096, 8192) for _, out, inp in
+            (("qkv", 6144, 4096), ("fc1", 28672, 4096), ("fc2", 4096, 14336))]
+    results["wgrad_accumulate"] = rows
+    ratios = sorted(r["accumulate_over_plain_time"] for r in rows)
+    results["wgrad_accumulate_over_plain_median"] = ratios[len(ratios) // 2]
+except Exception as e:  # an older torch without addmm's out_dtype: keep the rest
+    results["wgrad_accumulate_error"] = str(e)[:200]
 try:
     results["attention"] = attention_held()
 except Exception as e:  # keep the GEMM figures whatever happens here
