@@ -212,6 +212,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   int moe_kernels = 0;
   CollectiveCost dispatch, combine;  // one MoE dispatch / combine exchange
   double moe_fp8_quant_bytes = 0;    // the FP8 dispatch's quantizing pass (forward)
+  double router_weights = 0;         // of gemm.weight_elems, the router's
   if (!moe_layer) {
     double f = double(m.ffn_hidden);
     const double before = gemm.fwd_s;
@@ -225,6 +226,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   } else {
     const double E = m.moe.num_experts, k = m.moe.experts_per_token, fe = double(m.moe.expert_ffn_hidden);
     gemm.weight(T, E, h, 1, false);  // router, replicated, 16-bit
+    router_weights = E * h;          // a plain autograd gradient (hook_added_params)
     double local_experts = E / sh.ep;
     // Balanced routing gives every expert T*k*ep/E tokens; the busiest
     // rank's experts get moe_load_imbalance times that, and the step waits
@@ -408,6 +410,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // biases, the linears' biases); their bytes are negligible beside the
   // layer's.
   if (opt.grad_hook_add) elem_bwd_kernels += hook_added_params(m, moe_layer);
+  // The linears' (and experts') weight gradients added into the main
+  // gradient by their GEMMs (SimOptions::wgrad_gemm_accumulate).
+  elem_bwd_bytes += compute_parts::wgrad_accumulate_bytes(opt, p, gemm.weight_elems - router_weights);
   double elem_bwd_s = mem_time_s(hw, opt, elem_bwd_bytes + moe_bytes, elem_bwd_kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------

@@ -14,6 +14,23 @@ inline double mem_time_s(const HwProfile& hw, const SimOptions& opt, double byte
   return bytes / bw + kernels * opt.kernel_overhead_s;
 }
 
+// Extra HBM bytes of weight-gradient GEMMs that add into the main gradient
+// in their epilogue (SimOptions::wgrad_gemm_accumulate), for `weights`
+// elements of their outputs: a read and a write of the main gradient each
+// (fp32 main gradients: 8 bytes; 16-bit: 4), taken as exposed. Source:
+// DeepGEMM's accumulating FP8 weight-gradient kernels (deepseek-ai/DeepGEMM
+// PR #95, H800) take 2.85 ns an output element longer than its plain GEMMs
+// of the same layers (README @327ec92f): 335 us on 16384 x 7168 outputs,
+// 85 us on 7168 x 4096, the time of 8 bytes at 2.8 TB/s (the plain kernel's
+// own 16-bit store hidden behind its next tile). That cuBLAS's BF16 and
+// Transformer Engine's FP8 accumulating GEMMs expose it as well is
+// [INFERRED]; gpu-validate stage 6c measures it (docs/simulator.md §3.3).
+inline double wgrad_accumulate_bytes(const SimOptions& opt, Precision p, double weights) {
+  if (!opt.wgrad_gemm_accumulate) return 0;
+  const double main_grad = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
+  return weights * 2 * main_grad;
+}
+
 // Splits three passes' time (the table's mean rate x 3) into forward and
 // backward (input + weight gradient) by the table's measured forward share
 // at those FLOPs (1/3 where none is measured).
@@ -34,6 +51,8 @@ struct GemmSum {
   // gradients (cast in backward), and of their weights (cast once a step).
   double fp8_inputs = 0, fp8_output_grads = 0, fp8_weights = 0;
   int fp8_casts = 0;  // cast kernels per tensor kind (one per linear or grouped kernel)
+  // Elements of the weights of every GEMM added (their weight gradients' outputs).
+  double weight_elems = 0;
   // Weight GEMM: activations (m x k) times weights (k x n), `count` alike. No
   // launch cost on top: the efficiency table's timings include each GEMM's
   // fixed cost. A linear that FP8 training keeps in 16 bits passes
@@ -67,6 +86,7 @@ struct GemmSum {
     const double eff = std::min(t.lookup(flops), hw.accel.sustained_gemm_efficiency(sixteen_bit(p)));
     split_passes(t, 3 * flops / (peak * eff), flops, &fwd_s, &bwd_s);
     fwd_flops += flops;
+    weight_elems += n * k;
   }
   // The experts of a MoE layer: `groups` GEMMs of (m x k) * (k x n), as one
   // grouped kernel or one GEMM each on the stack's streams
@@ -102,6 +122,7 @@ struct GemmSum {
   }
   void count_flops(Precision gp, double gemms, int kernels, double m, double n, double k) {
     fwd_flops += gemms * 2 * m * n * k;
+    weight_elems += gemms * k * n;
     if (gp != Precision::kFp8) return;
     fp8_inputs += gemms * m * k;
     fp8_output_grads += gemms * m * n;

@@ -69,8 +69,9 @@ Status check_known_keys(const Json& j, const std::string& w) {
   static const std::map<std::string, std::set<std::string>> kKeys = {
       {"", {"name", "version", "description", "export", "gradients", "overlap", "pipeline", "layouts", "fp8",
             "context_parallel", "loss", "layer", "moe", "dropout", "source", "notes"}},
-      {"gradients", {"fp32_main_grads", "zero_each_step", "nan_check", "scale_pass", "hook_add", "bucket_params",
-                     "bucket_params_per_dp_rank", "bucketed_chunks", "bucket_source"}},
+      {"gradients", {"fp32_main_grads", "zero_each_step", "nan_check", "scale_pass", "hook_add", "gemm_accumulate",
+                     "gemm_accumulate_source", "bucket_params", "bucket_params_per_dp_rank", "bucketed_chunks",
+                     "bucket_source"}},
       {"overlap", {"grad_reduce_zero_stages", "param_gather", "tp_async_backward", "tp_comm_overlap",
                    "tp_comm_overlap_cfg"}},
       {"pipeline", {"blocking_p2p", "overlap_p2p_comm", "fsdp_once", "layer_split"}},
@@ -118,6 +119,10 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
   LOOM_ASSIGN_OR_RETURN(f.grad_nan_check, json_bool_or(*g, "nan_check", false, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_scale_pass, json_bool_or(*g, "scale_pass", false, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_hook_add, json_bool_or(*g, "hook_add", false, w + ".gradients"));
+  LOOM_ASSIGN_OR_RETURN(f.wgrad_gemm_accumulate, json_bool_or(*g, "gemm_accumulate", false, w + ".gradients"));
+  if (f.wgrad_gemm_accumulate && !(g->contains("gemm_accumulate_source") && (*g)["gemm_accumulate_source"].is_string()))
+    return invalid_argument(w + ".gradients.gemm_accumulate_source is missing: name the code that accumulates the "
+                            "weight gradients in the GEMM");
   LOOM_ASSIGN_OR_RETURN(f.grad_bucket_params, json_number_or(*g, "bucket_params", 0.0, w + ".gradients"));
   LOOM_ASSIGN_OR_RETURN(f.grad_bucket_params_per_dp,
                         json_number_or(*g, "bucket_params_per_dp_rank", 0.0, w + ".gradients"));
@@ -288,6 +293,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->grad_nan_check = f.grad_nan_check;
   opt->grad_scale_pass = f.grad_scale_pass;
   opt->grad_hook_add = f.grad_hook_add;
+  opt->wgrad_gemm_accumulate = f.wgrad_gemm_accumulate;
   opt->grad_bucket_params = f.grad_bucket_params;
   opt->grad_bucket_params_per_dp = f.grad_bucket_params_per_dp;
   opt->bucketed_chunks = f.bucketed_chunks;

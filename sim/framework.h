@@ -67,6 +67,7 @@ struct Framework {
   // gradients.zero_each_step / nan_check / scale_pass / hook_add
   // (SimOptions::grad_buffer_zero, grad_nan_check, grad_scale_pass, grad_hook_add)
   bool grad_buffer_zero = false, grad_nan_check = false, grad_scale_pass = false, grad_hook_add = false;
+  bool wgrad_gemm_accumulate = false;  // SimOptions::wgrad_gemm_accumulate (gradients.gemm_accumulate)
   // gradients.bucket_params / bucket_params_per_dp_rank / bucketed_chunks
   // (SimOptions::grad_bucket_params, grad_bucket_params_per_dp,
   // bucketed_chunks); 0: not stated, the program's grad_buckets per chunk.

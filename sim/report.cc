@@ -154,6 +154,7 @@ std::string sim_options_json(const SimOptions& o) {
   if (o.grad_nan_check) j["grad_nan_check"] = true;
   if (o.grad_scale_pass) j["grad_scale_pass"] = true;
   if (o.grad_hook_add) j["grad_hook_add"] = true;
+  if (o.wgrad_gemm_accumulate) j["wgrad_gemm_accumulate"] = true;
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
@@ -226,6 +227,8 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.grad_nan_check, json_bool_or(j, "grad_nan_check", o.grad_nan_check, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_scale_pass, json_bool_or(j, "grad_scale_pass", o.grad_scale_pass, w));
   LOOM_ASSIGN_OR_RETURN(o.grad_hook_add, json_bool_or(j, "grad_hook_add", o.grad_hook_add, w));
+  LOOM_ASSIGN_OR_RETURN(o.wgrad_gemm_accumulate,
+                        json_bool_or(j, "wgrad_gemm_accumulate", o.wgrad_gemm_accumulate, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

@@ -245,6 +245,13 @@ struct SimOptions {
   // parameter whose GEMM does not accumulate there itself: the word (and
   // position) embedding, norm weights, biases. Every micro-batch.
   bool grad_hook_add = false;
+  // The linears' weight-gradient GEMMs add into the main gradient in their
+  // epilogue (Megatron's gradient_accumulation_fusion, Transformer Engine's
+  // fuse_wgrad_accumulation, DeepGEMM's accumulating kernels): each reads
+  // and writes the main gradient (4 bytes each in fp32, 2 in 16 bits) where
+  // a plain GEMM writes its output, every micro-batch; priced as exposed
+  // memory traffic (compute_parts::wgrad_accumulate_bytes).
+  bool wgrad_gemm_accumulate = false;
   // PyTorch's dense embedding backward (embedding_dense_backward_cuda): a
   // zero-filled 16-bit gradient of the whole local table (V/t x h) is written
   // every micro-batch, then the tokens' rows are added into it.

@@ -514,6 +514,8 @@ TEST(Framework, BadFilesNameTheKey) {
                "bucket_params_per_dp_rank needs bucket_params");
   expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grads": true, "bucketed_chunks": "first")",
                "bucketed_chunks needs bucket_params");
+  expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grads": true, "gemm_accumulate": true)",
+               "gradients.gemm_accumulate_source is missing");
   // A misspelt key is refused with the section's keys, not left at its default.
   expect_error(R"("fp32_main_grads": true)", R"("fp32_main_grad": true)",
                "gradients has no key 'fp32_main_grad'; the keys are bucket_params, bucket_params_per_dp_rank, "
