@@ -274,6 +274,14 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
                               "; it is the share of its short-run rate an attention kernel keeps held at the power "
                               "cap (held / burst), and a held kernel is never faster");
   }
+  if (a.contains("wgrad_accumulate_exposed")) {
+    const Json& x = a["wgrad_accumulate_exposed"];
+    if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= 1))
+      return invalid_argument(where + ".wgrad_accumulate_exposed must be a number in [0, 1], got " + x.dump() +
+                              "; it is the share of the main gradient's read and write an accumulating weight-gradient "
+                              "GEMM shows in its time (gpu-validate stage 6c)");
+    acc.wgrad_accumulate_exposed = x.get<double>();
+  }
   LOOM_RETURN_IF_ERROR(parse_attention_kernels(a, where, acc));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
   LOOM_ASSIGN_OR_RETURN(acc.cpu_threads, positive_or(a, "cpu_threads", 0, where,
@@ -540,6 +548,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (a.sustained_attention_ratio > 0 && !a.attention_efficiency.flops.empty())
     acc["sustained_attention_ratio"] = a.sustained_attention_ratio;
+  if (a.wgrad_accumulate_exposed >= 0) acc["wgrad_accumulate_exposed"] = a.wgrad_accumulate_exposed;
   if (!a.attention_kernel.empty()) acc["attention_kernel"] = a.attention_kernel;
   if (!a.attention_kernel_source.empty()) acc["attention_kernel_source"] = a.attention_kernel_source;
   if (!a.attention_kernels.empty()) {

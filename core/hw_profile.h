@@ -115,6 +115,14 @@ struct AcceleratorSpec {
   double sustained_attention_ratio = 0;
   // That ratio, 1 when not measured.
   double sustained_attention_share() const { return sustained_attention_ratio > 0 ? sustained_attention_ratio : 1.0; }
+  // Optional: the share of the main gradient's read and write that shows in
+  // a weight-gradient GEMM accumulating into it (beta = 1, an fp32 C), over
+  // the same GEMM writing a 16-bit output: its extra time times the
+  // streaming rate over 8 bytes an output element, in [0, 1] (gpu-validate
+  // stage 6c measures it). -1 = not measured: all of it, as DeepGEMM's
+  // accumulating kernels show it (sim: SimOptions::wgrad_gemm_accumulate).
+  double wgrad_accumulate_exposed = -1;
+  double wgrad_accumulate_share() const { return wgrad_accumulate_exposed >= 0 ? wgrad_accumulate_exposed : 1.0; }
   // Backward / forward time of the attention kernel; 0 = 2.5 for flash-style
   // kernels (scores recomputed), 2 for materialized scores. CPU kernels measure
   // about 1.2-1.3 (`loom calibrate`).

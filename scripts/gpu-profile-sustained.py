@@ -17,6 +17,13 @@ the share of its burst rate it kept becomes the profile's
 `sustained_attention_ratio` (at most 1; only beside a measured
 attention_efficiency table, which it scales: docs/simulator.md 3.2).
 
+Where it timed weight-gradient GEMMs accumulating into an fp32 main gradient
+against the same GEMMs writing bf16 ("wgrad_accumulate"), the median over
+those shapes of the extra time times the profile's streaming rate
+(memory_bw_gb_per_s x memory_bw_efficiency) over the main gradient's read and
+write (8 bytes an output element), clamped to [0, 1], becomes the profile's
+`wgrad_accumulate_exposed` (docs/simulator.md 3.3).
+
 usage: gpu-profile-sustained.py PROFILE.json SUSTAINED.json
 Exits 0 and changes nothing when there is no figure to take.
 """
@@ -53,10 +60,27 @@ if share:
         skipped.append("attention: a held/burst share of %s is not a measurement of throttling" % share)
     else:
         attention_ratio = round(min(1.0, share), 4)
+exposed = None
+shares = []
+for r in sustained.get("wgrad_accumulate") or []:
+    plain, fused, shape = r.get("bf16_out_tflops"), r.get("fp32_accumulate_tflops"), r.get("shape") or []
+    if not plain or not fused or len(shape) != 3:
+        continue
+    inp, out, t = shape
+    flops = 2.0 * inp * out * t
+    shares.append((flops / (fused * 1e12) - flops / (plain * 1e12), 8.0 * inp * out))
+if shares:
+    bw = acc.get("memory_bw_gb_per_s", 0) * acc.get("memory_bw_efficiency", 1.0) * 1e9
+    if not bw > 0:
+        skipped.append("wgrad_accumulate: the profile has no memory_bw_gb_per_s to put the extra time against")
+    else:
+        ratios = sorted(extra_s * bw / nbytes for extra_s, nbytes in shares)
+        exposed = round(min(1.0, max(0.0, ratios[len(ratios) // 2])), 4)
 for s in skipped:
     print("gpu-profile-sustained: not taken, " + s)
-if not taken and attention_ratio is None:
-    print("gpu-profile-sustained: no 8192^3 sustained rate or attention share to take; %s unchanged" % profile_path)
+if not taken and attention_ratio is None and exposed is None:
+    print("gpu-profile-sustained: no 8192^3 sustained rate, attention share or weight-gradient accumulation to take; "
+          "%s unchanged" % profile_path)
     sys.exit(0)
 # Merged with what the profile already holds (a precision not measured now
 # keeps its figure). Each field names its run in a sentence of its own, which
@@ -64,6 +88,8 @@ if not taken and attention_ratio is None:
 # other's sentence.
 GEMM_MARK = " sustained_gemm_tflops: gpu-validate stage 6c"
 ATTN_MARK = " sustained_attention_ratio: gpu-validate stage 6c"
+WGRAD_MARK = " wgrad_accumulate_exposed: gpu-validate stage 6c"
+MARKS = (GEMM_MARK, ATTN_MARK, WGRAD_MARK)
 
 
 def drop_sentence(text, mark):
@@ -71,7 +97,7 @@ def drop_sentence(text, mark):
     if mark not in text:
         return text
     start = text.index(mark)
-    ends = [text.index(m, start + 1) for m in (GEMM_MARK, ATTN_MARK) if m != mark and m in text[start + 1:]]
+    ends = [text.index(m, start + 1) for m in MARKS if m != mark and m in text[start + 1:]]
     return text[:start] + (text[min(ends):] if ends else "")
 
 
@@ -88,10 +114,17 @@ if attention_ratio is not None:
     source = drop_sentence(source, ATTN_MARK) + ATTN_MARK + " %s: %s %s held back to back, %s TFLOP/s against %s burst." % (
         run, att.get("kernel"), "x".join(map(str, att.get("shape", []))), att.get("sustained_tflops"),
         att.get("burst_tflops"))
+if exposed is not None:
+    acc["wgrad_accumulate_exposed"] = exposed
+    source = drop_sentence(source, WGRAD_MARK) + WGRAD_MARK + (
+        " %s: %d weight-gradient GEMMs accumulating into an fp32 C (torch.addmm out_dtype fp32, beta = 1) against a "
+        "bf16 output; the median extra time showed %s of the main gradient's read and write at the streaming rate." % (
+            run, len(shares), exposed))
 acc["source"] = source.strip()
 with open(profile_path, "w") as f:
     json.dump(profile, f, indent=1)
     f.write("\n")
 print("gpu-profile-sustained: %s now has %s" % (profile_path, ", ".join(
     (["sustained_gemm_tflops %s" % json.dumps(taken)] if taken else []) +
-    (["sustained_attention_ratio %s" % attention_ratio] if attention_ratio is not None else []))))
+    (["sustained_attention_ratio %s" % attention_ratio] if attention_ratio is not None else []) +
+    (["wgrad_accumulate_exposed %s" % exposed] if exposed is not None else []))))

@@ -412,7 +412,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   if (opt.grad_hook_add) elem_bwd_kernels += hook_added_params(m, moe_layer);
   // The linears' (and experts') weight gradients added into the main
   // gradient by their GEMMs (SimOptions::wgrad_gemm_accumulate).
-  elem_bwd_bytes += compute_parts::wgrad_accumulate_bytes(opt, p, gemm.weight_elems - router_weights);
+  elem_bwd_bytes += compute_parts::wgrad_accumulate_bytes(hw, opt, p, gemm.weight_elems - router_weights);
   double elem_bwd_s = mem_time_s(hw, opt, elem_bwd_bytes + moe_bytes, elem_bwd_kernels + moe_kernels);
 
   // --- tensor-parallel collectives -------------------------------------------

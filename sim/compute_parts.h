@@ -24,11 +24,13 @@ inline double mem_time_s(const HwProfile& hw, const SimOptions& opt, double byte
 // 85 us on 7168 x 4096, the time of 8 bytes at 2.8 TB/s (the plain kernel's
 // own 16-bit store hidden behind its next tile). That cuBLAS's BF16 and
 // Transformer Engine's FP8 accumulating GEMMs expose it as well is
-// [INFERRED]; gpu-validate stage 6c measures it (docs/simulator.md §3.3).
-inline double wgrad_accumulate_bytes(const SimOptions& opt, Precision p, double weights) {
+// [INFERRED]; gpu-validate stage 6c measures it, and a profile that holds
+// the measured share (AcceleratorSpec::wgrad_accumulate_exposed) scales it
+// (docs/simulator.md §3.3).
+inline double wgrad_accumulate_bytes(const HwProfile& hw, const SimOptions& opt, Precision p, double weights) {
   if (!opt.wgrad_gemm_accumulate) return 0;
   const double main_grad = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
-  return weights * 2 * main_grad;
+  return weights * 2 * main_grad * hw.accel.wgrad_accumulate_share();
 }
 
 // Splits three passes' time (the table's mean rate x 3) into forward and

@@ -120,7 +120,7 @@ PieceCost head_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& o
   const double norm_bwd_bytes = opt.fused_layer_backward ? 1.5 * norm_bytes : 2 * norm_bytes;
   // (The head's weight gradient added into the main gradient by its GEMM:
   // SimOptions::wgrad_gemm_accumulate.)
-  const double head_accumulate = compute_parts::wgrad_accumulate_bytes(opt, p, gemm.weight_elems);
+  const double head_accumulate = compute_parts::wgrad_accumulate_bytes(hw, opt, p, gemm.weight_elems);
   c.bwd_s = head_gemm_bwd + mem_time_s(hw, opt, norm_bwd_bytes + head_accumulate, 2 + norm_hook) + ce_bwd_s +
             bwd_exposed +
             (bwd_comm - bwd_exposed) * comm_contention_fraction(hw);
@@ -141,7 +141,7 @@ PieceCost mtp_projection_cost(const ModelSpec& m, const HwProfile& hw, const Sim
   // The next token's embedding lookup, the two RMSNorms and the concatenation.
   const double bytes = T * h * e * r * (1 + 2 * 2 + 2 * 2);
   c.fwd_s = gemm.fwd_s + mem_time_s(hw, opt, bytes, 4) + gemm.cast_s(gemm.fp8_inputs);
-  const double accumulate = compute_parts::wgrad_accumulate_bytes(opt, p, gemm.weight_elems);
+  const double accumulate = compute_parts::wgrad_accumulate_bytes(hw, opt, p, gemm.weight_elems);
   c.bwd_s = gemm.bwd_s + mem_time_s(hw, opt, 2 * bytes + accumulate, 4) + gemm.cast_s(gemm.fp8_output_grads);
   c.wgrad_s = gemm.bwd_s / 2;
   c.weight_cast_s = gemm.cast_s(gemm.fp8_weights);

@@ -238,7 +238,7 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
 
 TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   const std::string extra = R"(, "optimizer_bw_efficiency": 0.25, "attention_backward_ratio": 1.3, "discard_gb_per_s": 3.5,
-      "sustained_attention_ratio": 0.85,
+      "sustained_attention_ratio": 0.85, "wgrad_accumulate_exposed": 0,
       "attention_efficiency": [{"gflop": 0.001, "efficiency": 0.1}, {"gflop": 0.1, "efficiency": 0.4}])";
   auto r = parse_hw_profile(minimal_profile(extra), "t");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -251,6 +251,10 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   EXPECT_DOUBLE_EQ(back->accel.attention_backward_ratio, 1.3);
   EXPECT_DOUBLE_EQ(back->accel.discard_bytes_per_s, 3.5e9);
   EXPECT_DOUBLE_EQ(back->accel.sustained_attention_ratio, 0.85);
+  // A measured share of 0 (cuBLAS hides the main gradient's read and write)
+  // is a measurement, kept apart from "not measured".
+  EXPECT_EQ(back->accel.wgrad_accumulate_exposed, 0);
+  EXPECT_EQ(back->accel.wgrad_accumulate_share(), 0);
   EXPECT_EQ(back->accel.attention_efficiency.efficiency, r->accel.attention_efficiency.efficiency);
   // Absent: no table, optimizer at the memory efficiency (0 = unset).
   auto plain = parse_hw_profile(minimal_profile(), "t");
@@ -260,6 +264,12 @@ TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   EXPECT_EQ(plain->accel.attention_backward_ratio, 0);
   EXPECT_EQ(plain->accel.discard_bytes_per_s, 0);
   EXPECT_EQ(plain->accel.sustained_attention_share(), 1.0);
+  EXPECT_EQ(plain->accel.wgrad_accumulate_share(), 1.0);
+  EXPECT_EQ(hw_profile_to_json(*plain).find("wgrad_accumulate_exposed"), std::string::npos);
+  expect_error(minimal_profile(R"(, "wgrad_accumulate_exposed": 1.5)"), StatusCode::kInvalidArgument,
+               {"wgrad_accumulate_exposed", "[0, 1]"});
+  expect_error(minimal_profile(R"(, "wgrad_accumulate_exposed": "all")"), StatusCode::kInvalidArgument,
+               {"wgrad_accumulate_exposed"});
   // The ratio is a measured fraction of a measured table.
   const std::string table = R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.5}])";
   expect_error(minimal_profile(table + R"(, "sustained_attention_ratio": 1.2)"), StatusCode::kInvalidArgument,

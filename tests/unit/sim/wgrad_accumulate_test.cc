@@ -33,15 +33,32 @@ TEST(WgradAccumulate, PricesDeepGemmsMeasuredExtraTime) {
   const HwProfile hw = testing::load_hw_or_die("dgx-h800");
   const SimOptions opt = accumulating(true);
   const auto extra = [&](double rows, double cols) {
-    return compute_parts::mem_time_s(hw, opt, compute_parts::wgrad_accumulate_bytes(opt, Precision::kFp8, rows * cols),
-                                     0);
+    return compute_parts::mem_time_s(hw, opt,
+                                     compute_parts::wgrad_accumulate_bytes(hw, opt, Precision::kFp8, rows * cols), 0);
   };
   EXPECT_NEAR(extra(16384, 7168), 335e-6, 0.10 * 335e-6);
   EXPECT_NEAR(extra(7168, 4096), 85e-6, 0.10 * 85e-6);
   // A 16-bit main gradient is read and written at 2 bytes; a stack whose
   // GEMMs write a plain gradient pays nothing here (its hook's add instead).
-  EXPECT_DOUBLE_EQ(compute_parts::wgrad_accumulate_bytes(accumulating(false), Precision::kBf16, 1000), 4000);
-  EXPECT_DOUBLE_EQ(compute_parts::wgrad_accumulate_bytes(SimOptions{}, Precision::kBf16, 1000), 0);
+  EXPECT_DOUBLE_EQ(compute_parts::wgrad_accumulate_bytes(hw, accumulating(false), Precision::kBf16, 1000), 4000);
+  EXPECT_DOUBLE_EQ(compute_parts::wgrad_accumulate_bytes(hw, SimOptions{}, Precision::kBf16, 1000), 0);
+}
+
+// A profile that measured the share (gpu-validate stage 6c: the accumulating
+// GEMM's extra time at the streaming rate over 8 bytes an output) prices that
+// share: none where cuBLAS hides the read and write, half where it shows half.
+TEST(WgradAccumulate, AMeasuredShareScalesIt) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ASSERT_LT(hw.accel.wgrad_accumulate_exposed, 0);  // not measured: all of it
+  const SimOptions opt = accumulating(true);
+  EXPECT_DOUBLE_EQ(compute_parts::wgrad_accumulate_bytes(hw, opt, Precision::kBf16, 1000), 8000);
+  hw.accel.wgrad_accumulate_exposed = 0.5;
+  EXPECT_DOUBLE_EQ(compute_parts::wgrad_accumulate_bytes(hw, opt, Precision::kBf16, 1000), 4000);
+  hw.accel.wgrad_accumulate_exposed = 0;
+  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  const ComputeShape sh = compute_shape(Layout{}, 4096, hw);
+  EXPECT_DOUBLE_EQ(layer_cost(m, hw, opt, Precision::kBf16, sh, false).bwd_s,
+                   layer_cost(m, hw, SimOptions{}, Precision::kBf16, sh, false).bwd_s);
 }
 
 // Llama-3-8B's layer on H100, by hand: the fused QKV 4096 x (32 + 2 x 8) x
