@@ -159,12 +159,17 @@ Status parse_attention_kernels(const Json& a, const std::string& where, Accelera
       return invalid_argument(wk + ": each kernel needs its own non-empty name, other than attention_kernel's");
     if (!it.value().is_object()) return invalid_argument(wk + " must be an object");
     for (auto f = it.value().begin(); f != it.value().end(); ++f) {
-      if (f.key() != "attention_efficiency" && f.key() != "attention_backward_ratio" && f.key() != "source")
+      if (f.key() != "attention_efficiency" && f.key() != "attention_efficiency_no_mask" &&
+          f.key() != "attention_backward_ratio" && f.key() != "source")
         return invalid_argument(wk + " has an unknown key '" + f.key() +
-                                "'; the keys are attention_efficiency, attention_backward_ratio and source");
+                                "'; the keys are attention_efficiency, attention_efficiency_no_mask, "
+                                "attention_backward_ratio and source");
     }
     AcceleratorSpec::AttentionKernel k;
     LOOM_RETURN_IF_ERROR(parse_gemm_table(it.value(), wk, k.efficiency, "attention_efficiency"));
+    if (it.value().contains("attention_efficiency_no_mask"))
+      LOOM_RETURN_IF_ERROR(
+          parse_gemm_table(it.value(), wk, k.efficiency_no_mask, "attention_efficiency_no_mask"));
     LOOM_ASSIGN_OR_RETURN(k.backward_ratio, positive_or(it.value(), "attention_backward_ratio", 0, wk,
                                                         "backward / forward time of attention"));
     LOOM_ASSIGN_OR_RETURN(k.source, source_of(it.value(), wk));
@@ -256,6 +261,13 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
   }
   if (a.contains("attention_efficiency")) {
     LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.attention_efficiency, "attention_efficiency"));
+  }
+  if (a.contains("attention_efficiency_no_mask")) {
+    if (acc.attention_efficiency.flops.empty())
+      return invalid_argument(where + ".attention_efficiency_no_mask is the unmasked rate of the kernel "
+                              "attention_efficiency measures; give attention_efficiency too");
+    LOOM_RETURN_IF_ERROR(
+        parse_gemm_table(a, where, acc.attention_efficiency_no_mask, "attention_efficiency_no_mask"));
   }
   if (a.contains("head_gemm_efficiency")) {
     LOOM_RETURN_IF_ERROR(parse_gemm_table(a, where, acc.head_gemm_efficiency, "head_gemm_efficiency"));
@@ -544,6 +556,8 @@ std::string hw_profile_to_json(const HwProfile& hw) {
     acc["sustained_gemm_tflops"] = sus;
   }
   if (!a.attention_efficiency.flops.empty()) acc["attention_efficiency"] = gemm_table_json(a.attention_efficiency);
+  if (!a.attention_efficiency.flops.empty() && !a.attention_efficiency_no_mask.flops.empty())
+    acc["attention_efficiency_no_mask"] = gemm_table_json(a.attention_efficiency_no_mask);
   if (!a.head_gemm_efficiency.flops.empty()) acc["head_gemm_efficiency"] = gemm_table_json(a.head_gemm_efficiency);
   if (a.attention_backward_ratio > 0) acc["attention_backward_ratio"] = a.attention_backward_ratio;
   if (a.sustained_attention_ratio > 0 && !a.attention_efficiency.flops.empty())
@@ -556,6 +570,8 @@ std::string hw_profile_to_json(const HwProfile& hw) {
     for (const auto& [name, k] : a.attention_kernels) {
       OrderedJson kj;
       kj["attention_efficiency"] = gemm_table_json(k.efficiency);
+      if (!k.efficiency_no_mask.flops.empty())
+        kj["attention_efficiency_no_mask"] = gemm_table_json(k.efficiency_no_mask);
       if (k.backward_ratio > 0) kj["attention_backward_ratio"] = k.backward_ratio;
       kj["source"] = k.source;
       ks[name] = kj;
@@ -692,8 +708,10 @@ Status select_attention_kernel(HwProfile* hw, const std::string& name) {
   a.attention_kernels.emplace(
       a.attention_kernel,
       AcceleratorSpec::AttentionKernel{a.attention_efficiency, a.attention_backward_ratio,
-                                       a.attention_kernel_source.empty() ? kOwn : a.attention_kernel_source});
+                                       a.attention_kernel_source.empty() ? kOwn : a.attention_kernel_source,
+                                       a.attention_efficiency_no_mask});
   a.attention_efficiency = std::move(chosen.efficiency);
+  a.attention_efficiency_no_mask = std::move(chosen.efficiency_no_mask);
   a.attention_backward_ratio = chosen.backward_ratio;
   a.attention_kernel = name;
   a.attention_kernel_source = chosen.source == kOwn ? std::string() : std::move(chosen.source);

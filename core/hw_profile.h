@@ -98,6 +98,14 @@ struct AcceleratorSpec {
   // calibrate` measures it on CPUs, where the softmax's exp is not hidden
   // behind the matrix products.
   GemmEfficiencyTable attention_efficiency;
+  // Optional, beside attention_efficiency: the same kernel without a mask,
+  // keyed by one head's forward FLOP 4 s^2 d (no causal share). A causal
+  // kernel skips the masked blocks but runs the diagonal ones partly
+  // masked, so for the same FLOP it runs below the unmasked rate, most at
+  // short sequences. Context parallelism's ring runs all its steps but the
+  // first without a mask (docs/simulator.md 3.2b). Empty: unmasked kernels
+  // take the causal table.
+  GemmEfficiencyTable attention_efficiency_no_mask;
   // Optional, measured by `loom calibrate`: the LM head's GEMMs (tokens x
   // vocabulary x hidden: a short reduction in the weight gradient and a wide
   // output), keyed by their forward FLOP like gemm_efficiency. Empty: the
@@ -137,6 +145,7 @@ struct AcceleratorSpec {
     GemmEfficiencyTable efficiency;
     double backward_ratio = 0;
     std::string source;
+    GemmEfficiencyTable efficiency_no_mask;  // attention_efficiency_no_mask's; may be empty
   };
   std::map<std::string, AttentionKernel> attention_kernels;  // the others, by name
   // Where the table in use comes from when select_attention_kernel put

@@ -153,6 +153,10 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     core_flops = per_head_flops * batches * causal / cp;
     const bool ring_per_block = opt.for_loom_executor();
     double kernel_flops = per_head_flops * causal, launches = 2;
+    // The share of the core's work its kernels run without a mask: on the
+    // stacks' ring every step but the first (the local causal block) is a
+    // full block, 1 - 1/cp of the rank's work (2c^2 of its 2 c^2 cp).
+    double unmasked_share = 0;
     if (cp > 1 && sh.cp_comm == CpComm::kA2a) {
       // as without CP
     } else if (cp > 1 && sh.cp_comm == CpComm::kAllGather) {
@@ -164,6 +168,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     } else if (cp > 1) {
       kernel_flops = per_head_flops / (2 * cp * cp);
       launches = 2 * cp + (cp - 1);
+      unmasked_share = 1 - 1 / cp;
     }
     // The profile's attention table measures a fused flash-style kernel;
     // materialized scores run as batched GEMMs at the GEMM table's rate.
@@ -176,14 +181,25 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops) * hw.accel.sustained_attention_share()
                           : std::min(hw.accel.gemm_efficiency.lookup(kernel_flops),
                                      hw.accel.sustained_gemm_efficiency(core_p));
+    // Unmasked steps at the kernel's unmasked rate where the profile
+    // measured one (attention_efficiency_no_mask, keyed by the unmasked
+    // FLOP, which a full c x 2c block's kernel_flops is); else the causal.
+    const GemmEfficiencyTable& no_mask = hw.accel.attention_efficiency_no_mask;
+    double eff_unmasked = measured && !no_mask.flops.empty()
+                              ? no_mask.lookup(kernel_flops) * hw.accel.sustained_attention_share()
+                              : eff;
     // The published tables (a named kernel) ran with every SM busy; a kernel
     // with few query tiles leaves SMs idle (attention_tile_occupancy).
     if (measured && !hw.accel.attention_kernel.empty()) {
       const bool heads_split = cp > 1 && sh.cp_comm == CpComm::kA2a;
       const double q_rows = cp > 1 && !heads_split ? s / cp : s;
-      eff *= attention_tile_occupancy(b * (heads_split ? heads_local / cp : heads_local), q_rows, hw.accel.sm_count);
+      const double occupancy =
+          attention_tile_occupancy(b * (heads_split ? heads_local / cp : heads_local), q_rows, hw.accel.sm_count);
+      eff *= occupancy;
+      eff_unmasked *= occupancy;
     }
-    core_fwd_s = core_flops / (hw.accel.peak_flops(core_p) * eff) + launches * opt.kernel_overhead_s;
+    const double per_flop = (1 - unmasked_share) / eff + unmasked_share / eff_unmasked;
+    core_fwd_s = core_flops / hw.accel.peak_flops(core_p) * per_flop + launches * opt.kernel_overhead_s;
     if (!opt.flash_attention) {
       // Materialized scores: fused scale-mask-softmax (read+write), dropout.
       double elems = batches * s * s / cp;

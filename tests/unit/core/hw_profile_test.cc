@@ -535,5 +535,34 @@ TEST(HwProfile, AttentionKernelsSwapAndRoundTrip) {
                StatusCode::kInvalidArgument, {"attention_kernels.y", "unknown key 'ratio'"});
 }
 
+// The unmasked table travels with its kernel: in use, kept under the
+// kernel's name when another is selected, and written back exactly.
+TEST(HwProfile, UnmaskedAttentionTablesTravelWithTheirKernel) {
+  const std::string kernels = R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.6}],
+      "attention_efficiency_no_mask": [{"gflop": 1, "efficiency": 0.65}], "attention_kernel": "new",
+      "attention_kernels": {"old": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.3}],
+                                    "attention_efficiency_no_mask": [{"gflop": 1, "efficiency": 0.35}],
+                                    "source": "a paper"},
+                            "bare": {"attention_efficiency": [{"gflop": 1, "efficiency": 0.2}], "source": "s"}})";
+  auto r = parse_hw_profile(minimal_profile(kernels), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  HwProfile hw = *r;
+  EXPECT_EQ(hw.accel.attention_efficiency_no_mask.efficiency, std::vector<double>{0.65});
+  ASSERT_TRUE(select_attention_kernel(&hw, "old").is_ok());
+  EXPECT_EQ(hw.accel.attention_efficiency_no_mask.efficiency, std::vector<double>{0.35});
+  EXPECT_EQ(hw.accel.attention_kernels.at("new").efficiency_no_mask.efficiency, std::vector<double>{0.65});
+  // A kernel measured only causal leaves none in use (unmasked steps take its causal table).
+  ASSERT_TRUE(select_attention_kernel(&hw, "bare").is_ok());
+  EXPECT_TRUE(hw.accel.attention_efficiency_no_mask.flops.empty());
+  auto back = parse_hw_profile(hw_profile_to_json(hw), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(hw_profile_to_json(*back), hw_profile_to_json(hw));
+  ASSERT_TRUE(select_attention_kernel(&*back, "new").is_ok());
+  EXPECT_EQ(hw_profile_to_json(*back), hw_profile_to_json(*r));
+  // It is the unmasked rate of a causal table: never alone.
+  expect_error(minimal_profile(R"(, "attention_efficiency_no_mask": [{"gflop": 1, "efficiency": 0.6}])"),
+               StatusCode::kInvalidArgument, {"attention_efficiency_no_mask", "attention_efficiency too"});
+}
+
 }  // namespace
 }  // namespace loom

@@ -190,3 +190,42 @@ TEST(ComputeModel, SlidingWindowAttentionCostsTheWindowsShare) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Context parallelism's ring (Transformer Engine's AttnFuncWithCPAndKVP2P)
+// runs its first step causal and the other cp - 1 steps unmasked: 3/4 of a
+// rank's attention work at cp = 4. Llama-3-8B at 131,072 tokens over cp = 4:
+// every step's kernel (512 s^2 / 32 = 275 GFLOP) is past both FA2 tables'
+// last points, the FlashAttention-3 paper's FA2 bars at 16k: 335 TFLOP/s
+// causal, 370 unmasked (Figure 5d, 5c). So the unmasked table saves
+// 3/4 x (1/335 - 1/370) of the core's FLOP over the causal-only pricing,
+// forward, and the kernel's backward ratio (2.94) times that in backward.
+TEST(ComputeModel, RingStepsAfterTheFirstRunAtTheUnmaskedRate) {
+  HwProfile with = testing::load_hw_or_die("dgx-h100");
+  ASSERT_TRUE(select_attention_kernel(&with, "fa2").is_ok());
+  ASSERT_FALSE(with.accel.attention_efficiency_no_mask.flops.empty());
+  HwProfile causal_only = with;
+  causal_only.accel.attention_efficiency_no_mask = GemmEfficiencyTable{};
+  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions opt;
+  opt.loom_executor = false;  // a stack's ring, one kernel a step (Loom's executor runs one a block)
+  Layout l;
+  l.cp = 4;
+  const double s = 131072;
+  const ComputeShape sh = compute_shape(l, int64_t(s), with);
+  const PieceCost a = layer_cost(m, causal_only, opt, Precision::kBf16, sh, false);
+  const PieceCost b = layer_cost(m, with, opt, Precision::kBf16, sh, false);
+  const double core_flops = 4 * s * s * 128 * (s + 1) / (2 * s) * 32 / 4;  // 32 heads, a quarter a rank
+  const double saved = core_flops * 0.75 * (1 / 335e12 - 1 / 370e12);
+  EXPECT_NEAR(a.fwd_s - b.fwd_s, saved, 0.01 * saved);
+  EXPECT_NEAR(a.bwd_s - b.bwd_s, 2.94 * saved, 0.01 * 2.94 * saved);
+  // Without context parallelism every kernel is causal: nothing changes.
+  const ComputeShape one = compute_shape(Layout{}, 16384, with);
+  EXPECT_DOUBLE_EQ(layer_cost(m, with, opt, Precision::kBf16, one, false).fwd_s,
+                   layer_cost(m, causal_only, opt, Precision::kBf16, one, false).fwd_s);
+}
+
+}  // namespace
+}  // namespace loom
