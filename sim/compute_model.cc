@@ -185,7 +185,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // measured one (attention_efficiency_no_mask, keyed by the unmasked
     // FLOP, which a full c x 2c block's kernel_flops is); else the causal.
     const GemmEfficiencyTable& no_mask = hw.accel.attention_efficiency_no_mask;
-    double eff_unmasked = measured && !no_mask.flops.empty()
+    double eff_unmasked = measured && unmasked_share > 0 && !no_mask.flops.empty()
                               ? no_mask.lookup(kernel_flops) * hw.accel.sustained_attention_share()
                               : eff;
     // The published tables (a named kernel) ran with every SM busy; a kernel

@@ -14,6 +14,12 @@ inline double mem_time_s(const HwProfile& hw, const SimOptions& opt, double byte
   return bytes / bw + kernels * opt.kernel_overhead_s;
 }
 
+// Bytes of one main-gradient element: fp32 in an fp32 run or with
+// fp32_main_grads (Megatron's convention), else the 16-bit type.
+inline double main_grad_bytes(const SimOptions& opt, Precision p) {
+  return (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
+}
+
 // Extra HBM bytes of weight-gradient GEMMs that add into the main gradient
 // in their epilogue (SimOptions::wgrad_gemm_accumulate), for `weights`
 // elements of their outputs: a read and a write of the main gradient each
@@ -29,8 +35,7 @@ inline double mem_time_s(const HwProfile& hw, const SimOptions& opt, double byte
 // (docs/simulator.md §3.3).
 inline double wgrad_accumulate_bytes(const HwProfile& hw, const SimOptions& opt, Precision p, double weights) {
   if (!opt.wgrad_gemm_accumulate) return 0;
-  const double main_grad = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
-  return weights * 2 * main_grad * hw.accel.wgrad_accumulate_share();
+  return weights * 2 * main_grad_bytes(opt, p) * hw.accel.wgrad_accumulate_share();
 }
 
 // Splits three passes' time (the table's mean rate x 3) into forward and

@@ -1,6 +1,7 @@
 #include "sim/evaluate.h"
 
 #include "core/executor_head.h"
+#include "sim/compute_parts.h"
 #include "sim/dp_exposure.h"
 #include "sim/dualpipev_time.h"
 #include "sim/lru_sets.h"
@@ -46,9 +47,7 @@ Evaluator::Evaluator(const ModelSpec& model, const HwProfile& hw, const TrainSpe
 
 namespace {
 
-double grad_elem_bytes(Precision p, const SimOptions& opt) {
-  return (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
-}
+double grad_elem_bytes(Precision p, const SimOptions& opt) { return compute_parts::main_grad_bytes(opt, p); }
 
 // Bytes of one gradient element in the DP reduction: as kept (fp32), or the
 // plan's --grad-reduce type (bf16 2, fp8 1; the fp8 scale, 4 bytes per rank's

@@ -29,7 +29,7 @@ PieceCost embedding_cost(const ModelSpec& m, const HwProfile& hw, const SimOptio
   // hook then adds it into the main gradient (read both, write the main one).
   const double rows = double(m.vocab) / sh.tp + (m.position == PositionKind::kLearned ? double(m.max_position) : 0.0);
   const double tables = m.position == PositionKind::kLearned ? 2 : 1;
-  const double grad_e = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4.0 : 2.0;
+  const double grad_e = compute_parts::main_grad_bytes(opt, p);
   if (opt.embedding_dense_grad) {
     bwd_bytes += rows * h * element_bytes(sixteen_bit(p));
     bwd_kernels += int(tables);
@@ -168,7 +168,7 @@ double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes) 
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
   // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
   // gradient, write the 16-bit weights; one more gradient read for the norm.
-  double grad_bytes = (p == Precision::kFp32 || opt.fp32_main_grads) ? 4 : 2;
+  const double grad_bytes = compute_parts::main_grad_bytes(opt, p);
   double bytes_per_param = p == Precision::kFp32 ? 24 + 2 * grad_bytes : 24 + 2 * grad_bytes + 2;
   const double eff = hw.accel.optimizer_bw_efficiency > 0 ? hw.accel.optimizer_bw_efficiency
                                                           : hw.accel.memory_bw_efficiency;
