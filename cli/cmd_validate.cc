@@ -24,7 +24,8 @@ int cmd_validate(int argc, char** argv) {
   bool breakdown = false;
   app.add_flag("--breakdown", breakdown,
                "after the table, each row's predicted step by phase (forward, backward, recompute, exposed "
-               "communication, bubble, optimizer) as shares of the step");
+               "communication, bubble, optimizer) as shares of the step, and the worst stage's memory against the "
+               "usable memory");
   bool sweeps = false;
   app.add_flag("--sweeps", sweeps,
                "the layout sweeps instead of the table: published measurements of several layouts of one model on "

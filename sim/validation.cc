@@ -362,8 +362,8 @@ std::string format_validation_markdown(const std::vector<RunPrediction>& rows) {
 std::string format_breakdown_markdown(const std::vector<RunPrediction>& rows) {
   std::ostringstream o;
   o << "| ID | step s | closed form s | forward | backward | recompute | TP exposed | EP exposed | CP exposed | PP exposed | "
-       "DP exposed | contention | bubble | optimizer |\n";
-  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "DP exposed | contention | bubble | optimizer | memory GB |\n";
+  o << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   char buf[64];
   for (const RunPrediction& p : rows) {
     if (!p.ok || p.time.step_time_s <= 0) continue;
@@ -377,7 +377,9 @@ std::string format_breakdown_markdown(const std::vector<RunPrediction>& rows) {
       std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v / t.step_time_s);
       o << " | " << buf;
     }
-    o << " |\n";
+    // The worst stage's peak against the usable memory: the fit verdict's margin.
+    std::snprintf(buf, sizeof buf, "%.1f of %.1f", p.peak_memory_bytes / 1e9, p.memory_capacity_bytes / 1e9);
+    o << " | " << buf << " |\n";
   }
   return o.str();
 }

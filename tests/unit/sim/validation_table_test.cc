@@ -218,6 +218,7 @@ TEST(ValidationTable, BreakdownAddsUpToTheStep) {
   // Each row shows the closed form's step beside the engine's: D1 (no
   // pipeline, no DP overlap to price apart) has both at 11.48 s.
   EXPECT_NE(md.find("| step s | closed form s |"), std::string::npos);
+  EXPECT_NE(md.find("| optimizer | memory GB |"), std::string::npos);
   for (const RunPrediction& p : rows) {
     if (p.run.id == "D1") {
       EXPECT_NEAR(p.closed_form_time.step_time_s / p.time.step_time_s, 1.0, 0.01);
