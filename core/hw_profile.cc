@@ -387,6 +387,10 @@ Status parse_node(const Json& n, const std::string& where, NodeSpec& node) {
                             "; use 0 (the node) or a whole number of nodes");
   LOOM_ASSIGN_OR_RETURN(double pcie, positive_or(n, "pcie_bw_gb_per_s", 0, where, gbs));
   node.pcie_bw_bytes_per_s = pcie * kGiga;
+  LOOM_ASSIGN_OR_RETURN(node.nccl_p2p_channels_per_peer, count(n, "nccl_p2p_channels_per_peer", where, 0, 0));
+  if (node.nccl_p2p_channels_per_peer > 64)
+    return invalid_argument(where + ".nccl_p2p_channels_per_peer=" + std::to_string(node.nccl_p2p_channels_per_peer) +
+                            " exceeds NCCL's 64 channels (MAXCHANNELS); use NCCL's p2p channels per peer, e.g. 32");
   if (n.contains("measured_collectives")) LOOM_RETURN_IF_ERROR(parse_measured_collectives(n, where, node.measured));
   LOOM_ASSIGN_OR_RETURN(node.source, source_of(n, where));
   return Status::ok();
@@ -600,6 +604,7 @@ std::string hw_profile_to_json(const HwProfile& hw) {
   node["nvls"] = n.nvls;
   node["nvlink_domain_size"] = n.nvlink_domain_size;
   if (n.pcie_bw_bytes_per_s > 0) node["pcie_bw_gb_per_s"] = n.pcie_bw_bytes_per_s / kGiga;
+  if (n.nccl_p2p_channels_per_peer > 0) node["nccl_p2p_channels_per_peer"] = n.nccl_p2p_channels_per_peer;
   if (n.measured.ranks > 0) {
     OrderedJson mc;
     mc["ranks"] = n.measured.ranks;

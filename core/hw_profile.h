@@ -230,6 +230,10 @@ struct NodeSpec {
   bool nvls = false;                        // NVLink SHARP (NVSwitch 3+)
   int nvlink_domain_size = 0;               // devices that share NVLink (72 on NVL72); 0 = node
   double pcie_bw_bytes_per_s = 0;           // host <-> device, per device
+  // The channels NCCL opens a peer for send/recv within this node (its
+  // p2pnChannelsPerPeer); 0 = not stated: NCCL's point-to-point buffers are
+  // not counted (sim/nccl_buffers.h).
+  int nccl_p2p_channels_per_peer = 0;
   // Optional (calibrated CPU profiles): measured collective times, which the
   // comm model uses instead of its latency + bandwidth formula for groups on
   // one node.

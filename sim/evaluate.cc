@@ -153,6 +153,7 @@ Evaluator::Pieces Evaluator::compute_pieces(const Layout& l) const {
   shape.head_grad_in_forward = opt_.for_loom_executor() && executor_head_grad_in_forward(l.zero);
   const Precision p = train_.precision;
   Pieces pc;
+  pc.nccl_fixed_bytes = nccl_fixed_p2p_bytes(model_, hw_, l, opt_, shape.cp_group, shape.ep_group);
   pc.dense = layer_cost(model_, hw_, opt_, p, shape, false);
   SimOptions alone = opt_;
   alone.ep_comm_overlap = false;
@@ -513,8 +514,7 @@ DpCollectives Evaluator::compute_dp_collectives(const Layout& l, const StageCost
   return d;
 }
 
-double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
-  if (l.pp <= 1) return 0;
+const Evaluator::P2pEntry& Evaluator::p2p_entry(const Layout& l) const {
   // The transfer depends on the PP group's placement and the micro-batch.
   struct Key {
     uint64_t evaluator = 0;
@@ -522,22 +522,26 @@ double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
     std::string order;
     bool operator==(const Key&) const = default;
   };
-  thread_local LruSets<Key, CollectiveCost, 64> memo;
-  const CollectiveCost& c = memo.get(mix_fields({l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch}),
-                                     Key{id_, l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.rank_order},
-                                     [&] { return p2p_cost(l); });
+  thread_local LruSets<Key, P2pEntry, 64> memo;
+  return memo.get(mix_fields({l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch}),
+                  Key{id_, l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.rank_order}, [&] { return p2p_cost(l); });
+}
+
+double Evaluator::p2p_time_s(const Layout& l, CollectiveCost* cost) const {
+  if (l.pp <= 1) return 0;
+  const CollectiveCost& c = p2p_entry(l).cost;
   if (cost) *cost = c;
   return c.time_s;
 }
 
-CollectiveCost Evaluator::p2p_cost(const Layout& l) const {
+Evaluator::P2pEntry Evaluator::p2p_cost(const Layout& l) const {
   GroupShape pp_shape = group_shape(l, Dim::kPp, hw_.node.devices_per_node);
   GroupShape pair{2, pp_shape.nodes > 1 ? 2 : 1, pp_shape.nodes > 1 ? 1 : 2};
   // One micro-batch's activation; Megatron's scatter-gather optimization (and
   // sequence parallelism) sends 1/tp of it from each TP rank.
   double bytes = double(l.micro_batch) * double(train_.seq_len / l.cp) * model_.hidden *
                  element_bytes(train_.precision) / l.tp;
-  return collective_cost(hw_, Collective::kSendRecv, pair, bytes);
+  return {collective_cost(hw_, Collective::kSendRecv, pair, bytes), nccl_pp_peer_bytes(hw_, pp_shape)};
 }
 
 void split_compute(const StageCosts& c, int64_t m, StepBreakdown* tb) {
@@ -575,7 +579,10 @@ Estimate Evaluator::estimate(const Layout& l) const {
   const Pieces& pc = pieces(l);
   // Memory per stage (the same terms memory_report() uses) and stage costs,
   // without per-call allocation: the buffer is reused by this thread.
-  const ActivationTerms act = activation_terms(model_, l, train_, opt_, &params_);
+  ActivationTerms act = activation_terms(model_, l, train_, opt_, &params_);
+  // NCCL's point-to-point buffers, from the groups' memoized placements.
+  act.nccl.fixed_bytes = pc.nccl_fixed_bytes;
+  if (l.pp > 1 && hw_.node.nccl_p2p_channels_per_peer > 0) act.nccl.per_pp_peer_bytes = p2p_entry(l).nccl_peer_bytes;
   thread_local std::vector<StageCosts> stages;
   thread_local std::vector<int> kind;  // stage -> the stage whose costs it shares
   stages.resize(l.pp);

@@ -171,6 +171,7 @@ class Evaluator {
     PieceCost dense_kept, moe_kept, moe_unpaired_kept;
     PieceCost mtp_block, mtp_projection;  // a multi-token-prediction module's block and its own work
     bool tp_net = false, ep_net = false, cp_net = false;  // the TP / EP / CP group spans nodes
+    double nccl_fixed_bytes = 0;  // NCCL's CP-ring and all-to-all buffers (sim/nccl_buffers.h)
   };
   Pieces compute_pieces(const Layout& layout) const;
 
@@ -194,7 +195,14 @@ class Evaluator {
   ModelParamCounts params_;  // model_param_counts(model_)
   uint64_t id_ = 0;  // distinguishes evaluators in the per-thread caches
   DpCollectives compute_dp_collectives(const Layout& l, const StageCosts& sc) const;
-  CollectiveCost p2p_cost(const Layout& l) const;
+  // One pipeline hop and NCCL's buffers for one pipeline neighbour, both
+  // from the PP group's placement (memoized together by p2p_entry).
+  struct P2pEntry {
+    CollectiveCost cost;
+    double nccl_peer_bytes = 0;
+  };
+  const P2pEntry& p2p_entry(const Layout& l) const;
+  P2pEntry p2p_cost(const Layout& l) const;
 };
 
 }  // namespace loom

@@ -535,7 +535,11 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
 
   // The pipeline's send / receive buffers of Loom's executor at this stage.
   // `act` computed for the executor: with a pipeline, its buffers per stage.
-  if (loom_executor && !act.executor.valid) return stage_memory(m, l, train, opt, split, stage);
+  if (loom_executor && !act.executor.valid) {
+    ActivationTerms ex = activation_terms(m, l, train, opt);
+    ex.nccl = act.nccl;
+    return stage_memory(m, l, train, opt, split, stage, ex);
+  }
   const P2pBuffers p2p = loom_executor && l.pp > 1 ? (*act.executor.p2p)[size_t(stage)] : P2pBuffers{};
   // Activations held at the stage's peak.
   const int64_t micro_batches = l.num_micro_batches(train.global_batch);
@@ -639,7 +643,8 @@ StageMemory stage_memory(const ModelSpec& m, const Layout& l, const TrainSpec& t
   // param-and-grad buffers, the distributed optimizer's shards, Loom's flat
   // arrays), which the caching allocator does not fragment.
   const double transient = sm.activations_bytes + comm;
-  sm.overhead_bytes = opt.runtime_reserve_bytes + opt.fragmentation_fraction * transient;
+  sm.overhead_bytes = opt.runtime_reserve_bytes + opt.fragmentation_fraction * transient + act.nccl.fixed_bytes +
+                      pipeline_peers(l, stage) * act.nccl.per_pp_peer_bytes;
   return sm;
 }
 
@@ -654,7 +659,8 @@ MemoryReport memory_report(const ModelSpec& m, const HwProfile& hw, const Layout
   r.capacity_bytes = usable_memory_bytes(hw, opt);
   r.device_bytes = hw.accel.memory_bytes;
   StageSplit split = split_layers(m, l);
-  const ActivationTerms act = activation_terms(m, l, train, opt);
+  ActivationTerms act = activation_terms(m, l, train, opt);
+  act.nccl = nccl_p2p_buffers(m, hw, l, opt);
   for (int s = 0; s < l.pp; ++s) {
     r.stages.push_back(stage_memory(m, l, train, opt, split, s, act));
     if (r.stages.back().total_bytes() > r.stages[r.worst_stage].total_bytes()) r.worst_stage = s;

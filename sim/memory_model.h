@@ -27,6 +27,7 @@
 #include "core/model_spec.h"
 #include "core/stage_split.h"
 #include "core/train_spec.h"
+#include "sim/nccl_buffers.h"
 #include "sim/sim_options.h"
 
 namespace loom {
@@ -187,6 +188,9 @@ struct ActivationTerms {
   double kept_dense = 0, kept_moe = 0;
   // The model's parameter counts (model_param_counts), for the stages' states.
   ModelParamCounts params;
+  // NCCL's point-to-point buffers of the layout (sim/nccl_buffers.h), set by
+  // callers that hold the hardware profile; in each stage's overhead.
+  NcclP2pBuffers nccl;
   // Loom's executor (no framework named): a layer's terms and the pipeline's
   // buffers per stage, the same for every stage of the layout, so a stage's
   // memory only adds up (the search prices up to pp stages per layout).

@@ -137,8 +137,10 @@ struct SimOptions {
   // Megatron's fp32 main-gradient convention (4-byte grads) instead of the
   // ZeRO paper's 2-byte grads for 16-bit training.
   bool fp32_main_grads = false;
-  // Memory the runtime takes before any tensor: CUDA context, cuBLAS
-  // workspaces, NCCL channels (bytes per rank).
+  // Memory the runtime takes before any tensor: CUDA context, cuBLAS and
+  // Transformer Engine workspaces, the collective communicators' NCCL
+  // buffers (bytes per GPU rank; its parts in docs/simulator.md section 2.5).
+  // NCCL's point-to-point buffers are counted apart (sim/nccl_buffers.h).
   double runtime_reserve_bytes = 1.5e9;
   // Allocator fragmentation allowance, as a fraction of the transient tensor
   // bytes (activations and communication buffers).

@@ -227,6 +227,7 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
   EXPECT_EQ(a.node.nvls, b.node.nvls);
   EXPECT_EQ(a.node.nvlink_domain_size, b.node.nvlink_domain_size);
   near(a.node.pcie_bw_bytes_per_s, b.node.pcie_bw_bytes_per_s);
+  EXPECT_EQ(a.node.nccl_p2p_channels_per_peer, b.node.nccl_p2p_channels_per_peer);
   EXPECT_EQ(a.node.source, b.node.source);
   EXPECT_EQ(a.net.nics_per_node, b.net.nics_per_node);
   near(a.net.nic_bw_bytes_per_s, b.net.nic_bw_bytes_per_s);
