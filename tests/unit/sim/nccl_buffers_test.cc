@@ -84,16 +84,31 @@ TEST(NcclBuffers, PipelineNeighboursOnOneNode) {
 }
 
 // H800's 8 NVLinks give 16 channels a peer (2 x 8, NCCL's rule); a profile
-// that states none counts nothing.
+// that states none (A100's) counts nothing.
 TEST(NcclBuffers, ChannelsComeFromTheProfile) {
   const ModelSpec m = testing::load_model_or_die("mixtral-8x7b");
   EXPECT_DOUBLE_EQ(
       nccl_p2p_buffers(m, testing::load_hw_or_die("dgx-h800"), layout_or_die("dp=8,ep=8"), SimOptions{}).fixed_bytes,
       1344 * kMiB);
   const NcclP2pBuffers none =
-      nccl_p2p_buffers(m, testing::load_hw_or_die("dgx-b200"), layout_or_die("dp=8,ep=8,pp=2"), SimOptions{});
+      nccl_p2p_buffers(m, testing::load_hw_or_die("dgx-a100-80gb"), layout_or_die("dp=8,ep=8,pp=2"), SimOptions{});
   EXPECT_DOUBLE_EQ(none.fixed_bytes, 0);
   EXPECT_DOUBLE_EQ(none.per_pp_peer_bytes, 0);
+}
+
+// Trays of one NVLink domain (NVL72) reach each other over NVLink: an EP
+// group of 16 over four 4-GPU trays holds 15 peers' NVLink buffers, as on
+// one node, not the network's pools.
+TEST(NcclBuffers, TraysOfOneNvlinkDomainCountAsOneNode) {
+  HwProfile hw = testing::load_hw_or_die("gb200-nvl72");
+  hw.node.devices_per_node = 4;  // trays as nodes, the domain 72
+  ASSERT_EQ(hw.node.nvlink_domain_size, 72);
+  const ModelSpec m = testing::load_model_or_die("mixtral-8x7b");
+  EXPECT_DOUBLE_EQ(nccl_p2p_buffers(m, hw, layout_or_die("dp=16,ep=16"), SimOptions{}).fixed_bytes,
+                   15 * 32 * 12 * kMiB);
+  hw.node.nvlink_domain_size = 4;  // no domain beyond the tray: the network's pools
+  EXPECT_DOUBLE_EQ(nccl_p2p_buffers(m, hw, layout_or_die("dp=16,ep=16"), SimOptions{}).fixed_bytes,
+                   (128 + 2 * 3 * 12) * kMiB);
 }
 
 // The stage's overhead carries them: the same layout with and without the
