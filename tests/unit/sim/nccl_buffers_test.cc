@@ -84,14 +84,15 @@ TEST(NcclBuffers, PipelineNeighboursOnOneNode) {
 }
 
 // H800's 8 NVLinks give 16 channels a peer (2 x 8, NCCL's rule); a profile
-// that states none (A100's) counts nothing.
+// that states none counts nothing.
 TEST(NcclBuffers, ChannelsComeFromTheProfile) {
   const ModelSpec m = testing::load_model_or_die("mixtral-8x7b");
   EXPECT_DOUBLE_EQ(
       nccl_p2p_buffers(m, testing::load_hw_or_die("dgx-h800"), layout_or_die("dp=8,ep=8"), SimOptions{}).fixed_bytes,
       1344 * kMiB);
-  const NcclP2pBuffers none =
-      nccl_p2p_buffers(m, testing::load_hw_or_die("dgx-a100-80gb"), layout_or_die("dp=8,ep=8,pp=2"), SimOptions{});
+  HwProfile unstated = testing::load_hw_or_die("dgx-a100-80gb");
+  unstated.node.nccl_p2p_channels_per_peer = 0;
+  const NcclP2pBuffers none = nccl_p2p_buffers(m, unstated, layout_or_die("dp=8,ep=8,pp=2"), SimOptions{});
   EXPECT_DOUBLE_EQ(none.fixed_bytes, 0);
   EXPECT_DOUBLE_EQ(none.per_pp_peer_bytes, 0);
 }
