@@ -68,7 +68,7 @@ bool parse_layer_split(const std::string& text, LayerSplitRule* out) {
 Status check_known_keys(const Json& j, const std::string& w) {
   static const std::map<std::string, std::set<std::string>> kKeys = {
       {"", {"name", "version", "description", "export", "gradients", "overlap", "pipeline", "layouts", "fp8",
-            "context_parallel", "loss", "layer", "moe", "dropout", "source", "notes"}},
+            "context_parallel", "loss", "layer", "moe", "optimizer", "dropout", "source", "notes"}},
       {"gradients", {"fp32_main_grads", "zero_each_step", "nan_check", "scale_pass", "hook_add", "gemm_accumulate",
                      "gemm_accumulate_source", "bucket_params", "bucket_params_per_dp_rank", "bucketed_chunks",
                      "bucket_source"}},
@@ -82,6 +82,7 @@ Status check_known_keys(const Json& j, const std::string& w) {
       {"loss", {"cross_entropy"}},
       {"layer", {"ops", "fsdp_copies", "embedding_dense_grad", "qkv_bshd_copies", "fused_backward"}},
       {"moe", {"expert_gemm"}},
+      {"optimizer", {"master_bytes", "moment_bytes"}},
   };
   for (const auto& [section_name, keys] : kKeys) {
     const Json* obj = &j;
@@ -257,6 +258,15 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     if (!parse_expert_gemm(eg, &f.expert_gemm))
       return invalid_argument(w + ".moe.expert_gemm must be grouped or per_expert, got '" + eg + "'");
   }
+  // Optional: the bytes of Adam's state a parameter, with their source.
+  if (j.contains("optimizer")) {
+    LOOM_ASSIGN_OR_RETURN(const Json* op, section(j, "optimizer", w));
+    LOOM_ASSIGN_OR_RETURN(f.optimizer_master_bytes, json_number_or(*op, "master_bytes", 4.0, w + ".optimizer"));
+    LOOM_ASSIGN_OR_RETURN(f.optimizer_moment_bytes, json_number_or(*op, "moment_bytes", 4.0, w + ".optimizer"));
+    LOOM_RETURN_IF_ERROR(check_optimizer_state_bytes(f.optimizer_master_bytes, f.optimizer_moment_bytes, w + ".optimizer"));
+    if (!op->contains("source") || !(*op)["source"].is_string())
+      return invalid_argument(w + ".optimizer.source is missing: name the code or report the optimizer's state dtypes were read from");
+  }
   LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(j, "dropout", -1, w));
   if (dropout < -1 || dropout > 1) return invalid_argument(w + ".dropout must be -1 (from the model), 0 or 1");
   f.dropout = int(dropout);
@@ -294,6 +304,8 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->grad_scale_pass = f.grad_scale_pass;
   opt->grad_hook_add = f.grad_hook_add;
   opt->wgrad_gemm_accumulate = f.wgrad_gemm_accumulate;
+  opt->optimizer_master_bytes = f.optimizer_master_bytes;
+  opt->optimizer_moment_bytes = f.optimizer_moment_bytes;
   opt->grad_bucket_params = f.grad_bucket_params;
   opt->grad_bucket_params_per_dp = f.grad_bucket_params_per_dp;
   opt->bucketed_chunks = f.bucketed_chunks;

@@ -68,6 +68,9 @@ struct Framework {
   // (SimOptions::grad_buffer_zero, grad_nan_check, grad_scale_pass, grad_hook_add)
   bool grad_buffer_zero = false, grad_nan_check = false, grad_scale_pass = false, grad_hook_add = false;
   bool wgrad_gemm_accumulate = false;  // SimOptions::wgrad_gemm_accumulate (gradients.gemm_accumulate)
+  // optimizer.master_bytes / moment_bytes (SimOptions::optimizer_master_bytes,
+  // optimizer_moment_bytes; optional section, with its source)
+  double optimizer_master_bytes = 4, optimizer_moment_bytes = 4;
   // gradients.bucket_params / bucket_params_per_dp_rank / bucketed_chunks
   // (SimOptions::grad_bucket_params, grad_bucket_params_per_dp,
   // bucketed_chunks); 0: not stated, the program's grad_buckets per chunk.

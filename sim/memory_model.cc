@@ -427,16 +427,19 @@ int64_t in_flight_micro_batches(const Layout& l, int64_t m, int stage, bool ep_o
 
 StateBytes state_bytes_per_param(Precision p, const SimOptions& opt) {
   StateBytes s;
+  // Adam's moments (SimOptions::optimizer_moment_bytes); Loom's executor
+  // keeps them in fp32.
+  const double moment = opt.for_loom_executor() ? 4 : opt.optimizer_moment_bytes;
   if (p == Precision::kFp32) {
     s.weights = 4;
     s.grads = 4;
-    s.optimizer = 8;  // Adam m and v; the weights are the master copy
+    s.optimizer = 2 * moment;  // Adam m and v; the weights are the master copy
   } else {
     // fp8: 16-bit weights + an fp8 copy for the GEMMs; with fp8_params the
     // FP8 weight and its transpose only.
     s.weights = p == Precision::kFp8 ? (opt.fp8_params ? 2 : 3) : 2;
     s.grads = opt.fp32_main_grads ? 4 : 2;
-    s.optimizer = 12;  // fp32 master, m, v
+    s.optimizer = opt.optimizer_master_bytes + 2 * moment;  // master (fp32, or its 16-bit remainder), m, v
   }
   return s;
 }

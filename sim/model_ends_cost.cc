@@ -166,10 +166,14 @@ double discard_time_s(const HwProfile& hw, const SimOptions& opt, double bytes) 
 }
 
 double optimizer_time_s(const HwProfile& hw, const SimOptions& opt, Precision p, double local_params) {
-  // AdamW with fp32 master weights: read+write master, m, v (24 B), read the
-  // gradient, write the 16-bit weights; one more gradient read for the norm.
+  // AdamW: read+write the master weights, m and v (24 B in fp32; fewer with
+  // bf16 moments or a 16-bit remainder, SimOptions::optimizer_*_bytes), read
+  // the gradient, write the 16-bit weights; one more gradient read for the norm.
   const double grad_bytes = compute_parts::main_grad_bytes(opt, p);
-  double bytes_per_param = p == Precision::kFp32 ? 24 + 2 * grad_bytes : 24 + 2 * grad_bytes + 2;
+  const bool fp32_states = opt.for_loom_executor();
+  const double moments = 2 * (fp32_states ? 4 : opt.optimizer_moment_bytes);
+  const double master = p == Precision::kFp32 || fp32_states ? 4 : opt.optimizer_master_bytes;
+  double bytes_per_param = 2 * (master + moments) + 2 * grad_bytes + (p == Precision::kFp32 ? 0 : 2);
   const double eff = hw.accel.optimizer_bw_efficiency > 0 ? hw.accel.optimizer_bw_efficiency
                                                           : hw.accel.memory_bw_efficiency;
   return local_params * bytes_per_param / (hw.accel.memory_bw_bytes_per_s * eff) + 4 * opt.kernel_overhead_s;

@@ -155,6 +155,8 @@ std::string sim_options_json(const SimOptions& o) {
   if (o.grad_scale_pass) j["grad_scale_pass"] = true;
   if (o.grad_hook_add) j["grad_hook_add"] = true;
   if (o.wgrad_gemm_accumulate) j["wgrad_gemm_accumulate"] = true;
+  if (o.optimizer_master_bytes != 4) j["optimizer_master_bytes"] = o.optimizer_master_bytes;
+  if (o.optimizer_moment_bytes != 4) j["optimizer_moment_bytes"] = o.optimizer_moment_bytes;
   j["moe_load_imbalance"] = o.moe_load_imbalance;
   j["ep_comm_overlap"] = o.ep_comm_overlap;
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
@@ -229,6 +231,11 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.grad_hook_add, json_bool_or(j, "grad_hook_add", o.grad_hook_add, w));
   LOOM_ASSIGN_OR_RETURN(o.wgrad_gemm_accumulate,
                         json_bool_or(j, "wgrad_gemm_accumulate", o.wgrad_gemm_accumulate, w));
+  LOOM_ASSIGN_OR_RETURN(o.optimizer_master_bytes,
+                        json_number_or(j, "optimizer_master_bytes", o.optimizer_master_bytes, w));
+  LOOM_ASSIGN_OR_RETURN(o.optimizer_moment_bytes,
+                        json_number_or(j, "optimizer_moment_bytes", o.optimizer_moment_bytes, w));
+  LOOM_RETURN_IF_ERROR(check_optimizer_state_bytes(o.optimizer_master_bytes, o.optimizer_moment_bytes, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_load_imbalance, json_number_or(j, "moe_load_imbalance", o.moe_load_imbalance, w));
   LOOM_ASSIGN_OR_RETURN(o.ep_comm_overlap, json_bool_or(j, "ep_comm_overlap", o.ep_comm_overlap, w));
   LOOM_ASSIGN_OR_RETURN(o.pp_blocking_p2p, json_bool_or(j, "pp_blocking_p2p", o.pp_blocking_p2p, w));

@@ -126,6 +126,16 @@ CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {
   return {e + 8, 4 + e, 2, 2};
 }
 
+Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, const std::string& where) {
+  if (master_bytes != 2 && master_bytes != 4)
+    return invalid_argument(where + ": the master weights' bytes must be 4 (fp32) or 2 (the 16-bit remainder beside "
+                            "bf16 weights), got " + std::to_string(master_bytes));
+  if (moment_bytes != 2 && moment_bytes != 4)
+    return invalid_argument(where + ": Adam's moments' bytes must be 4 (fp32) or 2 (bf16), got " +
+                            std::to_string(moment_bytes));
+  return Status::ok();
+}
+
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out) {
   if (text == "delayed") {
     *out = Fp8Scaling::kDelayed;

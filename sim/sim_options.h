@@ -94,6 +94,9 @@ bool parse_bucketed_chunks(const std::string& text, BucketedChunks* out);
 const char* fp8_scaling_name(Fp8Scaling s);
 // "delayed" or "current" (also "tensorwise"); false for anything else.
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
+// SimOptions::optimizer_master_bytes must be 2 or 4, optimizer_moment_bytes
+// 2 or 4: the message names `where` and the values allowed.
+Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, const std::string& where);
 
 // The largest memory_headroom a plan takes: a plan that keeps more than
 // this free is a typo, not a margin.
@@ -137,6 +140,14 @@ struct SimOptions {
   // Megatron's fp32 main-gradient convention (4-byte grads) instead of the
   // ZeRO paper's 2-byte grads for 16-bit training.
   bool fp32_main_grads = false;
+  // Adam's state a parameter, in bytes: the master copy of a 16-bit or FP8
+  // run's weights (4, fp32; 2, the 16 low bits beside the bf16 weights:
+  // Apex's DistributedFusedAdam and Transformer Engine's FusedAdam
+  // store_param_remainders) and each of the two moments (4, fp32; 2, bf16 as
+  // DeepSeek-V3 and Megatron-core's --exp-avg-dtype bf16 keep them). Loom's
+  // executor keeps fp32 states whatever these say.
+  double optimizer_master_bytes = 4;
+  double optimizer_moment_bytes = 4;
   // Memory the runtime takes before any tensor: CUDA context, cuBLAS and
   // Transformer Engine workspaces, the collective communicators' NCCL
   // buffers (bytes per GPU rank; its parts in docs/simulator.md section 2.5).

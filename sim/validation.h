@@ -46,6 +46,10 @@ struct PublishedRun {
       pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1, moe_dedup_dispatch = -1, moe_fp8_dispatch = -1;
   double moe_load_imbalance = -1, moe_capacity_factor = -1;  // < 0: the default
   std::string fp8_scaling;
+  // Adam's state bytes a parameter where the stack's optimizer differs from
+  // fp32 master, m and v (SimOptions::optimizer_master_bytes,
+  // optimizer_moment_bytes; 0: the framework's), with optimizer_source.
+  double optimizer_master_bytes = 0, optimizer_moment_bytes = 0;
   // The stack's gradient bucket size in parameters where its configuration
   // states one (SimOptions::grad_bucket_params; the framework's rule's
   // per-DP growth off), and which chunks it buckets (all, first, none);
