@@ -68,6 +68,7 @@ struct PlanArgs {
   bool fp8_attention = false;
   bool fp8_params = false;
   double memory_headroom = 0;
+  double optimizer_master_bytes = 0, optimizer_moment_bytes = 0;
   bool ddp_average_in_collective = false;
   bool no_grad_nan_check = false;
   std::string framework;    // frameworks/<name>.json; empty: none
@@ -209,6 +210,8 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.framework = a.framework;
   req.fp8_params = a.fp8_params;
   req.memory_headroom = a.memory_headroom;
+  req.optimizer_master_bytes = a.optimizer_master_bytes;
+  req.optimizer_moment_bytes = a.optimizer_moment_bytes;
   req.ddp_average_in_collective = a.ddp_average_in_collective;
   req.no_grad_nan_check = a.no_grad_nan_check;
   req.fp8_attention = a.fp8_attention;
@@ -480,6 +483,12 @@ int cmd_plan(int argc, char** argv) {
                  "fraction of each device's memory the plan keeps free, 0 to 0.9 (default 0): a layout fits when its "
                  "worst stage needs at most (1 - headroom) x capacity. Loom counts live tensors; what the stack's "
                  "allocator reserves beyond them is not modelled (docs/validation.md, Layout sweeps)");
+  app.add_option("--optimizer-master-bytes", a.optimizer_master_bytes,
+                 "bytes of Adam's master weights a parameter: 4 (fp32, the default) or 2 (the 16 low bits beside bf16 "
+                 "weights: Apex DistributedFusedAdam's and Transformer Engine FusedAdam's store_param_remainders)");
+  app.add_option("--optimizer-moment-bytes", a.optimizer_moment_bytes,
+                 "bytes of each of Adam's two moments a parameter: 4 (fp32, the default) or 2 (bf16: DeepSeek-V3, "
+                 "Megatron's --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)");
   app.add_flag("--fp8-params", a.fp8_params,
                "fp8 parameters (Megatron --fp8-param-gather): only the fp8 weight and its transpose are kept, "
                "gathered at 1 byte a parameter");

@@ -112,6 +112,15 @@ Result<std::string> export_megatron_args(const Plan& p) {
   if (l.cp > 1) o << "--context-parallel-size " << l.cp << "\n--cp-comm-type " << cp_comm_name(l.cp_comm) << "\n";
   if (l.sequence_parallel) o << "--sequence-parallel\n";
   LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(p.sim_options_json));
+  // Adam's state as the plan priced it (docs/simulator.md section 2.2):
+  // Transformer Engine's FusedAdam under --use-precision-aware-optimizer keeps
+  // the master weights' 16-bit remainders beside bf16 weights
+  // (OptimizerConfig.store_param_remainders, default True, no flag) and the
+  // moments in the --exp-avg(-sq)-dtype given.
+  if (opt.optimizer_master_bytes != 4 || opt.optimizer_moment_bytes != 4) {
+    o << "--use-precision-aware-optimizer\n";
+    if (opt.optimizer_moment_bytes == 2) o << "--exp-avg-dtype bf16\n--exp-avg-sq-dtype bf16\n";
+  }
   // Userbuffers as the plan priced them: TE's own defaults need no file;
   // other settings are the YAML `--export tp-comm-overlap-cfg` prints.
   if (opt.tp_comm_overlap && l.sequence_parallel && l.tp > 1) {
@@ -350,6 +359,14 @@ Result<std::string> export_torchtitan_toml(const Plan& p) {
 
 Result<std::string> export_plan(const Plan& plan, const std::string& dialect) {
   if (dialect == "megatron") return export_megatron_args(plan);
+  if (dialect == "deepspeed" || dialect == "torchtitan") {
+    LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(plan.sim_options_json));
+    if (opt.optimizer_master_bytes != 4 || opt.optimizer_moment_bytes != 4)
+      return unsupported("export " + dialect + ": the plan keeps Adam's state in fewer than fp32's bytes "
+                         "(optimizer_master_bytes / optimizer_moment_bytes), which " + dialect +
+                         "'s optimizer has no setting for; plan with 4 and 4, or --export megatron "
+                         "(--use-precision-aware-optimizer)");
+  }
   if (dialect == "tp-comm-overlap-cfg") {
     LOOM_ASSIGN_OR_RETURN(const SimOptions opt, parse_sim_options(plan.sim_options_json));
     if (!opt.tp_comm_overlap || !plan.layout.sequence_parallel || plan.layout.tp <= 1)

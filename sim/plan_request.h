@@ -59,6 +59,8 @@ struct PlanRequest {
   bool fp8_attention = false;      // SimOptions::fp8_attention
   bool fp8_params = false;         // SimOptions::fp8_params
   double memory_headroom = 0;      // SimOptions::memory_headroom
+  // SimOptions::optimizer_master_bytes / optimizer_moment_bytes; 0: the framework's (else 4)
+  double optimizer_master_bytes = 0, optimizer_moment_bytes = 0;
   // Megatron-core DDP settings the framework file fixes at Megatron-LM's
   // command-line defaults: --ddp-average-in-collective (no 1/dp pass,
   // SimOptions::grad_scale_pass off) and --no-check-for-nan-in-loss-and-grad

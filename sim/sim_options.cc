@@ -1,5 +1,6 @@
 #include "sim/sim_options.h"
 
+#include <cstdio>
 #include <initializer_list>
 #include <iterator>
 #include <string>
@@ -127,12 +128,16 @@ CrossEntropyBytes cross_entropy_bytes(CrossEntropyImpl c, double e) {
 }
 
 Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, const std::string& where) {
-  if (master_bytes != 2 && master_bytes != 4)
+  char got[32];
+  if (master_bytes != 2 && master_bytes != 4) {
+    std::snprintf(got, sizeof got, "%g", master_bytes);
     return invalid_argument(where + ": the master weights' bytes must be 4 (fp32) or 2 (the 16-bit remainder beside "
-                            "bf16 weights), got " + std::to_string(master_bytes));
-  if (moment_bytes != 2 && moment_bytes != 4)
-    return invalid_argument(where + ": Adam's moments' bytes must be 4 (fp32) or 2 (bf16), got " +
-                            std::to_string(moment_bytes));
+                            "bf16 weights), got " + got);
+  }
+  if (moment_bytes != 2 && moment_bytes != 4) {
+    std::snprintf(got, sizeof got, "%g", moment_bytes);
+    return invalid_argument(where + ": Adam's moments' bytes must be 4 (fp32) or 2 (bf16), got " + got);
+  }
   return Status::ok();
 }
 

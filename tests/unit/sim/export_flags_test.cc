@@ -165,6 +165,41 @@ TEST(ExportMegatron, TheGradientBufferPassesThePlanPricedAreFlags) {
   }
 }
 
+// Adam's state as the plan priced it (docs/simulator.md section 2.2):
+// Megatron's precision-aware optimizer, with bf16 moments where the plan
+// keeps them; DeepSpeed and torchtitan have no such setting and refuse.
+TEST(ExportMegatron, TheOptimizerStateThePlanPricedIsFlags) {
+  const auto flags = megatron_flags();
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  SimOptions mc;
+  mc.framework = "megatron-core";
+  SimOptions remainder = mc, moments = mc;
+  remainder.optimizer_master_bytes = 2;
+  moments.optimizer_moment_bytes = 2;
+  const std::string layout = "dp=8,zero=1,micro=1";
+  auto args = [&](const SimOptions& o) {
+    auto a = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", layout, 8, t, o));
+    LOOM_CHECK(a.is_ok(), a.status().to_string());
+    expect_accepted(*a, flags, "llama-3-8b " + layout);
+    return *a;
+  };
+  const std::string fp32 = args(mc), rem = args(remainder), bf16 = args(moments);
+  EXPECT_EQ(fp32.find("--use-precision-aware-optimizer\n"), std::string::npos) << fp32;
+  EXPECT_NE(rem.find("--use-precision-aware-optimizer\n"), std::string::npos) << rem;
+  EXPECT_EQ(rem.find("--exp-avg-dtype"), std::string::npos) << rem;
+  EXPECT_NE(bf16.find("--use-precision-aware-optimizer\n--exp-avg-dtype bf16\n--exp-avg-sq-dtype bf16\n"),
+            std::string::npos)
+      << bf16;
+  const Plan p = plan_of("llama-3-8b", "dgx-h100", "dp=8,zero=0,micro=1", 8, t, moments);
+  for (const char* dialect : {"deepspeed", "torchtitan"}) {
+    auto r = export_plan(p, dialect);
+    ASSERT_FALSE(r.is_ok()) << dialect;
+    EXPECT_NE(r.status().message().find("optimizer_moment_bytes"), std::string::npos) << r.status().to_string();
+  }
+}
+
 // The attention kernel the plan priced is the one Megatron runs: cuDNN's
 // fused attention (--attention-backend fused) for the H100 profile's cuDNN
 // tables, FlashAttention-2 (flash, version 2) where the plan priced it (the

@@ -10,6 +10,7 @@
 #include "sim/compute_model.h"
 #include "sim/framework.h"
 #include "sim/memory_model.h"
+#include "sim/plan_request.h"
 #include "sim/report.h"
 #include "sim/validation.h"
 #include "tests/support/test_models.h"
@@ -103,6 +104,28 @@ TEST(OptimizerState, APlanKeepsThem) {
   ASSERT_NE(at, std::string::npos) << bad;
   bad.replace(at, key.size(), "\"optimizer_moment_bytes\":3");
   EXPECT_FALSE(parse_sim_options(bad).is_ok());
+}
+
+// loom plan's --optimizer-master-bytes / --optimizer-moment-bytes override
+// the framework's; another value than 4 or 2 is refused before the search.
+TEST(OptimizerState, ThePlanRequestSetsAndChecksThem) {
+  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  PlanRequest req;
+  req.framework = "deepseek-v3";
+  Result<Framework> f = load_framework(req.framework);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_DOUBLE_EQ(make_sim_options(req, hw, &*f).optimizer_moment_bytes, 2);
+  req.optimizer_moment_bytes = 4;
+  req.optimizer_master_bytes = 2;
+  EXPECT_TRUE(make_train_spec(req, hw).is_ok());
+  const SimOptions o = make_sim_options(req, hw, &*f);
+  EXPECT_DOUBLE_EQ(o.optimizer_moment_bytes, 4);
+  EXPECT_DOUBLE_EQ(o.optimizer_master_bytes, 2);
+  req.optimizer_moment_bytes = 1;
+  const Result<TrainSpec> bad = make_train_spec(req, hw);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("--optimizer-moment-bytes"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("got 1"), std::string::npos);
 }
 
 // A validation row that sets them names its source; a NeMo 1.x row's
