@@ -129,20 +129,18 @@ double nic_gbs(int arch, double line_gbs) {
 Ctx make_ctx(const HwProfile& hw, const GroupShape& shape) {
   Ctx c;
   c.hw = &hw;
-  c.n = std::max(1, shape.ranks);
-  c.nodes = std::clamp(shape.nodes, 1, c.n);
-  c.ppn = std::max(1, shape.ranks_per_node);
-  if (c.ppn * c.nodes < c.n) c.ppn = (c.n + c.nodes - 1) / c.nodes;
+  const GroupShape d = over_nvlink_domains(hw, shape);
+  c.n = d.ranks;
+  c.nodes = d.nodes;
+  c.ppn = d.ranks_per_node;
   c.dpn = std::max(1, hw.node.devices_per_node);
   int nics = std::max(0, hw.net.nics_per_node);
-  // Nodes inside one NVLink domain (NVL72 trays) talk over NVLink.
-  int domain = hw.node.nvlink_domain_size;
+  // Nodes inside one NVLink domain (NVL72 trays) talk over NVLink: the
+  // domain is the node, with all its trays' NICs.
+  const int domain = hw.node.nvlink_domain_size;
   if (domain > c.dpn && domain % c.dpn == 0) {
-    int per_domain = domain / c.dpn;
-    c.nodes = (c.nodes + per_domain - 1) / per_domain;
-    c.ppn = std::max(c.ppn, (c.n + c.nodes - 1) / c.nodes);
+    nics *= domain / c.dpn;
     c.dpn = domain;
-    nics *= per_domain;
   }
   const int sm = hw.accel.sm_arch;
   c.arch = sm <= 0 ? -1 : sm < 80 ? 0 : sm < 90 ? 1 : sm < 100 ? 2 : 3;
@@ -485,6 +483,21 @@ CollectiveCost dedup_dispatch_cost(const HwProfile& hw, const GroupShape& shape,
   out.sent_bytes[static_cast<int>(LinkClass::kNetwork)] = net;
   out.sent_bytes[static_cast<int>(c.intra_class)] = intra_bytes;
   return out;
+}
+
+GroupShape over_nvlink_domains(const HwProfile& hw, const GroupShape& g) {
+  GroupShape s;
+  s.ranks = std::max(1, g.ranks);
+  s.nodes = std::clamp(g.nodes, 1, s.ranks);
+  s.ranks_per_node = std::max(1, g.ranks_per_node);
+  if (s.ranks_per_node * s.nodes < s.ranks) s.ranks_per_node = (s.ranks + s.nodes - 1) / s.nodes;
+  const int dpn = std::max(1, hw.node.devices_per_node), domain = hw.node.nvlink_domain_size;
+  if (domain > dpn && domain % dpn == 0) {
+    const int per_domain = domain / dpn;
+    s.nodes = (s.nodes + per_domain - 1) / per_domain;
+    s.ranks_per_node = std::max(s.ranks_per_node, (s.ranks + s.nodes - 1) / s.nodes);
+  }
+  return s;
 }
 
 double nccl_channels() { return kChannels; }

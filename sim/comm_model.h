@@ -33,6 +33,10 @@ namespace loom {
 // The channels (one thread block, so one SM, each) an NCCL collective runs
 // on in this model: 16 on an 8-GPU NVSwitch node (sim/comm_model.cc).
 double nccl_channels();
+// `g` with the nodes of one NVLink domain (NVL72 trays, which reach each
+// other over NVLink) counted as one node: the domains it spans and its
+// members a domain. The node's own shape where the domain is the node.
+GroupShape over_nvlink_domains(const HwProfile& hw, const GroupShape& g);
 
 enum class Collective : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kSendRecv, kAllToAll };
 enum class CommAlgo : uint8_t { kRing, kTree, kNvls, kDirect };  // kDirect: p2p and all-to-all

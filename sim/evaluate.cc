@@ -582,7 +582,7 @@ Estimate Evaluator::estimate(const Layout& l) const {
   ActivationTerms act = activation_terms(model_, l, train_, opt_, &params_);
   // NCCL's point-to-point buffers, from the groups' memoized placements.
   act.nccl.fixed_bytes = pc.nccl_fixed_bytes;
-  if (l.pp > 1 && hw_.node.nccl_p2p_channels_per_peer > 0) act.nccl.per_pp_peer_bytes = p2p_entry(l).nccl_peer_bytes;
+  if (l.pp > 1) act.nccl.per_pp_peer_bytes = p2p_entry(l).nccl_peer_bytes;
   thread_local std::vector<StageCosts> stages;
   thread_local std::vector<int> kind;  // stage -> the stage whose costs it shares
   stages.resize(l.pp);

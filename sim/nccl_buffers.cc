@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sim/comm_model.h"
+
 namespace loom {
 namespace {
 
@@ -28,21 +30,14 @@ constexpr double kSharedPoolBytesPerChannel = 16 * 128 * 1024.0;
 double communicator_bytes(const HwProfile& hw, const GroupShape& g, int recv_peers, int send_peers) {
   const double ch = hw.node.nccl_p2p_channels_per_peer;
   if (ch <= 0 || g.ranks <= 1 || (recv_peers <= 0 && send_peers <= 0)) return 0;
-  // Nodes of one NVLink domain (NVL72 trays) reach each other over NVLink:
-  // NCCL's multi-node NVLink treats them as one node (P2P transport, the
-  // NVLink channels a peer).
-  int nodes = std::max(1, g.nodes), per_node = std::max(1, g.ranks_per_node);
-  const int dpn = std::max(1, hw.node.devices_per_node), domain = hw.node.nvlink_domain_size;
-  if (domain > dpn && domain % dpn == 0) {
-    const int per_domain = domain / dpn;
-    nodes = (nodes + per_domain - 1) / per_domain;
-    per_node = std::max(per_node, (g.ranks + nodes - 1) / nodes);
-  }
-  if (nodes <= 1) return ch * (recv_peers * kRecvBytes + send_peers * kSendBytes);
+  // Nodes of one NVLink domain (NVL72 trays) count as one: NCCL's multi-node
+  // NVLink connects them over the P2P transport, the NVLink channels a peer.
+  const GroupShape d = over_nvlink_domains(hw, g);
+  if (d.nodes <= 1) return ch * (recv_peers * kRecvBytes + send_peers * kSendBytes);
   // Spanning nodes: the pools (send and receive), and the peers on the same
-  // node (at most per_node - 1 of them) over NVLink at the network's
+  // node (at most ranks_per_node - 1 of them) over NVLink at the network's
   // channels a peer.
-  const int local = per_node - 1;
+  const int local = d.ranks_per_node - 1;
   return 2 * ch * kSharedPoolBytesPerChannel +
          kNetChannelsPerPeer * (std::min(recv_peers, local) * kRecvBytes + std::min(send_peers, local) * kSendBytes);
 }

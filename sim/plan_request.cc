@@ -53,10 +53,8 @@ Result<TrainSpec> make_train_spec(const PlanRequest& req, const HwProfile& hw, c
   if (!valid_memory_headroom(req.memory_headroom))
     return invalid_argument("--memory-headroom " + std::to_string(req.memory_headroom) +
                             ": use a fraction of the device memory to keep free, 0 to 0.9 (e.g. 0.1 keeps 10%)");
-  if (req.optimizer_master_bytes != 0 || req.optimizer_moment_bytes != 0)
-    LOOM_RETURN_IF_ERROR(check_optimizer_state_bytes(req.optimizer_master_bytes != 0 ? req.optimizer_master_bytes : 4,
-                                                     req.optimizer_moment_bytes != 0 ? req.optimizer_moment_bytes : 4,
-                                                     "--optimizer-master-bytes / --optimizer-moment-bytes"));
+  LOOM_RETURN_IF_ERROR(check_optimizer_state_overrides(req.optimizer_master_bytes, req.optimizer_moment_bytes,
+                                                       "--optimizer-master-bytes / --optimizer-moment-bytes"));
   if (req.grad_buckets < 1 || req.grad_buckets > 32767)
     return invalid_argument("--grad-buckets " + std::to_string(req.grad_buckets) +
                             ": use 1 to 32767 gradient buckets per model chunk");
@@ -132,8 +130,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (req.fp8_attention) opt.fp8_attention = true;
   if (req.fp8_params) opt.fp8_params = true;
   opt.memory_headroom = req.memory_headroom;
-  if (req.optimizer_master_bytes != 0) opt.optimizer_master_bytes = req.optimizer_master_bytes;
-  if (req.optimizer_moment_bytes != 0) opt.optimizer_moment_bytes = req.optimizer_moment_bytes;
+  apply_optimizer_state_overrides(req.optimizer_master_bytes, req.optimizer_moment_bytes, &opt);
   if (req.ddp_average_in_collective) opt.grad_scale_pass = false;
   if (req.no_grad_nan_check) opt.grad_nan_check = false;
   if (req.dropout != -2) opt.dropout = req.dropout;

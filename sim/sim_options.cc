@@ -141,6 +141,16 @@ Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, con
   return Status::ok();
 }
 
+Status check_optimizer_state_overrides(double master_bytes, double moment_bytes, const std::string& where) {
+  if (master_bytes == 0 && moment_bytes == 0) return Status::ok();
+  return check_optimizer_state_bytes(master_bytes != 0 ? master_bytes : 4, moment_bytes != 0 ? moment_bytes : 4, where);
+}
+
+void apply_optimizer_state_overrides(double master_bytes, double moment_bytes, SimOptions* opt) {
+  if (master_bytes != 0) opt->optimizer_master_bytes = master_bytes;
+  if (moment_bytes != 0) opt->optimizer_moment_bytes = moment_bytes;
+}
+
 bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out) {
   if (text == "delayed") {
     *out = Fp8Scaling::kDelayed;

@@ -97,6 +97,11 @@ bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 // SimOptions::optimizer_master_bytes must be 2 or 4, optimizer_moment_bytes
 // 2 or 4: the message names `where` and the values allowed.
 Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, const std::string& where);
+// The same for overrides a request or a validation row states, 0 meaning
+// not stated (the framework's, else 4), and their application.
+Status check_optimizer_state_overrides(double master_bytes, double moment_bytes, const std::string& where);
+struct SimOptions;
+void apply_optimizer_state_overrides(double master_bytes, double moment_bytes, SimOptions* opt);
 
 // The largest memory_headroom a plan takes: a plan that keeps more than
 // this free is a typo, not a margin.

@@ -104,12 +104,10 @@ Result<PublishedRun> parse_published_run(const Json& r, std::string w, const std
   LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
   LOOM_ASSIGN_OR_RETURN(p.optimizer_master_bytes, json_number_or(r, "optimizer_master_bytes", 0, w));
   LOOM_ASSIGN_OR_RETURN(p.optimizer_moment_bytes, json_number_or(r, "optimizer_moment_bytes", 0, w));
-  if (p.optimizer_master_bytes != 0 || p.optimizer_moment_bytes != 0) {
-    LOOM_RETURN_IF_ERROR(check_optimizer_state_bytes(p.optimizer_master_bytes != 0 ? p.optimizer_master_bytes : 4,
-                                                     p.optimizer_moment_bytes != 0 ? p.optimizer_moment_bytes : 4, w));
-    if (!r.contains("optimizer_source") || !r["optimizer_source"].is_string())
-      return invalid_argument(w + ".optimizer_source is missing: name the code the optimizer's state dtypes were read from");
-  }
+  LOOM_RETURN_IF_ERROR(check_optimizer_state_overrides(p.optimizer_master_bytes, p.optimizer_moment_bytes, w));
+  if ((p.optimizer_master_bytes != 0 || p.optimizer_moment_bytes != 0) &&
+      !(r.contains("optimizer_source") && r["optimizer_source"].is_string()))
+    return invalid_argument(w + ".optimizer_source is missing: name the code the optimizer's state dtypes were read from");
   LOOM_ASSIGN_OR_RETURN(p.grad_bucket_params, json_number_or(r, "grad_bucket_params", -1, w));
   if (r.contains("grad_bucket_params") && !(p.grad_bucket_params > 0))
     return invalid_argument(w + ".grad_bucket_params must be > 0 (parameters in a bucket)");
@@ -243,8 +241,7 @@ RunPrediction predict_run(const PublishedRun& run) {
                                             "framework's gradients.bucket_params)"));
     parse_bucketed_chunks(run.bucketed_chunks, &opt.bucketed_chunks);  // checked on load
   }
-  if (run.optimizer_master_bytes != 0) opt.optimizer_master_bytes = run.optimizer_master_bytes;
-  if (run.optimizer_moment_bytes != 0) opt.optimizer_moment_bytes = run.optimizer_moment_bytes;
+  apply_optimizer_state_overrides(run.optimizer_master_bytes, run.optimizer_moment_bytes, &opt);
   if (!run.fp8_scaling.empty() && !parse_fp8_scaling(run.fp8_scaling, &opt.fp8_scaling))
     return fail(invalid_argument(run.id + ": fp8_scaling must be delayed or current"));
   if (!run.cross_entropy.empty()) parse_cross_entropy(run.cross_entropy, &opt.cross_entropy);  // checked on load

@@ -79,6 +79,19 @@ Plan plan_of(const std::string& model, const std::string& hw, const std::string&
   return make_plan(eval, *r, world);
 }
 
+// Llama-3-8B on 8 H100s (dp=8, ZeRO-1) exported for Megatron under `opt`,
+// every flag checked against those Megatron-LM accepts.
+std::string llama8b_dp8_megatron_args(const SimOptions& opt, const std::map<std::string, std::string>& flags) {
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  const std::string layout = "dp=8,zero=1,micro=1";
+  auto a = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", layout, 8, t, opt));
+  LOOM_CHECK(a.is_ok(), a.status().to_string());
+  expect_accepted(*a, flags, "llama-3-8b " + layout);
+  return *a;
+}
+
 TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
   const auto flags = megatron_flags();
   ASSERT_GT(flags.size(), 500u) << "tests/data/megatron_flags.txt did not load";
@@ -142,21 +155,12 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
 // 1/dp pass) and no NaN-check norm; a plan without them says nothing.
 TEST(ExportMegatron, TheGradientBufferPassesThePlanPricedAreFlags) {
   const auto flags = megatron_flags();
-  TrainSpec t;
-  t.global_batch = 64;
-  t.seq_len = 1024;
   SimOptions mc;
   mc.framework = "megatron-core";
   mc.grad_buffer_zero = mc.grad_nan_check = mc.grad_scale_pass = true;
   SimOptions bridge = mc;
   bridge.grad_nan_check = bridge.grad_scale_pass = false;
-  const std::string layout = "dp=8,zero=1,micro=1";
-  auto args = [&](const SimOptions& o) {
-    auto a = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", layout, 8, t, o));
-    LOOM_CHECK(a.is_ok(), a.status().to_string());
-    expect_accepted(*a, flags, "llama-3-8b " + layout);
-    return *a;
-  };
+  auto args = [&](const SimOptions& o) { return llama8b_dp8_megatron_args(o, flags); };
   const std::string megatron = args(mc), nemo = args(bridge), none = args(SimOptions{});
   for (const char* f : {"--ddp-average-in-collective\n", "--no-check-for-nan-in-loss-and-grad\n"}) {
     EXPECT_EQ(megatron.find(f), std::string::npos) << megatron;
@@ -170,21 +174,12 @@ TEST(ExportMegatron, TheGradientBufferPassesThePlanPricedAreFlags) {
 // keeps them; DeepSpeed and torchtitan have no such setting and refuse.
 TEST(ExportMegatron, TheOptimizerStateThePlanPricedIsFlags) {
   const auto flags = megatron_flags();
-  TrainSpec t;
-  t.global_batch = 64;
-  t.seq_len = 1024;
   SimOptions mc;
   mc.framework = "megatron-core";
   SimOptions remainder = mc, moments = mc;
   remainder.optimizer_master_bytes = 2;
   moments.optimizer_moment_bytes = 2;
-  const std::string layout = "dp=8,zero=1,micro=1";
-  auto args = [&](const SimOptions& o) {
-    auto a = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", layout, 8, t, o));
-    LOOM_CHECK(a.is_ok(), a.status().to_string());
-    expect_accepted(*a, flags, "llama-3-8b " + layout);
-    return *a;
-  };
+  auto args = [&](const SimOptions& o) { return llama8b_dp8_megatron_args(o, flags); };
   const std::string fp32 = args(mc), rem = args(remainder), bf16 = args(moments);
   EXPECT_EQ(fp32.find("--use-precision-aware-optimizer\n"), std::string::npos) << fp32;
   EXPECT_NE(rem.find("--use-precision-aware-optimizer\n"), std::string::npos) << rem;
@@ -192,6 +187,9 @@ TEST(ExportMegatron, TheOptimizerStateThePlanPricedIsFlags) {
   EXPECT_NE(bf16.find("--use-precision-aware-optimizer\n--exp-avg-dtype bf16\n--exp-avg-sq-dtype bf16\n"),
             std::string::npos)
       << bf16;
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
   const Plan p = plan_of("llama-3-8b", "dgx-h100", "dp=8,zero=0,micro=1", 8, t, moments);
   for (const char* dialect : {"deepspeed", "torchtitan"}) {
     auto r = export_plan(p, dialect);
