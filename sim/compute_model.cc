@@ -178,8 +178,12 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // Batched GEMMs at the GEMM table's rate take its power cap, as every
     // GEMM does (sim/gemm_time.cc).
     const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
+    // Materialized scores run as two batched GEMMs (torch.bmm / baddbmm over
+    // the b x heads batch: one kernel each, not one a head), so the table is
+    // read at one bmm's FLOPs over the whole batch.
+    const double bmm_flops = kernel_flops / 2 * batches;
     double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops) * hw.accel.sustained_attention_share()
-                          : std::min(hw.accel.gemm_efficiency.lookup(kernel_flops),
+                          : std::min(hw.accel.gemm_efficiency.lookup(opt.flash_attention ? kernel_flops : bmm_flops),
                                      hw.accel.sustained_gemm_efficiency(core_p));
     // Unmasked steps at the kernel's unmasked rate where the profile
     // measured one (attention_efficiency_no_mask, keyed by the unmasked
@@ -200,12 +204,6 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     }
     const double per_flop = (1 - unmasked_share) / eff + unmasked_share / eff_unmasked;
     core_fwd_s = core_flops / hw.accel.peak_flops(core_p) * per_flop + launches * opt.kernel_overhead_s;
-    if (!opt.flash_attention) {
-      // Materialized scores: fused scale-mask-softmax (read+write), dropout.
-      double elems = batches * s * s / cp;
-      double bytes = elems * (2 * e + (dropout ? 2 * e + 1 : 0));
-      core_fwd_s += mem_time_s(hw, opt, bytes, dropout ? 2 : 1);
-    }
   }
   double core_bwd_factor = opt.flash_attention ? 2.5 : 2.0;  // flash recomputes scores in backward
   // Time of the backward relative to the forward: the FLOP ratio unless the
@@ -214,7 +212,16 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
                                                                       : core_bwd_factor;
   double core_bwd_s = core_fwd_s * core_bwd_time;
   if (!opt.flash_attention) {
-    double elems = b * heads_local * s * s / cp;
+    // Materialized scores. Each bmm also moves the s x s score tensor
+    // (head dim 128: 128 FLOP a score byte, under the HBM ridge of a GPU,
+    // so the bmm is memory-bound): forward QK^T writes it and PV reads it;
+    // backward dP is written and P and dS read for dV, dQ and dK (four
+    // passes). A bmm takes the longer of its FLOPs and its bytes. Then the
+    // fused scale-mask-softmax (read+write) and dropout.
+    const double elems = b * heads_local * s * s / cp;
+    core_fwd_s = std::max(core_fwd_s, mem_time_s(hw, opt, 2 * elems * e, 2));
+    core_bwd_s = std::max(core_bwd_s, mem_time_s(hw, opt, 4 * elems * e, 4));
+    core_fwd_s += mem_time_s(hw, opt, elems * (2 * e + (dropout ? 2 * e + 1 : 0)), dropout ? 2 : 1);
     core_bwd_s += mem_time_s(hw, opt, elems * (3 * e + (dropout ? 2 * e + 1 : 0)), dropout ? 2 : 1);
   }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "core/hw_profile.h"
 #include "sim/compute_model.h"
@@ -78,34 +79,75 @@ TEST(ComputeModel, SustainedAttentionRatioHoldsTheCoreToItsThrottledRate) {
   EXPECT_EQ(held.bwd_flops, free.bwd_flops);
 }
 
-// Materialized scores (no flash kernel) run as batched GEMMs at the GEMM
-// table's rate, and like every GEMM under the power cap: on H100 one head's
-// 16384 x 16384 x 128 scores (137 GFLOP) sit at the table's 0.79 short-run,
-// above the 708.4 / 989 = 0.716 a GEMM holds at 700 W.
-TEST(ComputeModel, MaterializedScoresTakeTheGemmPowerCap) {
-  const HwProfile capped = testing::load_hw_or_die("dgx-h100");
+// Materialized scores (no flash kernel) run as two batched GEMMs (torch.bmm /
+// baddbmm over the b x heads batch: one kernel each) at the GEMM table's rate
+// at one bmm's FLOPs, and like every GEMM under the power cap. With the
+// memory made too fast to matter, Llama-3-8B's 32 heads of 4096 x 4096 x 128
+// scores are one 275 GFLOP bmm each, on the table's plateau (0.80 short-run),
+// above the 708.4 / 989 = 0.716 a GEMM holds at 700 W; one head's 2.1 GFLOP
+// alone would read the table near 0.3.
+TEST(ComputeModel, MaterializedScoresAreBatchedGemmsAtThePowerCap) {
+  HwProfile capped = testing::load_hw_or_die("dgx-h100");
+  capped.accel.memory_bw_bytes_per_s *= 100;  // the bmms compute-bound
   HwProfile burst = capped;
   burst.accel.sustained_gemm_bf16_flops = burst.accel.sustained_gemm_fp8_flops = 0;
   const ModelSpec m = testing::load_model_or_die("llama-3-8b");
   SimOptions opt;
   opt.flash_attention = false;
   Layout l;
-  const double s = 16384, d = 128, head_flops = 4 * s * s * d;
+  const double s = 4096, d = 128, bmm_flops = 2 * s * s * d * 32;
   const ComputeShape sh = shape_for(l, int64_t(s), capped);
-  EXPECT_NEAR(capped.accel.gemm_efficiency.lookup(head_flops), 0.79, 0.005);
+  EXPECT_NEAR(capped.accel.gemm_efficiency.lookup(bmm_flops), 0.80, 0.01);
+  EXPECT_LT(capped.accel.gemm_efficiency.lookup(2 * s * s * d), 0.5);
   const PieceCost held = layer_cost(m, capped, opt, Precision::kBf16, sh, false);
   const PieceCost free = layer_cost(m, burst, opt, Precision::kBf16, sh, false);
-  // The scores alone: 32 heads, the full square, forward; the layer's other
-  // GEMMs take the cap too, so compare the layer with flash on as well.
+  // The scores alone: the two bmms' forward; the layer's other GEMMs take
+  // the cap too, so compare the layer with flash on as well.
   SimOptions flash = opt;
   flash.flash_attention = true;
   const double gemms_held = layer_cost(m, capped, flash, Precision::kBf16, sh, false).fwd_s -
                             layer_cost(m, burst, flash, Precision::kBf16, sh, false).fwd_s;
-  const double core = head_flops * 32, peak = capped.accel.peak_bf16_flops;
+  const double core = 2 * bmm_flops, peak = capped.accel.peak_bf16_flops;
   const double t_cap = core / (peak * capped.accel.sustained_gemm_efficiency(Precision::kBf16));
-  const double t_free = core / (peak * capped.accel.gemm_efficiency.lookup(head_flops));
+  const double t_free = core / (peak * capped.accel.gemm_efficiency.lookup(bmm_flops));
   EXPECT_NEAR(held.fwd_s - free.fwd_s - gemms_held, t_cap - t_free, 1e-6 * t_cap);
-  EXPECT_NEAR(t_cap / t_free, 0.79 / (708.4 / 989), 0.01);
+  EXPECT_NEAR(t_cap / t_free, capped.accel.gemm_efficiency.lookup(bmm_flops) / (708.4 / 989), 1e-9);
+}
+
+// At head dim 128 a score bmm does 128 FLOP a byte of the s x s scores it
+// writes or reads, under an H100's ridge (708.4 TFLOP/s over 3.35 TB/s x 0.9
+// is 235): the bmms are memory-bound. Forward QK^T writes the scores and PV
+// reads them (2 passes); the fused scale-mask-softmax reads and writes them.
+// So raising the memory bandwidth by half takes, beyond what it takes from
+// the rest of the layer (the layer with flash on), exactly
+// (2 + 2) x 2 bytes a score x (1/bw - 1/1.5bw) from the forward, and
+// (4 + 3) x 2 bytes from the backward (dP written, P and dS read for dV, dQ
+// and dK; the softmax backward reads two and writes one). Llama-3-8B: no
+// dropout.
+TEST(ComputeModel, MaterializedScoreBmmsAreHeldToTheirScoreTraffic) {
+  const HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  HwProfile fast = hw;
+  fast.accel.memory_bw_bytes_per_s *= 1.5;
+  const ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  SimOptions off;
+  off.flash_attention = false;
+  SimOptions on = off;
+  on.flash_attention = true;
+  Layout l;
+  const double s = 4096;
+  const ComputeShape sh = shape_for(l, int64_t(s), hw);
+  auto drop = [&](const SimOptions& o) {
+    const PieceCost a = layer_cost(m, hw, o, Precision::kBf16, sh, false);
+    const PieceCost b = layer_cost(m, fast, o, Precision::kBf16, sh, false);
+    return std::make_pair(a.fwd_s - b.fwd_s, a.bwd_s - b.bwd_s);
+  };
+  const auto [f_off, b_off] = drop(off);
+  const auto [f_on, b_on] = drop(on);
+  const double scores = 32 * s * s;
+  const double bw = hw.accel.memory_bw_bytes_per_s * hw.accel.memory_bw_efficiency;
+  const double per_byte = 1 / bw - 1 / (1.5 * bw);
+  EXPECT_NEAR(f_off - f_on, (2 + 2) * 2 * scores * per_byte, 1e-6 * f_off);
+  EXPECT_NEAR(b_off - b_on, (4 + 3) * 2 * scores * per_byte, 1e-6 * b_off);
 }
 
 TEST(ComputeModel, MeasuredAttentionAndOptimizerRatesReplaceTheDefaults) {
