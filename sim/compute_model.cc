@@ -181,9 +181,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // Materialized scores run as two batched GEMMs (torch.bmm / baddbmm over
     // the b x heads batch: one kernel each, not one a head), so the table is
     // read at one bmm's FLOPs over the whole batch.
-    const double bmm_flops = kernel_flops / 2 * batches;
+    const double table_flops = opt.flash_attention ? kernel_flops : kernel_flops / 2 * batches;
     double eff = measured ? hw.accel.attention_efficiency.lookup(kernel_flops) * hw.accel.sustained_attention_share()
-                          : std::min(hw.accel.gemm_efficiency.lookup(opt.flash_attention ? kernel_flops : bmm_flops),
+                          : std::min(hw.accel.gemm_efficiency.lookup(table_flops),
                                      hw.accel.sustained_gemm_efficiency(core_p));
     // Unmasked steps at the kernel's unmasked rate where the profile
     // measured one (attention_efficiency_no_mask, keyed by the unmasked

@@ -98,10 +98,9 @@ bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 // 2 or 4: the message names `where` and the values allowed.
 Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, const std::string& where);
 // The same for overrides a request or a validation row states, 0 meaning
-// not stated (the framework's, else 4), and their application.
+// not stated (the framework's, else 4); apply_optimizer_state_overrides
+// (below SimOptions) applies them.
 Status check_optimizer_state_overrides(double master_bytes, double moment_bytes, const std::string& where);
-struct SimOptions;
-void apply_optimizer_state_overrides(double master_bytes, double moment_bytes, SimOptions* opt);
 
 // The largest memory_headroom a plan takes: a plan that keeps more than
 // this free is a typo, not a margin.
@@ -380,6 +379,11 @@ inline Layout priced_layout(const Layout& l, const SimOptions& o) {
 inline bool priced_after_backward(const Layout& l, const SimOptions& o) {
   return o.pp_fsdp_once && l.pp > 1 && l.zero == 1 && l.dp * l.cp > 1;
 }
+
+// Sets the optimizer-state bytes a request or a validation row states (0:
+// not stated, the option keeps its value); checked first by
+// check_optimizer_state_overrides.
+void apply_optimizer_state_overrides(double master_bytes, double moment_bytes, SimOptions* opt);
 
 // Whether a stage's compute waits for its pipeline sends under `schedule`.
 inline bool blocking_p2p(const SimOptions& o, Schedule schedule) {

@@ -111,7 +111,11 @@ TEST(ComputeModel, MaterializedScoresAreBatchedGemmsAtThePowerCap) {
   const double t_cap = core / (peak * capped.accel.sustained_gemm_efficiency(Precision::kBf16));
   const double t_free = core / (peak * capped.accel.gemm_efficiency.lookup(bmm_flops));
   EXPECT_NEAR(held.fwd_s - free.fwd_s - gemms_held, t_cap - t_free, 1e-6 * t_cap);
-  EXPECT_NEAR(t_cap / t_free, capped.accel.gemm_efficiency.lookup(bmm_flops) / (708.4 / 989), 1e-9);
+  // By hand: the table's plateau (XLA's sm_90 points, 0.80 of 989) over the
+  // cap (708.4 of 989): the burst price is 11-12% faster. One head's lookup
+  // would sit under the cap in both profiles and show no difference at all.
+  EXPECT_NEAR(t_cap / t_free, 0.80 / (708.4 / 989), 0.015);
+  EXPECT_GT(held.fwd_s - free.fwd_s - gemms_held, 0.05 * t_cap);
 }
 
 // At head dim 128 a score bmm does 128 FLOP a byte of the s x s scores it
