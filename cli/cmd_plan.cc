@@ -54,6 +54,7 @@ struct PlanArgs {
   bool no_pp_blocking_p2p = false;
   bool no_pp_overlap_p2p_comm = false;
   bool moe_dedup_dispatch = false;
+  int moe_dispatch_sms = 0;
   bool moe_fp8_dispatch = false;
   double moe_load_imbalance = -1;
   std::string moe_load_imbalance_from;  // a run's metrics file (loom execute --metrics)
@@ -191,6 +192,7 @@ Result<PlanInputs> read_inputs(const PlanArgs& a) {
   req.no_pp_overlap_p2p_comm = a.no_pp_overlap_p2p_comm;
   req.moe_dedup_dispatch = a.moe_dedup_dispatch;
   req.moe_fp8_dispatch = a.moe_fp8_dispatch;
+  req.moe_dispatch_sms = a.moe_dispatch_sms;
   req.moe_load_imbalance = a.moe_load_imbalance;
   if (!a.moe_load_imbalance_from.empty()) {
     if (a.moe_load_imbalance >= 0)
@@ -427,6 +429,12 @@ int cmd_plan(int argc, char** argv) {
                "MoE dispatch deduplicated per node (DeepEP, Megatron's flex dispatcher): a token crosses the "
                "network once per remote node holding its experts; with the model's n_group/topk_group it reaches "
                "at most topk_group nodes. Default: one copy per expert (alltoall dispatcher)");
+  app.add_option("--moe-dispatch-sms", a.moe_dispatch_sms,
+                 "SMs the MoE dispatcher's kernels hold (DeepEP/HybridEP num_sms: Megatron-core "
+                 "--moe-hybridep-num-sms, 32 in Megatron-Bridge's performance recipes; DeepSeek-V3's 20): with "
+                 "--ep-comm-overlap the compute beside a hidden all-to-all runs on the rest. Default: NCCL's "
+                 "channels (the alltoall dispatcher)")
+      ->check(CLI::Range(1, 4096));
   app.add_flag("--moe-fp8-dispatch", a.moe_fp8_dispatch,
                "MoE dispatch in fp8 (1 byte + a scale per 128 elements), combine in bf16, as DeepSeek-V3 trains");
   app.add_option("--moe-load-imbalance", a.moe_load_imbalance,

@@ -49,6 +49,11 @@ double comm_contention_fraction(const HwProfile& hw) {
   return std::min(1.0, nccl_channels() / hw.accel.sm_count);
 }
 
+double ep_comm_contention_fraction(const HwProfile& hw, const SimOptions& opt) {
+  if (opt.moe_dispatch_sms <= 0 || hw.accel.sm_count <= 0) return comm_contention_fraction(hw);
+  return std::min(1.0, double(opt.moe_dispatch_sms) / hw.accel.sm_count);
+}
+
 bool uses_dropout(const ModelSpec& model, const SimOptions& opt) {
   if (opt.dropout >= 0) return opt.dropout > 0;
   return model.model_type == "gpt2";
@@ -503,7 +508,8 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // and permutation; mlp = the experts). In the middle window mlp_fwd waits
     // for dispatch_fwd and dispatch_bwd for mlp_bwd. The pair exposes what
     // its windows take beyond its compute, shared in proportion; the hidden
-    // part slows that compute (contention).
+    // part slows that compute by the share of SMs the dispatcher's kernels
+    // hold (SimOptions::moe_dispatch_sms; NCCL's channels by default).
     const double attn_gemm_fwd = attn_column_s + attn_row_s;
     const double attn_gemm_bwd = gemm.fwd_s > 0 ? attn_gemm_fwd * gemm.bwd_s / gemm.fwd_s : 0;
     const double a_f = std::min(fwd_compute, attn_gemm_fwd + core_fwd_s + elem_fwd_s), m_f = fwd_compute - a_f;
@@ -514,8 +520,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     const double exposed = std::clamp(pair - compute, 0.0, comm), hidden = comm - exposed;
     c.fwd_ep_s = exposed * fwd_compute / compute;
     c.bwd_ep_s = exposed - c.fwd_ep_s;
-    fwd_compute += hidden * contention * fwd_compute / compute;
-    bwd_compute += hidden * contention * bwd_compute / compute;
+    const double ep_contention = ep_comm_contention_fraction(hw, opt);
+    fwd_compute += hidden * ep_contention * fwd_compute / compute;
+    bwd_compute += hidden * ep_contention * bwd_compute / compute;
   }
   // --- context parallelism: the K/V exchange (sim/cp_exchange.h) --------------
   // The forward's share of the CP traffic: a recompute that re-runs the

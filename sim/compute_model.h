@@ -148,6 +148,10 @@ Precision sixteen_bit(Precision p);
 // remaining SMs. The share of compute throughput one overlapped collective
 // takes: channels / SMs (0 on CPUs, where the model has no SM count).
 double comm_contention_fraction(const HwProfile& hw);
+// The share of SMs a MoE all-to-all hidden behind compute takes from it:
+// SimOptions::moe_dispatch_sms over the GPU's SMs where the dispatcher states
+// its SMs (DeepEP, HybridEP), else comm_contention_fraction (NCCL's channels).
+double ep_comm_contention_fraction(const HwProfile& hw, const SimOptions& opt);
 
 // The probability that one of `nodes` nodes, each holding an equal
 // contiguous share of the experts, holds at least one of a token's top-k

@@ -81,7 +81,7 @@ Status check_known_keys(const Json& j, const std::string& w) {
       {"context_parallel", {"cp_comm"}},
       {"loss", {"cross_entropy"}},
       {"layer", {"ops", "fsdp_copies", "embedding_dense_grad", "qkv_bshd_copies", "fused_backward"}},
-      {"moe", {"expert_gemm"}},
+      {"moe", {"expert_gemm", "dispatch_sms"}},
       {"optimizer", {"master_bytes", "moment_bytes"}},
   };
   for (const auto& [section_name, keys] : kKeys) {
@@ -257,6 +257,11 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     LOOM_ASSIGN_OR_RETURN(std::string eg, json_string_or(*mo, "expert_gemm", "grouped", w + ".moe"));
     if (!parse_expert_gemm(eg, &f.expert_gemm))
       return invalid_argument(w + ".moe.expert_gemm must be grouped or per_expert, got '" + eg + "'");
+    LOOM_ASSIGN_OR_RETURN(int64_t sms, json_int_or(*mo, "dispatch_sms", 0, w + ".moe"));
+    if (sms < 0 || sms > 4096)
+      return invalid_argument(w + ".moe.dispatch_sms must be the SMs the MoE dispatcher holds (0: NCCL's channels), got " +
+                              std::to_string(sms));
+    f.moe_dispatch_sms = int(sms);
   }
   // Optional: the bytes of Adam's state a parameter, with their source.
   if (j.contains("optimizer")) {
@@ -310,6 +315,7 @@ void apply_framework(const Framework& f, SimOptions* opt) {
   opt->grad_bucket_params_per_dp = f.grad_bucket_params_per_dp;
   opt->bucketed_chunks = f.bucketed_chunks;
   opt->expert_gemm = f.expert_gemm;
+  opt->moe_dispatch_sms = f.moe_dispatch_sms;
   opt->dropout = f.dropout;
 }
 

@@ -77,6 +77,7 @@ struct Framework {
   double grad_bucket_params = 0, grad_bucket_params_per_dp = 0;
   BucketedChunks bucketed_chunks = BucketedChunks::kAll;
   ExpertGemm expert_gemm = ExpertGemm::kGrouped;  // moe.expert_gemm (SimOptions::expert_gemm)
+  int moe_dispatch_sms = 0;                        // moe.dispatch_sms (SimOptions::moe_dispatch_sms)
   SequenceParallelRule sequence_parallel = SequenceParallelRule::kOptional;
   // context_parallel.cp_comm (optional section): how the stack's context
   // parallelism exchanges K/V; the ring when the file does not say.

@@ -118,6 +118,7 @@ SimOptions make_sim_options(const PlanRequest& req, const HwProfile& hw, const F
   if (req.pp_blocking_p2p) opt.pp_blocking_p2p = true;
   if (req.moe_dedup_dispatch) opt.moe_dedup_dispatch = true;
   if (req.moe_fp8_dispatch) opt.moe_fp8_dispatch = true;
+  if (req.moe_dispatch_sms > 0) opt.moe_dispatch_sms = req.moe_dispatch_sms;
   if (req.moe_load_imbalance >= 0) opt.moe_load_imbalance = req.moe_load_imbalance;
   if (req.moe_capacity_factor >= 0) opt.moe_capacity_factor = req.moe_capacity_factor;
   if (req.pp_overlap_p2p_comm) opt.pp_overlap_p2p_comm = true;

@@ -47,6 +47,7 @@ struct PlanRequest {
   bool no_pp_overlap_p2p_comm = false;  // turns pp_overlap_p2p_comm off
   bool moe_dedup_dispatch = false;  // SimOptions::moe_dedup_dispatch
   bool moe_fp8_dispatch = false;    // SimOptions::moe_fp8_dispatch
+  int moe_dispatch_sms = 0;         // SimOptions::moe_dispatch_sms; 0: NCCL's channels
   double moe_load_imbalance = -1;   // SimOptions::moe_load_imbalance; < 0: the default
   double moe_capacity_factor = -1;  // SimOptions::moe_capacity_factor and TrainSpec's; < 0: the default (dropless)
   double moe_aux_loss_coeff = -1;   // TrainSpec::moe_aux_loss_coeff; < 0: the config's router_aux_loss_coef, else 0

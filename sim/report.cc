@@ -162,6 +162,7 @@ std::string sim_options_json(const SimOptions& o) {
   j["pp_blocking_p2p"] = o.pp_blocking_p2p;
   j["moe_dedup_dispatch"] = o.moe_dedup_dispatch;
   j["moe_fp8_dispatch"] = o.moe_fp8_dispatch;
+  if (o.moe_dispatch_sms > 0) j["moe_dispatch_sms"] = o.moe_dispatch_sms;  // (absent before it existed)
   j["moe_capacity_factor"] = o.moe_capacity_factor;
   if (o.expert_gemm != ExpertGemm::kGrouped) j["expert_gemm"] = expert_gemm_name(o.expert_gemm);
   j["pp_overlap_p2p_comm"] = o.pp_overlap_p2p_comm;
@@ -242,6 +243,11 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.moe_dedup_dispatch, json_bool_or(j, "moe_dedup_dispatch", o.moe_dedup_dispatch, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_fp8_dispatch, json_bool_or(j, "moe_fp8_dispatch", o.moe_fp8_dispatch, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_capacity_factor, json_number_or(j, "moe_capacity_factor", o.moe_capacity_factor, w));
+  LOOM_ASSIGN_OR_RETURN(int64_t dispatch_sms, json_int_or(j, "moe_dispatch_sms", o.moe_dispatch_sms, w));
+  if (dispatch_sms < 0 || dispatch_sms > 4096)
+    return invalid_argument(w + ".moe_dispatch_sms must be 0 (NCCL's channels) or the SMs the MoE dispatcher holds, got " +
+                            std::to_string(dispatch_sms));
+  o.moe_dispatch_sms = int(dispatch_sms);
   LOOM_ASSIGN_OR_RETURN(std::string experts, json_string_or(j, "expert_gemm", expert_gemm_name(o.expert_gemm), w));
   if (!parse_expert_gemm(experts, &o.expert_gemm))
     return invalid_argument(w + ".expert_gemm must be \"grouped\" or \"per_expert\", got \"" + experts + "\"");

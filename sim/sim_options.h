@@ -313,6 +313,13 @@ struct SimOptions {
   // Dispatch in FP8 (1 byte an element plus an fp32 scale per 128, DeepSeek-
   // V3's 1x128 tiles) with the combine in 16 bits, as DeepSeek-V3 trains.
   bool moe_fp8_dispatch = false;
+  // SMs the MoE dispatcher's kernels hold while an all-to-all runs (DeepEP's
+  // and HybridEP's num_sms: Megatron-core --moe-hybridep-num-sms, Megatron-
+  // Bridge's performance recipes set 32; DeepSeek-V3 dedicates 20). Under
+  // ep_comm_overlap the hidden all-to-all time slows the compute beside it by
+  // this share of the GPU's SMs. 0: NCCL's, one block per channel
+  // (comm_contention_fraction), as the alltoall dispatcher runs.
+  int moe_dispatch_sms = 0;
   // How a MoE layer's local experts run their GEMMs (frameworks/<name>.json
   // moe.expert_gemm; expert_gemms_time_s, sim/compute_model.h).
   ExpertGemm expert_gemm = ExpertGemm::kGrouped;

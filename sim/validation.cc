@@ -99,6 +99,22 @@ Result<PublishedRun> parse_published_run(const Json& r, std::string w, const std
   LOOM_ASSIGN_OR_RETURN(p.moe_fp8_dispatch, tristate(r, "moe_fp8_dispatch", w));
   LOOM_ASSIGN_OR_RETURN(p.moe_load_imbalance, json_number_or(r, "moe_load_imbalance", -1, w));
   LOOM_ASSIGN_OR_RETURN(p.moe_capacity_factor, json_number_or(r, "moe_capacity_factor", -1, w));
+  LOOM_ASSIGN_OR_RETURN(int64_t dispatch_sms, json_int_or(r, "moe_dispatch_sms", 0, w));
+  if (dispatch_sms < 0 || dispatch_sms > 4096)
+    return invalid_argument(w + ".moe_dispatch_sms must be the SMs the MoE dispatcher holds (1 to 4096), got " +
+                            std::to_string(dispatch_sms));
+  p.moe_dispatch_sms = int(dispatch_sms);
+  if (p.moe_dispatch_sms > 0 && !(r.contains("moe_dispatch_source") && r["moe_dispatch_source"].is_string()))
+    return invalid_argument(w + ".moe_dispatch_source is missing: name the configuration that sets the dispatcher's SMs");
+  LOOM_ASSIGN_OR_RETURN(p.expert_gemm, json_string_or(r, "expert_gemm", "", w));
+  ExpertGemm expert_gemm;
+  if (!p.expert_gemm.empty() && !parse_expert_gemm(p.expert_gemm, &expert_gemm))
+    return invalid_argument(w + ".expert_gemm must be grouped or per_expert, got '" + p.expert_gemm + "'");
+  LOOM_ASSIGN_OR_RETURN(p.fp8_attention, tristate(r, "fp8_attention", w));
+  if ((!p.expert_gemm.empty() || p.fp8_attention >= 0) &&
+      !(r.contains("kernels_source") && r["kernels_source"].is_string()))
+    return invalid_argument(w + ".kernels_source is missing: name the configuration the row's expert GEMMs or FP8 "
+                                "attention were read from");
   LOOM_ASSIGN_OR_RETURN(int64_t dropout, json_int_or(r, "dropout", -2, w));
   p.dropout = int(dropout);
   LOOM_ASSIGN_OR_RETURN(p.fp8_scaling, json_string_or(r, "fp8_scaling", "", w));
@@ -230,6 +246,9 @@ RunPrediction predict_run(const PublishedRun& run) {
   if (run.moe_fp8_dispatch >= 0) opt.moe_fp8_dispatch = run.moe_fp8_dispatch == 1;
   if (run.moe_load_imbalance >= 0) opt.moe_load_imbalance = std::max(1.0, run.moe_load_imbalance);
   if (run.moe_capacity_factor >= 0) opt.moe_capacity_factor = run.moe_capacity_factor;
+  if (run.moe_dispatch_sms > 0) opt.moe_dispatch_sms = run.moe_dispatch_sms;
+  if (!run.expert_gemm.empty()) parse_expert_gemm(run.expert_gemm, &opt.expert_gemm);  // checked on load
+  if (run.fp8_attention >= 0) opt.fp8_attention = run.fp8_attention == 1;
   if (run.grad_bucket_params > 0) {
     opt.grad_bucket_params = run.grad_bucket_params;
     opt.grad_bucket_params_per_dp = 0;  // the configuration's own size

@@ -45,6 +45,12 @@ struct PublishedRun {
       tp_comm_overlap = -1, ep_comm_overlap = -1,
       pp_blocking_p2p = -1, pp_overlap_p2p_comm = -1, moe_dedup_dispatch = -1, moe_fp8_dispatch = -1;
   double moe_load_imbalance = -1, moe_capacity_factor = -1;  // < 0: the default
+  int moe_dispatch_sms = 0;  // SimOptions::moe_dispatch_sms where the stack states it (moe_dispatch_source)
+  // How the stack ran the experts' GEMMs and the attention where the row's
+  // configuration departs from its framework's (SimOptions::expert_gemm,
+  // fp8_attention); empty / -1: the framework's. Each needs its *_source.
+  std::string expert_gemm;
+  int fp8_attention = -1;
   std::string fp8_scaling;
   // Adam's state bytes a parameter where the stack's optimizer differs from
   // fp32 master, m and v (SimOptions::optimizer_master_bytes,

@@ -408,6 +408,36 @@ TEST(ComputeModel, EpOverlapExposesOnlyWhatThePairCannotCover) {
   EXPECT_LT(ov.fwd_s + ov.bwd_s, base.fwd_s + base.bwd_s);
 }
 
+// A dispatcher that states its SMs (DeepEP's and HybridEP's num_sms;
+// Megatron-Bridge's performance recipes give HybridEP 32 of an H100's 132)
+// takes that share from the compute its hidden all-to-alls run beside, in
+// place of NCCL's 16 channels: the pair lengthens by hidden x (32 - 16) / 132.
+// And one that held every SM would leave the compute nothing to run on while
+// it communicates, so the overlap would save nothing: the pair costs what it
+// does without the overlap, compute plus all of its communication.
+TEST(ComputeModel, EpOverlapContentionIsTheDispatchersShareOfTheSms) {
+  HwProfile hw = testing::load_hw_or_die("dgx-h100");
+  ASSERT_EQ(hw.accel.sm_count, 132);
+  ModelSpec m = testing::load_model_or_die("qwen3-30b-a3b");
+  Layout l;
+  l.dp = 16;
+  l.ep = 16;
+  const ComputeShape sh = compute_shape(l, 4096, hw);
+  SimOptions opt;
+  const PieceCost base = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  opt.ep_comm_overlap = true;
+  const PieceCost nccl = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  const double hidden = base.ep_comm_total_s - (nccl.fwd_ep_s + nccl.bwd_ep_s);
+  ASSERT_GT(hidden, 0);
+  opt.moe_dispatch_sms = 32;
+  const PieceCost hybridep = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  EXPECT_NEAR(hybridep.fwd_ep_s + hybridep.bwd_ep_s, nccl.fwd_ep_s + nccl.bwd_ep_s, 1e-12);  // the same windows
+  EXPECT_NEAR((hybridep.fwd_s + hybridep.bwd_s) - (nccl.fwd_s + nccl.bwd_s), hidden * (32.0 - 16.0) / 132.0, 1e-9);
+  opt.moe_dispatch_sms = 132;
+  const PieceCost all = layer_cost(m, hw, opt, Precision::kBf16, sh, true);
+  EXPECT_NEAR(all.fwd_s + all.bwd_s, base.fwd_s + base.bwd_s, 1e-9);
+}
+
 TEST(ComputeModel, EpOverlapHidesEachAllToAllBehindItsPartnerOnly) {
   // Megatron-core's schedule pairs each all-to-all with one compute window
   // (combine_bwd with attention_fwd, dispatch_fwd -> dispatch_bwd with

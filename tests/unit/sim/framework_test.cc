@@ -143,6 +143,24 @@ TEST(Framework, ShippedProfilesLoadWithTheirStacksDefaults) {
   EXPECT_FALSE(parse_sim_options(R"({"bucketed_chunks": "some"})").is_ok());
 }
 
+// The SMs a MoE dispatcher holds while its all-to-alls hide behind compute:
+// DeepSeek-V3's report states 20 (section 3.2.2); Megatron-core's alltoall
+// dispatcher runs on NCCL's channels (0: comm_contention_fraction). The plan
+// records a stated count and reads it back; unstated, it writes nothing, so
+// plans made before it keep their hash.
+TEST(Framework, DeepSeekV3StatesItsDispatchersSms) {
+  EXPECT_EQ(load_or_die("deepseek-v3").moe_dispatch_sms, 20);
+  EXPECT_EQ(load_or_die("megatron-core").moe_dispatch_sms, 0);
+  SimOptions opt;
+  apply_framework(load_or_die("deepseek-v3"), &opt);
+  EXPECT_EQ(opt.moe_dispatch_sms, 20);
+  auto back = parse_sim_options(sim_options_json(opt));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->moe_dispatch_sms, 20);
+  EXPECT_EQ(sim_options_json(SimOptions{}).find("moe_dispatch_sms"), std::string::npos);
+  EXPECT_FALSE(parse_sim_options(R"({"moe_dispatch_sms": -1})").is_ok());
+}
+
 TEST(Framework, TheSearchTriesOnlyWhatTheStackCanRun) {
   ModelSpec m = testing::load_model_or_die("llama-3-8b");
   HwProfile hw = testing::load_hw_or_die("dgx-h100");
@@ -500,6 +518,8 @@ TEST(Framework, BadFilesNameTheKey) {
   expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "loop", "source": "s"})",
                "moe.expert_gemm must be grouped or per_expert");
   expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"expert_gemm": "grouped"})", "moe.source");
+  expect_error(R"("source": "s"})", R"("source": "s"}, "moe": {"dispatch_sms": -4, "source": "s"})",
+               "moe.dispatch_sms must be");
   expect_error(R"("zero_stages": [0, 1])", R"("zero_stages": [0, 1], "pipeline_zero_stages": [3])",
                "layouts.pipeline_zero_stages: ZeRO 3 is not among zero_stages");
   expect_error(R"("blocking_p2p": true)", R"("blocking_p2p": true, "fsdp_once": "yes")", "pipeline.fsdp_once");

@@ -373,6 +373,13 @@ TEST(ValidationTable, BadRowsNameTheField) {
                "layer_split must be any or equal_chunks");
   expect_error(R"("source": "s")", R"("source": "s", "layer_split": "equal_chunks")", "layer_split needs a framework");
   expect_error(R"("source": "s")", R"("source": "s", "attention_kernel": "fa2")", "attention_kernel_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "moe_dispatch_sms": 32)", "moe_dispatch_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "moe_dispatch_sms": -2, "moe_dispatch_source": "s")",
+               "moe_dispatch_sms must be");
+  expect_error(R"("source": "s")", R"("source": "s", "expert_gemm": "grouped")", "kernels_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "fp8_attention": true)", "kernels_source is missing");
+  expect_error(R"("source": "s")", R"("source": "s", "expert_gemm": "loop", "kernels_source": "s")",
+               "expert_gemm must be grouped or per_expert");
   // A row that cannot be predicted says why instead of a number.
   auto runs = parse_published_runs(good, ".");
   PublishedRun bad = (*runs)[0];
