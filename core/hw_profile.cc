@@ -178,6 +178,46 @@ Status parse_attention_kernels(const Json& a, const std::string& where, Accelera
   return Status::ok();
 }
 
+// "fp8_attention_speedup": {"seq": [s...], "forward": [r...], "backward":
+// [r...], "source": "..."}: FP8 over 16-bit throughput of the profile's
+// attention kernel by sequence length (ascending, each > 0, one ratio each),
+// on a device with an FP8 rate and a measured attention table.
+Status parse_fp8_attention_speedup(const Json& a, const std::string& where, AcceleratorSpec& acc) {
+  const std::string w = where + ".fp8_attention_speedup";
+  const Json& o = a["fp8_attention_speedup"];
+  const char* shape = " must be {\"seq\": [lengths, ascending], \"forward\": [FP8 / BF16 throughput], "
+                      "\"backward\": [FP8 / BF16 throughput], \"source\": \"...\"}";
+  if (!o.is_object()) return invalid_argument(w + shape);
+  if (acc.peak_fp8_flops <= 0)
+    return invalid_argument(w + " needs peak_fp8_tflops: the device has no FP8 rate");
+  if (acc.attention_efficiency.flops.empty())
+    return invalid_argument(w + " scales the attention_efficiency table's kernel; give the table too");
+  for (auto f = o.begin(); f != o.end(); ++f)
+    if (f.key() != "seq" && f.key() != "forward" && f.key() != "backward" && f.key() != "source")
+      return invalid_argument(w + " has an unknown key '" + f.key() + "'; the keys are seq, forward, backward and source");
+  auto numbers = [&](const char* key, std::vector<double>* out) -> Status {
+    if (!o.contains(key) || !o[key].is_array() || o[key].empty()) return invalid_argument(w + "." + key + shape);
+    for (const Json& x : o[key]) {
+      if (!x.is_number() || !(x.get<double>() > 0))
+        return invalid_argument(w + "." + key + " must hold positive numbers, got " + x.dump());
+      out->push_back(x.get<double>());
+    }
+    return Status::ok();
+  };
+  AcceleratorSpec::Fp8AttentionSpeedup f;
+  LOOM_RETURN_IF_ERROR(numbers("seq", &f.seq));
+  LOOM_RETURN_IF_ERROR(numbers("forward", &f.forward));
+  LOOM_RETURN_IF_ERROR(numbers("backward", &f.backward));
+  if (f.forward.size() != f.seq.size() || f.backward.size() != f.seq.size())
+    return invalid_argument(w + ": forward and backward need one ratio for each of the " + std::to_string(f.seq.size()) +
+                            " sequence lengths");
+  for (size_t i = 1; i < f.seq.size(); ++i)
+    if (!(f.seq[i] > f.seq[i - 1])) return invalid_argument(w + ".seq must be ascending");
+  LOOM_ASSIGN_OR_RETURN(acc.fp8_attention_speedup_source, source_of(o, w));
+  acc.fp8_attention_speedup = std::move(f);
+  return Status::ok();
+}
+
 // {"bf16": T, "fp8": T}: a large GEMM's throughput sustained at the power
 // cap, each at most its precision's peak (fp8 only on a device with an FP8
 // rate). Call after the peaks are parsed.
@@ -295,6 +335,7 @@ Status parse_accelerator(const Json& a, const std::string& where, AcceleratorSpe
     acc.wgrad_accumulate_exposed = x.get<double>();
   }
   LOOM_RETURN_IF_ERROR(parse_attention_kernels(a, where, acc));
+  if (a.contains("fp8_attention_speedup")) LOOM_RETURN_IF_ERROR(parse_fp8_attention_speedup(a, where, acc));
   LOOM_ASSIGN_OR_RETURN(acc.sm_count, count(a, "sm_count", where, 0, 0));
   LOOM_ASSIGN_OR_RETURN(acc.cpu_threads, positive_or(a, "cpu_threads", 0, where,
                                                      "compute threads per rank the CPU figures are for"));
@@ -536,6 +577,16 @@ OrderedJson gemm_table_json(const GemmEfficiencyTable& t) {
 
 }  // namespace
 
+double AcceleratorSpec::Fp8AttentionSpeedup::at(const std::vector<double>& ratio, double s) const {
+  if (seq.empty() || ratio.size() != seq.size()) return 1.0;
+  if (s <= seq.front()) return ratio.front();
+  if (s >= seq.back()) return ratio.back();
+  size_t i = 1;
+  while (seq[i] < s) ++i;
+  const double f = std::log(s / seq[i - 1]) / std::log(seq[i] / seq[i - 1]);
+  return ratio[i - 1] + f * (ratio[i] - ratio[i - 1]);
+}
+
 std::string hw_profile_to_json(const HwProfile& hw) {
   const AcceleratorSpec& a = hw.accel;
   OrderedJson acc;
@@ -581,6 +632,14 @@ std::string hw_profile_to_json(const HwProfile& hw) {
       ks[name] = kj;
     }
     acc["attention_kernels"] = ks;
+  }
+  if (!a.fp8_attention_speedup.empty()) {
+    OrderedJson f;
+    f["seq"] = a.fp8_attention_speedup.seq;
+    f["forward"] = a.fp8_attention_speedup.forward;
+    f["backward"] = a.fp8_attention_speedup.backward;
+    f["source"] = a.fp8_attention_speedup_source;
+    acc["fp8_attention_speedup"] = f;
   }
   if (a.cpu_threads > 0) acc["cpu_threads"] = a.cpu_threads;
   if (a.xent_fwd_ns_per_logit > 0) {

@@ -148,6 +148,22 @@ struct AcceleratorSpec {
     GemmEfficiencyTable efficiency_no_mask;  // attention_efficiency_no_mask's; may be empty
   };
   std::map<std::string, AttentionKernel> attention_kernels;  // the others, by name
+  // Optional: how much faster the profile's attention kernel runs with FP8
+  // inputs than in 16 bits (Transformer Engine's fp8_dot_product_attention
+  // through cuDNN), measured on this device by the same benchmark as
+  // attention_efficiency: FP8 over BF16 throughput of a causal head-dim-128
+  // forward and backward, by sequence length. Read by the kernel's query
+  // length, interpolated in log(sequence) and held at the ends. Empty: no
+  // measurement, and FP8 attention is priced as the 16-bit kernel.
+  struct Fp8AttentionSpeedup {
+    std::vector<double> seq, forward, backward;
+    double at(const std::vector<double>& ratio, double s) const;
+    double forward_at(double s) const { return at(forward, s); }
+    double backward_at(double s) const { return at(backward, s); }
+    bool empty() const { return seq.empty(); }
+  };
+  Fp8AttentionSpeedup fp8_attention_speedup;
+  std::string fp8_attention_speedup_source;
   // Where the table in use comes from when select_attention_kernel put
   // another kernel in use; empty: accelerator.source describes it.
   std::string attention_kernel_source;

@@ -135,6 +135,7 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
   // --- attention core (scores and weighted sum) --------------------------
   double heads_local = a / t;
   double core_fwd_s = 0, core_flops = 0;
+  double fp8_core_fwd_speedup = 1, fp8_core_bwd_speedup = 1;  // FP8 attention over 16 bits (below)
   {
     // Per head: (s x qk) * (qk x s) and (s x s) * (s x v), batched over b*heads.
     double per_head_flops = 2 * s * s * qk_dim + 2 * s * s * v_dim;
@@ -182,7 +183,9 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // step's back-to-back kernels to sustained_attention_share() of it.
     // Batched GEMMs at the GEMM table's rate take its power cap, as every
     // GEMM does (sim/gemm_time.cc).
-    const Precision core_p = opt.fp8_attention ? p : sixteen_bit(p);
+    // FP8 attention (fp8_attention) is the 16-bit kernel's time over the
+    // FP8 speedup its profile measured (below); the tables are 16-bit ones.
+    const Precision core_p = sixteen_bit(p);
     // Materialized scores run as two batched GEMMs (torch.bmm / baddbmm over
     // the b x heads batch: one kernel each, not one a head), so the table is
     // read at one bmm's FLOPs over the whole batch.
@@ -209,13 +212,24 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     }
     const double per_flop = (1 - unmasked_share) / eff + unmasked_share / eff_unmasked;
     core_fwd_s = core_flops / hw.accel.peak_flops(core_p) * per_flop + launches * opt.kernel_overhead_s;
+    // Transformer Engine's fp8_dot_product_attention runs cuDNN's FP8 fused
+    // kernel forward and (NVTE_FP8_DPA_BWD=1, its default) backward: the
+    // 16-bit times over the FP8 / BF16 throughput the profile measured at the
+    // kernel's query length (AcceleratorSpec::fp8_attention_speedup). No
+    // measurement, or materialized scores (no fused FP8 kernel): 16 bits.
+    if (opt.fp8_attention && p == Precision::kFp8 && opt.flash_attention && !hw.accel.fp8_attention_speedup.empty()) {
+      const double q_len = cp > 1 && sh.cp_comm != CpComm::kA2a ? s / cp : s;
+      fp8_core_fwd_speedup = hw.accel.fp8_attention_speedup.forward_at(q_len);
+      fp8_core_bwd_speedup = hw.accel.fp8_attention_speedup.backward_at(q_len);
+    }
   }
   double core_bwd_factor = opt.flash_attention ? 2.5 : 2.0;  // flash recomputes scores in backward
   // Time of the backward relative to the forward: the FLOP ratio unless the
   // profile measured the kernel's own (CPU kernels: about 1.2-1.3).
   const double core_bwd_time = opt.flash_attention && hw.accel.attention_backward_ratio > 0 ? hw.accel.attention_backward_ratio
                                                                       : core_bwd_factor;
-  double core_bwd_s = core_fwd_s * core_bwd_time;
+  double core_bwd_s = core_fwd_s * core_bwd_time / fp8_core_bwd_speedup;
+  core_fwd_s /= fp8_core_fwd_speedup;
   if (!opt.flash_attention) {
     // Materialized scores. Each bmm also moves the s x s score tensor
     // (head dim 128: 128 FLOP a score byte, under the HBM ridge of a GPU,

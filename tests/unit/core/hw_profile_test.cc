@@ -237,6 +237,49 @@ void expect_same(const HwProfile& a, const HwProfile& b) {
   EXPECT_EQ(a.net.source, b.net.source);
 }
 
+// FP8 attention's measured speedup over the 16-bit kernel: read back from a
+// plan's embedded profile, interpolated in log(sequence) between measured
+// lengths (at 2896, halfway between 2048 and 4096 in log: the two ratios'
+// mean) and held at the ends; refused without an FP8 rate or a measured
+// attention table, unsorted, or ragged.
+TEST(HwProfile, Fp8AttentionSpeedupParsesInterpolatesAndRoundTrips) {
+  const std::string table = R"(, "peak_fp8_tflops": 200, "attention_efficiency": [{"gflop": 1, "efficiency": 0.5}])";
+  const std::string speedup =
+      R"(, "fp8_attention_speedup": {"seq": [2048, 4096], "forward": [1.4, 1.6], "backward": [1.0, 0.8], "source": "t"})";
+  auto r = parse_hw_profile(minimal_profile(table + speedup), "t");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const auto& f = r->accel.fp8_attention_speedup;
+  EXPECT_DOUBLE_EQ(f.forward_at(1024), 1.4);
+  EXPECT_DOUBLE_EQ(f.forward_at(4096), 1.6);
+  EXPECT_DOUBLE_EQ(f.backward_at(65536), 0.8);
+  EXPECT_NEAR(f.forward_at(2048 * std::sqrt(2.0)), 1.5, 1e-12);
+  EXPECT_NEAR(f.backward_at(2048 * std::sqrt(2.0)), 0.9, 1e-12);
+  auto back = parse_hw_profile(hw_profile_to_json(*r), "t");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->accel.fp8_attention_speedup.seq, f.seq);
+  EXPECT_EQ(back->accel.fp8_attention_speedup.forward, f.forward);
+  EXPECT_EQ(back->accel.fp8_attention_speedup.backward, f.backward);
+  EXPECT_EQ(back->accel.fp8_attention_speedup_source, "t");
+  auto plain = parse_hw_profile(minimal_profile(table), "t");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_TRUE(plain->accel.fp8_attention_speedup.empty());
+  EXPECT_EQ(hw_profile_to_json(*plain).find("fp8_attention_speedup"), std::string::npos);
+  expect_error(minimal_profile(R"(, "attention_efficiency": [{"gflop": 1, "efficiency": 0.5}])" + speedup),
+               StatusCode::kInvalidArgument, {"fp8_attention_speedup", "peak_fp8_tflops"});
+  expect_error(minimal_profile(R"(, "peak_fp8_tflops": 200)" + speedup), StatusCode::kInvalidArgument,
+               {"fp8_attention_speedup", "attention_efficiency"});
+  expect_error(minimal_profile(table + R"(, "fp8_attention_speedup": {"seq": [4096, 2048], "forward": [1, 1], "backward": [1, 1], "source": "t"})"),
+               StatusCode::kInvalidArgument, {"fp8_attention_speedup.seq", "ascending"});
+  expect_error(minimal_profile(table + R"(, "fp8_attention_speedup": {"seq": [2048, 4096], "forward": [1], "backward": [1, 1], "source": "t"})"),
+               StatusCode::kInvalidArgument, {"fp8_attention_speedup", "one ratio"});
+  expect_error(minimal_profile(table + R"(, "fp8_attention_speedup": {"seq": [2048], "forward": [0], "backward": [1], "source": "t"})"),
+               StatusCode::kInvalidArgument, {"fp8_attention_speedup.forward", "positive"});
+  expect_error(minimal_profile(table + R"(, "fp8_attention_speedup": {"seq": [2048], "forward": [1], "backward": [1]})"),
+               StatusCode::kInvalidArgument, {"fp8_attention_speedup"});
+  expect_error(minimal_profile(table + R"(, "fp8_attention_speedup": {"seq": [2048], "forward": [1], "backward": [1], "fwd": 1, "source": "t"})"),
+               StatusCode::kInvalidArgument, {"fp8_attention_speedup", "unknown key"});
+}
+
 TEST(HwProfile, MeasuredKernelTablesParseCheckAndRoundTrip) {
   const std::string extra = R"(, "optimizer_bw_efficiency": 0.25, "attention_backward_ratio": 1.3, "discard_gb_per_s": 3.5,
       "sustained_attention_ratio": 0.85, "wgrad_accumulate_exposed": 0,

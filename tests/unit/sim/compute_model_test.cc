@@ -408,6 +408,54 @@ TEST(ComputeModel, EpOverlapExposesOnlyWhatThePairCannotCover) {
   EXPECT_LT(ov.fwd_s + ov.bwd_s, base.fwd_s + base.bwd_s);
 }
 
+// FP8 attention (Transformer Engine's fp8_dot_product_attention) is the
+// 16-bit kernel's time over the FP8 speedup the profile measured, forward
+// and backward apart: with a forward speedup of 2 the forward loses half its
+// attention core and the backward nothing; with 4, three quarters, 1.5 times
+// the first drop. Without a measurement (or with materialized scores, for
+// which no fused FP8 kernel exists) it costs what the 16-bit kernel does.
+TEST(ComputeModel, Fp8AttentionIsTheMeasuredSpeedupOverSixteenBits) {
+  HwProfile hw = testing::load_hw_or_die("dgx-b200");
+  ModelSpec m = testing::load_model_or_die("llama-3-8b");
+  Layout l;
+  const ComputeShape sh = compute_shape(l, 4096, hw);
+  SimOptions opt;
+  auto cost = [&](double fwd, double bwd, bool fp8_attention) {
+    HwProfile h = hw;
+    h.accel.fp8_attention_speedup.seq = {1024, 8192};
+    h.accel.fp8_attention_speedup.forward = {fwd, fwd};
+    h.accel.fp8_attention_speedup.backward = {bwd, bwd};
+    SimOptions o = opt;
+    o.fp8_attention = fp8_attention;
+    return layer_cost(m, h, o, Precision::kFp8, sh, false);
+  };
+  const PieceCost bf16 = cost(2, 1, false), f2 = cost(2, 1, true), f4 = cost(4, 1, true), b2 = cost(1, 2, true);
+  const double half = bf16.fwd_s - f2.fwd_s;
+  ASSERT_GT(half, 0);
+  EXPECT_NEAR(f2.bwd_s, bf16.bwd_s, 1e-12);
+  EXPECT_NEAR(bf16.fwd_s - f4.fwd_s, 1.5 * half, 1e-12);
+  EXPECT_NEAR(b2.fwd_s, bf16.fwd_s, 1e-12);
+  EXPECT_LT(b2.bwd_s, bf16.bwd_s);
+  // The shipped B200 profile measured 1.079 forward and 1.167 backward at
+  // 4096 (cuDNN 9.13.1): the forward core shrinks by 1 - 1/1.079 of itself,
+  // 2 x half of it being the whole 16-bit core.
+  SimOptions on = opt;
+  on.fp8_attention = true;
+  const PieceCost shipped = layer_cost(m, hw, on, Precision::kFp8, sh, false);
+  EXPECT_NEAR(bf16.fwd_s - shipped.fwd_s, 2 * half * (1 - 1 / 1.079), 1e-9);
+  HwProfile none = hw;
+  none.accel.fp8_attention_speedup = {};
+  const PieceCost unmeasured = layer_cost(m, none, on, Precision::kFp8, sh, false);
+  EXPECT_NEAR(unmeasured.fwd_s, bf16.fwd_s, 1e-12);
+  EXPECT_NEAR(unmeasured.bwd_s, bf16.bwd_s, 1e-12);
+  SimOptions materialized = on;
+  materialized.flash_attention = false;
+  SimOptions materialized_off = materialized;
+  materialized_off.fp8_attention = false;
+  EXPECT_NEAR(layer_cost(m, hw, materialized, Precision::kFp8, sh, false).fwd_s,
+              layer_cost(m, hw, materialized_off, Precision::kFp8, sh, false).fwd_s, 1e-12);
+}
+
 // A dispatcher that states its SMs (DeepEP's and HybridEP's num_sms;
 // Megatron-Bridge's performance recipes give HybridEP 32 of an H100's 132)
 // takes that share from the compute its hidden all-to-alls run beside, in
