@@ -150,6 +150,11 @@ Result<std::string> export_megatron_args(const Plan& p) {
   // flag; Transformer Engine's kernel Megatron-LM refuses since 168cb15d70
   // (2026-06). Any other runs as Megatron's default, the unfused one.
   if (opt.cross_entropy == CrossEntropyImpl::kMegatronFused) o << "--cross-entropy-loss-fusion\n";
+  if (opt.fp8_attention && t.precision == Precision::kFp8)
+    return unsupported("export megatron: --fp8-attention: Megatron-LM's training script has no flag for Transformer "
+                       "Engine's fp8_dot_product_attention (TransformerConfig.fp8_dot_product_attention; Megatron-Bridge "
+                       "sets it as mixed_precision.fp8_dot_product_attention); plan without --fp8-attention to export "
+                       "for Megatron-LM");
   if (opt.cross_entropy == CrossEntropyImpl::kTe)
     return unsupported("export megatron: --cross-entropy te: Megatron-LM refuses Transformer Engine's cross-entropy "
                        "fusion since its commit 168cb15d70 (2026-06, 'stability issues'); plan with --cross-entropy "
@@ -212,7 +217,17 @@ Result<std::string> export_megatron_args(const Plan& p) {
     // The executor's routing and losses: Megatron's default router (top-k of
     // the logits, then softmax over the k) is the renormalized top-k;
     // softmax first without renormalizing is --moe-router-pre-softmax.
-    o << "--moe-token-dispatcher-type alltoall\n";
+    // The dispatcher the plan priced: one copy per expert (alltoall), or
+    // deduplicated per node (Megatron-core's flex dispatcher over DeepEP,
+    // its default backend, on the SMs the plan gave it); the all-to-alls
+    // behind the other micro-batch's compute as the plan overlapped them.
+    if (opt.moe_dedup_dispatch) {
+      o << "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n";
+      if (opt.moe_dispatch_sms > 0) o << "--moe-deepep-num-sms " << opt.moe_dispatch_sms << "\n";
+    } else {
+      o << "--moe-token-dispatcher-type alltoall\n";
+    }
+    if (opt.ep_comm_overlap) o << "--overlap-moe-expert-parallel-comm\n";
     if (!m.moe.norm_topk_prob) o << "--moe-router-pre-softmax\n";
     o << "--moe-router-load-balancing-type " << (t.moe_aux_loss_coeff > 0 ? "aux_loss" : "none") << "\n";
     if (t.moe_aux_loss_coeff > 0) o << "--moe-aux-loss-coeff " << t.moe_aux_loss_coeff << "\n";

@@ -150,6 +150,43 @@ TEST(ExportMegatron, EveryFlagIsOneMegatronAccepts) {
   }
 }
 
+// The MoE dispatcher the plan priced is the one the export asks for: the
+// alltoall dispatcher by default; deduplicated dispatch as Megatron-core's
+// flex dispatcher over DeepEP, on the SMs the plan gave it; the EP overlap as
+// --overlap-moe-expert-parallel-comm. FP8 attention has no Megatron-LM flag,
+// so the export refuses it rather than drop it.
+TEST(ExportMegatron, TheMoeDispatcherThePlanPricedIsFlags) {
+  const auto flags = megatron_flags();
+  TrainSpec t;
+  t.global_batch = 64;
+  t.seq_len = 1024;
+  auto args = [&](const SimOptions& o) {
+    auto a = export_megatron_args(plan_of("qwen3-30b-a3b", "dgx-h100", "dp=16,ep=16,micro=1", 16, t, o));
+    LOOM_CHECK(a.is_ok(), a.status().to_string());
+    expect_accepted(*a, flags, "qwen3-30b-a3b dp=16,ep=16");
+    return *a;
+  };
+  const std::string plain = args(SimOptions{});
+  EXPECT_NE(plain.find("--moe-token-dispatcher-type alltoall\n"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("--overlap-moe-expert-parallel-comm"), std::string::npos) << plain;
+  SimOptions deepep;
+  deepep.moe_dedup_dispatch = deepep.ep_comm_overlap = true;
+  deepep.moe_dispatch_sms = 24;
+  const std::string flex = args(deepep);
+  for (const char* f : {"--moe-token-dispatcher-type flex\n", "--moe-flex-dispatcher-backend deepep\n",
+                        "--moe-deepep-num-sms 24\n", "--overlap-moe-expert-parallel-comm\n"})
+    EXPECT_NE(flex.find(f), std::string::npos) << f << flex;
+  EXPECT_EQ(flex.find("alltoall"), std::string::npos) << flex;
+  SimOptions fp8_attention;
+  fp8_attention.fp8_attention = true;
+  TrainSpec fp8 = t;
+  fp8.precision = Precision::kFp8;
+  auto refused = export_megatron_args(plan_of("llama-3-8b", "dgx-h100", "dp=8,zero=1,micro=1", 8, fp8, fp8_attention));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("fp8_dot_product_attention"), std::string::npos)
+      << refused.status().to_string();
+}
+
 // A plan that priced Megatron-core DDP's gradient-buffer passes exports the
 // flags that turn the ones it left out off: averaging in the collective (no
 // 1/dp pass) and no NaN-check norm; a plan without them says nothing.
