@@ -215,9 +215,12 @@ PieceCost layer_cost(const ModelSpec& m, const HwProfile& hw, const SimOptions& 
     // Transformer Engine's fp8_dot_product_attention runs cuDNN's FP8 fused
     // kernel forward and (NVTE_FP8_DPA_BWD=1, its default) backward: the
     // 16-bit times over the FP8 / BF16 throughput the profile measured at the
-    // kernel's query length (AcceleratorSpec::fp8_attention_speedup). No
-    // measurement, or materialized scores (no fused FP8 kernel): 16 bits.
-    if (opt.fp8_attention && p == Precision::kFp8 && opt.flash_attention && !hw.accel.fp8_attention_speedup.empty()) {
+    // kernel's query length (AcceleratorSpec::fp8_attention_speedup), which
+    // measures head dim 128. No measurement (another head dim: Hopper's FP8
+    // backward takes 128 only, Transformer Engine's fused_attn.cpp), or
+    // materialized scores (no fused FP8 kernel): 16 bits.
+    if (opt.fp8_attention && p == Precision::kFp8 && opt.flash_attention && qk_dim == 128 && v_dim == 128 &&
+        !hw.accel.fp8_attention_speedup.empty()) {
       const double q_len = cp > 1 && sh.cp_comm != CpComm::kA2a ? s / cp : s;
       fp8_core_fwd_speedup = hw.accel.fp8_attention_speedup.forward_at(q_len);
       fp8_core_bwd_speedup = hw.accel.fp8_attention_speedup.backward_at(q_len);

@@ -412,8 +412,9 @@ TEST(ComputeModel, EpOverlapExposesOnlyWhatThePairCannotCover) {
 // 16-bit kernel's time over the FP8 speedup the profile measured, forward
 // and backward apart: with a forward speedup of 2 the forward loses half its
 // attention core and the backward nothing; with 4, three quarters, 1.5 times
-// the first drop. Without a measurement (or with materialized scores, for
-// which no fused FP8 kernel exists) it costs what the 16-bit kernel does.
+// the first drop. Without a measurement (another head dim than the measured
+// 128, or materialized scores, for which no fused FP8 kernel exists) it
+// costs what the 16-bit kernel does.
 TEST(ComputeModel, Fp8AttentionIsTheMeasuredSpeedupOverSixteenBits) {
   HwProfile hw = testing::load_hw_or_die("dgx-b200");
   ModelSpec m = testing::load_model_or_die("llama-3-8b");
@@ -454,6 +455,13 @@ TEST(ComputeModel, Fp8AttentionIsTheMeasuredSpeedupOverSixteenBits) {
   materialized_off.fp8_attention = false;
   EXPECT_NEAR(layer_cost(m, hw, materialized, Precision::kFp8, sh, false).fwd_s,
               layer_cost(m, hw, materialized_off, Precision::kFp8, sh, false).fwd_s, 1e-12);
+  // The ratios measure head dim 128: MLA's 192/128 heads have none, and
+  // price the 16-bit kernel.
+  ModelSpec mla = testing::load_model_or_die("deepseek-v3");
+  SimOptions off = on;
+  off.fp8_attention = false;
+  EXPECT_NEAR(layer_cost(mla, hw, on, Precision::kFp8, sh, false).fwd_s,
+              layer_cost(mla, hw, off, Precision::kFp8, sh, false).fwd_s, 1e-12);
 }
 
 // A dispatcher that states its SMs (DeepEP's and HybridEP's num_sms;
