@@ -258,9 +258,7 @@ Result<Framework> parse_framework(const std::string& json_text, const std::strin
     if (!parse_expert_gemm(eg, &f.expert_gemm))
       return invalid_argument(w + ".moe.expert_gemm must be grouped or per_expert, got '" + eg + "'");
     LOOM_ASSIGN_OR_RETURN(int64_t sms, json_int_or(*mo, "dispatch_sms", 0, w + ".moe"));
-    if (sms < 0 || sms > 4096)
-      return invalid_argument(w + ".moe.dispatch_sms must be the SMs the MoE dispatcher holds (0: NCCL's channels), got " +
-                              std::to_string(sms));
+    LOOM_RETURN_IF_ERROR(check_moe_dispatch_sms(sms, w + ".moe.dispatch_sms"));
     f.moe_dispatch_sms = int(sms);
   }
   // Optional: the bytes of Adam's state a parameter, with their source.

@@ -244,9 +244,7 @@ Result<SimOptions> parse_sim_options(const std::string& text) {
   LOOM_ASSIGN_OR_RETURN(o.moe_fp8_dispatch, json_bool_or(j, "moe_fp8_dispatch", o.moe_fp8_dispatch, w));
   LOOM_ASSIGN_OR_RETURN(o.moe_capacity_factor, json_number_or(j, "moe_capacity_factor", o.moe_capacity_factor, w));
   LOOM_ASSIGN_OR_RETURN(int64_t dispatch_sms, json_int_or(j, "moe_dispatch_sms", o.moe_dispatch_sms, w));
-  if (dispatch_sms < 0 || dispatch_sms > 4096)
-    return invalid_argument(w + ".moe_dispatch_sms must be 0 (NCCL's channels) or the SMs the MoE dispatcher holds, got " +
-                            std::to_string(dispatch_sms));
+  LOOM_RETURN_IF_ERROR(check_moe_dispatch_sms(dispatch_sms, w + ".moe_dispatch_sms"));
   o.moe_dispatch_sms = int(dispatch_sms);
   LOOM_ASSIGN_OR_RETURN(std::string experts, json_string_or(j, "expert_gemm", expert_gemm_name(o.expert_gemm), w));
   if (!parse_expert_gemm(experts, &o.expert_gemm))

@@ -141,6 +141,12 @@ Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, con
   return Status::ok();
 }
 
+Status check_moe_dispatch_sms(int64_t sms, const std::string& key) {
+  if (sms >= 0 && sms <= 4096) return Status::ok();
+  return invalid_argument(key + " must be 0 (NCCL's channels) or the SMs the MoE dispatcher holds (1 to 4096), got " +
+                          std::to_string(sms));
+}
+
 Status check_optimizer_state_overrides(double master_bytes, double moment_bytes, const std::string& where) {
   if (master_bytes == 0 && moment_bytes == 0) return Status::ok();
   return check_optimizer_state_bytes(master_bytes != 0 ? master_bytes : 4, moment_bytes != 0 ? moment_bytes : 4, where);

@@ -97,6 +97,9 @@ bool parse_fp8_scaling(const std::string& text, Fp8Scaling* out);
 // SimOptions::optimizer_master_bytes must be 2 or 4, optimizer_moment_bytes
 // 2 or 4: the message names `where` and the values allowed.
 Status check_optimizer_state_bytes(double master_bytes, double moment_bytes, const std::string& where);
+// SimOptions::moe_dispatch_sms as a file states it (`key` names the field):
+// 0 (NCCL's channels) or the SMs the MoE dispatcher holds, at most 4096.
+Status check_moe_dispatch_sms(int64_t sms, const std::string& key);
 // The same for overrides a request or a validation row states, 0 meaning
 // not stated (the framework's, else 4); apply_optimizer_state_overrides
 // (below SimOptions) applies them.

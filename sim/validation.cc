@@ -100,9 +100,7 @@ Result<PublishedRun> parse_published_run(const Json& r, std::string w, const std
   LOOM_ASSIGN_OR_RETURN(p.moe_load_imbalance, json_number_or(r, "moe_load_imbalance", -1, w));
   LOOM_ASSIGN_OR_RETURN(p.moe_capacity_factor, json_number_or(r, "moe_capacity_factor", -1, w));
   LOOM_ASSIGN_OR_RETURN(int64_t dispatch_sms, json_int_or(r, "moe_dispatch_sms", 0, w));
-  if (dispatch_sms < 0 || dispatch_sms > 4096)
-    return invalid_argument(w + ".moe_dispatch_sms must be the SMs the MoE dispatcher holds (1 to 4096), got " +
-                            std::to_string(dispatch_sms));
+  LOOM_RETURN_IF_ERROR(check_moe_dispatch_sms(dispatch_sms, w + ".moe_dispatch_sms"));
   p.moe_dispatch_sms = int(dispatch_sms);
   if (p.moe_dispatch_sms > 0 && !(r.contains("moe_dispatch_source") && r["moe_dispatch_source"].is_string()))
     return invalid_argument(w + ".moe_dispatch_source is missing: name the configuration that sets the dispatcher's SMs");
